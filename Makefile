@@ -1,0 +1,37 @@
+# Two commands do everything on a fresh clone: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+EXT_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+NATIVE_LIB := sim/_native$(EXT_SUFFIX)
+NATIVE_SRC := native/build.py native/kernels.h $(wildcard native/*.c native/*.inc native/real.h)
+
+.PHONY: run test bench lint native clean
+
+run: $(NATIVE_LIB)
+	OPENBLAS_NUM_THREADS=1 $(PY) -m sim bench kernels --quick
+
+test: $(NATIVE_LIB)
+	$(PY) -m pytest
+
+bench: $(NATIVE_LIB)
+	OPENBLAS_NUM_THREADS=1 $(PY) -m sim bench kernels
+	$(PY) -m sim bench network
+
+lint: $(INSTALLED)
+	$(VENV)/bin/ruff check sim tests native
+
+native: $(NATIVE_LIB)
+
+# Reinstall only when requirements.txt changes.
+$(INSTALLED): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(NATIVE_LIB): $(INSTALLED) $(NATIVE_SRC)
+	$(PY) native/build.py
+
+clean:
+	rm -rf build sim/_native*.so .pytest_cache .hypothesis

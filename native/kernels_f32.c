@@ -1,0 +1,13 @@
+/* float32 instantiation of the templated kernels (see real.h). */
+#define REAL float
+#define FN(name) name##_f32
+#define R_EXP expf
+#define R_LOG logf
+#define R_LOG1P log1pf
+#define R_SQRT sqrtf
+#define R_FABS fabsf
+#define R_FLOOR floorf
+/* 4 vectors of 8 floats (AVX2) or 2 of 16 (AVX-512): several independent
+ * accumulators hide the FMA latency without reassociating across -ffast-math. */
+#define LANES 32
+#include "real.h"

@@ -1,0 +1,405 @@
+"""The C kernels, safely: the only module that touches ``sim._native``.
+
+Every call checks dtype, shape, C-contiguity and writability first and raises
+``TypeError`` / ``ValueError`` naming the argument, because cffi would happily
+pass a float64 buffer as ``float *``. Kernel status codes become exceptions:
+``SGD_EINVAL`` -> ``ValueError``, ``SGD_EINDEX`` -> ``ValueError``,
+``SGD_ENONFINITE`` -> :class:`NonFiniteError` (NaN/Inf in an input or a
+diverged result). Float kernels dispatch on the dtype of their first array
+(float32 or float64); optional ``out=`` arguments avoid allocation on hot paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sim._native import ffi, lib
+
+
+class NonFiniteError(FloatingPointError, ValueError):
+    """A NaN or Inf reached a kernel's output (from the inputs, or divergence)."""
+
+
+_SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+_CTYPE = {"f32": "float[]", "f64": "double[]"}
+_INT64 = np.dtype(np.int64)
+_INT32 = np.dtype(np.int32)
+_UINT8 = np.dtype(np.uint8)
+
+
+# ---- argument checks -------------------------------------------------------
+
+def _array(name: str, a: Any, dtype: np.dtype | None = None, shape: tuple | None = None,
+           writable: bool = False) -> np.ndarray:
+    """Return ``a`` if it is a C-contiguous ndarray of the expected dtype and shape."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name}: expected a numpy array, got {type(a).__name__}")
+    if dtype is None and a.dtype not in _SUFFIX:
+        raise TypeError(f"{name}: expected float32 or float64, got {a.dtype}")
+    if dtype is not None and a.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {np.dtype(dtype)}, got {a.dtype}")
+    if shape is not None and a.shape != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {a.shape}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{name}: must be C-contiguous (np.ascontiguousarray makes a copy)")
+    if writable and not a.flags.writeable:
+        raise ValueError(f"{name}: array is read-only")
+    return a
+
+
+def _ndim(name: str, a: np.ndarray, ndim: int) -> np.ndarray:
+    if a.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D array, got shape {a.shape}")
+    if a.size == 0:
+        raise ValueError(f"{name}: array is empty")
+    return a
+
+
+def _out(name: str, out: np.ndarray | None, dtype: np.dtype, shape: tuple) -> np.ndarray:
+    """A fresh output array, or ``out`` checked as writable with that dtype and shape."""
+    if out is None:
+        return np.empty(shape, dtype)
+    return _array(name, out, dtype, shape, writable=True)
+
+
+def _scalar(name: str, value: Any, low: float = 0.0) -> float:
+    """A finite real number >= low."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a real number, got {value!r}") from None
+    if not np.isfinite(x) or x < low:
+        raise ValueError(f"{name}: expected a finite number >= {low}, got {value!r}")
+    return x
+
+
+def _int(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an integer, got {value!r}")
+    if not low <= int(value) <= high:
+        raise ValueError(f"{name}: expected an integer in [{low}, {high}], got {value}")
+    return int(value)
+
+
+def _csr(indptr: Any, indices: Any, data: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Check the three CSR arrays agree; row order and index range are checked in C."""
+    indptr = _ndim("indptr", _array("indptr", indptr, _INT64), 1)
+    indices = _array("indices", indices, _INT64)
+    data = _array("data", data)
+    if len(indptr) < 2:
+        raise ValueError("indptr: needs at least 2 entries (one row)")
+    nnz = int(indptr[-1])
+    if indices.shape != (nnz,) or data.shape != (nnz,):
+        raise ValueError(f"indices, data: expected shape ({nnz},) = indptr[-1], "
+                         f"got {indices.shape} and {data.shape}")
+    return indptr, indices, data
+
+
+# ---- calling C ---------------------------------------------------------------
+
+def _kernel(name: str, dtype: np.dtype) -> Any:
+    return getattr(lib, f"{name}_{_SUFFIX[dtype]}")
+
+
+def _ptr(a: np.ndarray) -> Any:
+    ctype = _CTYPE.get(_SUFFIX.get(a.dtype, ""))
+    if ctype is None:
+        ctype = {_INT64: "int64_t[]", _INT32: "int32_t[]", _UINT8: "uint8_t[]"}[a.dtype]
+    return ffi.from_buffer(ctype, a, require_writable=a.flags.writeable)
+
+
+def _check_status(name: str, status: int) -> None:
+    if status == lib.SGD_OK:
+        return
+    if status == lib.SGD_ENONFINITE:
+        raise NonFiniteError(f"{name}: NaN or Inf in the result (non-finite input or divergence)")
+    if status == lib.SGD_EINDEX:
+        raise ValueError(f"{name}: an index or label is out of range, or indptr is not "
+                         "non-decreasing from 0")
+    raise ValueError(f"{name}: invalid size or scalar argument (status {status})")
+
+
+def _call(name: str, dtype: np.dtype, *args: Any) -> None:
+    """Call kernel ``name`` for ``dtype``; arrays become pointers, status becomes exceptions."""
+    cargs = [_ptr(a) if isinstance(a, np.ndarray) else a for a in args]
+    _check_status(name, _kernel(name, dtype)(*cargs))
+
+
+def _float_out(dtype: np.dtype) -> Any:
+    return ffi.new("float *" if dtype == np.float32 else "double *")
+
+
+# ---- 1-2. logistic and softmax regression ---------------------------------------
+
+def logreg_loss_grad(X: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 0.0,
+                     out: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """Binary logistic regression, one fused pass: (mean loss + l2/2|w|^2, gradient (d,)).
+
+    X: (n, d); y: (n,) labels in {0, 1} of X's dtype; w: (d,).
+    """
+    X = _ndim("X", _array("X", X), 2)
+    n, d = X.shape
+    y = _array("y", y, X.dtype, (n,))
+    w = _array("w", w, X.dtype, (d,))
+    grad = _out("out", out, X.dtype, (d,))
+    loss = _float_out(X.dtype)
+    _call("logreg_loss_grad", X.dtype, X, y, n, d, w, _scalar("l2", l2), grad, loss)
+    return float(loss[0]), grad
+
+
+def softmax_loss_grad(X: np.ndarray, labels: np.ndarray, W: np.ndarray, l2: float = 0.0,
+                      out: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """Softmax regression, fused: (mean cross-entropy + l2/2|W|^2, gradient (k, d)).
+
+    X: (n, d); labels: (n,) int32 in [0, k); W: (k, d), one row per class.
+    """
+    X = _ndim("X", _array("X", X), 2)
+    n, d = X.shape
+    labels = _array("labels", labels, _INT32, (n,))
+    W = _ndim("W", _array("W", W, X.dtype), 2)
+    k = W.shape[0]
+    if W.shape[1] != d or k < 2:
+        raise ValueError(f"W: expected shape (k >= 2, {d}), got {W.shape}")
+    grad = _out("out", out, X.dtype, (k, d))
+    loss = _float_out(X.dtype)
+    scratch = np.empty(k, X.dtype)
+    _call("softmax_loss_grad", X.dtype, X, labels, n, d, k, W, _scalar("l2", l2), grad, loss,
+          scratch)
+    return float(loss[0]), grad
+
+
+# ---- 3. MLP layers ------------------------------------------------------------------
+
+def dense_forward(x: np.ndarray, W: np.ndarray, b: np.ndarray, relu: bool,
+                  out: np.ndarray | None = None) -> np.ndarray:
+    """One dense layer: act(x W^T + b), x: (n, din), W: (dout, din), b: (dout,) -> (n, dout)."""
+    x = _ndim("x", _array("x", x), 2)
+    n, din = x.shape
+    W = _ndim("W", _array("W", W, x.dtype), 2)
+    dout = W.shape[0]
+    if W.shape[1] != din:
+        raise ValueError(f"W: expected shape (dout, {din}), got {W.shape}")
+    b = _array("b", b, x.dtype, (dout,))
+    out = _out("out", out, x.dtype, (n, dout))
+    _call("dense_forward", x.dtype, x, n, din, W, b, dout, int(bool(relu)), out)
+    return out
+
+
+def softmax_xent(logits: np.ndarray, labels: np.ndarray,
+                 out: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """Softmax cross-entropy head: (mean loss, d loss / d logits), logits: (n, k)."""
+    logits = _ndim("logits", _array("logits", logits), 2)
+    n, k = logits.shape
+    if k < 2:
+        raise ValueError(f"logits: expected at least 2 classes, got shape {logits.shape}")
+    labels = _array("labels", labels, _INT32, (n,))
+    delta = _out("out", out, logits.dtype, (n, k))
+    loss = _float_out(logits.dtype)
+    _call("softmax_xent", logits.dtype, logits, labels, n, k, delta, loss)
+    return float(loss[0]), delta
+
+
+def dense_backward(x: np.ndarray, delta: np.ndarray, W: np.ndarray, relu_in: bool,
+                   input_grad: bool = True, dW: np.ndarray | None = None,
+                   db: np.ndarray | None = None, delta_in: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Backward through one layer: (dW (dout, din), db (dout,), delta_in (n, din) or None).
+
+    delta: (n, dout), gradient w.r.t. this layer's pre-activation; x: (n, din), its input.
+    delta_in is the gradient w.r.t. the previous layer's pre-activation (masked by x > 0
+    when ``relu_in``); it is skipped when ``input_grad`` is false (the first layer).
+    """
+    x = _ndim("x", _array("x", x), 2)
+    n, din = x.shape
+    delta = _ndim("delta", _array("delta", delta, x.dtype), 2)
+    dout = delta.shape[1]
+    if delta.shape[0] != n:
+        raise ValueError(f"delta: expected shape ({n}, dout), got {delta.shape}")
+    W = _array("W", W, x.dtype, (dout, din))
+    dW = _out("dW", dW, x.dtype, (dout, din))
+    db = _out("db", db, x.dtype, (dout,))
+    d_in = _out("delta_in", delta_in, x.dtype, (n, din)) if input_grad else None
+    _call("dense_backward", x.dtype, x, delta, n, din, dout, W, int(bool(relu_in)), dW, db,
+          ffi.NULL if d_in is None else _ptr(d_in))
+    return dW, db, d_in
+
+
+# ---- 4. sparse logistic regression ------------------------------------------------------
+
+class SparseWorkspace:
+    """Scratch for :func:`sparse_logreg_grad` over d features; reusable, returned all zero."""
+
+    def __init__(self, d: int, dtype: Any = np.float64) -> None:
+        self.acc = np.zeros(_int("d", d, 1, 2**62), np.dtype(dtype))
+        self.mark = np.zeros(d, np.uint8)
+
+
+def sparse_logreg_grad(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
+                       y: np.ndarray, w: np.ndarray, l2: float = 0.0,
+                       workspace: SparseWorkspace | None = None
+                       ) -> tuple[float, np.ndarray, np.ndarray]:
+    """Logistic regression on CSR rows: (loss, feature ids (sorted), gradient values).
+
+    Only touched features appear; l2 applies to them only (lazy regularisation).
+    indptr: (n+1,) int64; indices: (nnz,) int64 in [0, d); data: (nnz,); y: (n,); w: (d,).
+    """
+    indptr, indices, data = _csr(indptr, indices, data)
+    n, dtype = len(indptr) - 1, data.dtype
+    y = _array("y", y, dtype, (n,))
+    w = _ndim("w", _array("w", w, dtype), 1)
+    d = len(w)
+    ws = workspace if workspace is not None else SparseWorkspace(d, dtype)
+    _array("workspace.acc", ws.acc, dtype, (d,), writable=True)
+    _array("workspace.mark", ws.mark, _UINT8, (d,), writable=True)
+    out_idx = np.empty(len(indices), np.int64)
+    out_val = np.empty(len(indices), dtype)
+    count, loss = ffi.new("int64_t *"), _float_out(dtype)
+    _call("sparse_logreg_grad", dtype, indptr, indices, data, n, d, y, w, _scalar("l2", l2),
+          out_idx, out_val, count, loss, ws.acc, ws.mark)
+    return float(loss[0]), out_idx[:count[0]], out_val[:count[0]]
+
+
+# ---- 5. vector ops ------------------------------------------------------------------
+
+def _pair(dst_name: str, dst: Any, src_name: str, src: Any) -> tuple[np.ndarray, np.ndarray]:
+    dst = _array(dst_name, dst, writable=True)
+    return dst, _array(src_name, src, dst.dtype, dst.shape)
+
+
+def sum_into(dst: np.ndarray, src: np.ndarray) -> np.ndarray:
+    """dst += src in place (any shape, equal shapes and dtypes); returns dst."""
+    dst, src = _pair("dst", dst, "src", src)
+    _call("sum_into", dst.dtype, dst, src, dst.size)
+    return dst
+
+
+def axpy(a: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """y += a x in place; returns y."""
+    y, x = _pair("y", y, "x", x)
+    _call("axpy", y.dtype, _scalar("a", a, -np.inf), x, y, y.size)
+    return y
+
+
+def scale(a: float, x: np.ndarray) -> np.ndarray:
+    """x *= a in place; returns x."""
+    x = _array("x", x, writable=True)
+    _call("scale", x.dtype, _scalar("a", a, -np.inf), x, x.size)
+    return x
+
+
+def copy(dst: np.ndarray, src: np.ndarray) -> np.ndarray:
+    """dst[...] = src; returns dst."""
+    dst, src = _pair("dst", dst, "src", src)
+    _call("copy", dst.dtype, dst, src, dst.size)
+    return dst
+
+
+def sgd_update(w: np.ndarray, g: np.ndarray, v: np.ndarray | None, lr: float,
+               momentum: float = 0.0, weight_decay: float = 0.0) -> np.ndarray:
+    """In-place SGD step, PyTorch semantics: v = mu v + (g + wd w); w -= lr v. Returns w.
+
+    v (the momentum buffer) may be None when momentum is 0.
+    """
+    w, g = _pair("w", w, "g", g)
+    momentum = _scalar("momentum", momentum)
+    if v is None:
+        if momentum != 0:
+            raise ValueError("v: a momentum buffer is required when momentum > 0")
+        v = w  # never read or written by the kernel when momentum == 0
+    else:
+        _array("v", v, w.dtype, w.shape, writable=True)
+    _call("sgd_update", w.dtype, w, g, v, w.size, _scalar("lr", lr), momentum,
+          _scalar("weight_decay", weight_decay))
+    return w
+
+
+def average(bufs: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+    """Element-wise mean of k equal-shaped buffers, summed in index order."""
+    if len(bufs) == 0:
+        raise ValueError("bufs: expected at least one buffer")
+    first = _array("bufs[0]", bufs[0])
+    arrays = [_array(f"bufs[{i}]", b, first.dtype, first.shape) for i, b in enumerate(bufs)]
+    out = _out("out", out, first.dtype, first.shape)
+    ctype = "float *[]" if first.dtype == np.float32 else "double *[]"
+    keep = [_ptr(a) for a in arrays]  # keeps the buffers alive across the call
+    _call("average", first.dtype, out, ffi.new(ctype, keep), len(arrays), out.size)
+    return out
+
+
+# ---- 6. compression --------------------------------------------------------------------
+
+def topk_ef(g: np.ndarray, residual: np.ndarray, k: int,
+            scratch: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k with error feedback: (indices ascending (k,), values (k,)); updates residual.
+
+    acc = g + residual; the k largest |acc| (ties: lowest index) are sent and the rest
+    stays in residual, so scatter(indices, values) + residual == acc exactly.
+    """
+    residual, g = _pair("residual", residual, "g", g)
+    n = residual.size
+    k = _int("k", k, 0, n)
+    scratch = _out("scratch", scratch, g.dtype, (n,))
+    idx, val = np.empty(k, np.int64), np.empty(k, g.dtype)
+    _call("topk_ef", g.dtype, g, residual, n, k, idx, val, scratch)
+    return idx, val
+
+
+def qsgd_quantize(v: np.ndarray, s: int, seed: int,
+                  out: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """QSGD with s levels: (int32 levels in [-s, s], the L2 norm); reproducible per seed."""
+    v = _array("v", v)
+    levels = _out("out", out, _INT32, v.shape)
+    norm = _float_out(v.dtype)
+    _call("qsgd_quantize", v.dtype, v, v.size, _int("s", s, 1, 2**30), _int("seed", seed, 0,
+          2**64 - 1), levels, norm)
+    return levels, float(norm[0])
+
+
+def qsgd_dequantize(levels: np.ndarray, norm: float, s: int, dtype: Any = np.float64,
+                    out: np.ndarray | None = None) -> np.ndarray:
+    """(norm / s) * levels, as an array of ``dtype`` (or into ``out``)."""
+    levels = _array("levels", levels, _INT32)
+    dtype = np.dtype(out.dtype if isinstance(out, np.ndarray) else dtype)
+    if dtype not in _SUFFIX:
+        raise TypeError(f"dtype: expected float32 or float64, got {dtype}")
+    out = _out("out", out, dtype, levels.shape)
+    _call("qsgd_dequantize", dtype, levels, levels.size, _int("s", s, 1, 2**30),
+          _scalar("norm", norm), out)
+    return out
+
+
+def scatter_add(idx: np.ndarray, val: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out.flat[idx] += val (indices checked first: nothing is written when one is bad)."""
+    out = _array("out", out, writable=True)
+    idx = _array("idx", idx, _INT64)
+    if idx.ndim != 1:
+        raise ValueError(f"idx: expected a 1-D array, got shape {idx.shape}")
+    val = _array("val", val, out.dtype, idx.shape)
+    _call("scatter_add", out.dtype, idx, val, idx.size, out, out.size)
+    return out
+
+
+# ---- 7. matrix-vector -----------------------------------------------------------------
+
+def csr_matvec(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.ndarray,
+               out: np.ndarray | None = None) -> np.ndarray:
+    """y = A x for A in CSR with len(x) columns; returns y (m,)."""
+    indptr, indices, data = _csr(indptr, indices, data)
+    x = _ndim("x", _array("x", x, data.dtype), 1)
+    m = len(indptr) - 1
+    y = _out("out", out, data.dtype, (m,))
+    _call("csr_matvec", data.dtype, indptr, indices, data, m, len(x), x, y)
+    return y
+
+
+def dense_matvec(A: np.ndarray, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """y = A x for A (m, n) row-major; returns y (m,)."""
+    A = _ndim("A", _array("A", A), 2)
+    m, n = A.shape
+    x = _array("x", x, A.dtype, (n,))
+    y = _out("out", out, A.dtype, (m,))
+    _call("dense_matvec", A.dtype, A, m, n, x, y)
+    return y
