@@ -23,6 +23,9 @@ enum sgd_status {
     SGD_ENONFINITE = 3  /* NaN or Inf in an output */
 };
 
+/* Rows of a batch processed together (they share every load of the weights). */
+enum { SGD_ROW_BLOCK = 8 };
+
 /* ---- 1. binary logistic regression, fused loss + gradient --------------
  * X: n x d, y: n labels in {0, 1}, w: d. grad: d (overwritten).
  * loss = mean_i [log(1 + exp(z_i)) - y_i z_i] + l2/2 |w|^2,  z = X w.
@@ -35,7 +38,7 @@ int logreg_loss_grad_f64(const double *X, const double *y, int64_t n, int64_t d,
 
 /* ---- 2. softmax regression, fused loss + gradient -----------------------
  * X: n x d, labels: n in [0, k), W: k x d (one row per class).
- * grad: k x d (overwritten), scratch: k. loss = mean cross-entropy + l2/2 |W|^2. */
+ * grad: k x d (overwritten), scratch: SGD_ROW_BLOCK * k. loss = mean cross-entropy + l2/2 |W|^2. */
 int softmax_loss_grad_f32(const float *X, const int32_t *labels, int64_t n,
                           int64_t d, int64_t k, const float *W, float l2,
                           float *grad, float *loss, float *scratch);

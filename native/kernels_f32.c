@@ -10,4 +10,5 @@
 /* 4 vectors of 8 floats (AVX2) or 2 of 16 (AVX-512): several independent
  * accumulators hide the FMA latency without reassociating across -ffast-math. */
 #define LANES 32
+#define VL 16 /* elements in one 512-bit vector */
 #include "real.h"

@@ -8,4 +8,5 @@
 #define R_FABS fabs
 #define R_FLOOR floor
 #define LANES 16
+#define VL 8 /* elements in one 512-bit vector */
 #include "real.h"

@@ -1,7 +1,8 @@
 """The command line: parses, calls the library, prints.
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
-``main(args) -> int``; they are imported lazily so ``--help`` stays fast.
+``main(args) -> int``. Only the chosen command's module is imported, so one
+command's heavy imports never slow down (or break) another.
 """
 
 from __future__ import annotations
@@ -19,19 +20,23 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(chosen: str | None) -> argparse.ArgumentParser:
+    """The parser, with full arguments for the ``chosen`` command only."""
     parser = argparse.ArgumentParser(prog="python -m sim", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
-        importlib.import_module(module).add_arguments(sub_parser)
+        if name == chosen:
+            importlib.import_module(module).add_arguments(sub_parser)
         sub_parser.set_defaults(_module=module)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand; bad input prints one line on stderr and returns 2."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(chosen).parse_args(argv)
     try:
         return int(importlib.import_module(args._module).main(args) or 0)
     except UserError as exc:

@@ -11,7 +11,9 @@ diverged result). Float kernels dispatch on the dtype of their first array
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -24,10 +26,11 @@ class NonFiniteError(FloatingPointError, ValueError):
 
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
-_CTYPE = {"f32": "float[]", "f64": "double[]"}
 _INT64 = np.dtype(np.int64)
 _INT32 = np.dtype(np.int32)
 _UINT8 = np.dtype(np.uint8)
+_CDECL = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]",
+          _INT64: "int64_t[]", _INT32: "int32_t[]", _UINT8: "uint8_t[]"}
 
 
 # ---- argument checks -------------------------------------------------------
@@ -58,11 +61,18 @@ def _ndim(name: str, a: np.ndarray, ndim: int) -> np.ndarray:
     return a
 
 
-def _out(name: str, out: np.ndarray | None, dtype: np.dtype, shape: tuple) -> np.ndarray:
-    """A fresh output array, or ``out`` checked as writable with that dtype and shape."""
+def _out(name: str, out: np.ndarray | None, dtype: np.dtype, shape: tuple,
+         inputs: dict[str, Any] | None = None) -> np.ndarray:
+    """A fresh output array, or ``out`` checked as writable with that dtype and shape and
+    sharing no memory with ``inputs`` (the kernels' pointers are ``restrict``: an output
+    that aliases an input gives silently wrong results)."""
     if out is None:
         return np.empty(shape, dtype)
-    return _array(name, out, dtype, shape, writable=True)
+    out = _array(name, out, dtype, shape, writable=True)
+    for other, a in (inputs or {}).items():
+        if a is not None and np.may_share_memory(out, a):
+            raise ValueError(f"{name}: shares memory with {other}; pass a separate array")
+    return out
 
 
 def _scalar(name: str, value: Any, low: float = 0.0) -> float:
@@ -71,7 +81,7 @@ def _scalar(name: str, value: Any, low: float = 0.0) -> float:
         x = float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name}: expected a real number, got {value!r}") from None
-    if not np.isfinite(x) or x < low:
+    if not math.isfinite(x) or x < low:
         raise ValueError(f"{name}: expected a finite number >= {low}, got {value!r}")
     return x
 
@@ -100,20 +110,17 @@ def _csr(indptr: Any, indices: Any, data: Any) -> tuple[np.ndarray, np.ndarray, 
 
 # ---- calling C ---------------------------------------------------------------
 
+@cache
 def _kernel(name: str, dtype: np.dtype) -> Any:
     return getattr(lib, f"{name}_{_SUFFIX[dtype]}")
 
 
 def _ptr(a: np.ndarray) -> Any:
-    ctype = _CTYPE.get(_SUFFIX.get(a.dtype, ""))
-    if ctype is None:
-        ctype = {_INT64: "int64_t[]", _INT32: "int32_t[]", _UINT8: "uint8_t[]"}[a.dtype]
-    return ffi.from_buffer(ctype, a, require_writable=a.flags.writeable)
+    return ffi.from_buffer(_CDECL[a.dtype], a)
 
 
-def _check_status(name: str, status: int) -> None:
-    if status == lib.SGD_OK:
-        return
+def _raise_for(name: str, status: int) -> None:
+    """Map a kernel's non-zero status to the matching exception."""
     if status == lib.SGD_ENONFINITE:
         raise NonFiniteError(f"{name}: NaN or Inf in the result (non-finite input or divergence)")
     if status == lib.SGD_EINDEX:
@@ -124,8 +131,11 @@ def _check_status(name: str, status: int) -> None:
 
 def _call(name: str, dtype: np.dtype, *args: Any) -> None:
     """Call kernel ``name`` for ``dtype``; arrays become pointers, status becomes exceptions."""
-    cargs = [_ptr(a) if isinstance(a, np.ndarray) else a for a in args]
-    _check_status(name, _kernel(name, dtype)(*cargs))
+    from_buffer = ffi.from_buffer
+    cargs = [from_buffer(_CDECL[a.dtype], a) if isinstance(a, np.ndarray) else a for a in args]
+    status = _kernel(name, dtype)(*cargs)
+    if status:
+        _raise_for(name, status)
 
 
 def _float_out(dtype: np.dtype) -> Any:
@@ -144,7 +154,7 @@ def logreg_loss_grad(X: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 0.
     n, d = X.shape
     y = _array("y", y, X.dtype, (n,))
     w = _array("w", w, X.dtype, (d,))
-    grad = _out("out", out, X.dtype, (d,))
+    grad = _out("out", out, X.dtype, (d,), {"X": X, "y": y, "w": w})
     loss = _float_out(X.dtype)
     _call("logreg_loss_grad", X.dtype, X, y, n, d, w, _scalar("l2", l2), grad, loss)
     return float(loss[0]), grad
@@ -163,9 +173,9 @@ def softmax_loss_grad(X: np.ndarray, labels: np.ndarray, W: np.ndarray, l2: floa
     k = W.shape[0]
     if W.shape[1] != d or k < 2:
         raise ValueError(f"W: expected shape (k >= 2, {d}), got {W.shape}")
-    grad = _out("out", out, X.dtype, (k, d))
+    grad = _out("out", out, X.dtype, (k, d), {"X": X, "labels": labels, "W": W})
     loss = _float_out(X.dtype)
-    scratch = np.empty(k, X.dtype)
+    scratch = np.empty(lib.SGD_ROW_BLOCK * k, X.dtype)
     _call("softmax_loss_grad", X.dtype, X, labels, n, d, k, W, _scalar("l2", l2), grad, loss,
           scratch)
     return float(loss[0]), grad
@@ -183,7 +193,7 @@ def dense_forward(x: np.ndarray, W: np.ndarray, b: np.ndarray, relu: bool,
     if W.shape[1] != din:
         raise ValueError(f"W: expected shape (dout, {din}), got {W.shape}")
     b = _array("b", b, x.dtype, (dout,))
-    out = _out("out", out, x.dtype, (n, dout))
+    out = _out("out", out, x.dtype, (n, dout), {"x": x, "W": W, "b": b})
     _call("dense_forward", x.dtype, x, n, din, W, b, dout, int(bool(relu)), out)
     return out
 
@@ -196,7 +206,7 @@ def softmax_xent(logits: np.ndarray, labels: np.ndarray,
     if k < 2:
         raise ValueError(f"logits: expected at least 2 classes, got shape {logits.shape}")
     labels = _array("labels", labels, _INT32, (n,))
-    delta = _out("out", out, logits.dtype, (n, k))
+    delta = _out("out", out, logits.dtype, (n, k), {"logits": logits, "labels": labels})
     loss = _float_out(logits.dtype)
     _call("softmax_xent", logits.dtype, logits, labels, n, k, delta, loss)
     return float(loss[0]), delta
@@ -219,9 +229,11 @@ def dense_backward(x: np.ndarray, delta: np.ndarray, W: np.ndarray, relu_in: boo
     if delta.shape[0] != n:
         raise ValueError(f"delta: expected shape ({n}, dout), got {delta.shape}")
     W = _array("W", W, x.dtype, (dout, din))
-    dW = _out("dW", dW, x.dtype, (dout, din))
-    db = _out("db", db, x.dtype, (dout,))
-    d_in = _out("delta_in", delta_in, x.dtype, (n, din)) if input_grad else None
+    inputs = {"x": x, "delta": delta, "W": W}
+    dW = _out("dW", dW, x.dtype, (dout, din), inputs)
+    db = _out("db", db, x.dtype, (dout,), {**inputs, "dW": dW})
+    d_in = (_out("delta_in", delta_in, x.dtype, (n, din), {**inputs, "dW": dW, "db": db})
+            if input_grad else None)
     _call("dense_backward", x.dtype, x, delta, n, din, dout, W, int(bool(relu_in)), dW, db,
           ffi.NULL if d_in is None else _ptr(d_in))
     return dW, db, d_in
@@ -322,7 +334,8 @@ def average(bufs: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.nda
         raise ValueError("bufs: expected at least one buffer")
     first = _array("bufs[0]", bufs[0])
     arrays = [_array(f"bufs[{i}]", b, first.dtype, first.shape) for i, b in enumerate(bufs)]
-    out = _out("out", out, first.dtype, first.shape)
+    out = _out("out", out, first.dtype, first.shape,
+               {f"bufs[{i}]": a for i, a in enumerate(arrays)})
     ctype = "float *[]" if first.dtype == np.float32 else "double *[]"
     keep = [_ptr(a) for a in arrays]  # keeps the buffers alive across the call
     _call("average", first.dtype, out, ffi.new(ctype, keep), len(arrays), out.size)
@@ -341,7 +354,7 @@ def topk_ef(g: np.ndarray, residual: np.ndarray, k: int,
     residual, g = _pair("residual", residual, "g", g)
     n = residual.size
     k = _int("k", k, 0, n)
-    scratch = _out("scratch", scratch, g.dtype, (n,))
+    scratch = _out("scratch", scratch, g.dtype, (n,), {"g": g, "residual": residual})
     idx, val = np.empty(k, np.int64), np.empty(k, g.dtype)
     _call("topk_ef", g.dtype, g, residual, n, k, idx, val, scratch)
     return idx, val
@@ -351,7 +364,7 @@ def qsgd_quantize(v: np.ndarray, s: int, seed: int,
                   out: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """QSGD with s levels: (int32 levels in [-s, s], the L2 norm); reproducible per seed."""
     v = _array("v", v)
-    levels = _out("out", out, _INT32, v.shape)
+    levels = _out("out", out, _INT32, v.shape, {"v": v})
     norm = _float_out(v.dtype)
     _call("qsgd_quantize", v.dtype, v, v.size, _int("s", s, 1, 2**30), _int("seed", seed, 0,
           2**64 - 1), levels, norm)
@@ -365,7 +378,7 @@ def qsgd_dequantize(levels: np.ndarray, norm: float, s: int, dtype: Any = np.flo
     dtype = np.dtype(out.dtype if isinstance(out, np.ndarray) else dtype)
     if dtype not in _SUFFIX:
         raise TypeError(f"dtype: expected float32 or float64, got {dtype}")
-    out = _out("out", out, dtype, levels.shape)
+    out = _out("out", out, dtype, levels.shape, {"levels": levels})
     _call("qsgd_dequantize", dtype, levels, levels.size, _int("s", s, 1, 2**30),
           _scalar("norm", norm), out)
     return out
@@ -390,7 +403,8 @@ def csr_matvec(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.
     indptr, indices, data = _csr(indptr, indices, data)
     x = _ndim("x", _array("x", x, data.dtype), 1)
     m = len(indptr) - 1
-    y = _out("out", out, data.dtype, (m,))
+    y = _out("out", out, data.dtype, (m,),
+             {"indptr": indptr, "indices": indices, "data": data, "x": x})
     _call("csr_matvec", data.dtype, indptr, indices, data, m, len(x), x, y)
     return y
 
@@ -400,6 +414,6 @@ def dense_matvec(A: np.ndarray, x: np.ndarray, out: np.ndarray | None = None) ->
     A = _ndim("A", _array("A", A), 2)
     m, n = A.shape
     x = _array("x", x, A.dtype, (n,))
-    y = _out("out", out, A.dtype, (m,))
+    y = _out("out", out, A.dtype, (m,), {"A": A, "x": x})
     _call("dense_matvec", A.dtype, A, m, n, x, y)
     return y

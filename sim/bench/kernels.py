@@ -1,0 +1,286 @@
+"""``python -m sim bench kernels``: each C kernel against equivalent numpy code.
+
+Every case times the kernel and numpy on the same data in alternating rounds
+of one run (BLAS limited to one thread), so the printed ratio is meaningful on
+a noisy machine. Memory-bound kernels also report GB/s against a copy
+bandwidth measured in the same run. Targets (issue 2): fused logistic
+regression >= 2x numpy for n <= 64, d <= 1e4 and >= 1.3x at d = 1e5;
+memory-bound vector kernels >= 70% of copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from sim import kernels as K
+from sim.bench.timing import compare
+
+
+@dataclass
+class Case:
+    kernel: str
+    dtype: str
+    size: str
+    c: Callable[[], object]
+    numpy: Callable[[], object]
+    bytes_moved: int = 0  # memory traffic of one call, for memory-bound kernels
+    min_speedup: float | None = None
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+def logreg_cases(rng: np.random.Generator, quick: bool) -> Iterator[Case]:
+    sizes = [(16, 100), (64, 1_000), (64, 10_000), (64, 100_000)]
+    for dtype in (np.float64, np.float32):
+        for n, d in sizes[:3] if quick and dtype == np.float32 else sizes:
+            X = rng.standard_normal((n, d)).astype(dtype)
+            y = (rng.random(n) < 0.5).astype(dtype)
+            w = (rng.standard_normal(d) * 0.01).astype(dtype)
+            out = np.empty(d, dtype)
+
+            def numpy_logreg(X=X, y=y, w=w, n=n):  # reads X twice: X @ w, then X.T @ r
+                z = X @ w
+                loss = np.mean(np.logaddexp(0, z) - y * z)
+                return loss, X.T @ ((_sigmoid(z) - y) / n)
+
+            yield Case("logreg_loss_grad", np.dtype(dtype).name, f"n={n} d={d}",
+                       lambda X=X, y=y, w=w, out=out: K.logreg_loss_grad(X, y, w, out=out),
+                       numpy_logreg, min_speedup=2.0 if d <= 10_000 else 1.3)
+
+
+def model_cases(rng: np.random.Generator, quick: bool) -> Iterator[Case]:
+    n, d, k, h = 64, 784, 10, 256
+    X = rng.standard_normal((n, d))
+    labels = rng.integers(0, k, n).astype(np.int32)
+    W = rng.standard_normal((k, d)) * 0.01
+    onehot = np.eye(k)[labels]
+
+    def numpy_softmax():
+        z = X @ W.T
+        p = np.exp(z - z.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        return -np.mean(np.log(p[np.arange(n), labels])), (p - onehot).T @ X / n
+
+    grad = np.empty((k, d))
+    yield Case("softmax_loss_grad", "float64", f"n={n} d={d} k={k}",
+               lambda: K.softmax_loss_grad(X, labels, W, out=grad), numpy_softmax)
+
+    W1, b1 = rng.standard_normal((h, d)) * 0.05, np.zeros(h)
+    act = np.empty((n, h))
+    yield Case("dense_forward", "float64", f"n={n} {d}->{h} relu",
+               lambda: K.dense_forward(X, W1, b1, True, out=act),
+               lambda: np.maximum(X @ W1.T + b1, 0))
+    A = K.dense_forward(X, W1, b1, True)
+    delta = rng.standard_normal((n, h)) * (A > 0)
+    dW, db, d_in = np.empty((h, d)), np.empty(h), np.empty((n, d))
+    yield Case("dense_backward", "float64", f"n={n} {d}<-{h}",
+               lambda: K.dense_backward(X, delta, W1, True, dW=dW, db=db, delta_in=d_in),
+               lambda: (delta.T @ X, delta.sum(0), (delta @ W1) * (X > 0)))
+    logits = rng.standard_normal((256, k))
+    lab256 = rng.integers(0, k, 256).astype(np.int32)
+    xent = np.empty((256, k))
+
+    def numpy_xent():
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        loss = -np.mean(np.log(p[np.arange(256), lab256]))
+        p[np.arange(256), lab256] -= 1
+        return loss, p / 256
+
+    yield Case("softmax_xent", "float64", f"n=256 k={k}",
+               lambda: K.softmax_xent(logits, lab256, out=xent), numpy_xent)
+    yield from sparse_logreg_cases(rng, quick)
+
+
+def sparse_logreg_cases(rng: np.random.Generator, quick: bool) -> Iterator[Case]:
+    n, d, per_row = 64, 1_000_000, 50
+    indices = rng.integers(0, d, n * per_row).astype(np.int64)
+    indptr = np.arange(0, n * per_row + 1, per_row, dtype=np.int64)
+    data = rng.standard_normal(n * per_row)
+    y = (rng.random(n) < 0.5).astype(np.float64)
+    w = rng.standard_normal(d) * 0.01
+    ws = K.SparseWorkspace(d)
+    rows = np.repeat(np.arange(n), per_row)
+
+    def numpy_sparse():
+        z = np.bincount(rows, weights=data * w[indices], minlength=n)
+        r = (_sigmoid(z) - y) / n
+        touched, inverse = np.unique(indices, return_inverse=True)
+        return touched, np.bincount(inverse, weights=r[rows] * data)
+
+    yield Case("sparse_logreg_grad", "float64", f"n={n} d=1e6 nnz/row={per_row}",
+               lambda: K.sparse_logreg_grad(indptr, indices, data, y, w, workspace=ws),
+               numpy_sparse)
+
+
+def vector_cases(rng: np.random.Generator, quick: bool) -> Iterator[Case]:
+    n = 1 << (22 if quick else 24)
+    item = 8
+    x, y, w, v = (rng.standard_normal(n) for _ in range(4))
+    bufs = [rng.standard_normal(n) for _ in range(4)]
+    out = np.empty(n)
+    size = f"n=2^{n.bit_length() - 1}"
+
+    def numpy_sgd():
+        v.__imul__(0.9)
+        v.__iadd__(y)
+        v.__iadd__(1e-4 * w)
+        w.__isub__(1e-3 * v)
+
+    def numpy_average():
+        np.copyto(out, bufs[0])
+        for b in bufs[1:]:
+            out.__iadd__(b)
+        out.__imul__(0.25)
+
+    yield Case("sum_into", "float64", size, lambda: K.sum_into(out, x),
+               lambda: np.add(out, x, out=out), 3 * n * item)
+    yield Case("axpy", "float64", size, lambda: K.axpy(1e-9, x, y),
+               lambda: y.__iadd__(1e-9 * x), 3 * n * item)
+    yield Case("scale", "float64", size, lambda: K.scale(1.0, x),
+               lambda: np.multiply(x, 1.0, out=x), 2 * n * item)
+    yield Case("copy", "float64", size, lambda: K.copy(out, x),
+               lambda: np.copyto(out, x), 2 * n * item)
+    yield Case("sgd_update", "float64", size + " momentum",
+               lambda: K.sgd_update(w, y, v, 1e-3, 0.9, 1e-4), numpy_sgd, 5 * n * item)
+    yield Case("average", "float64", size + " k=4", lambda: K.average(bufs, out=out),
+               numpy_average, 5 * n * item)
+
+
+def compression_cases(rng: np.random.Generator, quick: bool) -> Iterator[Case]:
+    n, k, s = 1_000_000, 10_000, 256
+    g = rng.standard_normal(n)
+    residual, residual_np = np.zeros(n), np.zeros(n)
+    scratch = np.empty(n)
+
+    def numpy_topk():
+        acc = g + residual_np
+        idx = np.sort(np.argpartition(np.abs(acc), n - k)[n - k:])
+        vals = acc[idx]
+        acc[idx] = 0
+        residual_np[:] = acc
+        return idx, vals
+
+    yield Case("topk_ef", "float64", f"n=1e6 k={k}",
+               lambda: K.topk_ef(g, residual, k, scratch=scratch), numpy_topk)
+    levels = np.empty(n, np.int32)
+    np_rng = np.random.default_rng(0)
+
+    def numpy_qsgd():
+        norm = np.linalg.norm(g)
+        a = np.abs(g) * (s / norm)
+        low = np.floor(a)
+        lev = (low + (np_rng.random(n) < a - low)).astype(np.int32)
+        return np.where(g < 0, -lev, lev), norm
+
+    yield Case("qsgd_quantize", "float64", f"n=1e6 s={s}",
+               lambda: K.qsgd_quantize(g, s, 7, out=levels), numpy_qsgd)
+    lev, norm = K.qsgd_quantize(g, s, 7)
+    deq = np.empty(n)
+    yield Case("qsgd_dequantize", "float64", f"n=1e6 s={s}",
+               lambda: K.qsgd_dequantize(lev, norm, s, out=deq),
+               lambda: np.multiply(lev, norm / s, out=deq))
+    idx = np.sort(rng.choice(n, k, replace=False)).astype(np.int64)
+    val = rng.standard_normal(k)
+    yield Case("scatter_add", "float64", f"nnz={k} into n=1e6",
+               lambda: K.scatter_add(idx, val, deq), lambda: deq.__setitem__(idx, deq[idx] + val))
+
+
+def random_csr(rng: np.random.Generator, m: int, n: int, density: float):
+    per_row = max(1, round(density * n))
+    indices = np.sort(np.stack([rng.choice(n, per_row, replace=False) for _ in range(m)]),
+                      axis=1).ravel().astype(np.int64)
+    indptr = np.arange(0, m * per_row + 1, per_row, dtype=np.int64)
+    return indptr, indices, rng.standard_normal(m * per_row)
+
+
+def matvec_cases(rng: np.random.Generator, quick: bool) -> Iterator[Case]:
+    m = n = 1000 if quick else 2000
+    x = rng.standard_normal(n)
+    y = np.empty(m)
+    for density in (0.001, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0):
+        indptr, indices, data = random_csr(rng, m, n, density)
+        A = np.zeros((m, n))
+        A[np.repeat(np.arange(m), np.diff(indptr)), indices] = data
+        # numpy column: the dense C kernel, so the ratio is CSR vs dense
+        yield Case("csr_matvec", "float64", f"{m}x{n} density={density:g}",
+                   lambda a=(indptr, indices, data): K.csr_matvec(*a, x, out=y),
+                   lambda A=A: K.dense_matvec(A, x, out=y))
+    yield Case("dense_matvec", "float64", f"{m}x{n}",
+               lambda: K.dense_matvec(A, x, out=y), lambda: np.dot(A, x, out=y))
+
+
+FAMILIES = [logreg_cases, model_cases, vector_cases, compression_cases, matvec_cases]
+
+
+def copy_bandwidth_Bps(quick: bool, rounds: int) -> float:
+    """Bytes/s of np.copyto on arrays far larger than the last-level cache."""
+    n = 1 << (22 if quick else 24)
+    src, dst = np.ones(n), np.empty(n)
+    t = compare({"copy": lambda: np.copyto(dst, src)}, rounds=rounds)["copy"]
+    return 2 * n * 8 / t
+
+
+def measure_case(case: Case, rounds: int, copy_Bps: float) -> dict:
+    times = compare({"c": case.c, "numpy": case.numpy}, rounds=rounds)
+    row = {"kernel": case.kernel, "dtype": case.dtype, "size": case.size,
+           "c_s": times["c"], "numpy_s": times["numpy"],
+           "speedup": times["numpy"] / times["c"]}
+    if case.bytes_moved:
+        row["GBps"] = case.bytes_moved / times["c"] / 1e9
+        row["copy_fraction"] = row["GBps"] * 1e9 / copy_Bps
+        row["target_met"] = row["copy_fraction"] >= 0.70
+    if case.min_speedup is not None:
+        row["target_speedup"] = case.min_speedup
+        row["target_met"] = row["speedup"] >= case.min_speedup
+    return row
+
+
+def crossover_density(rows: list[dict]) -> float | None:
+    """Lowest density at which CSR is no longer faster than the dense kernel."""
+    for row in rows:
+        if row["kernel"] == "csr_matvec" and row["speedup"] <= 1.0:
+            return float(row["size"].split("density=")[1])
+    return None
+
+
+def measure(args: argparse.Namespace) -> dict:
+    rounds = 3 if args.quick else 7
+    rng = np.random.default_rng(0)
+    with threadpool_limits(limits=1, user_api="blas"):
+        copy_Bps = copy_bandwidth_Bps(args.quick, rounds)
+        rows = [measure_case(case, rounds, copy_Bps)
+                for family in FAMILIES for case in family(rng, args.quick)]
+        blas = [f"{i['internal_api']} {i.get('version')} {i.get('architecture')} "
+                f"threads={i['num_threads']}" for i in threadpool_info()
+                if i["user_api"] == "blas"]
+    return {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+            "blas": blas, "copy_GBps": copy_Bps / 1e9, "rows": rows,
+            "csr_crossover_density": crossover_density(rows)}
+
+
+def render(result: dict) -> str:
+    head = (f"{'kernel':<19}{'dtype':<8}{'size':<28}{'C us':>10}{'numpy us':>10}"
+            f"{'speedup':>9}{'GB/s':>7}{'%copy':>7}  target")
+    lines = [f"BLAS: {', '.join(result['blas']) or 'none found'}",
+             f"copy bandwidth (np.copyto, same run): {result['copy_GBps']:.1f} GB/s", "", head,
+             "-" * len(head)]
+    for r in result["rows"]:
+        gbps = f"{r['GBps']:7.1f}{100 * r['copy_fraction']:6.0f}%" if "GBps" in r else " " * 14
+        target = ""
+        if "target_met" in r:
+            goal = f">={r['target_speedup']}x" if "target_speedup" in r else ">=70% copy"
+            target = f"{goal} {'ok' if r['target_met'] else 'MISSED'}"
+        lines.append(f"{r['kernel']:<19}{r['dtype']:<8}{r['size']:<28}{r['c_s'] * 1e6:10.1f}"
+                     f"{r['numpy_s'] * 1e6:10.1f}{r['speedup']:8.2f}x{gbps}  {target}")
+    lines += ["", "csr_matvec rows compare CSR against the dense C kernel (numpy us column);",
+              f"CSR stops paying off at density ~{result['csr_crossover_density']}."]
+    return "\n".join(lines)
