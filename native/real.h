@@ -9,6 +9,7 @@
 #include "kernels.h"
 
 #include "vec.inc"
+#include "gemm.inc"
 #include "logreg.inc"
 #include "softmax.inc"
 #include "mlp.inc"
