@@ -78,17 +78,17 @@ int dense_backward_f64(const double *in, const double *delta, int64_t n,
  * Gradient over the touched features only, as (out_idx, out_val) sorted by
  * feature id; *out_nnz receives their count (<= nnz). l2 applies to the
  * touched features (lazy regularisation). acc (d, all zero) and mark
- * (d, all zero) are scratch; they are returned all zero. */
+ * (a bitmap of (d + 63) / 64 words, all zero) are scratch, returned all zero. */
 int sparse_logreg_grad_f32(const int64_t *indptr, const int64_t *indices,
                            const float *data, int64_t n, int64_t d,
                            const float *y, const float *w, float l2,
                            int64_t *out_idx, float *out_val, int64_t *out_nnz,
-                           float *loss, float *acc, uint8_t *mark);
+                           float *loss, float *acc, uint64_t *mark);
 int sparse_logreg_grad_f64(const int64_t *indptr, const int64_t *indices,
                            const double *data, int64_t n, int64_t d,
                            const double *y, const double *w, double l2,
                            int64_t *out_idx, double *out_val, int64_t *out_nnz,
-                           double *loss, double *acc, uint8_t *mark);
+                           double *loss, double *acc, uint64_t *mark);
 
 /* ---- 5. vector ops for collectives and servers --------------------------*/
 /* dst += src */

@@ -28,9 +28,9 @@ class NonFiniteError(FloatingPointError, ValueError):
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _INT64 = np.dtype(np.int64)
 _INT32 = np.dtype(np.int32)
-_UINT8 = np.dtype(np.uint8)
+_UINT64 = np.dtype(np.uint64)
 _CDECL = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]",
-          _INT64: "int64_t[]", _INT32: "int32_t[]", _UINT8: "uint8_t[]"}
+          _INT64: "int64_t[]", _INT32: "int32_t[]", _UINT64: "uint64_t[]"}
 
 
 # ---- argument checks -------------------------------------------------------
@@ -246,7 +246,7 @@ class SparseWorkspace:
 
     def __init__(self, d: int, dtype: Any = np.float64) -> None:
         self.acc = np.zeros(_int("d", d, 1, 2**62), np.dtype(dtype))
-        self.mark = np.zeros(d, np.uint8)
+        self.mark = np.zeros((d + 63) // 64, np.uint64)  # bitmap of touched features
 
 
 def sparse_logreg_grad(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
@@ -265,7 +265,7 @@ def sparse_logreg_grad(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray
     d = len(w)
     ws = workspace if workspace is not None else SparseWorkspace(d, dtype)
     _array("workspace.acc", ws.acc, dtype, (d,), writable=True)
-    _array("workspace.mark", ws.mark, _UINT8, (d,), writable=True)
+    _array("workspace.mark", ws.mark, _UINT64, ((d + 63) // 64,), writable=True)
     out_idx = np.empty(len(indices), np.int64)
     out_val = np.empty(len(indices), dtype)
     count, loss = ffi.new("int64_t *"), _float_out(dtype)
