@@ -377,7 +377,8 @@ def qsgd_dequantize(levels: np.ndarray, norm: float, s: int, dtype: Any = np.flo
     levels = _array("levels", levels, _INT32)
     dtype = np.dtype(out.dtype if isinstance(out, np.ndarray) else dtype)
     if dtype not in _SUFFIX:
-        raise TypeError(f"dtype: expected float32 or float64, got {dtype}")
+        source = "out" if isinstance(out, np.ndarray) else "dtype"  # the one the caller gave
+        raise TypeError(f"{source}: expected float32 or float64, got {dtype}")
     out = _out("out", out, dtype, levels.shape, {"levels": levels})
     _call("qsgd_dequantize", dtype, levels, levels.size, _int("s", s, 1, 2**30),
           _scalar("norm", norm), out)

@@ -1,0 +1,8 @@
+"""Make the repository root importable (``import sim``) however pytest is started."""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
