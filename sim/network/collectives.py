@@ -1,0 +1,317 @@
+"""Collectives on real buffers: ring, Rabenseifner, recursive doubling, tree, broadcast, PS.
+
+Each algorithm is a :class:`~sim.network.schedule.Schedule` of rounds (what moves where,
+and whether the receiver adds or overwrites) plus its closed-form time. Running one inside
+a SimPy process, on either network model::
+
+    ring = get_collective("ring")
+    elapsed_s = yield from ring.run(network, buffers)          # buffers: one array per rank
+    elapsed_s = yield from ring.run(network, p=1024, nbytes=10**8)   # timing only
+
+or ``env.process(ring.run(...))`` for an event. Afterwards every rank's buffer holds the
+sum (allreduce) or rank 0's vector (broadcast); all ranks hold the same bits.
+
+Closed forms use alpha (one message, :meth:`Fabric.alpha_s`) and beta (s/byte); they are
+exact for the flow model on one switch when every chunk has the same size (p, or the
+power of two below p, divides the element count). Non-powers of two: recursive doubling
+and Rabenseifner fold the extra ranks in and out as MPICH does (the first 2r ranks pair
+up; evens hand their vector to the odd neighbour before, and get the result after), which
+adds 2 (alpha + n beta); ring, tree and broadcast take any p natively.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import simpy
+
+from sim.network.schedule import COPY, SUM, Buffers, Round, Schedule, check_buffers, chunks
+
+# busbw = algbw * factor (nccl-tests' definitions); the bandwidth lower bound is
+# factor * n / B for the same reason: factor * n is what the busiest NIC must carry.
+BUS_FACTORS: dict[str, Callable[[int], float]] = {
+    "allreduce": lambda p: 2 * (p - 1) / p,
+    "broadcast": lambda p: 1.0 if p > 1 else 0.0,
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A collective ready to run: its schedule, where endpoints live, and the data."""
+
+    collective: Collective
+    p: int
+    nbytes: int
+    schedule: Schedule
+    hosts: np.ndarray
+    buffers: Buffers | None
+    itemsize: int
+
+
+class Collective(ABC):
+    """A collective algorithm; subclasses give the schedule and the closed form."""
+
+    name: ClassVar[str]
+    kind: ClassVar[str] = "allreduce"
+
+    def n_endpoints(self, p: int) -> int:
+        """Endpoints taking part for p workers (more when it adds servers)."""
+        return p
+
+    @abstractmethod
+    def schedule(self, p: int, count: int) -> Schedule:
+        """The rounds for p workers and vectors of ``count`` elements."""
+
+    @abstractmethod
+    def closed_form_s(self, p: int, nbytes: float, alpha_s: float, beta_s: float) -> float:
+        """Time on one uncontended switch, alpha s per message and beta s per byte."""
+
+    def bus_factor(self, p: int) -> float:
+        return BUS_FACTORS[self.kind](p)
+
+    def lower_bound_s(self, p: int, nbytes: float, bandwidth_Bps: float) -> float:
+        """No schedule can beat this on hosts injecting at most bandwidth_Bps (s)."""
+        return self.bus_factor(p) * nbytes / bandwidth_Bps
+
+    def plan(self, buffers: Sequence[np.ndarray] | None = None, *, p: int | None = None,
+             nbytes: int | None = None, hosts: np.ndarray | None = None) -> Plan:
+        """Check the arguments (see :meth:`run`) and build the plan. Raises ValueError."""
+        if buffers is not None:
+            if p is not None or nbytes is not None:
+                raise ValueError("give either buffers or p and nbytes, not both")
+            p = len(buffers)
+            check_buffers(buffers, p)
+            itemsize, count = buffers[0].itemsize, len(buffers[0])
+            nbytes = count * itemsize
+        elif p is None or nbytes is None:
+            raise ValueError("timing only needs both p and nbytes")
+        else:
+            itemsize, count = 1, int(nbytes)  # timing only: a vector of bytes
+        if p < 1 or count < 0:
+            raise ValueError(f"need p >= 1 workers and nbytes >= 0, got p={p}, nbytes={nbytes}")
+        schedule = self.schedule(p, count)
+        endpoints = schedule.n_endpoints
+        hosts = np.arange(endpoints) if hosts is None else np.asarray(hosts, np.int64)
+        if hosts.shape != (endpoints,):
+            raise ValueError(f"{self.name}: expected {endpoints} hosts, got {hosts.shape}")
+        data = None if buffers is None else Buffers(buffers, schedule.helper_lengths)
+        return Plan(self, p, int(nbytes), schedule, hosts, data, itemsize)
+
+    def run(self, network: Any, buffers: Sequence[np.ndarray] | None = None, *,
+            p: int | None = None, nbytes: int | None = None,
+            hosts: np.ndarray | None = None) -> Generator[simpy.Event, Any, float]:
+        """SimPy process body: run on ``network`` and return the elapsed simulated time (s).
+
+        With ``buffers`` (one float32/float64 vector per rank, reduced in place) the data
+        moves; with ``p`` and ``nbytes`` instead only the time is simulated. ``hosts[e]`` is
+        the host of endpoint e (default: endpoint e on host e). Raises ValueError.
+        """
+        plan = self.plan(buffers, p=p, nbytes=nbytes, hosts=hosts)
+        return (yield from network.run_plan(plan))
+
+
+class Ring(Collective):
+    """Reduce-scatter then allgather around the ring, the vector cut into p chunks."""
+
+    name = "ring"
+
+    def schedule(self, p: int, count: int) -> Schedule:
+        offset, length = chunks(count, p)
+        ranks = np.arange(p)
+        right = (ranks + 1) % p
+
+        def step(r: int) -> Round:
+            if r < p - 1:  # reduce-scatter: pass chunk i - r on, adding ours
+                chunk, op = (ranks - r) % p, SUM
+            else:  # allgather: rank i now owns chunk i + 1 and passes chunks on
+                chunk, op = (ranks + 1 - (r - (p - 1))) % p, COPY
+            return Round.aligned(ranks, right, offset[chunk], length[chunk], op)
+
+        return Schedule(p, 2 * (p - 1), step)
+
+    def closed_form_s(self, p: int, nbytes: float, alpha_s: float, beta_s: float) -> float:
+        return 2 * (p - 1) * alpha_s + 2 * (p - 1) / p * nbytes * beta_s
+
+
+class RecursiveDoubling(Collective):
+    """lg p rounds; in round k rank i swaps its whole vector with rank i xor 2^k."""
+
+    name = "recursive-doubling"
+
+    def schedule(self, p: int, count: int) -> Schedule:
+        pof2, extra, real = _fold(p)
+        new = np.arange(pof2)
+        rounds = [Round.aligned(real[new], real[new ^ mask], 0, count, SUM)
+                  for mask in _masks(pof2)]
+        return Schedule.of(p, _with_fold(rounds, extra, count))
+
+    def closed_form_s(self, p: int, nbytes: float, alpha_s: float, beta_s: float) -> float:
+        return _steps(p) * (alpha_s + nbytes * beta_s)
+
+
+class Rabenseifner(Collective):
+    """Reduce-scatter by recursive halving, then allgather by recursive doubling."""
+
+    name = "rabenseifner"
+
+    def schedule(self, p: int, count: int) -> Schedule:
+        pof2, extra, real = _fold(p)
+        new = np.arange(pof2)
+        lo, hi = np.zeros(pof2, np.int64), np.full(pof2, count, np.int64)
+        halving, kept = [], []
+        for mask in _masks(pof2):
+            # the lower rank of each pair keeps the lower half and sends the upper one
+            mid = lo + (hi - lo) // 2
+            lower = (new & mask) == 0
+            send_lo, send_hi = np.where(lower, mid, lo), np.where(lower, hi, mid)
+            halving.append(Round.aligned(real[new], real[new ^ mask], send_lo,
+                                         send_hi - send_lo, SUM))
+            lo, hi = np.where(lower, lo, mid), np.where(lower, mid, hi)
+            kept.append((lo, hi))
+        doubling = [Round.aligned(real[new], real[new ^ mask], lo, hi - lo, COPY)
+                    for mask, (lo, hi) in reversed(list(zip(_masks(pof2), kept, strict=True)))]
+        return Schedule.of(p, _with_fold(halving + doubling, extra, count))
+
+    def closed_form_s(self, p: int, nbytes: float, alpha_s: float, beta_s: float) -> float:
+        pof2 = 1 << (p.bit_length() - 1)
+        folded = _steps(p) - _lg(pof2)  # 2 when p is not a power of two
+        return (2 * _lg(pof2) * alpha_s + 2 * (pof2 - 1) / pof2 * nbytes * beta_s
+                + folded * (alpha_s + nbytes * beta_s))
+
+
+class Tree(Collective):
+    """Binomial-tree reduce to rank 0, then binomial-tree broadcast from it."""
+
+    name = "tree"
+
+    def schedule(self, p: int, count: int) -> Schedule:
+        return Schedule.of(p, _binomial_reduce(p, count) + _binomial_broadcast(p, count))
+
+    def closed_form_s(self, p: int, nbytes: float, alpha_s: float, beta_s: float) -> float:
+        return 2 * _ceil_lg(p) * (alpha_s + nbytes * beta_s)
+
+
+class Broadcast(Collective):
+    """Binomial-tree broadcast of rank 0's vector."""
+
+    name = "broadcast"
+    kind = "broadcast"
+
+    def schedule(self, p: int, count: int) -> Schedule:
+        return Schedule.of(p, _binomial_broadcast(p, count))
+
+    def closed_form_s(self, p: int, nbytes: float, alpha_s: float, beta_s: float) -> float:
+        return _ceil_lg(p) * (alpha_s + nbytes * beta_s)
+
+
+class ParameterServer(Collective):
+    """Push to and pull from S servers, each owning one key range (contiguous shard).
+
+    Servers are extra endpoints p..p+S-1 on their own hosts. Every worker pushes shard s
+    to server s, which adds the pushes in worker order; then every worker pulls every
+    shard back. A server's NIC carries p shards each way, a worker's carries the vector.
+    """
+
+    name = "ps"
+
+    def __init__(self, servers: int = 1) -> None:
+        if not (isinstance(servers, int) and servers >= 1):
+            raise ValueError(f"servers must be a positive integer, got {servers!r}")
+        self.servers = servers
+
+    def n_endpoints(self, p: int) -> int:
+        return p + self.servers
+
+    def schedule(self, p: int, count: int) -> Schedule:
+        offset, length = chunks(count, self.servers)
+        shard = np.repeat(np.arange(self.servers), p)  # transfers ordered by (server, worker)
+        worker, server = np.tile(np.arange(p), self.servers), p + shard
+        push = Round(worker, server, offset[shard], np.zeros_like(shard), length[shard], SUM)
+        pull = Round(server, worker, np.zeros_like(shard), offset[shard], length[shard], COPY)
+        return Schedule.of(p + self.servers, [push, pull], tuple(length.tolist()))
+
+    def closed_form_s(self, p: int, nbytes: float, alpha_s: float, beta_s: float) -> float:
+        # each phase is limited by the busier NIC: a worker's (n) or a server's (p n / S)
+        return 2 * (alpha_s + max(1.0, p / self.servers) * nbytes * beta_s)
+
+
+REGISTRY: dict[str, type[Collective]] = {
+    cls.name: cls for cls in (Ring, Rabenseifner, RecursiveDoubling, Tree, Broadcast,
+                              ParameterServer)
+}
+
+
+def get_collective(name: str, **params: Any) -> Collective:
+    """An algorithm by name, e.g. ``get_collective("ps", servers=4)``. Raises ValueError."""
+    try:
+        cls = REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown collective {name!r}; expected one of "
+                         f"{', '.join(REGISTRY)}") from None
+    try:
+        return cls(**params)
+    except TypeError:
+        raise ValueError(f"collective {name!r} does not take {sorted(params)}") from None
+
+
+# ---- shared pieces ---------------------------------------------------------------------
+
+def _lg(n: int) -> int:
+    return n.bit_length() - 1
+
+
+def _ceil_lg(n: int) -> int:
+    return (n - 1).bit_length()
+
+
+def _masks(pof2: int) -> list[int]:
+    return [1 << k for k in range(_lg(pof2))]
+
+
+def _steps(p: int) -> int:
+    """Rounds of recursive doubling over p ranks, counting the fold in and out."""
+    return _lg(p) + (0 if p & (p - 1) == 0 else 2)
+
+
+def _fold(p: int) -> tuple[int, int, np.ndarray]:
+    """(largest power of two <= p, extra ranks r, rank of each of the pof2 survivors).
+
+    Of the first 2r ranks only the odd ones stay; the others stay as they are.
+    """
+    pof2 = 1 << _lg(p)
+    extra = p - pof2
+    new = np.arange(pof2)
+    return pof2, extra, np.where(new < extra, 2 * new + 1, new + extra)
+
+
+def _with_fold(rounds: list[Round], extra: int, count: int) -> list[Round]:
+    """Wrap power-of-two rounds with the fold: evens give their vector, then get the sum."""
+    if not extra:
+        return rounds
+    evens = 2 * np.arange(extra)
+    return ([Round.aligned(evens, evens + 1, 0, count, SUM)] + rounds
+            + [Round.aligned(evens + 1, evens, 0, count, COPY)])
+
+
+def _binomial_reduce(p: int, count: int) -> list[Round]:
+    ranks = np.arange(p)
+    rounds = []
+    for k in range(_ceil_lg(p)):
+        mask = 1 << k
+        senders = ranks[ranks % (2 * mask) == mask]
+        rounds.append(Round.aligned(senders, senders - mask, 0, count, SUM))
+    return rounds
+
+
+def _binomial_broadcast(p: int, count: int) -> list[Round]:
+    ranks = np.arange(p)
+    rounds = []
+    for k in reversed(range(_ceil_lg(p))):
+        mask = 1 << k
+        senders = ranks[(ranks % (2 * mask) == 0) & (ranks + mask < p)]
+        rounds.append(Round.aligned(senders, senders + mask, 0, count, COPY))
+    return rounds

@@ -1,0 +1,247 @@
+"""Fabrics: link rate, per-hop latency and per-message overhead, with presets and their sources.
+
+Cost of one message (the "alpha" of the alpha-beta model)
+---------------------------------------------------------
+A message of n bytes over a path of ``hops`` links, alone on the network, takes
+
+    T(n) = o + hops * L + n / B + o  =  alpha(hops) + n * beta
+
+where ``o`` is :attr:`Fabric.overhead_s`, the CPU/NIC cost of posting a send or completing a
+receive (LogGP's o, paid once at each end), ``L`` is :attr:`Fabric.latency_s` per hop (wire,
+serdes, switch pipeline; paid once, not per packet: switches cut through), and ``B`` is
+:attr:`Fabric.bandwidth_Bps`, the achievable rate (line rate x efficiency). On one
+non-blocking switch a path has 2 hops, so the closed forms use alpha = 2 o + 2 L; this is
+what ``osu_latency`` reports for a small message, which is how the presets were set.
+
+Calibrated profiles
+-------------------
+``calibrated:PATH`` loads a JSON object measured on a real cluster (the real-run tools write
+it; :func:`save_profile` writes one)::
+
+    {"format": "sgd-lab.fabric-profile/1",   # optional; checked when present
+     "name": "mycluster",                    # optional
+     "bandwidth_Bps": 11.9e9,                # achieved large-message bandwidth, bytes/s
+     "latency_s": 1.5e-7,                    # per-hop latency, s
+     "overhead_s": 3.5e-7,                   # per-message overhead at each end, s
+     "source": "osu_bw/osu_latency, 2 nodes, 1 switch",   # optional, free text
+     "measurements": {...}}                  # optional, free form (raw samples)
+
+The bandwidth is already the achieved one, so the efficiency is 1. When only the end-to-end
+small-message latency ``a`` on one switch is known, write ``latency_s = 0`` and
+``overhead_s = a / 2``: times on one switch are the same either way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+PROFILE_FORMAT = "sgd-lab.fabric-profile/1"
+CALIBRATED_PREFIX = "calibrated:"
+SWITCH_HOPS = 2  # host -> switch -> host
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """One link technology. Raises ValueError for a non-positive rate or a negative time."""
+
+    name: str
+    line_rate_bps: float  # signalling data rate after line coding, bits/s
+    latency_s: float  # per hop
+    overhead_s: float  # per message, at each end (LogGP o)
+    efficiency: float = 1.0  # achievable / line rate (headers, protocol, host limits)
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.line_rate_bps) and self.line_rate_bps > 0):
+            raise ValueError(f"fabric {self.name!r}: line_rate_bps must be > 0, "
+                             f"got {self.line_rate_bps}")
+        if not 0 < self.efficiency <= 1:
+            raise ValueError(f"fabric {self.name!r}: efficiency must be in (0, 1], "
+                             f"got {self.efficiency}")
+        for field in ("latency_s", "overhead_s"):
+            value = getattr(self, field)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"fabric {self.name!r}: {field} must be >= 0, got {value}")
+
+    @property
+    def bandwidth_Bps(self) -> float:
+        """Achievable link bandwidth, bytes/s."""
+        return self.line_rate_bps / 8 * self.efficiency
+
+    @property
+    def beta_s_per_byte(self) -> float:
+        """Seconds per byte on one uncontended link."""
+        return 1.0 / self.bandwidth_Bps
+
+    def alpha_s(self, hops: int = SWITCH_HOPS) -> float:
+        """End-to-end cost of an empty message over ``hops`` links: 2 o + hops L (s)."""
+        return 2 * self.overhead_s + hops * self.latency_s
+
+    def with_overrides(self, alpha_s: float | None = None,
+                       bandwidth_Bps: float | None = None) -> Fabric:
+        """This fabric with the one-switch alpha and/or achievable bandwidth replaced.
+
+        The new alpha is carried by the overheads (latency 0), so every path costs alpha.
+        """
+        fabric = self
+        if bandwidth_Bps is not None:
+            fabric = replace(fabric, line_rate_bps=8 * bandwidth_Bps, efficiency=1.0)
+        if alpha_s is not None:
+            fabric = replace(fabric, latency_s=0.0, overhead_s=alpha_s / 2)
+        if fabric is not self:
+            fabric = replace(fabric, name=f"{self.name}+custom", source="command line")
+        return fabric
+
+
+def _ib(name: str, gbps: float, source: str, efficiency: float) -> Fabric:
+    # RDMA: the host only posts a work request and polls a completion, ~0.35 us at each end
+    # (the order of o measured on InfiniBand by Hoefler et al., "LogGP in theory and
+    # practice", 2009);
+    # ~0.15 us per hop (switch pipeline 90-130 ns + cable and serdes), so alpha on one
+    # switch = 2*0.35 + 2*0.15 = 1.0 us: osu_latency for 8-byte messages on ConnectX-4..7
+    # through one switch (MVAPICH2 / OMB published results).
+    return Fabric(name, gbps * 1e9, latency_s=0.15e-6, overhead_s=0.35e-6,
+                  efficiency=efficiency, source=source)
+
+
+def _tcp(name: str, gbps: float, overhead_s: float, latency_s: float, efficiency: float,
+         source: str) -> Fabric:
+    return Fabric(name, gbps * 1e9, latency_s=latency_s, overhead_s=overhead_s,
+                  efficiency=efficiency, source=source)
+
+
+# Every number here is approximate and cited; calibrate for a real cluster.
+REGISTRY: dict[str, Fabric] = {
+    # 4x EDR: 4 lanes x 25.78125 Gbd, 64b/66b -> 100 Gb/s (IBTA spec; Mellanox SB7800/MSB7890
+    # switch manual, "effective bandwidth of 100 Gb/s"). osu_bw peaks ~12.2 GB/s of
+    # 12.5 GB/s (MVAPICH2 EDR results) -> efficiency 0.98. SB7800 port-to-port: 90 ns.
+    "ib-edr": _ib("ib-edr", 100, "IBTA 4x EDR; Mellanox SB7800 brief; MVAPICH2 OMB", 0.98),
+    # 4x HDR: 4 x 50 Gb/s PAM4 -> 200 Gb/s (NVIDIA ConnectX-6 datasheet). osu_bw ~24.5 GB/s
+    # of 25 GB/s -> 0.98. Quantum QM8700 port-to-port: 130 ns (NVIDIA QM8700 brief).
+    "ib-hdr": _ib("ib-hdr", 200, "NVIDIA ConnectX-6 datasheet; QM8700 brief; OMB", 0.98),
+    # 4x NDR: 4 x 100 Gb/s PAM4 -> 400 Gb/s (NVIDIA ConnectX-7 datasheet). Large-message
+    # bandwidth ~48 GB/s of 50 GB/s (ib_write_bw / osu_bw reports) -> 0.96.
+    "ib-ndr": _ib("ib-ndr", 400, "NVIDIA ConnectX-7 datasheet; QM9700 manual; OMB", 0.96),
+    # TCP over 10GBASE (IEEE 802.3ae). MTU 1500 with TCP timestamps carries 1448 payload
+    # bytes per 1538 wire bytes -> 0.94. Kernel socket path ~10 us per send or receive
+    # (netperf TCP_RR ~40-50 us round trip on 10GbE); a 1500 B frame is store-and-forwarded
+    # in 1.2 us per hop -> alpha ~22 us, in line with MPI-over-TCP osu_latency.
+    "eth-10g": _tcp("eth-10g", 10, overhead_s=10e-6, latency_s=1.2e-6, efficiency=0.94,
+                    source="IEEE 802.3ae; TCP/IP framing; netperf TCP_RR"),
+    # TCP over 25GBASE (IEEE 802.3by); same framing; ~8 us per socket call on a modern kernel,
+    # 0.5 us per hop (1500 B frame at 25 Gb/s) -> alpha ~17 us.
+    "eth-25g": _tcp("eth-25g", 25, overhead_s=8e-6, latency_s=0.5e-6, efficiency=0.94,
+                    source="IEEE 802.3by; TCP/IP framing; netperf TCP_RR"),
+    # TCP over 100GBASE (IEEE 802.3ba): multi-stream iperf3 reaches ~90 Gb/s on tuned hosts
+    # (ESnet fasterdata, 100G host tuning) -> 0.90; cut-through switch ~0.3 us per hop
+    # (NVIDIA Spectrum SN2700 brief: 300 ns); ~6 us per socket call -> alpha ~12.6 us.
+    "eth-100g": _tcp("eth-100g", 100, overhead_s=6e-6, latency_s=0.3e-6, efficiency=0.90,
+                     source="IEEE 802.3ba; ESnet fasterdata 100G tuning; SN2700 brief"),
+    # RoCE v2 at 100 Gb/s: ~80 header bytes per 4096 B RDMA MTU and ib_write_bw ~97 Gb/s
+    # (ConnectX-5) -> 0.97; RDMA verbs overhead ~0.5 us per end; Spectrum 300 ns per hop ->
+    # alpha 1.6 us, the usual RoCE osu_latency (ConnectX-5 datasheet, OMB over UCX).
+    "roce-100g": Fabric("roce-100g", 100e9, latency_s=0.3e-6, overhead_s=0.5e-6,
+                        efficiency=0.97, source="ConnectX-5 datasheet; SN2700 brief; OMB"),
+}
+
+_CUSTOM_KEYS = {"name", "base", "line_rate_bps", "bandwidth_Bps", "latency_s", "overhead_s",
+                "efficiency", "source"}
+_PROFILE_KEYS = {"format", "name", "bandwidth_Bps", "latency_s", "overhead_s", "source",
+                 "measurements"}
+
+
+def get_fabric(spec: str | Mapping[str, Any] | Fabric) -> Fabric:
+    """A fabric from a preset name, ``calibrated:PATH``, a custom mapping, or a Fabric.
+
+    Raises ValueError naming what is wrong (unknown preset, bad key, unreadable profile).
+    """
+    if isinstance(spec, Fabric):
+        return spec
+    if isinstance(spec, Mapping):
+        return fabric_from_dict(spec)
+    if spec.startswith(CALIBRATED_PREFIX):
+        return load_profile(spec[len(CALIBRATED_PREFIX):])
+    try:
+        return REGISTRY[spec]
+    except KeyError:
+        raise ValueError(f"unknown fabric {spec!r}; expected one of {', '.join(REGISTRY)} "
+                         f"or {CALIBRATED_PREFIX}PATH") from None
+
+
+def fabric_from_dict(spec: Mapping[str, Any]) -> Fabric:
+    """A custom fabric, e.g. ``{"base": "ib-hdr", "latency_s": 2e-7}`` or a full definition.
+
+    Keys: name, base (a preset to start from), line_rate_bps or bandwidth_Bps (achievable,
+    sets efficiency 1), latency_s, overhead_s, efficiency, source. Raises ValueError.
+    """
+    unknown = set(spec) - _CUSTOM_KEYS
+    if unknown:
+        raise ValueError(f"custom fabric: unknown key(s) {sorted(unknown)}; "
+                         f"expected some of {sorted(_CUSTOM_KEYS)}")
+    if "line_rate_bps" in spec and "bandwidth_Bps" in spec:
+        raise ValueError("custom fabric: give line_rate_bps or bandwidth_Bps, not both")
+    fields = dict(spec)
+    base = get_fabric(fields.pop("base")) if "base" in fields else None
+    if "bandwidth_Bps" in fields:
+        fields["line_rate_bps"] = 8 * _number("bandwidth_Bps", fields.pop("bandwidth_Bps"))
+        fields["efficiency"] = 1.0
+    fields = {k: (v if k in ("name", "source") else _number(k, v)) for k, v in fields.items()}
+    if base is not None:
+        return replace(base, **{"name": f"{base.name}+custom", **fields})
+    missing = {"line_rate_bps", "latency_s", "overhead_s"} - set(fields)
+    if missing:
+        raise ValueError(f"custom fabric: missing key(s) {sorted(missing)} "
+                         "(or give a 'base' preset)")
+    fields.setdefault("name", "custom")
+    return Fabric(**fields)
+
+
+def load_profile(path: str | Path) -> Fabric:
+    """Read a calibrated profile (format in the module docstring). Raises ValueError."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"fabric profile {path}: cannot read it as JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"fabric profile {path}: expected a JSON object")
+    unknown = set(data) - _PROFILE_KEYS
+    missing = {"bandwidth_Bps", "latency_s", "overhead_s"} - set(data)
+    if unknown or missing:
+        raise ValueError(f"fabric profile {path}: missing {sorted(missing)}, "
+                         f"unknown {sorted(unknown)}; expected keys {sorted(_PROFILE_KEYS)}")
+    if data.get("format", PROFILE_FORMAT) != PROFILE_FORMAT:
+        raise ValueError(f"fabric profile {path}: format {data['format']!r} is not "
+                         f"{PROFILE_FORMAT!r}")
+    try:
+        return Fabric(name=str(data.get("name", f"calibrated:{path}")),
+                      line_rate_bps=8 * _number("bandwidth_Bps", data["bandwidth_Bps"]),
+                      latency_s=_number("latency_s", data["latency_s"]),
+                      overhead_s=_number("overhead_s", data["overhead_s"]),
+                      source=str(data.get("source", f"calibrated profile {path}")))
+    except ValueError as exc:
+        raise ValueError(f"fabric profile {path}: {exc}") from None
+
+
+def save_profile(path: str | Path, fabric: Fabric, **extra: Any) -> None:
+    """Write ``fabric`` as a calibrated profile (``extra``: source, measurements)."""
+    profile = {"format": PROFILE_FORMAT, "name": fabric.name,
+               "bandwidth_Bps": fabric.bandwidth_Bps, "latency_s": fabric.latency_s,
+               "overhead_s": fabric.overhead_s, **extra}
+    Path(path).write_text(json.dumps(profile, indent=2) + "\n")
+
+
+def describe(fabric: Fabric) -> dict[str, Any]:
+    """JSON-ready fields of a fabric, with the derived bandwidth and one-switch alpha."""
+    return {**asdict(fabric), "bandwidth_Bps": fabric.bandwidth_Bps,
+            "alpha_s": fabric.alpha_s()}
+
+
+def _number(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key}: expected a number, got {value!r}")
+    return float(value)

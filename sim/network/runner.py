@@ -1,0 +1,76 @@
+"""Building a network and running one collective in a fresh simulation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import simpy
+
+from sim.network.analytical import AnalyticalNetwork
+from sim.network.collectives import Collective, get_collective
+from sim.network.fabrics import Fabric, get_fabric
+from sim.network.flow import FlowNetwork
+from sim.network.topology import make_topology, place
+
+Network = FlowNetwork | AnalyticalNetwork
+
+MODELS: dict[str, type[Network]] = {
+    "flow": FlowNetwork,
+    "analytical": AnalyticalNetwork,
+}
+
+
+class Outcome(NamedTuple):
+    """What :func:`simulate` returns: ``time_s, result = simulate(...)``."""
+
+    time_s: float
+    result: Sequence[np.ndarray] | None  # the buffers, reduced in place (None: timing only)
+
+
+def build_network(env: simpy.Environment, fabric: str | Mapping[str, Any] | Fabric,
+                  n_hosts: int, *, topology: str = "star", model: str = "flow",
+                  **topology_options: Any) -> Network:
+    """A network of ``n_hosts`` hosts. Raises ValueError for an unknown name or option."""
+    fabric = get_fabric(fabric)
+    if model not in MODELS:
+        raise ValueError(f"unknown network model {model!r}; expected one of "
+                         f"{', '.join(MODELS)}")
+    topo = make_topology(topology, n_hosts, fabric.bandwidth_Bps, **topology_options)
+    return MODELS[model](env, fabric, topo)
+
+
+def simulate(collective: str | Collective, buffers: Sequence[np.ndarray] | None = None,
+             **options: Any) -> Outcome:
+    """Run one collective alone in a new environment: ``time_s, result = simulate(...)``.
+
+    Give ``buffers`` (reduced in place and returned as ``result``) or ``p`` and ``nbytes``
+    (timing only); other options as :func:`run_alone`. Raises ValueError.
+    """
+    time_s, _ = run_alone(collective, buffers, **options)
+    return Outcome(time_s, buffers)
+
+
+def run_alone(collective: str | Collective, buffers: Sequence[np.ndarray] | None = None, *,
+              p: int | None = None, nbytes: int | None = None,
+              fabric: str | Mapping[str, Any] | Fabric = "ib-hdr", topology: str = "star",
+              model: str = "flow", placement: str = "block",
+              **topology_options: Any) -> tuple[float, Network]:
+    """(simulated time in s, the network it ran on) for one collective in a new environment.
+
+    Ranks are placed on hosts by ``placement`` (block or round-robin); parameter servers
+    come after the workers. Raises ValueError for bad arguments.
+    """
+    algo = get_collective(collective) if isinstance(collective, str) else collective
+    workers = len(buffers) if buffers is not None else p
+    if workers is None or workers < 1:
+        raise ValueError(f"need at least one worker, got {workers}")
+    endpoints = algo.n_endpoints(workers)
+    env = simpy.Environment()
+    network = build_network(env, fabric, endpoints, topology=topology, model=model,
+                            **topology_options)
+    hosts = place(network.topology, endpoints, placement)
+    run = env.process(algo.run(network, buffers, p=p, nbytes=nbytes, hosts=hosts))
+    env.run(run)
+    return run.value, network
