@@ -15,6 +15,10 @@ from sim.errors import UserError
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("sim.commands.run", "run one experiment config"),
+    "sweep": ("sim.commands.sweep", "run an experiment's [sweep] grid (resumable)"),
+    "plot": ("sim.commands.plot", "figures from result directories"),
+    "list": ("sim.commands.list", "fabrics, strategies, models, experiments"),
     "bench": ("sim.bench", "benchmarks that print ratios measured side by side"),
     "collective": ("sim.network.calculator", "time of one collective on a simulated fabric"),
 }

@@ -1,0 +1,196 @@
+"""The recorder and the on-disk result contract.
+
+A run directory holds ``config.toml`` (the resolved config), ``summary.json``,
+``metrics.csv`` (tidy rows: one per update and one per evaluation, each with
+``time_s``) and ``trace.json`` (Chrome trace event format, one track per worker).
+:func:`write_run` writes them into a temporary directory beside the target and
+renames it into place, so a killed run leaves nothing that looks complete.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.errors import UserError
+
+KINDS = ("compute", "comm", "wait")  # where a worker's time goes
+METRIC_COLUMNS = ("kind", "time_s", "iteration", "worker", "clock", "version_read",
+                  "staleness", "clock_gap", "loss", "accuracy")
+SUMMARY_KEYS = ("sim_time_s", "iterations", "final_loss", "final_accuracy", "time_to_target_s",
+                "samples_per_s", "staleness_mean", "staleness_max", "compute_s", "comm_s",
+                "wait_s", "events", "wall_s", "seed")
+
+
+class CountingEnvironment(simpy.Environment):
+    """A SimPy environment that counts the events it processes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events_processed = 0
+
+    def step(self) -> None:
+        self.events_processed += 1
+        super().step()
+
+
+class Recorder:
+    """Collects updates, evaluations and each worker's compute / comm / wait time.
+
+    ``done`` fires when ``iterations`` updates have been applied; strategies stop
+    applying updates once :attr:`finished` is true.
+    """
+
+    def __init__(self, env: simpy.Environment, workers: int, iterations: int,
+                 eval_every: int, target_loss: float | None) -> None:
+        self.env, self.iterations, self.eval_every = env, iterations, eval_every
+        self.target_loss = target_loss
+        self.evaluate: Callable[[], tuple[float, float]] = lambda: (math.nan, math.nan)
+        self.done = env.event()
+        self.iteration = 0
+        self.rows: list[tuple] = []
+        self.staleness: list[int] = []
+        self.samples = 0
+        self.breakdown = np.zeros((workers, len(KINDS)))
+        self.slices: list[tuple[int, str, float, float]] = []
+        self.final = (math.nan, math.nan)
+        self.time_to_target_s: float | None = None
+        self.diverged = False
+
+    @property
+    def finished(self) -> bool:
+        return self.iteration >= self.iterations or self.diverged
+
+    def update(self, worker: int, clock: int, version_read: int, staleness: int, loss: float,
+               samples: int, clock_gap: int | None = None) -> None:
+        """One update applied now: ``worker`` is -1 for an aggregate of several workers."""
+        self.iteration += 1
+        self.rows.append(("update", self.env.now, self.iteration, worker, clock, version_read,
+                          staleness, clock_gap, loss, None))
+        self.staleness.append(staleness)
+        self.samples += samples
+        if self.iteration % self.eval_every == 0 or self.iteration == self.iterations:
+            self.evaluate_now()
+        if self.iteration == self.iterations:
+            self.done.succeed()
+
+    def evaluate_now(self) -> None:
+        """Held-out loss and accuracy of the model of record, now."""
+        loss, accuracy = self.evaluate()
+        self.rows.append(("eval", self.env.now, self.iteration, None, None, None, None, None,
+                          loss, accuracy))
+        self.final = (loss, accuracy)
+        if self.target_loss is not None and self.time_to_target_s is None \
+                and loss <= self.target_loss:
+            self.time_to_target_s = self.env.now
+
+    def add_span(self, worker: int, kind: str, start: float, end: float) -> None:
+        """Worker spent [start, end) simulated seconds on ``kind`` (compute, comm or wait)."""
+        if end > start:
+            self.breakdown[worker, KINDS.index(kind)] += end - start
+            self.slices.append((worker, kind, start, end))
+
+    @contextmanager
+    def span(self, worker: int, kind: str) -> Iterator[None]:
+        """Time the enclosed SimPy waits as ``kind`` (also when interrupted)."""
+        start = self.env.now
+        try:
+            yield
+        finally:
+            self.add_span(worker, kind, start, self.env.now)
+
+    # ---- results --------------------------------------------------------------------
+
+    def summary(self, seed: int, wall_s: float, events: int, **extra: Any) -> dict[str, Any]:
+        staleness = np.array(self.staleness or [0])
+        sim_time = float(self.env.now)
+        mean = self.breakdown.mean(axis=0)
+        result = {
+            "sim_time_s": sim_time,
+            "iterations": self.iteration,
+            "final_loss": _finite_or_none(self.final[0]),
+            "final_accuracy": _finite_or_none(self.final[1]),
+            "time_to_target_s": self.time_to_target_s,
+            "samples_per_s": self.samples / sim_time if sim_time > 0 else None,
+            "staleness_mean": float(staleness.mean()),
+            "staleness_max": int(staleness.max()),
+            "compute_s": float(mean[0]),
+            "comm_s": float(mean[1]),
+            "wait_s": float(mean[2]),
+            "events": events,
+            "wall_s": wall_s,
+            "seed": seed,
+            "diverged": self.diverged,
+            "workers": [dict(zip(KINDS, map(float, row), strict=True))
+                        for row in self.breakdown],
+        }
+        result.update(extra)
+        return result
+
+    def metrics_csv(self) -> str:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(METRIC_COLUMNS)
+        for row in self.rows:
+            writer.writerow(["" if v is None else (repr(v) if isinstance(v, float) else v)
+                             for v in row])
+        return out.getvalue()
+
+    def trace(self) -> dict[str, Any]:
+        """Chrome trace events: one thread per worker, X slices in microseconds."""
+        workers = len(self.breakdown)
+        events: list[dict[str, Any]] = [
+            {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "workers"}}]
+        events += [{"ph": "M", "name": "thread_name", "pid": 0, "tid": w,
+                    "args": {"name": f"worker {w}"}} for w in range(workers)]
+        events += [{"ph": "X", "name": kind, "cat": kind, "pid": 0, "tid": w,
+                    "ts": start * 1e6, "dur": (end - start) * 1e6}
+                   for w, kind, start, end in self.slices]
+        return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _finite_or_none(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+# ---- the run directory --------------------------------------------------------------------
+
+def check_out_dir(out: Path) -> None:
+    """Refuse to run into a directory that already holds files (results are never replaced)."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out}: already exists and is not empty; choose another --out")
+
+
+def write_run(out: Path, files: dict[str, str]) -> None:
+    """Write ``files`` (name -> text) as the run directory ``out``, atomically.
+
+    Raises UserError when ``out`` already holds files.
+    """
+    check_out_dir(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        for name, text in files.items():
+            (tmp / name).write_text(text)
+        if out.exists():
+            out.rmdir()  # empty (checked above); rename needs the name free
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    return json.loads((Path(run_dir) / "summary.json").read_text())

@@ -1,0 +1,1 @@
+"""Training under simulated time: workers, parameter servers, strategies, compute times."""

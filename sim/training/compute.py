@@ -1,0 +1,109 @@
+"""Compute-time model: how long a worker takes for one gradient, in simulated seconds.
+
+time = (FLOPs / device rate + per-call overhead), or a fixed ``compute.time_s``;
+times a noise factor of mean 1 (constant, exponential or lognormal), times the
+straggler slowdown of the worker, times any named slowdown active when the
+gradient starts. Every worker draws from its own generator, spawned from the
+run's seed, so a worker's draws do not depend on how events interleave.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+CALIBRATED = "calibrated:"
+PROFILE_FORMAT = "sgd-lab.device-profile/1"
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    flops_per_s: float  # sustained rate on the training kernels
+    overhead_s: float  # fixed cost per gradient (kernel launches, framework)
+    source: str
+
+
+DEVICES: dict[str, Device] = {
+    # Measured here: `python -m sim bench kernels`, fused logistic regression, n=64, d=1000,
+    # float64: 4 n d = 256 kFLOP in 8.8 us = 29 GFLOP/s on one AMD EPYC (Zen 4) core,
+    # 2026-11-22; the per-call cost is the Python wrapper's ~3.5 us.
+    "cpu-core": Device("cpu-core", 29e9, 3.5e-6, "measured here (bench kernels)"),
+    # NVIDIA V100 SXM2 datasheet: 15.7 TFLOP/s FP32 peak; ~10 us of kernel launches per step.
+    "v100": Device("v100", 15.7e12, 10e-6, "NVIDIA V100 datasheet (FP32 peak)"),
+    # NVIDIA A100 SXM datasheet: 19.5 TFLOP/s FP32 peak (156 TF32 with tensor cores).
+    "a100": Device("a100", 19.5e12, 10e-6, "NVIDIA A100 datasheet (FP32 peak)"),
+    # NVIDIA H100 SXM datasheet: 67 TFLOP/s FP32 peak.
+    "h100": Device("h100", 67e12, 10e-6, "NVIDIA H100 datasheet (FP32 peak)"),
+}
+
+
+def load_device(spec: str) -> Device:
+    """A preset name or ``calibrated:PATH`` (JSON with flops_per_s, overhead_s). Raises ValueError."""
+    if not spec.startswith(CALIBRATED):
+        if spec not in DEVICES:
+            raise ValueError(f"unknown device {spec!r}; expected one of {', '.join(DEVICES)} "
+                             f"or {CALIBRATED}PATH")
+        return DEVICES[spec]
+    path = Path(spec[len(CALIBRATED):])
+    try:
+        data = json.loads(path.read_text())
+        fmt = data.get("format", PROFILE_FORMAT)
+        if fmt != PROFILE_FORMAT:
+            raise ValueError(f"format {fmt!r}, expected {PROFILE_FORMAT!r}")
+        rate, overhead = float(data["flops_per_s"]), float(data.get("overhead_s", 0.0))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"device profile {path}: {exc}") from None
+    if not (rate > 0 and overhead >= 0):
+        raise ValueError(f"device profile {path}: need flops_per_s > 0 and overhead_s >= 0")
+    return Device(data.get("name", path.stem), rate, overhead, data.get("source", str(path)))
+
+
+def save_device_profile(path: str | Path, flops_per_s: float, overhead_s: float,
+                        source: str, **extra: object) -> None:
+    """Write a device profile that ``compute.device = "calibrated:PATH"`` reads."""
+    data = {"format": PROFILE_FORMAT, "flops_per_s": flops_per_s, "overhead_s": overhead_s,
+            "source": source, **extra}
+    Path(path).write_text(json.dumps(data, indent=2) + "\n")
+
+
+NOISE: dict[str, Callable[[np.random.Generator, float], float]] = {
+    "constant": lambda rng, sigma: 1.0,
+    "exponential": lambda rng, sigma: rng.exponential(1.0),
+    "lognormal": lambda rng, sigma: rng.lognormal(-sigma * sigma / 2, sigma),  # mean 1
+}
+
+
+class ComputeModel:
+    """Seconds per gradient for each worker (see the module docstring)."""
+
+    def __init__(self, cfg, flops_per_gradient: float, workers: int, seed: int) -> None:
+        self.device = load_device(cfg.device)
+        self.base_s = cfg.time_s if cfg.time_s is not None else (
+            self.device.overhead_s + flops_per_gradient / self.device.flops_per_s)
+        self.noise, self.sigma = NOISE[cfg.distribution], cfg.sigma
+        streams = np.random.SeedSequence([seed, 0xC0FFEE]).spawn(workers + 1)
+        self.rngs = [np.random.default_rng(s) for s in streams[:workers]]
+        chooser = np.random.default_rng(streams[-1])
+        slow = chooser.choice(workers, int(round(cfg.straggler_fraction * workers)),
+                              replace=False)
+        self.factor = np.ones(workers)
+        self.factor[slow] = cfg.straggler_slowdown
+        self.slowdowns = cfg.slowdowns
+
+    @property
+    def stragglers(self) -> list[int]:
+        return np.flatnonzero(self.factor > 1).tolist()
+
+    def duration(self, worker: int, now: float) -> float:
+        """Seconds for worker's next gradient, starting at simulated time ``now``."""
+        t = self.base_s * self.noise(self.rngs[worker], self.sigma) * self.factor[worker]
+        for slow in self.slowdowns:
+            if slow.worker == worker and slow.start_s <= now and (
+                    slow.end_s is None or now < slow.end_s):
+                t *= slow.factor
+        return t

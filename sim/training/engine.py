@@ -1,0 +1,103 @@
+"""Build a simulation from a resolved config, run it, and return its results.
+
+Randomness: one ``SeedSequence(run.seed)`` is spawned into fixed streams (data, model
+initialisation, workers' batches, compute times, codecs), so the same config and seed
+always give the same run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sim.config import Config, dump_config
+from sim.kernels import NonFiniteError
+from sim.network.runner import build_network
+from sim.network.topology import place, topology_options
+from sim.record import CountingEnvironment, Recorder
+from sim.training.compression import make_codec
+from sim.training.compute import ComputeModel
+from sim.training.server import ParameterServer
+from sim.training.strategies import STRATEGIES, Context
+from sim.training.worker import Worker
+from sim.workloads.datasets import DatasetSpec, make_dataset, shard
+from sim.workloads.models import make_model
+
+
+@dataclass
+class Result:
+    summary: dict[str, Any]
+    metrics_csv: str
+    trace: dict[str, Any]
+    config_toml: str
+
+
+def _topology_kwargs(config: Config) -> dict[str, Any]:
+    accepted = topology_options(config.cluster.topology)
+    given = {"oversubscription": config.cluster.oversubscription,
+             "hosts_per_leaf": config.cluster.hosts_per_leaf}
+    return {k: v for k, v in given.items() if k in accepted}
+
+
+def build(config: Config) -> tuple[CountingEnvironment, Context, Any]:
+    """The environment, the strategy's context and the strategy, ready to start."""
+    cluster, workload, run = config.cluster, config.workload, config.run
+    streams = np.random.SeedSequence(run.seed).spawn(5)
+    data_rng, init_rng, codec_seed = (np.random.default_rng(streams[0]),
+                                      np.random.default_rng(streams[1]),
+                                      int(streams[4].generate_state(1)[0]))
+    spec = DatasetSpec(workload.dataset, workload.samples, workload.features, workload.classes,
+                       workload.separation, workload.noise, workload.nnz_per_row,
+                       workload.zipf_exponent, workload.test_fraction)
+    data = make_dataset(spec, data_rng)
+    model = make_model(workload.model, data.features, data.classes,
+                       hidden=tuple(workload.hidden), l2=workload.l2,
+                       nnz_per_row=workload.nnz_per_row)
+    strategy_cls = STRATEGIES[config.strategy.kind]
+    servers = cluster.servers if strategy_cls.uses_servers else 0
+    env = CountingEnvironment()
+    network = build_network(env, cluster.fabric, cluster.workers + servers,
+                            topology=cluster.topology, model=cluster.network,
+                            **_topology_kwargs(config))
+    hosts = place(network.topology, cluster.workers + servers, cluster.placement)
+    batch_rngs = [np.random.default_rng(s) for s in streams[2].spawn(cluster.workers)]
+    shards = shard(data.n_train, cluster.workers, workload.shard, data_rng)
+    workers = [Worker(i, int(hosts[i]), shards[i], data, model, workload.batch, batch_rngs[i],
+                      make_codec(config.strategy, model.size, codec_seed + i))
+               for i in range(cluster.workers)]
+    params = model.init(init_rng)
+    compute = ComputeModel(config.compute, model.flops(workload.batch), cluster.workers,
+                           int(streams[3].generate_state(1)[0]))
+    recorder = Recorder(env, cluster.workers, run.iterations, run.eval_every, run.target_loss)
+    server = ParameterServer(network, hosts[cluster.workers:], params.copy(), workload) \
+        if servers else None
+    ctx = Context(env, config, network, model, params, workers, compute, recorder, server)
+    strategy = strategy_cls(ctx)
+    recorder.evaluate = lambda: model.evaluate(strategy.model_of_record(), data.X_test,
+                                               data.y_test)
+    return env, ctx, strategy
+
+
+def simulate(config: Config) -> Result:
+    """Run the experiment; a diverged run (NaN/Inf) stops early with ``diverged: true``."""
+    env, ctx, strategy = build(config)
+    recorder = ctx.recorder
+    started = time.perf_counter()
+    strategy.start()
+    recorder.evaluate_now()
+    try:
+        env.run(until=recorder.done)
+    except NonFiniteError:
+        recorder.diverged = True
+    except RuntimeError as exc:  # SimPy: no events left before `done`
+        raise RuntimeError(f"simulation stalled at t={env.now:.6g} s after "
+                           f"{recorder.iteration} updates: {exc}") from None
+    wall_s = time.perf_counter() - started
+    summary = recorder.summary(config.run.seed, wall_s, env.events_processed,
+                               strategy=config.strategy.kind, fabric=ctx.network.fabric.name,
+                               workers_n=ctx.n, stragglers=ctx.compute.stragglers,
+                               compute_time_s=ctx.compute.base_s)
+    return Result(summary, recorder.metrics_csv(), recorder.trace(), dump_config(config))

@@ -1,0 +1,91 @@
+"""Parameter servers: the parameters split by key range over S shards on their own hosts.
+
+Messages: a pull is a small request to every shard followed by each shard's part of the
+parameters; a push sends each shard its part of the (possibly compressed) gradient.
+Bytes are split over shards in proportion to their key ranges. The server applies an
+update when the last shard has received its part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim import kernels as K
+
+REQUEST_BYTES = 64  # a pull request: header and key range
+
+
+def transfer(network: Any, src: np.ndarray, dst: np.ndarray,
+             nbytes: np.ndarray) -> simpy.Event:
+    """An event that fires when every message src[i] -> dst[i] of nbytes[i] has arrived."""
+    env = network.env
+    done = env.event()
+    left = [len(src)]
+
+    def delivered(indices: np.ndarray) -> None:
+        left[0] -= len(indices)
+        if left[0] == 0:
+            done.succeed(env.now)
+
+    network.send_many(src, dst, nbytes, delivered)
+    return done
+
+
+class ParameterServer:
+    """Holds the parameters of record and applies SGD updates (PyTorch semantics)."""
+
+    def __init__(self, network: Any, hosts: np.ndarray, params: np.ndarray, workload: Any) -> None:
+        self.network, self.hosts, self.params = network, np.asarray(hosts), params
+        self.momentum, self.weight_decay = workload.momentum, workload.weight_decay
+        self.velocity = np.zeros_like(params) if self.momentum > 0 else None
+        sizes = np.array([len(part) for part in np.array_split(params, len(self.hosts))])
+        self.share = sizes / sizes.sum()  # of any message, per shard
+        self.version = 0  # updates applied
+
+    def _to_shards(self, host: int, nbytes: float) -> simpy.Event:
+        n = len(self.hosts)
+        return transfer(self.network, np.full(n, host), self.hosts, nbytes * self.share)
+
+    def _from_shards(self, host: int, nbytes: float) -> simpy.Event:
+        n = len(self.hosts)
+        return transfer(self.network, self.hosts, np.full(n, host), nbytes * self.share)
+
+    def push(self, host: int, nbytes: float) -> simpy.Event:
+        """A gradient of ``nbytes`` from ``host``; fires when every shard has its part."""
+        return self._to_shards(host, nbytes)
+
+    def pull(self, host: int, out: np.ndarray,
+             rows: np.ndarray | None = None) -> Generator[simpy.Event, Any, int]:
+        """Copy the parameters (or only ``rows``) into ``out``; returns the version read.
+
+        The copy is taken when the request reaches the servers; the data arrives later.
+        """
+        id_bytes = 0 if rows is None else rows.size * rows.itemsize
+        yield self._to_shards(host, REQUEST_BYTES * len(self.hosts) + id_bytes)
+        version = self.version
+        if rows is None:
+            K.copy(out, self.params)
+            nbytes = self.params.nbytes
+        else:
+            out[rows] = self.params[rows]
+            nbytes = rows.size * self.params.itemsize
+        yield self._from_shards(host, nbytes)
+        return version
+
+    def apply(self, grad: np.ndarray, lr: float) -> None:
+        """One SGD step with ``grad``; bumps the version."""
+        K.sgd_update(self.params, grad, self.velocity, lr, self.momentum, self.weight_decay)
+        self.version += 1
+
+    def apply_sparse(self, rows: np.ndarray, values: np.ndarray, lr: float) -> None:
+        """One SGD step on ``rows`` only (momentum and decay applied lazily there)."""
+        step = values + self.weight_decay * self.params[rows]
+        if self.velocity is not None:
+            self.velocity[rows] = self.momentum * self.velocity[rows] + step
+            step = self.velocity[rows]
+        self.params[rows] -= lr * step
+        self.version += 1

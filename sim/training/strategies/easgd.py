@@ -1,0 +1,67 @@
+"""Elastic averaging SGD, asynchronous (Zhang, Choromanska and LeCun 2015).
+
+Each worker trains its own replica x_i with local SGD steps; every tau steps it pulls
+the center variable x~ from the servers, moves toward it by alpha (x_i - x~), and pushes
+the same amount so that the center moves toward x_i. An update is one local step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim import kernels as K
+from sim.training.strategies.base import Strategy
+from sim.training.worker import Worker, compute
+
+
+class EASGD(Strategy):
+    name = "easgd"
+    uses_servers = True
+
+    def start(self) -> None:
+        ctx = self.ctx
+        momentum = ctx.config.workload.momentum
+        self.replicas = [ctx.params.copy() for _ in ctx.workers]
+        self.velocity = [np.zeros_like(ctx.params) if momentum > 0 else None
+                         for _ in ctx.workers]
+        for w in ctx.workers:
+            ctx.env.process(self.work(w))
+
+    def model_of_record(self) -> np.ndarray:
+        return self.ctx.server.params  # the center variable
+
+    def work(self, w: Worker) -> Generator[simpy.Event, Any, None]:
+        ctx, rec, server = self.ctx, self.ctx.recorder, self.ctx.server
+        cfg, strategy = ctx.config.workload, ctx.config.strategy
+        x, center = self.replicas[w.index], np.zeros(ctx.model.size)
+        while not rec.finished:
+            loss = w.gradient(x)
+            yield from compute(ctx, w)
+            if rec.finished:
+                return
+            K.sgd_update(x, w.grad, self.velocity[w.index], cfg.lr, cfg.momentum,
+                         cfg.weight_decay)
+            w.clock += 1
+            rec.update(w.index, w.clock, server.version, 0, loss, w.batch)
+            if w.clock % strategy.local_steps == 0:
+                yield from self.exchange(w, x, center)
+
+    def exchange(self, w: Worker, x: np.ndarray,
+                 center: np.ndarray) -> Generator[simpy.Event, Any, None]:
+        """The elastic step: x -= alpha (x - center); the center gets the opposite push."""
+        ctx, rec, server = self.ctx, self.ctx.recorder, self.ctx.server
+        with rec.span(w.index, "comm"):
+            yield from server.pull(w.host, center)
+        diff = center  # reuse the buffer: diff = alpha (x - center)
+        K.scale(-1.0, diff)
+        K.sum_into(diff, x)
+        K.scale(ctx.config.strategy.elasticity, diff)
+        K.axpy(-1.0, diff, x)
+        with rec.span(w.index, "comm"):
+            yield server.push(w.host, diff.nbytes)
+        K.sum_into(server.params, diff)  # the center moves toward x_i
+        server.version += 1

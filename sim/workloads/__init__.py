@@ -1,0 +1,1 @@
+"""Workloads: data sets (generated or shipped by a package) and models."""

@@ -1,0 +1,145 @@
+"""Datasets: seeded synthetic dense and sparse data, and digits shipped by scikit-learn.
+
+Every generator takes a :class:`DatasetSpec` and a ``numpy.random.Generator`` and
+returns a :class:`Dataset` with a held-out split. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What to generate. ``features`` and ``samples`` are ignored by shipped data sets."""
+
+    name: str = "gaussian"
+    samples: int = 4096           # train + test rows
+    features: int = 64
+    classes: int = 2
+    separation: float = 2.0       # distance scale between class means (gaussian)
+    noise: float = 1.0            # per-feature standard deviation (gaussian)
+    nnz_per_row: int = 20         # active features per row (sparse)
+    zipf_exponent: float = 1.1    # feature frequency ~ rank^-a (sparse)
+    test_fraction: float = 0.2
+
+
+@dataclass
+class Dataset:
+    """Train and held-out rows. Dense: ``X`` is (n, d). Sparse: ``X`` is a CSR triple."""
+
+    X_train: np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]
+    y_train: np.ndarray
+    X_test: np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]
+    y_test: np.ndarray
+    features: int
+    classes: int
+    sparse: bool = False
+
+    @property
+    def n_train(self) -> int:
+        return len(self.y_train)
+
+
+def _split(n: int, test_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    order = rng.permutation(n)
+    n_test = max(1, int(round(n * test_fraction)))
+    return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+
+def _dense(X: np.ndarray, y: np.ndarray, classes: int, spec: DatasetSpec,
+           rng: np.random.Generator) -> Dataset:
+    train, test = _split(len(y), spec.test_fraction, rng)
+    labels = y.astype(np.int32) if classes > 2 else y.astype(np.float64)
+    return Dataset(np.ascontiguousarray(X[train]), labels[train], np.ascontiguousarray(X[test]),
+                   labels[test], X.shape[1], classes)
+
+
+def gaussian(spec: DatasetSpec, rng: np.random.Generator) -> Dataset:
+    """Gaussian mixture: one mean per class on a sphere of radius ``separation``."""
+    means = rng.standard_normal((spec.classes, spec.features))
+    means *= spec.separation / np.linalg.norm(means, axis=1, keepdims=True)
+    y = rng.integers(0, spec.classes, spec.samples)
+    X = means[y] + spec.noise * rng.standard_normal((spec.samples, spec.features))
+    return _dense(X, y, spec.classes, spec, rng)
+
+
+def digits(spec: DatasetSpec, rng: np.random.Generator) -> Dataset:
+    """scikit-learn's 8x8 handwritten digits (1797 rows, 64 features, 10 classes), in [0, 1]."""
+    from sklearn.datasets import load_digits  # shipped with the package: no download
+
+    data = load_digits()
+    return _dense(data.data / 16.0, data.target, 10, spec, rng)
+
+
+def sparse_powerlaw(spec: DatasetSpec, rng: np.random.Generator) -> Dataset:
+    """Click-style binary data: feature frequencies follow a power law, labels a logistic model.
+
+    Each row activates ``nnz_per_row`` distinct features drawn with probability
+    proportional to rank^-zipf_exponent; a hidden weight vector makes the labels learnable.
+    """
+    d, k = spec.features, min(spec.nnz_per_row, spec.features)
+    popularity = np.arange(1, d + 1, dtype=np.float64) ** -spec.zipf_exponent
+    popularity /= popularity.sum()
+    feature_of_rank = rng.permutation(d)
+    rows = [np.sort(feature_of_rank[rng.choice(d, k, replace=False, p=popularity)])
+            for _ in range(spec.samples)]
+    indices = np.concatenate(rows).astype(np.int64)
+    indptr = np.arange(0, spec.samples * k + 1, k, dtype=np.int64)
+    data = np.ones(len(indices))
+    w_true = rng.standard_normal(d) * spec.separation / np.sqrt(k)
+    margin = np.add.reduceat(w_true[indices], indptr[:-1])
+    y = (rng.random(spec.samples) < 1 / (1 + np.exp(-margin))).astype(np.float64)
+    train, test = _split(spec.samples, spec.test_fraction, rng)
+    return Dataset(csr_rows((indptr, indices, data), train), y[train],
+                   csr_rows((indptr, indices, data), test), y[test], d, 2, sparse=True)
+
+
+def csr_rows(csr: tuple[np.ndarray, np.ndarray, np.ndarray],
+             rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The CSR triple of the selected rows, in the given order."""
+    indptr, indices, data = csr
+    lengths = indptr[rows + 1] - indptr[rows]
+    take = np.concatenate([np.arange(indptr[r], indptr[r + 1]) for r in rows]) if len(rows) \
+        else np.zeros(0, np.int64)
+    new_indptr = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(lengths, out=new_indptr[1:])
+    return new_indptr, np.ascontiguousarray(indices[take]), np.ascontiguousarray(data[take])
+
+
+DATASETS: dict[str, Callable[[DatasetSpec, np.random.Generator], Dataset]] = {
+    "gaussian": gaussian,
+    "digits": digits,
+    "sparse-powerlaw": sparse_powerlaw,
+}
+
+
+DIGITS_SHAPE = (1797, 64, 10)  # rows, features, classes of sklearn's load_digits
+
+
+def dataset_shape(name: str, samples: int, features: int,
+                  classes: int) -> tuple[int, int, int, bool]:
+    """(rows, features, classes, sparse) that ``name`` yields for these settings."""
+    if name == "digits":
+        return (*DIGITS_SHAPE, False)
+    if name == "sparse-powerlaw":
+        return samples, features, 2, True
+    return samples, features, classes, False
+
+
+def make_dataset(spec: DatasetSpec, rng: np.random.Generator) -> Dataset:
+    """Build the named data set; raises KeyError listing the known names."""
+    if spec.name not in DATASETS:
+        raise KeyError(f"unknown dataset {spec.name!r}; known: {', '.join(sorted(DATASETS))}")
+    return DATASETS[spec.name](spec, rng)
+
+
+def shard(n: int, workers: int, mode: str, rng: np.random.Generator) -> list[np.ndarray]:
+    """Row indices of each worker's shard: ``contiguous`` blocks or a ``shuffled`` split."""
+    order = np.arange(n) if mode == "contiguous" else rng.permutation(n)
+    if mode not in ("contiguous", "shuffled"):
+        raise ValueError(f"shard mode: expected 'contiguous' or 'shuffled', got {mode!r}")
+    return [np.sort(part) for part in np.array_split(order, workers)]
