@@ -43,7 +43,7 @@ DEVICES: dict[str, Device] = {
 
 
 def load_device(spec: str) -> Device:
-    """A preset name or ``calibrated:PATH`` (JSON with flops_per_s, overhead_s). Raises ValueError."""
+    """A preset name or ``calibrated:PATH`` (JSON: flops_per_s, overhead_s). Raises ValueError."""
     if not spec.startswith(CALIBRATED):
         if spec not in DEVICES:
             raise ValueError(f"unknown device {spec!r}; expected one of {', '.join(DEVICES)} "
