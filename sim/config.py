@@ -138,6 +138,24 @@ def _check_names(c: Config) -> None:
     _known("strategy.collective", c.strategy.collective, allreduce)
     if not c.compute.device.startswith(CALIBRATED):
         _known("compute.device", c.compute.device, list(DEVICES))
+    else:
+        from sim.training.compute import load_device
+
+        try:
+            load_device(c.compute.device)
+        except ValueError as exc:
+            raise ValueError(f"compute.device: {exc}") from None
+
+
+def _check_topology(c: Config) -> None:
+    from sim.network.topology import topology_options
+
+    accepted = topology_options(c.cluster.topology)
+    defaults = Cluster()
+    for key in ("oversubscription", "hosts_per_leaf"):
+        if key not in accepted and getattr(c.cluster, key) != getattr(defaults, key):
+            raise ValueError(f"cluster.{key}: not an option of topology "
+                             f"{c.cluster.topology!r} (only of leaf-spine / fat-tree)")
 
 
 def _check_fabric(c: Config) -> None:
@@ -173,6 +191,9 @@ def _check_workload(c: Config) -> None:
 
 def _check_strategy(c: Config) -> None:
     s = c.strategy
+    if s.compression != "none" and c.workload.model == "sparse-logreg":
+        raise ValueError("strategy.compression: sparse-logreg already sends only the touched "
+                         "features; compression applies to dense models")
     if s.backup >= c.cluster.workers:
         raise ValueError(f"strategy.backup: expected fewer than cluster.workers "
                          f"({c.cluster.workers}) backup workers, got {s.backup}")
@@ -191,7 +212,7 @@ def _fill_derived_defaults(c: Config) -> None:
         c.strategy.elasticity = min(1.0, 0.9 / c.cluster.workers)
 
 
-CHECKS = [_check_names, _check_fabric, _check_workload, _check_strategy,
+CHECKS = [_check_names, _check_topology, _check_fabric, _check_workload, _check_strategy,
           _fill_derived_defaults]
 
 

@@ -42,6 +42,9 @@ def main(args: argparse.Namespace) -> int:
     from sim.training.engine import simulate
 
     config = load_config(args.config, args.overrides)
+    if config.sweep:
+        print(f"note: {args.config} has a [sweep] table; this runs its base point only "
+              f"(`python -m sim sweep {args.config}` runs the grid)")
     out = args.out or default_out(args.config)
     check_out_dir(out)  # before spending time on the run
     result = simulate(config)

@@ -19,6 +19,8 @@ from sim.training.worker import Worker, compute
 
 
 class EASGD(Strategy):
+    """Elastic averaging SGD: local replicas pulled toward a center variable every tau steps."""
+
     name = "easgd"
     uses_servers = True
 

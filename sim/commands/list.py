@@ -1,0 +1,83 @@
+"""``python -m sim list [WHAT]``: the registries, so users know the names configs accept."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+EXPERIMENTS_DIR = Path(__file__).resolve().parents[2] / "experiments"
+
+
+def _first_line(obj: object) -> str:
+    return (obj.__doc__ or "").strip().splitlines()[0] if obj.__doc__ else ""
+
+
+def fabrics() -> list[str]:
+    from sim.network.fabrics import REGISTRY
+
+    return [f"{name:<10} {f.bandwidth_Bps / 1e9:6.2f} GB/s  alpha {f.alpha_s() * 1e6:5.1f} us  "
+            f"({f.source})" for name, f in REGISTRY.items()]
+
+
+def strategies() -> list[str]:
+    from sim.training.strategies import STRATEGIES
+
+    return [f"{name:<10} {_first_line(cls)}" for name, cls in STRATEGIES.items()]
+
+
+def models() -> list[str]:
+    from sim.workloads.models import MODELS
+
+    return [f"{name:<14} {_first_line(cls)}" for name, cls in MODELS.items()]
+
+
+def datasets() -> list[str]:
+    from sim.workloads.datasets import DATASETS
+
+    return [f"{name:<16} {_first_line(fn)}" for name, fn in DATASETS.items()]
+
+
+def collectives() -> list[str]:
+    from sim.network.collectives import REGISTRY
+
+    return [f"{name:<19} {_first_line(cls)}" for name, cls in REGISTRY.items()]
+
+
+def topologies() -> list[str]:
+    from sim.network.topology import TOPOLOGIES
+
+    return [f"{name:<11} {_first_line(cls)}" for name, cls in TOPOLOGIES.items()]
+
+
+def devices() -> list[str]:
+    from sim.training.compute import DEVICES
+
+    return [f"{name:<9} {d.flops_per_s / 1e12:8.3f} TFLOP/s  +{d.overhead_s * 1e6:.1f} us/step "
+            f"({d.source})" for name, d in DEVICES.items()]
+
+
+def experiments() -> list[str]:
+    lines = []
+    for path in sorted(EXPERIMENTS_DIR.glob("*.toml")):
+        first = path.read_text().splitlines()[0] if path.stat().st_size else ""
+        lines.append(f"{path.stem:<16} {first.lstrip('# ').strip()}")
+    return lines
+
+
+LISTS: dict[str, Callable[[], list[str]]] = {
+    "fabrics": fabrics, "strategies": strategies, "models": models, "datasets": datasets,
+    "collectives": collectives, "topologies": topologies, "devices": devices,
+    "experiments": experiments,
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("what", nargs="?", choices=sorted(LISTS), help="one list (default: all)")
+
+
+def main(args: argparse.Namespace) -> int:
+    for name in [args.what] if args.what else LISTS:
+        print(f"{name}:")
+        print("\n".join(f"  {line}" for line in LISTS[name]()))
+    return 0

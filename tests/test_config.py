@@ -1,0 +1,129 @@
+"""Configs: defaults, overrides, resolved round trip, and a table of bad configs (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tomli_w
+
+from sim.cli import main
+from sim.config import Config, apply_overrides, dump_config, load_config, parse_override, validate
+from sim.errors import UserError
+
+TINY = {"cluster": {"workers": 2}, "workload": {"features": 8, "samples": 256},
+        "run": {"iterations": 4, "eval_every": 2}}
+
+# (what is wrong, config table merged into TINY, the key the message must name)
+BAD = [
+    ("no workers", {"cluster": {"workers": 0}}, "cluster.workers"),
+    ("workers as string", {"cluster": {"workers": "4"}}, "cluster.workers"),
+    ("fractional workers", {"cluster": {"workers": 2.5}}, "cluster.workers"),
+    ("unknown fabric", {"cluster": {"fabric": "ib-xdr"}}, "cluster.fabric"),
+    ("negative bandwidth", {"cluster": {"fabric": {"bandwidth_Bps": -1.0, "latency_s": 1e-6,
+                                                   "overhead_s": 1e-6}}}, "cluster.fabric"),
+    ("unknown topology", {"cluster": {"topology": "torus"}}, "cluster.topology"),
+    ("oversubscription on a star", {"cluster": {"oversubscription": 2.0}},
+     "cluster.oversubscription"),
+    ("oversubscription below 1", {"cluster": {"topology": "leaf-spine",
+                                              "oversubscription": 0.5}},
+     "cluster.oversubscription"),
+    ("unknown placement", {"cluster": {"placement": "random"}}, "cluster.placement"),
+    ("unknown cluster key", {"cluster": {"nodes": 4}}, "cluster.nodes"),
+    ("unknown model", {"workload": {"model": "resnet"}}, "workload.model"),
+    ("unknown dataset", {"workload": {"dataset": "mnist"}}, "workload.dataset"),
+    ("batch larger than a shard", {"workload": {"batch": 10_000}}, "workload.batch"),
+    ("negative lr", {"workload": {"lr": -0.1}}, "workload.lr"),
+    ("nan lr", {"workload": {"lr": float("nan")}}, "workload.lr"),
+    ("momentum 1", {"workload": {"momentum": 1.0}}, "workload.momentum"),
+    ("binary model, 3 classes", {"workload": {"classes": 3}}, "workload.classes"),
+    ("sparse model on dense data", {"workload": {"model": "sparse-logreg"}}, "workload.model"),
+    ("zero-width layer", {"workload": {"model": "mlp", "hidden": [0]}}, "workload.hidden"),
+    ("unknown strategy", {"strategy": {"kind": "hogwild"}}, "strategy.kind"),
+    ("negative staleness", {"strategy": {"kind": "ssp", "staleness": -1}}, "strategy.staleness"),
+    ("backup >= workers", {"strategy": {"kind": "backup", "backup": 2}}, "strategy.backup"),
+    ("ps is not an allreduce", {"strategy": {"collective": "ps"}}, "strategy.collective"),
+    ("unknown compression", {"strategy": {"compression": "zip"}}, "strategy.compression"),
+    ("zero top-k ratio", {"strategy": {"topk_ratio": 0.0}}, "strategy.topk_ratio"),
+    ("unknown device", {"compute": {"device": "tpu"}}, "compute.device"),
+    ("missing device profile", {"compute": {"device": "calibrated:/nonexistent.json"}},
+     "compute.device"),
+    ("unknown distribution", {"compute": {"distribution": "normal"}}, "compute.distribution"),
+    ("straggler fraction > 1", {"compute": {"straggler_fraction": 1.5}},
+     "compute.straggler_fraction"),
+    ("slowdown of a missing worker", {"compute": {"slowdowns": [{"worker": 9}]}},
+     "compute.slowdowns"),
+    ("slowdown ending before it starts",
+     {"compute": {"slowdowns": [{"worker": 1, "start_s": 2.0, "end_s": 1.0}]}},
+     "compute.slowdowns"),
+    ("zero iterations", {"run": {"iterations": 0}}, "run.iterations"),
+    ("negative target", {"run": {"target_loss": -1.0}}, "run.target_loss"),
+    ("unknown section", {"bogus": {"x": 1}}, "bogus"),
+]
+
+
+def merged(extra: dict) -> dict:
+    out = json.loads(json.dumps(TINY))
+    for section, table in extra.items():
+        out.setdefault(section, {}).update(table)
+    return out
+
+
+def write(tmp_path, data: dict, name: str = "exp.toml"):
+    path = tmp_path / name
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("what, extra, key", BAD, ids=[case[0] for case in BAD])
+def test_bad_config_exits_2_naming_file_and_key(tmp_path, capsys, what, extra, key):
+    path = write(tmp_path, merged(extra))
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, "one line, no traceback"
+    assert str(path) in err and key in err
+    assert not out.exists(), "no run directory left behind"
+
+
+def test_bad_table_has_at_least_20_cases():
+    assert len(BAD) >= 20
+
+
+def test_empty_config_is_valid_and_resolves_every_default():
+    config = validate({})
+    assert config == Config()
+    assert "workers = 4" in dump_config(config)
+
+
+def test_resolved_config_round_trips():
+    config = validate(merged({"strategy": {"kind": "easgd"}}))
+    again = validate(__import__("tomllib").loads(dump_config(config)))
+    assert again == config
+    assert again.strategy.elasticity == pytest.approx(0.45)  # 0.9 / 2 workers, written out
+
+
+def test_overrides_parse_toml_values_and_nest():
+    assert parse_override("cluster.workers=8") == (["cluster", "workers"], 8)
+    assert parse_override("cluster.fabric=eth-10g") == (["cluster", "fabric"], "eth-10g")
+    assert parse_override('sweep."strategy.kind"=["asp"]')[1] == ["asp"]
+    data = apply_overrides({"cluster": {"workers": 2}}, ["cluster.workers=3", "run.seed=7"])
+    assert data == {"cluster": {"workers": 3}, "run": {"seed": 7}}
+
+
+def test_override_is_validated_like_the_file(tmp_path):
+    path = write(tmp_path, TINY)
+    with pytest.raises(UserError, match="cluster.workers"):
+        load_config(path, ["cluster.workers=-1"])
+    with pytest.raises(UserError, match="expected KEY=VALUE"):
+        load_config(path, ["cluster.workers"])
+
+
+@pytest.mark.parametrize("text, message", [("[cluster\nworkers=", "not valid TOML"),
+                                           (None, "no such config file")])
+def test_unreadable_files_exit_2(tmp_path, capsys, text, message):
+    path = tmp_path / "exp.toml"
+    if text is not None:
+        path.write_text(text)
+    assert main(["run", str(path)]) == 2
+    assert message in capsys.readouterr().err
