@@ -1,0 +1,219 @@
+"""Layer-wise pipelining of gradient communication with backprop, in simulated time.
+
+A step on a worker is: forward through layers 0..L-1, then backward from L-1 down to 0.
+The gradient leaves in *messages*, groups of consecutive layers:
+
+- ``none``: one message with every layer, after the whole backward;
+- ``wfbp``: one message per layer, as soon as backward has produced it (Poseidon's
+  wait-free backprop, Zhang et al. 2017);
+- ``bucket``: layers fused into buckets of at least ``bucket_bytes`` in backward order
+  (PyTorch DDP's gradient buckets, Li et al. 2020; Horovod's tensor fusion).
+
+A message may go once backward has produced all its layers (on every worker, for an
+allreduce). Messages share one communication channel, one at a time, in the order they
+became ready, or, with ``priority``, lowest layer first (P3, Jayarajan et al. 2019;
+ByteScheduler, Peng et al. 2019). Layer l's forward in the next step waits for the
+message that carries layer l: that is what lets priority ordering pay off.
+
+The channel is pluggable: an allreduce channel (one global queue of collectives) or a
+parameter-server channel (each worker pushes on its own; the servers aggregate each
+message once every worker has pushed it; each worker then pulls it back).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+MODES = ("none", "wfbp", "bucket")
+
+
+@dataclass(frozen=True)
+class Message:
+    """Layers ``lo..hi`` (forward indices, inclusive) sent together."""
+
+    lo: int
+    hi: int
+    nbytes: int
+
+
+def plan_messages(layer_bytes: Sequence[int], mode: str, bucket_bytes: float) -> list[Message]:
+    """The messages of a mode, in backward order (the order they become ready).
+
+    Raises ValueError for an unknown mode.
+    """
+    if mode not in MODES:
+        raise ValueError(f"pipelining mode: expected one of {', '.join(MODES)}, got {mode!r}")
+    last = len(layer_bytes) - 1
+    if mode == "none":
+        return [Message(0, last, int(sum(layer_bytes)))]
+    if mode == "wfbp":
+        return [Message(i, i, int(layer_bytes[i])) for i in range(last, -1, -1)]
+    messages, hi, size = [], last, 0
+    for i in range(last, -1, -1):
+        size += layer_bytes[i]
+        if size >= bucket_bytes or i == 0:  # DDP closes a bucket once it reaches the cap
+            messages.append(Message(i, hi, int(size)))
+            hi, size = i - 1, 0
+    return messages
+
+
+@dataclass
+class StepCosts:
+    """Seconds of forward and backward per layer (forward order) for one worker's step."""
+
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+
+
+class Pipeline:
+    """Runs ``steps`` pipelined steps on ``workers`` workers over a channel.
+
+    ``costs(worker, step)`` gives the layer times of that worker's step;
+    ``span(worker, kind, start, end)`` receives compute and wait intervals;
+    ``step_done(step)`` is called when every message of the step has been delivered.
+    """
+
+    def __init__(self, env: simpy.Environment, workers: int, messages: list[Message],
+                 channel: Channel, costs: Callable[[int, int], StepCosts],
+                 span: Callable[[int, str, float, float], None],
+                 step_done: Callable[[int], None]) -> None:
+        self.env, self.workers, self.messages, self.channel = env, workers, messages, channel
+        self.costs, self.span, self.step_done = costs, span, step_done
+        n_layers = messages[0].hi + 1 if messages else 0
+        self.message_of = np.empty(n_layers, np.int64)
+        for m, msg in enumerate(messages):
+            self.message_of[msg.lo:msg.hi + 1] = m
+        # delivered[worker][m]: the event of message m's latest delivery to that worker
+        self.delivered: list[list[simpy.Event | None]] = [[None] * len(messages)
+                                                          for _ in range(workers)]
+        self.stopped = False
+        channel.attach(self)
+
+    def start(self, steps: int) -> simpy.Process:
+        """Start every worker and the channel; the returned process ends with the last step."""
+        for w in range(self.workers):
+            self.env.process(self.worker(w, steps))
+        return self.env.process(self.channel.run(self, steps))
+
+    def worker(self, w: int, steps: int) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        for step in range(steps):
+            if self.stopped:
+                return
+            cost = self.costs(w, step)
+            for layer in range(len(self.message_of)):
+                waiting = self.delivered[w][self.message_of[layer]]
+                if waiting is not None and not waiting.processed:
+                    start = env.now
+                    yield waiting
+                    self.span(w, "wait", start, env.now)
+                start = env.now
+                yield env.timeout(cost.forward_s[layer])
+                self.span(w, "compute", start, env.now)
+            for layer in range(len(self.message_of) - 1, -1, -1):
+                start = env.now
+                yield env.timeout(cost.backward_s[layer])
+                self.span(w, "compute", start, env.now)
+                m = self.message_of[layer]
+                if self.messages[m].lo == layer:
+                    self.delivered[w][m] = env.event()
+                    self.channel.ready(self, w, step, m)
+
+
+class AllreduceChannel:
+    """One global queue: message m is reduced once every worker has produced it."""
+
+    def __init__(self, env: simpy.Environment, priority: bool,
+                 reduce: Callable[[int, Message], Generator[simpy.Event, Any, Any]]) -> None:
+        self.env, self.priority, self.reduce = env, priority, reduce
+        self.waiting: dict[int, int] = {}  # message -> workers that produced it
+        self.queue: list[int] = []  # messages ready on every worker, not yet sent
+        self.wakeup = env.event()
+
+    def attach(self, pipe: Pipeline) -> None:
+        """Get ready for ``pipe`` (nothing per worker for a global queue)."""
+
+    def ready(self, pipe: Pipeline, worker: int, step: int, m: int) -> None:
+        self.waiting[m] = self.waiting.get(m, 0) + 1
+        if self.waiting[m] == pipe.workers:
+            del self.waiting[m]
+            self.queue.append(m)
+            if not self.wakeup.triggered:
+                self.wakeup.succeed()
+
+    def next_message(self, pipe: Pipeline) -> int:
+        pick = min(self.queue, key=lambda m: pipe.messages[m].lo) if self.priority \
+            else self.queue[0]
+        self.queue.remove(pick)
+        return pick
+
+    def run(self, pipe: Pipeline, steps: int) -> Generator[simpy.Event, Any, None]:
+        for step in range(steps):
+            for _ in pipe.messages:
+                while not self.queue:
+                    yield self.wakeup
+                    self.wakeup = self.env.event()
+                m = self.next_message(pipe)
+                yield from self.reduce(step, pipe.messages[m])
+                for w in range(pipe.workers):
+                    pipe.delivered[w][m].succeed()
+            pipe.step_done(step)
+            if pipe.stopped:
+                return
+
+
+class ParameterServerChannel:
+    """Each worker pushes its ready messages one at a time; once every worker has pushed
+    message m the servers apply it and every worker pulls it back."""
+
+    def __init__(self, env: simpy.Environment, priority: bool,
+                 push: Callable[[int, Message], Generator[simpy.Event, Any, Any]],
+                 apply: Callable[[int, Message], None],
+                 pull: Callable[[int, Message], Generator[simpy.Event, Any, Any]]) -> None:
+        self.env, self.priority = env, priority
+        self.push, self.apply, self.pull = push, apply, pull
+
+    def attach(self, pipe: Pipeline) -> None:
+        """One send queue per worker (workers may call ready() before run() starts)."""
+        self.queues: list[list[int]] = [[] for _ in range(pipe.workers)]
+        self.wakeups = [self.env.event() for _ in range(pipe.workers)]
+
+    def ready(self, pipe: Pipeline, worker: int, step: int, m: int) -> None:
+        self.queues[worker].append(m)
+        if not self.wakeups[worker].triggered:
+            self.wakeups[worker].succeed()
+
+    def run(self, pipe: Pipeline, steps: int) -> Generator[simpy.Event, Any, None]:
+        for step in range(steps):
+            self.pushed = [0] * len(pipe.messages)
+            self.pulls: list[simpy.Event] = []
+            senders = [self.env.process(self.sender(pipe, w, step)) for w in range(pipe.workers)]
+            yield simpy.AllOf(self.env, senders)
+            yield simpy.AllOf(self.env, self.pulls)
+            pipe.step_done(step)
+            if pipe.stopped:
+                return
+
+    def sender(self, pipe: Pipeline, w: int, step: int) -> Generator[simpy.Event, Any, None]:
+        for _ in pipe.messages:
+            while not self.queues[w]:
+                yield self.wakeups[w]
+                self.wakeups[w] = self.env.event()
+            queue = self.queues[w]
+            m = min(queue, key=lambda k: pipe.messages[k].lo) if self.priority else queue[0]
+            queue.remove(m)
+            yield from self.push(w, pipe.messages[m])
+            self.pushed[m] += 1
+            if self.pushed[m] == pipe.workers:
+                self.apply(step, pipe.messages[m])
+                self.pulls += [self.env.process(self.pull_to(pipe, v, m))
+                               for v in range(pipe.workers)]
+
+    def pull_to(self, pipe: Pipeline, w: int, m: int) -> Generator[simpy.Event, Any, None]:
+        yield from self.pull(w, pipe.messages[m])
+        pipe.delivered[w][m].succeed()
