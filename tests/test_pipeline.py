@@ -65,7 +65,8 @@ def test_priority_sends_the_first_layer_first():
     # layer 2's message (5 s) is still going when layers 1 and 0 are ready: FIFO sends 1
     # then 0 (ends 14), priority sends 0 then 1 (layer 0 back at 13, layer 1 at 14).
     # FIFO step 2: forward 14-17, backward 17-23; sends 2 (19-24), 1 (24-25), 0 (25-28).
-    # Priority step 2: forward 13-16 (layer 1's message lands at 14, just in time), backward 16-22;
+    # Priority step 2: forward 13-16 (layer 1's message lands at 14, just in time),
+    # backward 16-22;
     # sends 2 (18-23), 0 (23-26), 1 (26-27).
     cost = {0: 3.0, 1: 1.0, 2: 5.0}
     _, fifo, _ = run_pipeline([1, 1, 1], [2, 2, 2], [1, 1, 1], "wfbp", lambda m: cost[m.lo],

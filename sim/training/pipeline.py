@@ -79,7 +79,8 @@ class Pipeline:
     """
 
     def __init__(self, env: simpy.Environment, workers: int, messages: list[Message],
-                 channel: Channel, costs: Callable[[int, int], StepCosts],
+                 channel: AllreduceChannel | ParameterServerChannel,
+                 costs: Callable[[int, int], StepCosts],
                  span: Callable[[int, str, float, float], None],
                  step_done: Callable[[int], None]) -> None:
         self.env, self.workers, self.messages, self.channel = env, workers, messages, channel
