@@ -30,82 +30,120 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+def doc(default: Any, description: str, **constraints: Any) -> Any:
+    """A field with its default and the one-line description the config reference shows."""
+    return Field(default, description=description, **constraints)
+
+
 class Cluster(Section):
-    workers: PositiveInt = 4
-    fabric: str | dict[str, Any] = "ib-hdr"  # preset, calibrated:PATH, or a custom table
-    topology: str = "star"
-    oversubscription: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.0
-    hosts_per_leaf: PositiveInt = 16
-    placement: Literal["block", "round-robin"] = "block"
-    servers: PositiveInt = 1  # parameter-server shards (key ranges)
-    network: Literal["flow", "analytical"] = "flow"
+    """The machines and the network between them."""
+
+    workers: PositiveInt = doc(4, "worker processes, one per host")
+    fabric: str | dict[str, Any] = doc(
+        "ib-hdr", "a preset (`python -m sim list fabrics`), `calibrated:PATH`, or a table "
+        "{base, bandwidth_Bps or line_rate_bps, latency_s, overhead_s, efficiency}")
+    topology: str = doc("star", "star (one switch), leaf-spine / fat-tree, or ring")
+    oversubscription: float = doc(1.0, "leaf-spine: leaf downlink / uplink capacity ratio",
+                                  ge=1, allow_inf_nan=False)
+    hosts_per_leaf: PositiveInt = doc(16, "leaf-spine: hosts under each leaf switch")
+    placement: Literal["block", "round-robin"] = doc(
+        "block", "how ranks map to hosts (round-robin spreads neighbours over leaves)")
+    servers: PositiveInt = doc(1, "parameter-server shards (key ranges), each on its own host")
+    network: Literal["flow", "analytical"] = doc(
+        "flow", "flow: max-min fair sharing of links; analytical: alpha-beta, no contention")
 
 
 class Workload(Section):
-    model: str = "logreg"
-    dataset: str = "gaussian"
-    features: PositiveInt = 64
-    samples: Annotated[int, Field(strict=True, ge=2)] = 4096
-    classes: Annotated[int, Field(strict=True, ge=2)] = 2
-    hidden: list[PositiveInt] = [64]
-    batch: PositiveInt = 32
-    lr: Positive = 0.1
-    momentum: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.0
-    weight_decay: NonNegative = 0.0  # optimizer decay (PyTorch semantics), not in the loss
-    l2: NonNegative = 0.0  # penalty inside the loss (reported losses include it)
-    separation: Positive = 2.0
-    noise: NonNegative = 1.0
-    nnz_per_row: PositiveInt = 20
-    zipf_exponent: Positive = 1.1
-    test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
-    shard: Literal["contiguous", "shuffled"] = "shuffled"
+    """The data set, the model and the optimizer."""
+
+    model: str = doc("logreg", "logreg, softmax, mlp or sparse-logreg")
+    dataset: str = doc("gaussian", "gaussian, digits (shipped by scikit-learn) or "
+                       "sparse-powerlaw")
+    features: PositiveInt = doc(64, "input dimension of generated data sets")
+    samples: int = doc(4096, "rows of generated data sets (train + held out)", strict=True,
+                       ge=2)
+    classes: int = doc(2, "classes of the gaussian data set", strict=True, ge=2)
+    hidden: list[PositiveInt] = doc([64], "mlp: widths of the ReLU hidden layers")
+    batch: PositiveInt = doc(32, "rows per gradient on each worker")
+    lr: Positive = doc(0.1, "learning rate")
+    momentum: float = doc(0.0, "SGD momentum (PyTorch semantics)", ge=0, lt=1,
+                          allow_inf_nan=False)
+    weight_decay: NonNegative = doc(0.0, "optimizer weight decay (not part of the loss)")
+    l2: NonNegative = doc(0.0, "L2 penalty inside the loss (reported losses include it)")
+    separation: Positive = doc(2.0, "gaussian: distance of class means from the origin; "
+                               "sparse-powerlaw: scale of the hidden weights")
+    noise: NonNegative = doc(1.0, "gaussian: per-feature standard deviation")
+    nnz_per_row: PositiveInt = doc(20, "sparse-powerlaw: active features per row")
+    zipf_exponent: Positive = doc(1.1, "sparse-powerlaw: feature frequency ~ rank^-a")
+    test_fraction: float = doc(0.2, "held-out share of the rows", gt=0, lt=1)
+    shard: Literal["contiguous", "shuffled"] = doc(
+        "shuffled", "how training rows are split over workers")
 
 
 class Strategy(Section):
-    kind: str = "bsp"
-    staleness: NonNegativeInt = 2  # ssp bound s
-    backup: NonNegativeInt = 0  # backup workers b (gradients dropped per step)
-    collective: str = "ring"  # allreduce algorithm for bsp and local-sgd
-    compression: Literal["none", "topk", "qsgd"] = "none"
-    topk_ratio: Annotated[float, Field(gt=0, le=1)] = 0.01
-    qsgd_levels: Annotated[int, Field(strict=True, ge=1, le=2**30)] = 16
-    staleness_lr: bool = False  # divide lr by the gradient's staleness (Zhang et al. 2016)
-    local_steps: PositiveInt = 4  # local-sgd H; easgd communication period tau
-    elasticity: Annotated[float, Field(gt=0, le=1)] | None = None  # easgd alpha; 0.9/workers
+    """How workers combine their gradients."""
+
+    kind: str = doc("bsp", "bsp, bsp-ps, backup, asp, ssp, local-sgd or easgd")
+    staleness: NonNegativeInt = doc(2, "ssp: the bound s on clock differences")
+    backup: NonNegativeInt = doc(0, "backup: gradients dropped per step (first N - b used)")
+    collective: str = doc("ring", "bsp / local-sgd allreduce: ring, rabenseifner, "
+                          "recursive-doubling or tree")
+    compression: Literal["none", "topk", "qsgd"] = doc(
+        "none", "gradient compression on the wire (shrinks simulated messages)")
+    topk_ratio: float = doc(0.01, "topk: share of entries sent", gt=0, le=1)
+    qsgd_levels: int = doc(16, "qsgd: quantisation levels s", strict=True, ge=1, le=2**30)
+    staleness_lr: bool = doc(False, "divide the lr by the gradient's staleness "
+                             "(Zhang et al. 2016)")
+    local_steps: PositiveInt = doc(4, "local-sgd: steps H between averages; easgd: period tau")
+    elasticity: float | None = doc(None, "easgd: moving rate alpha (default 0.9 / workers)",
+                                   gt=0, le=1)
 
 
 class Slowdown(Section):
-    worker: NonNegativeInt
-    start_s: NonNegative = 0.0
-    end_s: Positive | None = None  # None: until the end of the run
-    factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 2.0
+    """A named worker slowed during a window of simulated time."""
+
+    worker: NonNegativeInt = doc(..., "the worker's index")
+    start_s: NonNegative = doc(0.0, "window start, simulated s")
+    end_s: Positive | None = doc(None, "window end, simulated s (none: until the end)")
+    factor: float = doc(2.0, "compute time multiplier in the window", ge=1,
+                        allow_inf_nan=False)
 
 
 class Compute(Section):
-    device: str = "cpu-core"  # a preset or calibrated:PATH
-    time_s: Positive | None = None  # fixed seconds per gradient, instead of FLOPs / rate
-    distribution: Literal["constant", "exponential", "lognormal"] = "constant"
-    sigma: Positive = 0.5  # lognormal shape
-    straggler_fraction: Fraction = 0.0
-    straggler_slowdown: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.0
-    slowdowns: list[Slowdown] = []
+    """How long a gradient takes."""
+
+    device: str = doc("cpu-core", "a preset (`python -m sim list devices`) or "
+                      "`calibrated:PATH`")
+    time_s: Positive | None = doc(None, "fixed seconds per gradient instead of FLOPs / rate")
+    distribution: Literal["constant", "exponential", "lognormal"] = doc(
+        "constant", "noise factor on each gradient's time, mean 1")
+    sigma: Positive = doc(0.5, "lognormal: shape")
+    straggler_fraction: Fraction = doc(0.0, "share of workers that are always slow")
+    straggler_slowdown: float = doc(1.0, "their compute time multiplier", ge=1,
+                                    allow_inf_nan=False)
+    slowdowns: list[Slowdown] = doc([], "named workers slowed in time windows")
 
 
 class Run(Section):
-    iterations: PositiveInt = 200  # updates applied
-    seed: NonNegativeInt = 0
-    eval_every: PositiveInt = 20
-    target_loss: Positive | None = None
-    seeds: list[NonNegativeInt] = []  # sweeps repeat each point for every seed
+    """How long to run and what to record."""
+
+    iterations: PositiveInt = doc(200, "updates applied (bsp: steps; asp/ssp: gradients)")
+    seed: NonNegativeInt = doc(0, "the one seed every random stream derives from")
+    eval_every: PositiveInt = doc(20, "held-out loss and accuracy every this many updates")
+    target_loss: Positive | None = doc(None, "held-out loss that defines time_to_target_s")
+    seeds: list[NonNegativeInt] = doc([], "sweeps repeat every point for each seed")
 
 
 class Config(Section):
+    """A whole experiment."""
+
     cluster: Cluster = Cluster()
     workload: Workload = Workload()
     strategy: Strategy = Strategy()
     compute: Compute = Compute()
     run: Run = Run()
-    sweep: dict[str, list[Any]] = {}
+    sweep: dict[str, list[Any]] = doc({}, "dotted key -> list of values; `sweep` runs "
+                                       "the grid")
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
