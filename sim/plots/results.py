@@ -1,0 +1,212 @@
+"""Reading result files for plots: run directories, sweep directories, their CSV and JSON.
+
+Everything here works from paths on disk only. Bad input (a missing directory, a directory
+that is neither a run nor a sweep, an unreadable or malformed file) raises
+:class:`sim.errors.UserError` naming the path.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from sim.errors import UserError
+
+RUN_FILES = ("config.toml", "summary.json")  # what makes a directory a run directory
+RESULTS = "results.csv"  # what makes a directory a sweep directory
+_WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\((.*)\)$")  # e.g. np.float64(0.5)
+
+
+def number(text: str | None) -> float:
+    """A CSV cell as a float: blank -> NaN; tolerates ``np.float64(x)`` reprs."""
+    if text is None:
+        return math.nan
+    text = text.strip()
+    if not text:
+        return math.nan
+    wrapped = _WRAPPED.match(text)
+    if wrapped:
+        text = wrapped.group(1)
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def cell(text: str) -> Any:
+    """A results.csv cell as int, float, bool or string (blank -> None)."""
+    text = text.strip()
+    if not text:
+        return None
+    if text in ("True", "False", "true", "false"):
+        return text.lower() == "true"
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    value = number(text)
+    return text if math.isnan(value) and text.lower() != "nan" else value
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise UserError(f"{path}: missing (needed for this plot)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read: {exc}") from None
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(_read_text(path))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON: {exc}") from None
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    try:
+        return list(csv.DictReader(_read_text(path).splitlines()))
+    except csv.Error as exc:
+        raise UserError(f"{path}: not valid CSV: {exc}") from None
+
+
+def is_run_dir(path: Path) -> bool:
+    return all((path / name).is_file() for name in RUN_FILES)
+
+
+def is_sweep_dir(path: Path) -> bool:
+    return (path / RESULTS).is_file()
+
+
+@dataclass
+class Run:
+    """One run directory, read lazily (each file at most once)."""
+
+    path: Path
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        if not self.path.is_dir():
+            raise UserError(f"{self.path}: no such run directory")
+        if not is_run_dir(self.path):
+            raise UserError(f"{self.path}: not a run directory (expected "
+                            f"{' and '.join(RUN_FILES)})")
+        self.name = self.name or self.path.name
+
+    @cached_property
+    def config(self) -> dict[str, Any]:
+        try:
+            return tomllib.loads(_read_text(self.path / "config.toml"))
+        except tomllib.TOMLDecodeError as exc:
+            raise UserError(f"{self.path / 'config.toml'}: not valid TOML: {exc}") from None
+
+    @cached_property
+    def summary(self) -> dict[str, Any]:
+        summary = read_json(self.path / "summary.json")
+        if not isinstance(summary, dict):
+            raise UserError(f"{self.path / 'summary.json'}: expected a JSON object")
+        return summary
+
+    @cached_property
+    def metrics(self) -> list[dict[str, str]]:
+        rows = read_csv(self.path / "metrics.csv")
+        if rows and not {"kind", "time_s", "iteration"} <= rows[0].keys():
+            raise UserError(f"{self.path / 'metrics.csv'}: expected columns kind, time_s, "
+                            "iteration, ...")
+        return rows
+
+    def column(self, kind: str, name: str) -> list[float]:
+        """Column ``name`` of the metrics rows of ``kind`` (update or eval), as floats."""
+        return [number(row.get(name)) for row in self.metrics if row["kind"] == kind]
+
+    def slices(self) -> list[tuple[int, str, float, float]]:
+        """(worker, kind, start_s, end_s) of the worker tracks in trace.json, by start."""
+        path = self.path / "trace.json"
+        trace = read_json(path)
+        events = trace.get("traceEvents") if isinstance(trace, dict) else trace
+        if not isinstance(events, list):
+            raise UserError(f"{path}: expected Chrome trace events (traceEvents)")
+        out = []
+        for e in events:
+            if (isinstance(e, dict) and e.get("ph") == "X" and e.get("pid", 0) == 0
+                    and e.get("cat", e.get("name")) in ("compute", "comm", "wait")):
+                start = float(e["ts"]) * 1e-6
+                out.append((int(e["tid"]), e.get("cat", e.get("name")), start,
+                            start + float(e.get("dur", 0.0)) * 1e-6))
+        out.sort(key=lambda s: (s[2], s[0]))
+        return out
+
+
+@dataclass
+class Sweep:
+    """A sweep directory: results.csv (one row per run) and runs/<name>/."""
+
+    path: Path
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        if not self.path.is_dir():
+            raise UserError(f"{self.path}: no such sweep directory")
+        if not is_sweep_dir(self.path):
+            raise UserError(f"{self.path}: not a sweep directory (no {RESULTS})")
+        raw = read_csv(self.path / RESULTS)
+        self.rows = [{k: cell(v or "") for k, v in row.items() if k} for row in raw]
+
+    @property
+    def swept(self) -> list[str]:
+        """The swept dotted keys (results.csv columns with a dot; summary keys have none)."""
+        columns = list(self.rows[0]) if self.rows else []
+        return [c for c in columns if "." in c]
+
+    def runs(self) -> list[Run]:
+        """The runs of results.csv, in its order (else every run directory under runs/)."""
+        base = self.path / "runs"
+        if self.rows and "run" in self.rows[0]:
+            names = [str(row["run"]) for row in self.rows]
+        else:
+            names = sorted(p.name for p in base.iterdir() if is_run_dir(p)) \
+                if base.is_dir() else []
+        if not names:
+            raise UserError(f"{self.path}: the sweep has no finished runs")
+        return [Run(base / name) for name in names]
+
+
+def expand(paths: list[Path]) -> tuple[list[Run], list[Sweep]]:
+    """Run and sweep directories named on the command line -> runs (sweeps expanded)."""
+    runs: list[Run] = []
+    sweeps: list[Sweep] = []
+    for path in map(Path, paths):
+        if not path.exists():
+            raise UserError(f"{path}: no such directory")
+        if not path.is_dir():
+            raise UserError(f"{path}: not a directory")
+        if is_sweep_dir(path):
+            sweep = Sweep(path)
+            sweeps.append(sweep)
+            runs += sweep.runs()
+        elif is_run_dir(path):
+            runs.append(Run(path))
+        else:
+            raise UserError(f"{path}: neither a run directory (config.toml, summary.json) nor "
+                            f"a sweep directory ({RESULTS})")
+    return runs, sweeps
+
+
+def as_runs(items: list[Path | str | Run] | tuple[Path | str | Run, ...]) -> list[Run]:
+    """Runs from Run objects, run directories and sweep directories (expanded)."""
+    runs: list[Run] = []
+    for item in items:
+        runs += [item] if isinstance(item, Run) else expand([Path(item)])[0]
+    if not runs:
+        raise UserError("no run directories given")
+    return runs
