@@ -93,7 +93,12 @@ class Recorder:
         self.final = (loss, accuracy)
         if self.target_loss is not None and self.time_to_target_s is None \
                 and loss <= self.target_loss:
-            self.time_to_target_s = self.env.now
+            self.time_to_target_s = float(self.env.now)
+
+    def diverge(self) -> None:
+        """A NaN or Inf stopped the run: no final model, so no final loss or accuracy."""
+        self.diverged = True
+        self.final = (math.nan, math.nan)
 
     def add_span(self, worker: int, kind: str, start: float, end: float) -> None:
         """Worker spent [start, end) simulated seconds on ``kind`` (compute, comm or wait)."""
@@ -143,8 +148,10 @@ class Recorder:
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(METRIC_COLUMNS)
         for row in self.rows:
-            writer.writerow(["" if v is None else (repr(v) if isinstance(v, float) else v)
-                             for v in row])
+            # float(v): numpy scalars (env.now after a numpy delay) would print as
+            # "np.float64(...)"; repr of a Python float round-trips exactly
+            writer.writerow(["" if v is None else (repr(float(v)) if isinstance(v, float)
+                                                   else v) for v in row])
         return out.getvalue()
 
     def trace(self) -> dict[str, Any]:

@@ -91,7 +91,7 @@ def simulate(config: Config) -> Result:
     try:
         env.run(until=recorder.done)
     except NonFiniteError:
-        recorder.diverged = True
+        recorder.diverge()
     except RuntimeError as exc:  # SimPy: no events left before `done`
         raise RuntimeError(f"simulation stalled at t={env.now:.6g} s after "
                            f"{recorder.iteration} updates: {exc}") from None

@@ -2,6 +2,11 @@
 
 Both keep one replica per worker in principle; in ``bsp`` the replicas never differ, so one
 array stands for all of them.
+
+The network decides *when* an allreduce ends, the kernels *what* it yields: the collective
+runs on the simulated network at the message size (timing only) and the sum is taken here,
+in rank order, with :func:`sim.kernels.sum_into`. Moving the real vectors through the
+schedule would give the same sum up to rounding at O(p^2) small kernel calls per step.
 """
 
 from __future__ import annotations
@@ -18,29 +23,26 @@ from sim.training.strategies.base import Strategy
 
 
 class AllreduceMixin:
-    """Sum one vector per worker through the configured collective, in simulated time."""
+    """Time one allreduce per step through the configured collective, in simulated time."""
 
     def _setup_collective(self) -> None:
         self.collective = get_collective(self.ctx.config.strategy.collective)
         self.hosts = np.array([w.host for w in self.ctx.workers])
+        self.elapsed_s: dict[int, float] = {}  # message bytes -> simulated allreduce time
 
-    def allreduce(self, vectors: list[np.ndarray],
-                  nbytes: int | None = None) -> Generator[simpy.Event, Any, float]:
-        """Sum ``vectors`` in place (every one ends with the sum); returns the time taken.
+    def allreduce_time(self, nbytes: int) -> Generator[simpy.Event, Any, float]:
+        """Wait while every worker allreduces ``nbytes``; returns the time taken (s).
 
-        With ``nbytes`` (compressed messages) only the time is simulated at that size and the
-        sum is taken here, in rank order.
+        Nothing else ever uses the network in these strategies and one allreduce ends before
+        the next starts, so each starts on an idle network and takes the same time as the
+        last one of its size: simulate the first, replay its duration afterwards.
         """
-        net = self.ctx.network
-        if nbytes is None:
-            return (yield from self.collective.run(net, vectors, hosts=self.hosts))
-        elapsed = yield from self.collective.run(net, p=len(vectors), nbytes=nbytes,
-                                                 hosts=self.hosts)
-        for v in vectors[1:]:
-            K.sum_into(vectors[0], v)
-        for v in vectors[1:]:
-            K.copy(v, vectors[0])
-        return elapsed
+        if nbytes not in self.elapsed_s:
+            self.elapsed_s[nbytes] = yield from self.collective.run(
+                self.ctx.network, p=self.ctx.n, nbytes=nbytes, hosts=self.hosts)
+        else:
+            yield self.ctx.env.timeout(self.elapsed_s[nbytes])
+        return self.elapsed_s[nbytes]
 
     def record_comm(self, start: float) -> None:
         for w in self.ctx.workers:
@@ -57,7 +59,8 @@ class BSP(AllreduceMixin, Strategy):
         ctx = self.ctx
         self.params = ctx.params.copy()
         self.velocity = np.zeros_like(self.params) if ctx.config.workload.momentum > 0 else None
-        self.payload = [np.zeros(ctx.model.size) for _ in ctx.workers]
+        self.total = np.zeros(ctx.model.size)  # the sum, then the mean, of the gradients
+        self.decoded = np.zeros(ctx.model.size)
         ctx.env.process(self.run())
 
     def model_of_record(self) -> np.ndarray:
@@ -65,6 +68,7 @@ class BSP(AllreduceMixin, Strategy):
 
     def run(self) -> Generator[simpy.Event, Any, None]:
         ctx, rec, env = self.ctx, self.ctx.recorder, self.ctx.env
+        workload = ctx.config.workload
         step = 0
         while not rec.finished:
             start = env.now
@@ -74,29 +78,31 @@ class BSP(AllreduceMixin, Strategy):
             for w, end in zip(ctx.workers, ends, strict=True):  # barrier: wait for the last
                 rec.add_span(w.index, "compute", start, end)
                 rec.add_span(w.index, "wait", end, env.now)
-            nbytes = self.encode_all()
+            nbytes = self.sum_gradients()
             comm_start = env.now
-            yield from self.allreduce(self.payload, nbytes)
+            yield from self.allreduce_time(nbytes)
             self.record_comm(comm_start)
-            total = self.payload[0]
-            K.scale(1.0 / ctx.n, total)
-            K.sgd_update(self.params, total, self.velocity, ctx.lr,
-                         ctx.config.workload.momentum, ctx.config.workload.weight_decay)
+            K.scale(1.0 / ctx.n, self.total)
+            K.sgd_update(self.params, self.total, self.velocity, ctx.lr, workload.momentum,
+                         workload.weight_decay)
             step += 1
             for w in ctx.workers:
                 w.clock = step
             rec.update(-1, step, step - 1, 0, float(np.mean(losses)),
                        ctx.n * ctx.workers[0].batch)
 
-    def encode_all(self) -> int | None:
-        """Each worker's (decoded) gradient into its payload; message bytes if compressed."""
+    def sum_gradients(self) -> int:
+        """Sum the workers' gradients as received (decoded) into :attr:`total`, in rank order.
+
+        Returns the bytes of one worker's message (the largest, if compressed sizes differ).
+        """
         sizes = []
-        for w, out in zip(self.ctx.workers, self.payload, strict=True):
+        for i, w in enumerate(self.ctx.workers):
             message, nbytes = w.codec.encode(w.grad)
-            w.codec.decode(message, out)
+            w.codec.decode(message, self.decoded if i else self.total)
+            if i:
+                K.sum_into(self.total, self.decoded)
             sizes.append(nbytes)
-        if self.ctx.config.strategy.compression == "none":
-            return None
         return max(sizes)
 
 
@@ -134,8 +140,9 @@ class LocalSGD(AllreduceMixin, Strategy):
         step = 0
         while not rec.finished:
             start = env.now
-            busy_until = np.full(ctx.n, start)  # each worker runs its H steps back to back
-            for _ in range(period):
+            # each worker runs its H steps back to back; float: env.now starts as the int 0
+            busy_until = np.full(ctx.n, start, dtype=np.float64)
+            for h in range(period):
                 losses = []
                 for w in ctx.workers:
                     losses.append(self.local_step(w.index))
@@ -148,12 +155,15 @@ class LocalSGD(AllreduceMixin, Strategy):
                 step += 1
                 rec.update(-1, step, step - 1, 0, float(np.mean(losses)),
                            ctx.n * ctx.workers[0].batch)
-                if rec.finished:
-                    return
-            for w in ctx.workers:
+                if rec.finished and h < period - 1:
+                    return  # mid-period: the workers ahead are busy with their next step
+            for w in ctx.workers:  # the period is over: the fast wait for the slowest
                 rec.add_span(w.index, "wait", busy_until[w.index], env.now)
+            if rec.finished:
+                return
             comm_start = env.now
-            yield from self.allreduce(self.replicas)
+            yield from self.allreduce_time(self.average.nbytes)
             self.record_comm(comm_start)
-            for replica in self.replicas:
-                K.scale(1.0 / ctx.n, replica)
+            mean = self.model_of_record()
+            for replica in self.replicas:  # every worker ends with the mean, same bits
+                K.copy(replica, mean)

@@ -64,6 +64,8 @@ class BSPPS(Strategy):
             message, nbytes = w.codec.encode(w.grad)
             with rec.span(w.index, "comm"):
                 yield ctx.server.push(w.host, nbytes)
+            if self.closed.triggered:
+                return  # another gradient arrived first at this instant and closed the step
             self.arrived[w.index] = (message, loss)
             if len(self.arrived) == self.needed:
                 self.closed.succeed()

@@ -1,0 +1,132 @@
+"""Options on strategies: compression on the wire, staleness-aware lr, sparse push and pull."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from training_cases import MODELS, count_pushes, make, rows, update_table
+
+from sim.training.engine import build, simulate
+
+WIDE = {"workload.features": 1000, "workload.samples": 2048, "workload.batch": 16}
+EASY = {"workload.separation": 4.0, "workload.lr": 0.5, "run.iterations": 200,
+        "run.eval_every": 200}
+
+
+def message_bytes(compression: str, d: int) -> int:
+    """One worker's gradient message for a d-entry model, as the codecs size it."""
+    if compression == "topk":  # k = 1% of d (index, value) pairs: 4 + 8 bytes each
+        return math.ceil(0.01 * d) * 12
+    if compression == "qsgd":  # a float32 norm and ceil(log2(2 * 16 + 1)) = 6 bits an entry
+        return 4 + math.ceil(d * 6 / 8)
+    return 8 * d
+
+
+@pytest.mark.parametrize("compression", ["none", "topk", "qsgd"])
+def test_compression_sets_the_pushed_message_size(compression):
+    env, ctx, asp = build(make(WIDE, strategy__kind="asp", strategy__compression=compression,
+                               run__iterations=20))
+    pushed = count_pushes(ctx)
+    asp.start()
+    env.run(until=ctx.recorder.done)
+    assert len(pushed) >= 20
+    assert set(pushed) == {message_bytes(compression, 1000)}
+
+
+def test_compression_shrinks_allreduce_time_in_proportion_to_the_bytes():
+    # no latency or overheads: an allreduce takes 2 (p - 1) / p * bytes / bandwidth
+    bandwidth_only = {"cluster.fabric": {"base": "eth-10g", "latency_s": 0.0,
+                                         "overhead_s": 0.0}}
+    comm = {c: simulate(make(WIDE, bandwidth_only, strategy__compression=c,
+                             run__iterations=5)).summary["comm_s"]
+            for c in ("none", "topk", "qsgd")}
+    for c in ("topk", "qsgd"):
+        ratio = message_bytes(c, 1000) / message_bytes("none", 1000)
+        assert comm[c] / comm["none"] == pytest.approx(ratio, rel=0.01)
+
+
+@pytest.mark.parametrize("kind", ["bsp", "asp"])
+@pytest.mark.parametrize("compression", ["topk", "qsgd"])
+def test_compressed_training_still_converges(kind, compression):
+    config = make(EASY, strategy__kind=kind, strategy__compression=compression,
+                  strategy__topk_ratio=0.1)
+    result = simulate(config)
+    evals = rows(result.metrics_csv, "eval")
+    assert evals[-1]["loss"] < 0.5 * evals[0]["loss"]
+    uncompressed = simulate(make(EASY, strategy__kind=kind)).summary["final_loss"]
+    assert result.summary["final_loss"] < 2 * uncompressed
+
+
+def test_topk_error_feedback_keeps_what_was_not_sent():
+    env, ctx, asp = build(make(WIDE, strategy__kind="asp", strategy__compression="topk",
+                               cluster__workers=1, run__iterations=10))
+    asp.start()
+    env.run(until=ctx.recorder.done)
+    codec = ctx.workers[0].codec
+    assert np.count_nonzero(codec.residual) > 0.9 * 1000  # the other 99% wait their turn
+
+
+@pytest.mark.parametrize("kind", ["asp", "ssp"])
+def test_staleness_aware_lr_divides_by_the_staleness(kind):
+    workers, lr = 4, 0.1
+    env, ctx, strategy = build(make(strategy__kind=kind, strategy__staleness_lr=True,
+                                    strategy__staleness=3, compute__distribution="exponential",
+                                    compute__time_s=1e-3, workload__lr=lr))
+    applied = []
+    apply = ctx.server.apply
+    ctx.server.apply = lambda grad, step_lr: (applied.append(step_lr), apply(grad, step_lr))
+    strategy.start()
+    env.run(until=ctx.recorder.done)
+    staleness = [row[6] for row in update_table(ctx)]
+    assert max(staleness) > 1
+    expected = [lr / workers / max(1, s) for s in staleness]  # asp scales lr by 1 / N
+    assert applied == pytest.approx(expected, rel=1e-15)
+
+
+def test_staleness_lr_off_applies_the_same_rate_to_every_gradient():
+    env, ctx, asp = build(make(strategy__kind="asp", compute__distribution="exponential",
+                               compute__time_s=1e-3))
+    applied = []
+    apply = ctx.server.apply
+    ctx.server.apply = lambda grad, step_lr: (applied.append(step_lr), apply(grad, step_lr))
+    asp.start()
+    env.run(until=ctx.recorder.done)
+    assert set(applied) == {0.1 / 4}
+
+
+def test_sparse_asp_pulls_and_pushes_only_the_touched_features():
+    config = make(MODELS["sparse-logreg"], strategy__kind="asp", workload__features=5000)
+    env, ctx, asp = build(config)
+    hosts = {w.host: w.index for w in ctx.workers}
+    # per worker, in order: features of each batch drawn, rows pulled, bytes pushed
+    touched, pulled, pushed = ([[] for _ in ctx.workers] for _ in range(3))
+    pull, push = ctx.server.pull, ctx.server.push
+
+    def pulling(host, out, rows=None):
+        pulled[hosts[host]].append(rows)
+        return pull(host, out, rows)
+
+    def pushing(host, nbytes):
+        pushed[hosts[host]].append(nbytes)
+        return push(host, nbytes)
+
+    def drawing(w, draw):
+        def batch():
+            X, y = draw()
+            touched[w.index].append(np.unique(X[1]))  # CSR column ids
+            return X, y
+        return batch
+
+    ctx.server.pull, ctx.server.push = pulling, pushing
+    for w in ctx.workers:
+        w.next_batch = drawing(w, w.next_batch)
+    asp.start()
+    env.run(until=ctx.recorder.done)
+    assert sum(map(len, pushed)) >= config.run.iterations
+    for features, rows_pulled, nbytes in zip(touched, pulled, pushed, strict=True):
+        for f, r, b in zip(features, rows_pulled, nbytes, strict=False):  # last may be cut
+            assert np.array_equal(r, f)
+            assert b == 16 * len(f)  # an int64 id and a float64 value each
+            assert b < 8 * 5000 / 10  # under a tenth of a dense message
