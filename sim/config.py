@@ -78,6 +78,10 @@ class Workload(Section):
     test_fraction: float = doc(0.2, "held-out share of the rows", gt=0, lt=1)
     shard: Literal["contiguous", "shuffled"] = doc(
         "shuffled", "how training rows are split over workers")
+    profile: Literal["resnet50", "vgg16", "bert-base"] | None = doc(
+        None, "charge each step the per-layer FLOPs and gradient sizes (float32) of a real "
+        "network; bsp and bsp-ps only")
+    numerics: bool = doc(True, "false: timing only (needs a profile; no data, no loss)")
 
 
 class Strategy(Section):
@@ -97,6 +101,11 @@ class Strategy(Section):
     local_steps: PositiveInt = doc(4, "local-sgd: steps H between averages; easgd: period tau")
     elasticity: float | None = doc(None, "easgd: moving rate alpha (default 0.9 / workers)",
                                    gt=0, le=1)
+    pipelining: Literal["none", "wfbp", "bucket"] = doc(
+        "none", "bsp / bsp-ps: send each layer (wfbp) or bucket as backprop produces it")
+    bucket_bytes: Positive = doc(25e6, "bucket: a bucket closes once it holds this many bytes "
+                                 "(PyTorch DDP's default 25 MB)")
+    priority: bool = doc(False, "send ready messages lowest layer first (P3, ByteScheduler)")
 
 
 class Slowdown(Section):
@@ -210,6 +219,8 @@ def _check_workload(c: Config) -> None:
     from sim.workloads.models import MODELS
 
     w = c.workload
+    if not w.numerics:
+        return  # timing only: no data set to check against
     rows, features, classes, sparse = dataset_shape(w.dataset, w.samples, w.features,
                                                     w.classes)
     model = MODELS[w.model]
@@ -244,14 +255,34 @@ def _check_strategy(c: Config) -> None:
                              f"start_s ({slow.start_s})")
 
 
+PIPELINED = ("bsp", "bsp-ps")
+
+
+def _check_pipelining(c: Config) -> None:
+    s, w = c.strategy, c.workload
+    if (s.pipelining != "none" or s.priority) and s.kind not in PIPELINED:
+        raise ValueError(f"strategy.pipelining: layer-wise pipelining applies to "
+                         f"{' and '.join(PIPELINED)}, not {s.kind!r}")
+    if s.pipelining != "none" and s.compression != "none":
+        raise ValueError("strategy.compression: not combined with pipelining (each layer "
+                         "would need its own codec)")
+    if w.profile is not None and s.kind not in PIPELINED:
+        raise ValueError(f"workload.profile: timing profiles apply to "
+                         f"{' and '.join(PIPELINED)}, not {s.kind!r}")
+    if not w.numerics and w.profile is None:
+        raise ValueError("workload.numerics: false needs a workload.profile to time")
+    if not w.numerics and s.compression != "none":
+        raise ValueError("strategy.compression: a timing-only run has no gradient to compress")
+
+
 def _fill_derived_defaults(c: Config) -> None:
     """Defaults that depend on other keys, written out so config.toml shows them."""
     if c.strategy.elasticity is None:  # Zhang et al. 2015: alpha = beta / p with beta = 0.9
         c.strategy.elasticity = min(1.0, 0.9 / c.cluster.workers)
 
 
-CHECKS = [_check_names, _check_topology, _check_fabric, _check_workload, _check_strategy,
-          _fill_derived_defaults]
+CHECKS = [_check_names, _check_topology, _check_fabric, _check_pipelining, _check_workload,
+          _check_strategy, _fill_derived_defaults]
 
 
 # ---- loading, overrides, dumping -----------------------------------------------------

@@ -100,11 +100,16 @@ class Recorder:
         self.diverged = True
         self.final = (math.nan, math.nan)
 
-    def add_span(self, worker: int, kind: str, start: float, end: float) -> None:
-        """Worker spent [start, end) simulated seconds on ``kind`` (compute, comm or wait)."""
+    def add_span(self, worker: int, kind: str, start: float, end: float,
+                 overlapped: bool = False) -> None:
+        """Worker spent [start, end) simulated seconds on ``kind`` (compute, comm or wait).
+
+        ``overlapped`` spans run alongside the worker's compute (pipelined communication):
+        the trace shows them on the worker's own network track.
+        """
         if end > start:
             self.breakdown[worker, KINDS.index(kind)] += end - start
-            self.slices.append((worker, kind, start, end))
+            self.slices.append((worker, kind, start, end, overlapped))
 
     @contextmanager
     def span(self, worker: int, kind: str) -> Iterator[None]:
@@ -155,15 +160,18 @@ class Recorder:
         return out.getvalue()
 
     def trace(self) -> dict[str, Any]:
-        """Chrome trace events: one thread per worker, X slices in microseconds."""
+        """Chrome trace events in microseconds: pid 0 has one thread per worker; pid 1 the
+        workers' communication that overlaps their compute (pipelined runs)."""
         workers = len(self.breakdown)
         events: list[dict[str, Any]] = [
-            {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "workers"}}]
-        events += [{"ph": "M", "name": "thread_name", "pid": 0, "tid": w,
-                    "args": {"name": f"worker {w}"}} for w in range(workers)]
-        events += [{"ph": "X", "name": kind, "cat": kind, "pid": 0, "tid": w,
+            {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "workers"}},
+            {"ph": "M", "name": "process_name", "pid": 1,
+             "args": {"name": "overlapped communication"}}]
+        events += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": w,
+                    "args": {"name": f"worker {w}"}} for w in range(workers) for pid in (0, 1)]
+        events += [{"ph": "X", "name": kind, "cat": kind, "pid": int(overlapped), "tid": w,
                     "ts": start * 1e6, "dur": (end - start) * 1e6}
-                   for w, kind, start, end in self.slices]
+                   for w, kind, start, end, overlapped in self.slices]
         return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 

@@ -20,11 +20,13 @@ from sim.network.topology import place, topology_options
 from sim.record import CountingEnvironment, Recorder
 from sim.training.compression import make_codec
 from sim.training.compute import ComputeModel
+from sim.training.pipeline import LayerCosts
 from sim.training.server import ParameterServer
 from sim.training.strategies import STRATEGIES, Context
 from sim.training.worker import Worker
 from sim.workloads.datasets import DatasetSpec, make_dataset, shard
 from sim.workloads.models import make_model
+from sim.workloads.profiles import get_profile
 
 
 @dataclass
@@ -43,42 +45,60 @@ def _topology_kwargs(config: Config) -> dict[str, Any]:
 
 
 def build(config: Config) -> tuple[CountingEnvironment, Context, Any]:
-    """The environment, the strategy's context and the strategy, ready to start."""
+    """The environment, the strategy's context and the strategy, ready to start.
+
+    With ``workload.numerics = false`` (a timing profile only) there is no data set and
+    no parameter vector: the run simulates time alone.
+    """
     cluster, workload, run = config.cluster, config.workload, config.run
     streams = np.random.SeedSequence(run.seed).spawn(5)
     data_rng, init_rng, codec_seed = (np.random.default_rng(streams[0]),
                                       np.random.default_rng(streams[1]),
                                       int(streams[4].generate_state(1)[0]))
-    spec = DatasetSpec(workload.dataset, workload.samples, workload.features, workload.classes,
-                       workload.separation, workload.noise, workload.nnz_per_row,
-                       workload.zipf_exponent, workload.test_fraction)
-    data = make_dataset(spec, data_rng)
-    model = make_model(workload.model, data.features, data.classes,
-                       hidden=tuple(workload.hidden), l2=workload.l2,
-                       nnz_per_row=workload.nnz_per_row)
+    data, model = _workload(config, data_rng)
+    layers = LayerCosts.from_profile(get_profile(workload.profile)) if workload.profile \
+        else LayerCosts.from_model(model)
     strategy_cls = STRATEGIES[config.strategy.kind]
     servers = cluster.servers if strategy_cls.uses_servers else 0
     env = CountingEnvironment()
-    network = build_network(env, cluster.fabric, cluster.workers + servers,
-                            topology=cluster.topology, model=cluster.network,
-                            **_topology_kwargs(config))
+    options = {"topology": cluster.topology, "model": cluster.network,
+               **_topology_kwargs(config)}
+    network = build_network(env, cluster.fabric, cluster.workers + servers, **options)
     hosts = place(network.topology, cluster.workers + servers, cluster.placement)
     batch_rngs = [np.random.default_rng(s) for s in streams[2].spawn(cluster.workers)]
-    shards = shard(data.n_train, cluster.workers, workload.shard, data_rng)
+    shards = shard(data.n_train if data else 0, cluster.workers, workload.shard, data_rng)
+    size = model.size if model else 0
     workers = [Worker(i, int(hosts[i]), shards[i], data, model, workload.batch, batch_rngs[i],
-                      make_codec(config.strategy, model.size, codec_seed + i))
+                      make_codec(config.strategy, size, codec_seed + i))
                for i in range(cluster.workers)]
-    params = model.init(init_rng)
-    compute = ComputeModel(config.compute, model.flops(workload.batch), cluster.workers,
+    params = model.init(init_rng) if model else np.zeros(0)
+    compute = ComputeModel(config.compute, layers.flops(workload.batch), cluster.workers,
                            int(streams[3].generate_state(1)[0]))
     recorder = Recorder(env, cluster.workers, run.iterations, run.eval_every, run.target_loss)
     server = ParameterServer(network, hosts[cluster.workers:], params.copy(), workload) \
         if servers else None
-    ctx = Context(env, config, network, model, params, workers, compute, recorder, server)
+    ctx = Context(env, config, network, model, params, workers, compute, recorder, server,
+                  layers, model is not None, {**options, "placement": cluster.placement})
     strategy = strategy_cls(ctx)
-    recorder.evaluate = lambda: model.evaluate(strategy.model_of_record(), data.X_test,
-                                               data.y_test)
+    if model is not None:
+        recorder.evaluate = lambda: model.evaluate(strategy.model_of_record(), data.X_test,
+                                                   data.y_test)
     return env, ctx, strategy
+
+
+def _workload(config: Config, rng: np.random.Generator) -> tuple[Any, Any]:
+    """(data set, model), or (None, None) for a timing-only run."""
+    workload = config.workload
+    if not workload.numerics:
+        return None, None
+    spec = DatasetSpec(workload.dataset, workload.samples, workload.features, workload.classes,
+                       workload.separation, workload.noise, workload.nnz_per_row,
+                       workload.zipf_exponent, workload.test_fraction)
+    data = make_dataset(spec, rng)
+    model = make_model(workload.model, data.features, data.classes,
+                       hidden=tuple(workload.hidden), l2=workload.l2,
+                       nnz_per_row=workload.nnz_per_row)
+    return data, model
 
 
 def simulate(config: Config) -> Result:
@@ -99,5 +119,5 @@ def simulate(config: Config) -> Result:
     summary = recorder.summary(config.run.seed, wall_s, env.events_processed,
                                strategy=config.strategy.kind, fabric=ctx.network.fabric.name,
                                workers_n=ctx.n, stragglers=ctx.compute.stragglers,
-                               compute_time_s=ctx.compute.base_s)
+                               compute_time_s=ctx.compute.base_s, **strategy.summary_extra())
     return Result(summary, recorder.metrics_csv(), recorder.trace(), dump_config(config))

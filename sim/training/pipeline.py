@@ -74,14 +74,18 @@ class Pipeline:
     """Runs ``steps`` pipelined steps on ``workers`` workers over a channel.
 
     ``costs(worker, step)`` gives the layer times of that worker's step;
-    ``span(worker, kind, start, end)`` receives compute and wait intervals;
+    ``span(worker, kind, start, end, overlapped)`` receives its compute, wait and
+    communication intervals. With one message per step, a worker's time splits exactly
+    into compute, communication and wait. With several, communication runs beside compute
+    (``overlapped``) and ``wait`` is the time a forward layer sits idle for its message:
+    compute + wait is the worker's whole time;
     ``step_done(step)`` is called when every message of the step has been delivered.
     """
 
     def __init__(self, env: simpy.Environment, workers: int, messages: list[Message],
                  channel: AllreduceChannel | ParameterServerChannel,
                  costs: Callable[[int, int], StepCosts],
-                 span: Callable[[int, str, float, float], None],
+                 span: Callable[[int, str, float, float, bool], None],
                  step_done: Callable[[int], None]) -> None:
         self.env, self.workers, self.messages, self.channel = env, workers, messages, channel
         self.costs, self.span, self.step_done = costs, span, step_done
@@ -92,8 +96,15 @@ class Pipeline:
         # delivered[worker][m]: the event of message m's latest delivery to that worker
         self.delivered: list[list[simpy.Event | None]] = [[None] * len(messages)
                                                           for _ in range(workers)]
+        # when each worker's latest copy of message m started to communicate
+        self.comm_start = np.zeros((workers, len(messages)))
         self.stopped = False
+        self.overlapped = len(messages) > 1
         channel.attach(self)
+
+    def landed(self, w: int, m: int) -> None:
+        """Message m is back at worker w: the layers it carries may run."""
+        self.delivered[w][m].succeed()
 
     def start(self, steps: int) -> simpy.Process:
         """Start every worker and the channel; the returned process ends with the last step."""
@@ -108,18 +119,21 @@ class Pipeline:
                 return
             cost = self.costs(w, step)
             for layer in range(len(self.message_of)):
-                waiting = self.delivered[w][self.message_of[layer]]
+                m = self.message_of[layer]
+                waiting = self.delivered[w][m]
                 if waiting is not None and not waiting.processed:
                     start = env.now
                     yield waiting
-                    self.span(w, "wait", start, env.now)
+                    # one message: idle until it started moving, the channel spans the rest
+                    end = env.now if self.overlapped else max(start, self.comm_start[w, m])
+                    self.span(w, "wait", start, end, False)
                 start = env.now
                 yield env.timeout(cost.forward_s[layer])
-                self.span(w, "compute", start, env.now)
+                self.span(w, "compute", start, env.now, False)
             for layer in range(len(self.message_of) - 1, -1, -1):
                 start = env.now
                 yield env.timeout(cost.backward_s[layer])
-                self.span(w, "compute", start, env.now)
+                self.span(w, "compute", start, env.now, False)
                 m = self.message_of[layer]
                 if self.messages[m].lo == layer:
                     self.delivered[w][m] = env.event()
@@ -160,9 +174,11 @@ class AllreduceChannel:
                     yield self.wakeup
                     self.wakeup = self.env.event()
                 m = self.next_message(pipe)
+                start = pipe.comm_start[:, m] = self.env.now
                 yield from self.reduce(step, pipe.messages[m])
                 for w in range(pipe.workers):
-                    pipe.delivered[w][m].succeed()
+                    pipe.span(w, "comm", start, self.env.now, pipe.overlapped)
+                    pipe.landed(w, m)
             pipe.step_done(step)
             if pipe.stopped:
                 return
@@ -192,6 +208,7 @@ class ParameterServerChannel:
     def run(self, pipe: Pipeline, steps: int) -> Generator[simpy.Event, Any, None]:
         for step in range(steps):
             self.pushed = [0] * len(pipe.messages)
+            self.pushed_at = np.zeros((pipe.workers, len(pipe.messages)))
             self.pulls: list[simpy.Event] = []
             senders = [self.env.process(self.sender(pipe, w, step)) for w in range(pipe.workers)]
             yield simpy.AllOf(self.env, senders)
@@ -208,7 +225,10 @@ class ParameterServerChannel:
             queue = self.queues[w]
             m = min(queue, key=lambda k: pipe.messages[k].lo) if self.priority else queue[0]
             queue.remove(m)
+            start = pipe.comm_start[w, m] = self.env.now
             yield from self.push(w, pipe.messages[m])
+            pipe.span(w, "comm", start, self.env.now, pipe.overlapped)
+            self.pushed_at[w, m] = self.env.now
             self.pushed[m] += 1
             if self.pushed[m] == pipe.workers:
                 self.apply(step, pipe.messages[m])
@@ -216,5 +236,46 @@ class ParameterServerChannel:
                                for v in range(pipe.workers)]
 
     def pull_to(self, pipe: Pipeline, w: int, m: int) -> Generator[simpy.Event, Any, None]:
+        start = self.env.now
+        if not pipe.overlapped:  # idle between its push and the others' (the barrier)
+            pipe.span(w, "wait", float(self.pushed_at[w, m]), start, False)
         yield from self.pull(w, pipe.messages[m])
-        pipe.delivered[w][m].succeed()
+        pipe.span(w, "comm", start, self.env.now, pipe.overlapped)
+        pipe.landed(w, m)
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """The work of each layer (forward order): FLOPs per sample and gradient bytes."""
+
+    forward_flops: np.ndarray
+    backward_flops: np.ndarray
+    grad_bytes: np.ndarray
+    source: str  # "model" or "profile:NAME"
+
+    @classmethod
+    def from_model(cls, model: Any, itemsize: int = 8) -> LayerCosts:
+        layers = model.layers
+        return cls(np.array([layer.forward_flops for layer in layers], float),
+                   np.array([layer.backward_flops for layer in layers], float),
+                   np.array([(layer.params.stop - layer.params.start) * itemsize
+                             for layer in layers], np.int64), "model")
+
+    @classmethod
+    def from_profile(cls, profile: Any, itemsize: int = 4) -> LayerCosts:
+        """A published network's layers; gradients in float32, as such networks train."""
+        n = len(profile.layers)
+        return cls(np.array([layer.forward_flops for layer in profile.layers], float),
+                   np.array([profile.backward_flops(i) for i in range(n)], float),
+                   np.array([layer.params * itemsize for layer in profile.layers], np.int64),
+                   f"profile:{profile.name}")
+
+    def flops(self, batch: int) -> float:
+        """Forward + backward FLOPs of one mini-batch."""
+        return batch * float(self.forward_flops.sum() + self.backward_flops.sum())
+
+    def split(self, seconds: float) -> StepCosts:
+        """A step of ``seconds`` shared out over the layers in proportion to their FLOPs."""
+        total = self.forward_flops.sum() + self.backward_flops.sum()
+        scale = seconds / total if total > 0 else 0.0
+        return StepCosts(self.forward_flops * scale, self.backward_flops * scale)

@@ -43,7 +43,10 @@ class ParameterServer:
         self.momentum, self.weight_decay = workload.momentum, workload.weight_decay
         self.velocity = np.zeros_like(params) if self.momentum > 0 else None
         sizes = np.array([len(part) for part in np.array_split(params, len(self.hosts))])
-        self.share = sizes / sizes.sum()  # of any message, per shard
+        # of any message, per shard (equal key ranges when there are no numbers to hold)
+        self.share = sizes / sizes.sum() if sizes.sum() else np.full(len(self.hosts),
+                                                                      1 / len(self.hosts))
+        self.edges = np.concatenate([[0.0], np.cumsum(self.share)])
         self.version = 0  # updates applied
 
     def _to_shards(self, host: int, nbytes: float) -> simpy.Event:
@@ -53,6 +56,27 @@ class ParameterServer:
     def _from_shards(self, host: int, nbytes: float) -> simpy.Event:
         n = len(self.hosts)
         return transfer(self.network, self.hosts, np.full(n, host), nbytes * self.share)
+
+    def range_bytes(self, start: float, stop: float, nbytes: float) -> np.ndarray:
+        """Bytes per shard of a message carrying the keys [start, stop) (fractions of the
+        whole vector, 0..1) in ``nbytes``: each shard gets the part of its key range."""
+        overlap = np.clip(np.minimum(stop, self.edges[1:]) - np.maximum(start, self.edges[:-1]),
+                          0.0, None)
+        return nbytes * overlap / (stop - start)
+
+    def push_range(self, host: int, start: float, stop: float, nbytes: float) -> simpy.Event:
+        """Part of a gradient (keys [start, stop), as fractions) to the shards that own it."""
+        parts = self.range_bytes(start, stop, nbytes)
+        owners = parts > 0
+        return transfer(self.network, np.full(owners.sum(), host), self.hosts[owners],
+                        parts[owners])
+
+    def send_range(self, host: int, start: float, stop: float, nbytes: float) -> simpy.Event:
+        """The shards that own keys [start, stop) send their part of them to ``host``."""
+        parts = self.range_bytes(start, stop, nbytes)
+        owners = parts > 0
+        return transfer(self.network, self.hosts[owners], np.full(owners.sum(), host),
+                        parts[owners])
 
     def push(self, host: int, nbytes: float) -> simpy.Event:
         """A gradient of ``nbytes`` from ``host``; fires when every shard has its part."""
@@ -78,8 +102,13 @@ class ParameterServer:
 
     def apply(self, grad: np.ndarray, lr: float) -> None:
         """One SGD step with ``grad``; bumps the version."""
-        K.sgd_update(self.params, grad, self.velocity, lr, self.momentum, self.weight_decay)
+        self.update(grad, lr)
         self.version += 1
+
+    def update(self, grad: np.ndarray, lr: float, keys: slice = slice(None)) -> None:
+        """An SGD step on the parameters ``keys`` only (``grad`` covers just those)."""
+        velocity = None if self.velocity is None else self.velocity[keys]
+        K.sgd_update(self.params[keys], grad, velocity, lr, self.momentum, self.weight_decay)
 
     def apply_sparse(self, rows: np.ndarray, values: np.ndarray, lr: float) -> None:
         """One SGD step on ``rows`` only (momentum and decay applied lazily there)."""

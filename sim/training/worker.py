@@ -16,11 +16,12 @@ from sim.workloads.models import Model
 class Worker:
     """Worker ``index`` on network host ``host``, training on the rows ``shard``."""
 
-    def __init__(self, index: int, host: int, shard: np.ndarray, data: Dataset, model: Model,
+    def __init__(self, index: int, host: int, shard: np.ndarray, data: Dataset | None,
+                 model: Model | None,
                  batch: int, rng: np.random.Generator, codec: Dense) -> None:
         self.index, self.host, self.shard = index, host, shard
         self.data, self.model, self.batch, self.rng, self.codec = data, model, batch, rng, codec
-        self.grad = np.zeros(model.size)
+        self.grad = np.zeros(model.size if model is not None else 0)
         self.clock = 0  # iterations this worker has completed
         self._order = rng.permutation(shard)
         self._next = 0

@@ -19,7 +19,10 @@ import simpy
 
 from sim import kernels as K
 from sim.network.collectives import get_collective
+from sim.network.runner import run_alone
+from sim.training.pipeline import AllreduceChannel, Message
 from sim.training.strategies.base import Strategy
+from sim.training.strategies.pipelined import PipelinedStrategy
 
 
 class AllreduceMixin:
@@ -49,8 +52,13 @@ class AllreduceMixin:
             self.ctx.recorder.add_span(w.index, "comm", start, self.ctx.env.now)
 
 
-class BSP(AllreduceMixin, Strategy):
-    """Synchronous SGD: every step averages all workers' gradients with an allreduce."""
+class BSP(AllreduceMixin, PipelinedStrategy):
+    """Synchronous SGD: every step averages all workers' gradients with an allreduce.
+
+    Steps run through :mod:`sim.training.pipeline`: with ``strategy.pipelining = "none"``
+    each step is compute, then one allreduce of the whole gradient; ``wfbp`` and ``bucket``
+    overlap per-layer (or per-bucket) allreduces with backprop.
+    """
 
     name = "bsp"
 
@@ -59,37 +67,41 @@ class BSP(AllreduceMixin, Strategy):
         ctx = self.ctx
         self.params = ctx.params.copy()
         self.velocity = np.zeros_like(self.params) if ctx.config.workload.momentum > 0 else None
-        self.total = np.zeros(ctx.model.size)  # the sum, then the mean, of the gradients
-        self.decoded = np.zeros(ctx.model.size)
-        ctx.env.process(self.run())
+        self.total = np.zeros(ctx.params.size)  # the sum, then the mean, of the gradients
+        self.decoded = np.zeros(ctx.params.size)
+        self.compressed_bytes: int | None = None
+        self.start_pipeline(AllreduceChannel(ctx.env, ctx.config.strategy.priority,
+                                             self.reduce))
 
     def model_of_record(self) -> np.ndarray:
         return self.params
 
-    def run(self) -> Generator[simpy.Event, Any, None]:
-        ctx, rec, env = self.ctx, self.ctx.recorder, self.ctx.env
-        workload = ctx.config.workload
-        step = 0
-        while not rec.finished:
-            start = env.now
-            losses = [w.gradient(self.params) for w in ctx.workers]
-            ends = [start + ctx.compute.duration(w.index, start) for w in ctx.workers]
-            yield env.timeout(max(ends) - start)
-            for w, end in zip(ctx.workers, ends, strict=True):  # barrier: wait for the last
-                rec.add_span(w.index, "compute", start, end)
-                rec.add_span(w.index, "wait", end, env.now)
-            nbytes = self.sum_gradients()
-            comm_start = env.now
-            yield from self.allreduce_time(nbytes)
-            self.record_comm(comm_start)
-            K.scale(1.0 / ctx.n, self.total)
-            K.sgd_update(self.params, self.total, self.velocity, ctx.lr, workload.momentum,
-                         workload.weight_decay)
-            step += 1
-            for w in ctx.workers:
-                w.clock = step
-            rec.update(-1, step, step - 1, 0, float(np.mean(losses)),
-                       ctx.n * ctx.workers[0].batch)
+    def message_bytes(self, msg: Message) -> int:
+        return self.compressed_bytes if self.compressed_bytes is not None else msg.nbytes
+
+    def reduce(self, step: int, msg: Message) -> Generator[simpy.Event, Any, None]:
+        yield from self.allreduce_time(self.message_bytes(msg))
+
+    def compute_gradients(self) -> None:
+        super().compute_gradients()
+        nbytes = self.sum_gradients()
+        if self.ctx.config.strategy.compression != "none":
+            self.compressed_bytes = nbytes
+
+    def apply_step(self, step: int) -> float:
+        workload = self.ctx.config.workload
+        K.scale(1.0 / self.ctx.n, self.total)
+        K.sgd_update(self.params, self.total, self.velocity, workload.lr, workload.momentum,
+                     workload.weight_decay)
+        return float(np.mean(self.losses))
+
+    def alone_s(self, msg: Message) -> float:
+        nbytes = self.message_bytes(msg)
+        if nbytes not in self.elapsed_s:
+            self.elapsed_s[nbytes], _ = run_alone(
+                self.collective, p=self.ctx.n, nbytes=nbytes, fabric=self.ctx.network.fabric,
+                **self.ctx.network_options)
+        return self.elapsed_s[nbytes]
 
     def sum_gradients(self) -> int:
         """Sum the workers' gradients as received (decoded) into :attr:`total`, in rank order.

@@ -11,6 +11,7 @@ import simpy
 
 from sim.record import Recorder
 from sim.training.compute import ComputeModel
+from sim.training.pipeline import LayerCosts
 from sim.training.server import ParameterServer
 from sim.training.worker import Worker
 from sim.workloads.models import Model
@@ -29,6 +30,9 @@ class Context:
     compute: ComputeModel
     recorder: Recorder
     server: ParameterServer | None  # for strategies with uses_servers
+    layers: LayerCosts  # per-layer FLOPs and gradient bytes (of the model or a profile)
+    numerics: bool  # False: timing only (a profile, no data and no parameters)
+    network_options: dict[str, Any]  # topology, model, placement...: to rebuild the network
 
     @property
     def lr(self) -> float:
@@ -55,6 +59,10 @@ class Strategy(ABC):
     @abstractmethod
     def model_of_record(self) -> np.ndarray:
         """The parameters that evaluations measure."""
+
+    def summary_extra(self) -> dict[str, Any]:
+        """Strategy-specific summary keys."""
+        return {}
 
     def step_lr(self, staleness: int) -> float:
         """The learning rate for a gradient of this staleness (lr / staleness when enabled)."""

@@ -1,10 +1,14 @@
 """Synchronous training through parameter servers: ``bsp-ps`` and ``backup``.
 
-Each step every worker pulls the parameters, computes a gradient and pushes it; the
-server sums the gradients it accepts in worker order, applies their mean once, and the
-next step begins. With b backup workers (Chen et al. 2016, "Revisiting distributed
-synchronous SGD") the step closes as soon as N - b gradients have arrived: the workers
-still computing are cancelled and the late gradients are dropped on arrival.
+``bsp-ps``: every worker computes its gradient and pushes it; once every worker has
+pushed, the servers average the gradients in worker order, step the parameters and send
+them back, and the next step's forward begins. It runs through the layer-wise pipeline
+(:mod:`sim.training.pipeline`), so ``strategy.pipelining`` can push each layer or bucket
+as soon as backprop has produced it.
+
+``backup`` (Chen et al. 2016, "Revisiting distributed synchronous SGD"): each step every
+worker pulls, computes and pushes; the step closes as soon as N - b gradients have
+arrived: the workers still computing are cancelled and late gradients are dropped.
 """
 
 from __future__ import annotations
@@ -16,14 +20,19 @@ import numpy as np
 import simpy
 
 from sim import kernels as K
+from sim.network.runner import build_network
+from sim.network.topology import place
+from sim.training.pipeline import Message, ParameterServerChannel
+from sim.training.server import ParameterServer
 from sim.training.strategies.base import Strategy
+from sim.training.strategies.pipelined import PipelinedStrategy, message_slice
 from sim.training.worker import Worker, compute
 
 
-class BSPPS(Strategy):
-    """Synchronous SGD through sharded parameter servers: push, barrier, pull."""
+class Backup(Strategy):
+    """Synchronous SGD with b backup workers: each step uses the first N - b gradients."""
 
-    name = "bsp-ps"
+    name = "backup"
     uses_servers = True
 
     def start(self) -> None:
@@ -39,7 +48,7 @@ class BSPPS(Strategy):
     @property
     def needed(self) -> int:
         """Gradients that close a step."""
-        return self.ctx.n
+        return self.ctx.n - self.ctx.config.strategy.backup
 
     def run(self) -> Generator[simpy.Event, Any, None]:
         ctx, env, rec = self.ctx, self.ctx.env, self.ctx.recorder
@@ -89,11 +98,89 @@ class BSPPS(Strategy):
                             len(accepted) * ctx.workers[0].batch)
 
 
-class Backup(BSPPS):
-    """Synchronous SGD with b backup workers: each step uses the first N - b gradients."""
+class BSPPS(PipelinedStrategy):
+    """Synchronous SGD through sharded parameter servers: push, barrier, pull."""
 
-    name = "backup"
+    name = "bsp-ps"
+    uses_servers = True
 
-    @property
-    def needed(self) -> int:
-        return self.ctx.n - self.ctx.config.strategy.backup
+    def start(self) -> None:
+        ctx = self.ctx
+        self.total = np.zeros(ctx.params.size)
+        self.compressed_bytes: int | None = None
+        offsets = np.concatenate([[0], np.cumsum(ctx.layers.grad_bytes)])
+        self.key_edges = offsets / offsets[-1]  # layer boundaries as fractions of the keys
+        self.alone: dict[tuple[int, int], float] = {}
+        self.start_pipeline(ParameterServerChannel(ctx.env, ctx.config.strategy.priority,
+                                                   self.push, self.apply_message, self.pull))
+
+    def model_of_record(self) -> np.ndarray:
+        return self.ctx.server.params
+
+    def keys(self, msg: Message) -> tuple[float, float]:
+        return float(self.key_edges[msg.lo]), float(self.key_edges[msg.hi + 1])
+
+    def message_bytes(self, msg: Message) -> int:
+        return self.compressed_bytes if self.compressed_bytes is not None else msg.nbytes
+
+    def compute_gradients(self) -> None:
+        """The gradients, each replaced by what the servers receive (decoded, if compressed)."""
+        super().compute_gradients()
+        if self.ctx.config.strategy.compression != "none":
+            for w in self.ctx.workers:
+                message, self.compressed_bytes = w.codec.encode(w.grad)
+                w.codec.decode(message, w.grad)
+
+    def push(self, w: int, msg: Message) -> Generator[simpy.Event, Any, None]:
+        yield self.ctx.server.push_range(self.ctx.workers[w].host, *self.keys(msg),
+                                         self.message_bytes(msg))
+
+    def pull(self, w: int, msg: Message) -> Generator[simpy.Event, Any, None]:
+        yield self.ctx.server.send_range(self.ctx.workers[w].host, *self.keys(msg),
+                                         msg.nbytes)  # parameters come back uncompressed
+
+    def apply_message(self, step: int, msg: Message) -> None:
+        """The servers average the message's layers over the workers and step them."""
+        ctx = self.ctx
+        if not ctx.numerics:
+            return
+        keys = message_slice(msg, ctx.model)
+        total = self.total[keys]
+        total[:] = 0
+        for w in ctx.workers:  # worker order: reproducible rounding
+            K.sum_into(total, w.grad[keys])
+        K.scale(1.0 / ctx.n, total)
+        ctx.server.update(total, self.step_lr(0), keys)
+
+    def apply_step(self, step: int) -> float:
+        self.ctx.server.version += 1
+        return float(np.mean(self.losses))
+
+    def alone_s(self, msg: Message) -> float:
+        """Every worker pushes ``msg`` at once, then the servers send it back to all.
+
+        Pipelined steps also overlap one message's pull with the next one's push (opposite
+        link directions), so with several messages T can beat this M and
+        overlap_efficiency can exceed 1.
+        """
+        if (msg.lo, msg.hi) not in self.alone:
+            ctx = self.ctx
+            env = simpy.Environment()
+            options = dict(ctx.network_options)
+            placement = options.pop("placement")
+            n_hosts = ctx.n + len(ctx.server.hosts)
+            network = build_network(env, ctx.network.fabric, n_hosts, **options)
+            hosts = place(network.topology, n_hosts, placement)
+            server = ParameterServer(network, hosts[ctx.n:], np.zeros(0), ctx.config.workload)
+            server.share, server.edges = ctx.server.share, ctx.server.edges
+            keys = self.keys(msg)
+
+            def exchange() -> Generator[simpy.Event, Any, None]:
+                yield simpy.AllOf(env, [server.push_range(h, *keys, self.message_bytes(msg))
+                                        for h in hosts[:ctx.n]])
+                yield simpy.AllOf(env, [server.send_range(h, *keys, msg.nbytes)
+                                        for h in hosts[:ctx.n]])
+
+            env.run(env.process(exchange()))
+            self.alone[msg.lo, msg.hi] = float(env.now)
+        return self.alone[msg.lo, msg.hi]

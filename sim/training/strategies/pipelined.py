@@ -1,0 +1,99 @@
+"""Synchronous strategies whose steps run through the layer-wise pipeline.
+
+The numbers and the timing are kept apart: every worker's gradient for step k+1 is
+computed (on the parameters after step k) when step k's last message lands, and the
+pipeline decides when each layer's compute and each message happen. This is exact
+because a step's backward cannot start before all of the previous step's messages
+have landed (its forward needs every layer).
+
+Summary metrics (issue 6): C = compute_s, M = comm_s (each message alone on the network,
+one after another), T = sim_time_s, all per worker over the run; iter_s = T / steps;
+exposed_comm_s = (T - C) / steps; pipelining_ratio = M / C; overlap_efficiency =
+(C + M - T) / min(C, M); speedup_vs_none = T_none / T, where T_none is the same steps with
+one message after the whole backward (the slowest worker's compute plus the
+whole-gradient allreduce, per step).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sim.training.pipeline import Message, Pipeline, StepCosts, plan_messages
+from sim.training.strategies.base import Strategy
+
+UNBOUNDED = 1 << 62  # steps: the run stops on the recorder, not on a step count
+
+
+class PipelinedStrategy(Strategy):
+    """Base: subclasses give the channel, the numerics of a step and the message time."""
+
+    def start_pipeline(self, channel: Any) -> None:
+        ctx = self.ctx
+        strategy = ctx.config.strategy
+        self.layers = ctx.layers
+        self.messages = plan_messages(self.layers.grad_bytes, strategy.pipelining,
+                                      strategy.bucket_bytes)
+        self.slowest_compute_s = 0.0  # sum over steps of the slowest worker's compute
+        self._step_max: dict[int, float] = {}
+        self.pipe = Pipeline(ctx.env, ctx.n, self.messages, channel, self.costs,
+                             ctx.recorder.add_span, self.step_done)
+        if ctx.numerics:
+            self.compute_gradients()
+        self.pipe.start(UNBOUNDED)
+
+    def costs(self, worker: int, step: int) -> StepCosts:
+        seconds = self.ctx.compute.duration(worker, self.ctx.env.now)
+        self._step_max[step] = max(self._step_max.get(step, 0.0), seconds)
+        return self.layers.split(seconds)
+
+    def step_done(self, step: int) -> None:
+        self.slowest_compute_s += self._step_max.pop(step, 0.0)
+        loss = self.apply_step(step) if self.ctx.numerics else math.nan
+        for w in self.ctx.workers:
+            w.clock = step + 1
+        self.ctx.recorder.update(-1, step + 1, step, 0, loss,
+                                 self.ctx.n * self.ctx.config.workload.batch)
+        if self.ctx.recorder.finished:
+            self.pipe.stopped = True
+        elif self.ctx.numerics:
+            self.compute_gradients()
+
+    def compute_gradients(self) -> None:
+        """Every worker's gradient at the current parameters (numerics of the next step)."""
+        self.losses = [w.gradient(self.model_of_record()) for w in self.ctx.workers]
+
+    def apply_step(self, step: int) -> float:
+        """Apply the step's update (the messages have all landed); returns the mean loss."""
+        raise NotImplementedError
+
+    def alone_s(self, msg: Message) -> float:
+        """Seconds ``msg`` takes alone on an idle network."""
+        raise NotImplementedError
+
+    def message_bytes(self, msg: Message) -> int:
+        """Bytes on the wire for ``msg`` (smaller when compressed)."""
+        return msg.nbytes
+
+    def summary_extra(self) -> dict[str, Any]:
+        rec, steps = self.ctx.recorder, max(1, self.ctx.recorder.iteration)
+        C = float(rec.breakdown[:, 0].mean())
+        M = steps * sum(self.alone_s(m) for m in self.messages)
+        T = float(self.ctx.env.now)
+        whole = plan_messages(self.layers.grad_bytes, "none", 0)[0]
+        T_none = self.slowest_compute_s + steps * self.alone_s(whole)
+        return {"pipelining": self.ctx.config.strategy.pipelining,
+                "priority": self.ctx.config.strategy.priority,
+                "messages_per_step": len(self.messages),
+                "timing": self.layers.source + ("" if self.ctx.numerics else " (timing only)"),
+                "comm_s": M,
+                "iter_s": T / steps,
+                "exposed_comm_s": (T - C) / steps,
+                "pipelining_ratio": M / C if C > 0 else None,
+                "overlap_efficiency": (C + M - T) / min(C, M) if min(C, M) > 0 else None,
+                "speedup_vs_none": T_none / T if T > 0 else None}
+
+
+def message_slice(msg: Message, model: Any) -> slice:
+    """The part of the flat parameter vector that carries layers msg.lo..msg.hi."""
+    return slice(model.layers[msg.lo].params.start, model.layers[msg.hi].params.stop)
