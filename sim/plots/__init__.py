@@ -12,6 +12,8 @@ paths. Legends name each run by the config keys that differ between the runs com
 - :func:`plot_gantt`: per-worker compute / communication / wait timeline, one per run
 - :func:`plot_breakdown`: mean compute / communication / wait time per worker, a bar per run
 - :func:`plot_scaling`: throughput and speedup vs workers from a sweep's results.csv
+- :func:`plot_pipelining`: speedup of each pipelining mode vs M / C, with the ideal;
+  :func:`plot_buckets`: iteration time vs bucket size (both from a sweep's results.csv)
 - :func:`plot_runs`: the kinds asked for (the ``plot`` command);
   :func:`plot_sweep`: a sweep's standard comparison figures into ``SWEEP/plots/``
 """
@@ -25,16 +27,19 @@ from sim.errors import UserError
 from sim.plots.figures import plot_breakdown, plot_loss_time, plot_loss_updates, plot_staleness
 from sim.plots.gantt import plot_gantt
 from sim.plots.labels import differing_keys, run_labels
+from sim.plots.pipelining import BUCKET, MODE, plot_buckets, plot_pipelining, sweeps_key
 from sim.plots.results import Run, Sweep, expand
 from sim.plots.scaling import plot_scaling, sweeps_workers
 
-__all__ = ["KINDS", "differing_keys", "parse_kinds", "plot_breakdown", "plot_gantt",
-           "plot_loss_time", "plot_loss_updates", "plot_runs", "plot_scaling",
-           "plot_staleness", "plot_sweep", "run_labels"]
+__all__ = ["KINDS", "differing_keys", "parse_kinds", "plot_breakdown", "plot_buckets",
+           "plot_gantt", "plot_loss_time", "plot_loss_updates", "plot_pipelining", "plot_runs",
+           "plot_scaling", "plot_staleness", "plot_sweep", "run_labels"]
 
 RUN_PLOTS = {"loss-time": plot_loss_time, "loss-updates": plot_loss_updates,
              "staleness": plot_staleness, "gantt": plot_gantt, "breakdown": plot_breakdown}
-KINDS = (*RUN_PLOTS, "scaling")
+# figures of a whole sweep: kind -> (the swept key it needs, the function)
+SWEEP_PLOTS = {"pipelining": (MODE, plot_pipelining), "buckets": (BUCKET, plot_buckets)}
+KINDS = (*RUN_PLOTS, "scaling", *SWEEP_PLOTS)
 
 
 def _names(kinds: str | Iterable[str]) -> list[str]:
@@ -65,6 +70,20 @@ def _scaling(dirs: list[Path], sweeps: list[Sweep], out_dir: Path,
     return written
 
 
+def _sweep_plot(kind: str, dirs: list[Path], sweeps: list[Sweep], out_dir: Path,
+                explicit: bool) -> list[Path]:
+    key, function = SWEEP_PLOTS[kind]
+    able = [s for s in sweeps if sweeps_key(s, key)]
+    if explicit and not able:
+        raise UserError(f"--kind {kind}: {', '.join(map(str, dirs))}: needs a sweep directory "
+                        f"(with results.csv) that sweeps {key} over several values")
+    written: list[Path] = []
+    for sweep in able:
+        written += function(sweep.path, out_dir,
+                            kind if len(able) == 1 else f"{kind}-{sweep.path.name}")
+    return written
+
+
 def plot_runs(run_dirs: Sequence[Path | str], out_dir: Path,
               kinds: str | Iterable[str] = ("all",), *,
               gantt_window_s: float | None = None) -> list[Path]:
@@ -85,6 +104,9 @@ def plot_runs(run_dirs: Sequence[Path | str], out_dir: Path,
     for kind in chosen:
         if kind == "scaling":
             written += _scaling(dirs, sweeps, Path(out_dir), "all" not in _names(kinds))
+        elif kind in SWEEP_PLOTS:
+            written += _sweep_plot(kind, dirs, sweeps, Path(out_dir),
+                                   "all" not in _names(kinds))
         elif kind == "gantt":
             written += plot_gantt(runs, Path(out_dir), window_s=gantt_window_s)
         else:
@@ -96,7 +118,8 @@ def plot_sweep(sweep_dir: Path) -> list[Path]:
     """A sweep's standard comparison figures, into ``sweep_dir/plots/``.
 
     Loss vs time and vs updates, the time breakdown, the staleness histogram when any
-    update was stale, and throughput / speedup vs workers when ``cluster.workers`` is swept.
+    update was stale, throughput / speedup vs workers when ``cluster.workers`` is swept,
+    and the pipelining figures when the pipelining mode or the bucket size is swept.
     """
     sweep = Sweep(Path(sweep_dir))
     runs: list[Run] = sweep.runs()
@@ -107,4 +130,7 @@ def plot_sweep(sweep_dir: Path) -> list[Path]:
         written += plot_staleness(runs, out)
     if sweeps_workers(sweep):
         written += plot_scaling(sweep.path, out)
+    for kind, (key, function) in SWEEP_PLOTS.items():
+        if sweeps_key(sweep, key):
+            written += function(sweep.path, out, kind)
     return written
