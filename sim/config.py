@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.errors import UserError
 
@@ -153,6 +153,20 @@ class Config(Section):
     run: Run = Run()
     sweep: dict[str, list[Any]] = doc({}, "dotted key -> list of values; `sweep` runs "
                                        "the grid")
+
+    @field_validator("sweep", mode="before")
+    @classmethod
+    def _dotted(cls, table: Any) -> Any:
+        """``[sweep]`` may nest tables (``cluster.workers = [...]`` unquoted): flatten them."""
+        if not isinstance(table, dict):
+            return table
+        flat: dict[str, Any] = {}
+        for key, value in table.items():
+            if isinstance(value, dict):
+                flat.update({f"{key}.{k}": v for k, v in cls._dotted(value).items()})
+            else:
+                flat[key] = value
+        return flat
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from sim.config import load_config
@@ -48,10 +47,7 @@ def main(args: argparse.Namespace) -> int:
     out = args.out or default_out(args.config)
     check_out_dir(out)  # before spending time on the run
     result = simulate(config)
-    write_run(out, {"config.toml": result.config_toml,
-                    "summary.json": json.dumps(result.summary, indent=2) + "\n",
-                    "metrics.csv": result.metrics_csv,
-                    "trace.json": json.dumps(result.trace)})
+    write_run(out, result.files())
     print(f"{config.strategy.kind} on {config.cluster.workers} workers, "
           f"{config.workload.model}/{config.workload.dataset}:")
     print(format_summary(result.summary))

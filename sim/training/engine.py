@@ -7,6 +7,7 @@ always give the same run.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,13 @@ class Result:
     metrics_csv: str
     trace: dict[str, Any]
     config_toml: str
+
+    def files(self) -> dict[str, str]:
+        """The run directory's files (name -> text), as :func:`sim.record.write_run` takes."""
+        return {"config.toml": self.config_toml,
+                "summary.json": json.dumps(self.summary, indent=2) + "\n",
+                "metrics.csv": self.metrics_csv,
+                "trace.json": json.dumps(self.trace)}
 
 
 def _topology_kwargs(config: Config) -> dict[str, Any]:

@@ -1,0 +1,328 @@
+"""Running a sweep: resumable execution on local processes or a Dask cluster.
+
+Each point is written atomically to ``DIR/runs/NAME/`` (:func:`sim.record.write_run`), so a
+run directory holding ``summary.json`` is complete and a restarted sweep skips it.
+``DIR/sweep.json`` records the points (values, hash of the resolved config) and
+``DIR/sweep.toml`` the definition after ``--set``; a DIR made by another definition is
+refused. ``DIR/results.csv`` is rebuilt from the run directories at the end.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.config import validate
+from sim.errors import UserError
+from sim.sweep.grid import TEMP_RUN, Sweep, load_sweep
+
+
+@dataclass
+class SweepReport:
+    out: Path
+    sweep: Sweep
+    ran: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # name -> message
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    results_csv: Path | None = None
+    plots: list[Path] = field(default_factory=list)
+
+
+# ---- one point -----------------------------------------------------------------------------
+
+def run_point(task: dict[str, Any]) -> dict[str, Any]:
+    """Validate and simulate one point (in a worker process or on a Dask worker).
+
+    With ``task["runs_dir"]`` the run directory is written here; without, the files come
+    back to the caller. Never raises: a failure comes back as ``error``.
+    """
+    name = task["name"]
+    try:
+        from sim.record import write_run
+        from sim.training.engine import simulate
+
+        result = simulate(validate(task["data"], task["source"]))
+        files = result.files()
+        if task.get("runs_dir"):
+            write_run(Path(task["runs_dir"]) / name, files)
+            files = None
+        return {"name": name, "error": None, "files": files}
+    except Exception as exc:  # reported per point; the sweep goes on
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        where = f" (at {Path(frame.filename).name}:{frame.lineno})"
+        error = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}{where}"
+        return {"name": name, "error": error, "files": None}
+
+
+def _failure(name: str, error: str) -> dict[str, Any]:
+    return {"name": name, "error": error, "files": None}
+
+
+def _init_worker(parent_pid: int) -> None:
+    """In each pool process: one BLAS thread per process, and exit if the sweep is killed."""
+    import signal
+
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops the pool
+    if sys.platform == "linux":  # die with the parent at once (PR_SET_PDEATHSIG = 1)
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    def watch() -> None:  # elsewhere (and as a fallback): notice within 0.2 s
+        while os.getppid() == parent_pid:
+            time.sleep(0.2)
+        os._exit(1)  # orphaned: a half-written run stays a temp dir, never looks complete
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+# ---- executors: each yields run_point's outcomes as they finish ----------------------------
+
+def default_jobs() -> int:
+    """The CPUs this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        os.cpu_count() or 1
+
+
+def _local(tasks: list[dict[str, Any]], jobs: int) -> Iterator[dict[str, Any]]:
+    if jobs == 1:  # in this process: no start-up cost, simplest to debug
+        for task in tasks:
+            yield run_point(task)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(min(jobs, len(tasks)),
+                               mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_init_worker, initargs=(os.getpid(),))
+    finished = False
+    try:
+        futures = {pool.submit(run_point, task): task["name"] for task in tasks}
+        for future in as_completed(futures):
+            try:
+                yield future.result()
+            except Exception as exc:  # the process died (killed, out of memory, crash)
+                yield _failure(futures[future], f"worker process died: {exc!r}")
+        finished = True
+    finally:
+        if not finished:  # interrupted: stop the runs now (queued ones would still start)
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()  # a half-written run stays a temp dir
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def connect(address: str) -> Any:
+    """A ``distributed.Client`` for ``--scheduler ADDRESS``. Raises UserError."""
+    try:
+        from distributed import Client
+        from distributed.comm import get_address_host_port, parse_address
+        from distributed.comm.registry import get_backend
+    except ImportError:
+        raise UserError("--scheduler: needs the 'distributed' package "
+                        "(pip install distributed)") from None
+    try:  # checked first: a Client that fails to parse the address hangs at exit
+        scheme = parse_address(address)[0]
+        get_backend(scheme)
+        if scheme in ("tcp", "tls", "ws", "wss"):
+            get_address_host_port(address)
+    except ValueError as exc:
+        raise UserError(f"--scheduler {address}: {exc}; expected e.g. tcp://host:8786") from None
+    try:
+        return Client(address, timeout="20s", set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise UserError(f"--scheduler {address}: cannot connect: {exc}") from None
+
+
+def _dask(tasks: list[dict[str, Any]], client: Any) -> Iterator[dict[str, Any]]:
+    """Points on a Dask cluster; files come back and are written here (no shared disk)."""
+    from distributed import as_completed
+
+    futures = {client.submit(run_point, {**task, "runs_dir": None}, pure=False,
+                             key=f"sweep-{task['name']}-{uuid.uuid4().hex[:8]}"): task["name"]
+               for task in tasks}
+    try:
+        for future in as_completed(futures, loop=client.loop):
+            try:
+                yield future.result()
+            except Exception as exc:  # the worker died (KilledWorker, lost connection)
+                yield _failure(futures[future], f"on the Dask cluster: {exc!r}")
+    finally:
+        client.cancel(list(futures))
+
+
+# ---- the sweep directory -------------------------------------------------------------------
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _check_out(out: Path, manifest: dict[str, Any]) -> None:
+    """``out`` must be absent, empty, or made by this same sweep."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise UserError(f"{out}: exists and is not a directory; choose another --out")
+    saved_path = out / "sweep.json"
+    if not saved_path.exists():
+        if any(p.name != ".lock" for p in out.iterdir()):
+            raise UserError(f"{out}: exists, is not empty and holds no sweep.json; "
+                            f"choose another --out")
+        return
+    try:
+        saved = json.loads(saved_path.read_text())
+        old = [(p["name"], p["values"]) for p in saved["points"]]
+        hashes = [p["config_sha256"] for p in saved["points"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{saved_path}: unreadable ({exc}); choose another --out") from None
+    new = json.loads(json.dumps(manifest["points"], default=str))
+    pairs = [(p["name"], p["values"]) for p in new]
+    if old != pairs:
+        i = next((i for i, (a, b) in enumerate(zip(old, pairs, strict=False)) if a != b),
+                 min(len(old), len(pairs)))
+        theirs, ours = (x[i][0] if i < len(x) else "none" for x in (old, pairs))
+        raise UserError(f"{out}: holds a different sweep (its point {i + 1} is {theirs}, here "
+                        f"{ours}); choose another --out or remove it")
+    changed = [p["name"] for p, h in zip(new, hashes, strict=True) if p["config_sha256"] != h]
+    if changed:
+        raise UserError(f"{out}: same grid but run {changed[0]} has a different config (the "
+                        f"base config, a --set override or sim changed); choose another --out")
+
+
+def prepare(out: Path, sweep: Sweep) -> Any:
+    """Create (or check) DIR, save the definition, clear half-written runs; returns the
+    open lock file, which keeps other sweeps out of DIR until it is closed."""
+    import fcntl
+
+    manifest = sweep.manifest()
+    _check_out(out, manifest)
+    out.mkdir(parents=True, exist_ok=True)
+    lock = open(out / ".lock", "w")  # closed by the caller
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        raise UserError(f"{out}: another sweep is running into it") from None
+    _check_out(out, manifest)  # again, now that no other sweep can change it
+    if not (out / "sweep.json").exists():
+        import tomli_w
+
+        _write_atomic(out / "sweep.toml", tomli_w.dumps(sweep.definition))
+        _write_atomic(out / "sweep.json", json.dumps(manifest, indent=1, default=str) + "\n")
+    (out / "runs").mkdir(exist_ok=True)
+    for entry in (out / "runs").iterdir():
+        if TEMP_RUN.match(entry.name):  # left by a killed sweep
+            shutil.rmtree(entry, ignore_errors=True)
+    return lock
+
+
+def is_complete(out: Path, name: str) -> bool:
+    return (out / "runs" / name / "summary.json").is_file()
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None or isinstance(value, bool | list | dict):  # as in JSON: true, [1,2]
+        return "" if value is None else json.dumps(value, separators=(",", ":"))
+    return repr(value) if isinstance(value, float) else value
+
+
+def write_results(out: Path, sweep: Sweep) -> tuple[Path, list[dict[str, Any]]]:
+    """DIR/results.csv from the complete run directories, in point order: the run's name,
+    the swept keys, run.seed and the summary's scalars. Returns its path and rows."""
+    columns = ["run", *(k for k in sweep.keys if k != "run.seed"), "run.seed"]
+    rows = []
+    for point in sweep.points:
+        if is_complete(out, point.name):
+            summary = json.loads((out / "runs" / point.name / "summary.json").read_text())
+            scalars = {k: v for k, v in summary.items() if not isinstance(v, list | dict)}
+            columns += [k for k in scalars if k not in columns]
+            rows.append({"run": point.name, **point.values, "run.seed": point.seed, **scalars})
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([_csv_value(row.get(c)) for c in columns] for row in rows)
+    _write_atomic(out / "results.csv", text.getvalue())
+    return out / "results.csv", rows
+
+
+# ---- the whole sweep -----------------------------------------------------------------------
+
+def run_sweep(path: str | Path, out: str | Path, overrides: list[str] | None = None,
+              jobs: int | None = None, scheduler: str | None = None, plots: bool = True,
+              progress: bool = True) -> SweepReport:
+    """Run (or finish) the sweep of config ``path`` into ``out``. Raises UserError.
+
+    Failed points are in ``report.failed``; the finished ones are kept and in results.csv.
+    """
+    out = Path(out)
+    if jobs is not None and jobs < 1:
+        raise UserError(f"--jobs: expected at least 1, got {jobs}")
+    sweep = load_sweep(path, overrides)
+    _check_out(out, sweep.manifest())  # before connecting or creating anything
+    report = SweepReport(out, sweep)
+    todo = any(not is_complete(out, p.name) for p in sweep.points)
+    client = connect(scheduler) if scheduler and todo else None
+    try:
+        lock = prepare(out, sweep)
+        try:
+            pending = [p for p in sweep.points if not is_complete(out, p.name)]
+            report.skipped = [p.name for p in sweep.points if is_complete(out, p.name)]
+            tasks = [{"name": p.name, "data": p.data, "runs_dir": str(out / "runs"),
+                      "source": f"{sweep.source}: sweep point {p.name}"} for p in pending]
+            if tasks:
+                outcomes = (_dask(tasks, client) if client
+                            else _local(tasks, jobs or default_jobs()))
+                _consume(out, outcomes, report, len(sweep.points), progress)
+            report.results_csv, report.rows = write_results(out, sweep)
+        finally:
+            lock.close()
+    finally:
+        if client is not None:
+            client.close()
+    if plots and report.rows:
+        from sim.plots import plot_sweep
+
+        report.plots = [Path(p) for p in plot_sweep(out)]
+    return report
+
+
+def _consume(out: Path, outcomes: Iterator[dict[str, Any]], report: SweepReport, total: int,
+             progress: bool) -> None:
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, initial=len(report.skipped), unit="run", desc="sweep",
+               file=sys.stderr, disable=not progress, dynamic_ncols=True)
+    with bar:
+        for outcome in outcomes:
+            name = outcome["name"]
+            if outcome["error"] is None and outcome["files"] is not None:
+                from sim.record import write_run
+
+                try:  # a Dask result: written here
+                    write_run(out / "runs" / name, outcome["files"])
+                except (OSError, UserError) as exc:
+                    outcome["error"] = f"writing {out / 'runs' / name}: {exc}"
+            if outcome["error"] is None:
+                report.ran.append(name)
+            else:
+                report.failed[name] = outcome["error"]
+                bar.write(f"failed: {name}: {outcome['error']}", file=sys.stderr)
+            bar.update()

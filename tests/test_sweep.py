@@ -1,0 +1,298 @@
+"""Sweeps: grid expansion and naming, results.csv, resuming after a kill, Dask, bad tables."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+from sim.config import validate
+from sim.errors import UserError
+from sim.sweep import MAX_NAME, flatten, format_value, grid, load_sweep, point_names, run_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = """\
+[cluster]
+workers = 2
+[workload]
+features = 8
+samples = 256
+batch = 8
+[run]
+iterations = {iterations}
+eval_every = 5
+"""
+GRID = '[sweep]\n"cluster.fabric" = ["ib-hdr", "eth-10g"]\n"cluster.workers" = [2, 4]\n'
+NAMES = ["fabric=ib-hdr_workers=2", "fabric=ib-hdr_workers=4",
+         "fabric=eth-10g_workers=2", "fabric=eth-10g_workers=4"]
+
+
+def write_config(tmp_path: Path, sweep: str = GRID, iterations: int = 10,
+                 name: str = "exp.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(TINY.format(iterations=iterations) + sweep)
+    return path
+
+
+def read_results(path: Path) -> list[dict[str, str]]:
+    """results.csv rows without wall_s (the only column that differs between reruns)."""
+    with open(path, newline="") as f:
+        return [{k: v for k, v in row.items() if k != "wall_s"} for row in csv.DictReader(f)]
+
+
+def sweep_cli(config: Path, out: Path, *extra: str) -> int:
+    return main(["sweep", str(config), "--out", str(out), "--no-plots", *extra])
+
+
+# ---- grid expansion and naming (units) --------------------------------------------------
+
+def test_grid_is_the_product_in_key_order_times_seeds():
+    points = grid({"a.x": [1, 2], "b.y": ["u", "v"]}, seeds=[7, 8])
+    assert len(points) == 8
+    assert points[0] == {"a.x": 1, "b.y": "u", "run.seed": 7}
+    assert points[1] == {"a.x": 1, "b.y": "u", "run.seed": 8}
+    assert points[-1] == {"a.x": 2, "b.y": "v", "run.seed": 8}
+    assert grid({"a.x": [1, 2]}) == [{"a.x": 1}, {"a.x": 2}]
+    assert grid({}, seeds=[0, 1]) == [{"run.seed": 0}, {"run.seed": 1}]
+
+
+def test_names_are_readable_and_deterministic():
+    points = grid({"cluster.fabric": ["eth-10g"], "cluster.workers": [8]}, seeds=[1])
+    assert point_names(points) == ["fabric=eth-10g_workers=8_seed=1"]
+    assert format_value([256, 128]) == "256-128" and format_value(True) == "true"
+    assert format_value(0.05) == "0.05"
+    # two swept keys with the same last part are named in full
+    both = point_names(grid({"strategy.staleness": [1], "x.staleness": [2]}))
+    assert both == ["strategy.staleness=1_x.staleness=2"]
+    assert point_names(grid({"cluster.fabric": ["a/b c"]})) == ["fabric=a-b-c"]
+
+
+def test_colliding_or_long_names_get_a_hash_suffix():
+    points = grid({"cluster.fabric": ["a/b", "a b", "c"]})
+    names = point_names(points)
+    assert len(set(names)) == 3 and names[2] == "fabric=c"
+    assert names[0].startswith("fabric=a-b_") and names[1].startswith("fabric=a-b_")
+    assert names == point_names(points)  # deterministic
+    upper, lower = point_names(grid({"cluster.fabric": ["IB", "ib"]}))  # case-insensitive disks
+    assert upper.lower() != lower.lower()
+    long = point_names(grid({"cluster.fabric": ["x" * 200, "x" * 199 + "y"]}))
+    assert len(set(long)) == 2 and all(len(n) <= MAX_NAME for n in long)
+
+
+def test_dotted_tables_overrides_and_derived_defaults(tmp_path):
+    nested = write_config(tmp_path, "[sweep]\ncluster.workers = [2, 8]\n"
+                          '[strategy]\nkind = "easgd"\n')
+    sweep = load_sweep(nested, ["run.seeds=[3, 4]", "sweep.workload.lr=[0.1, 0.2]"])
+    assert sweep.keys == ["cluster.workers", "workload.lr", "run.seed"]
+    assert len(sweep.points) == 8 and sweep.points[0].name == "workers=2_lr=0.1_seed=3"
+    configs = [validate(p.data) for p in sweep.points]
+    assert [c.run.seed for c in configs[:2]] == [3, 4]
+    assert configs[0].sweep == {} and configs[0].run.seeds == []  # each run is one config
+    # defaults derived from a swept key follow the point, not the base config
+    assert configs[0].strategy.elasticity == pytest.approx(0.9 / 2)
+    assert configs[-1].strategy.elasticity == pytest.approx(0.9 / 8)
+    assert flatten({"a": {"b": [1]}, "c.d": [2]}) == {"a.b": [1], "c.d": [2]}
+
+
+# ---- end to end --------------------------------------------------------------------------
+
+def test_sweep_writes_every_run_and_a_tidy_results_csv(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert sweep_cli(write_config(tmp_path), out, "--jobs", "2") == 0
+    printed = capsys.readouterr().out
+    assert all(name in printed for name in NAMES) and str(out / "results.csv") in printed
+    runs = sorted(p.name for p in (out / "runs").iterdir())
+    assert runs == sorted(NAMES)
+    for name in NAMES:
+        assert sorted(p.name for p in (out / "runs" / name).iterdir()) == [
+            "config.toml", "metrics.csv", "summary.json", "trace.json"]
+    resolved = tomllib.loads((out / "runs" / NAMES[3] / "config.toml").read_text())
+    assert resolved["cluster"]["fabric"] == "eth-10g" and resolved["cluster"]["workers"] == 4
+    rows = read_results(out / "results.csv")
+    assert [r["run"] for r in rows] == NAMES
+    columns = list(rows[0])
+    assert columns[:4] == ["run", "cluster.fabric", "cluster.workers", "run.seed"]
+    assert {"final_loss", "sim_time_s", "samples_per_s", "iterations"} <= set(columns)
+    assert "workers" not in columns  # per-worker lists are not scalars
+    assert [(r["cluster.fabric"], r["cluster.workers"]) for r in rows] == [
+        ("ib-hdr", "2"), ("ib-hdr", "4"), ("eth-10g", "2"), ("eth-10g", "4")]
+    assert all(r["iterations"] == "10" for r in rows)
+    assert json.loads((out / "sweep.json").read_text())["points"][0]["name"] == NAMES[0]
+    # started again: nothing to do, the same results
+    assert sweep_cli(write_config(tmp_path), out) == 0
+    assert "4 already done" in capsys.readouterr().out
+    assert read_results(out / "results.csv") == rows
+
+
+def _complete(out: Path) -> dict[str, bytes]:
+    """Complete runs (not write_run's hidden temp dirs) -> their summary.json."""
+    return {p.parent.name: p.read_bytes() for p in out.glob("runs/*/summary.json")
+            if not p.parent.name.startswith(".")}
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_killed_sweep_resumes_to_the_same_results(tmp_path):
+    sweep = '[sweep]\n"workload.lr" = [0.05, 0.1, 0.2, 0.4]\n"cluster.workers" = [2, 4]\n'
+    config = write_config(tmp_path, sweep, iterations=800)
+    reference = tmp_path / "reference"
+    assert sweep_cli(config, reference, "--jobs", "1") == 0
+    expected = read_results(reference / "results.csv")
+
+    out = tmp_path / "killed"
+    command = [sys.executable, "-m", "sim", "sweep", str(config), "--out", str(out),
+               "--no-plots", "--jobs", "2"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not _complete(out) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    workers = _children(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10  # orphaned pool processes exit with the sweep
+    while any(map(_alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert workers and not any(map(_alive, workers))
+    done = _complete(out)
+    assert 1 <= len(done) < 8, "the sweep was not killed part-way"
+    assert not (out / "results.csv").exists()
+
+    resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{8 - len(done)} ran, {len(done)} already done" in resumed.stdout
+    assert read_results(out / "results.csv") == expected
+    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(
+        p.name for p in (reference / "runs").iterdir())  # no temp dirs, no duplicates
+    assert {n: (out / "runs" / n / "summary.json").read_bytes() for n in done} == done
+
+
+def test_resume_after_a_simulated_crash(tmp_path):
+    config = write_config(tmp_path)
+    reference, out = tmp_path / "reference", tmp_path / "crashed"
+    assert sweep_cli(config, reference, "--jobs", "1") == 0
+    assert sweep_cli(config, out, "--jobs", "1") == 0
+    # what a crash leaves: some runs complete, one half-written temp dir, no results.csv
+    import shutil
+
+    for name in NAMES[1:3]:
+        shutil.rmtree(out / "runs" / name)
+    half = out / "runs" / f".{NAMES[1]}.tmp-4242"
+    half.mkdir()
+    (half / "config.toml").write_text("[cluster]\n")
+    (out / "results.csv").unlink()
+    kept = (out / "runs" / NAMES[0] / "summary.json").read_bytes()
+
+    report = run_sweep(config, out, jobs=1, plots=False, progress=False)
+    assert report.ran == NAMES[1:3] and report.skipped == [NAMES[0], NAMES[3]]
+    assert not report.failed
+    assert read_results(out / "results.csv") == read_results(reference / "results.csv")
+    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(NAMES)
+    assert (out / "runs" / NAMES[0] / "summary.json").read_bytes() == kept
+
+
+def test_dask_local_cluster_gives_the_same_results(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    config = write_config(tmp_path)
+    local, dask = tmp_path / "local", tmp_path / "dask"
+    assert sweep_cli(config, local, "--jobs", "1") == 0
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        assert sweep_cli(config, dask, "--scheduler", cluster.scheduler_address) == 0
+    assert read_results(dask / "results.csv") == read_results(local / "results.csv")
+    assert sorted(p.name for p in (dask / "runs").iterdir()) == sorted(NAMES)
+
+
+def test_unreachable_scheduler_is_a_user_error(tmp_path):
+    pytest.importorskip("distributed")
+    out = tmp_path / "out"
+    with pytest.raises(UserError, match="--scheduler"):
+        run_sweep(write_config(tmp_path), out, scheduler="bogus://host:1", plots=False)
+    assert not out.exists()
+
+
+# ---- failures and bad input --------------------------------------------------------------
+
+def test_a_failing_point_is_reported_and_the_rest_kept(tmp_path, monkeypatch, capsys):
+    import sim.training.engine as engine
+
+    real = engine.simulate
+
+    def flaky(config):
+        if config.cluster.workers == 4 and config.cluster.fabric == "eth-10g":
+            raise RuntimeError("boom")
+        return real(config)
+
+    monkeypatch.setattr(engine, "simulate", flaky)
+    config, out = write_config(tmp_path), tmp_path / "out"
+    assert sweep_cli(config, out, "--jobs", "1") == 1
+    err = capsys.readouterr().err
+    assert f"failed: {NAMES[3]}: RuntimeError: boom" in err
+    assert [r["run"] for r in read_results(out / "results.csv")] == NAMES[:3]
+    monkeypatch.setattr(engine, "simulate", real)
+    assert sweep_cli(config, out, "--jobs", "1") == 0  # the same command finishes it
+    assert [r["run"] for r in read_results(out / "results.csv")] == NAMES
+
+
+@pytest.mark.parametrize("sweep, named", [
+    ('[sweep]\n"cluster.wrokers" = [2, 4]\n', "sweep.cluster.wrokers"),
+    ('[sweep]\n"cluster.workers" = 4\n', "sweep.cluster.workers"),
+    ('[sweep]\n"cluster.workers" = [2, 0]\n', "cluster.workers"),
+    ('[sweep]\n"cluster.fabric" = ["ib-hdr", "token-ring"]\n', "cluster.fabric"),
+    ('[sweep]\n"workload.batch" = [8, 5000]\n', "workload.batch"),
+    ('[sweep]\n"workload.lr" = []\n', "sweep.workload.lr"),
+    ('[sweep]\n"workload.lr" = [0.1, 0.1]\n', "sweep.workload.lr"),
+    ('[sweep]\n"cluster" = [1]\n', "sweep.cluster"),
+    ('[sweep]\n"run.seeds" = [[1]]\n', "sweep.run.seeds"),
+    ("sweep = 3\n", "sweep"),
+    ("", "nothing to sweep"),
+])
+def test_bad_sweep_tables_exit_2_and_write_nothing(tmp_path, capsys, sweep, named):
+    out = tmp_path / "out"
+    assert sweep_cli(write_config(tmp_path, sweep), out) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and named in err and "exp.toml" in err
+    assert not out.exists()
+
+
+def test_a_bad_point_is_named(tmp_path, capsys):
+    config = write_config(tmp_path, '[sweep]\n"cluster.workers" = [2, 0]\n')
+    assert sweep_cli(config, tmp_path / "out") == 2
+    assert "sweep point workers=0: cluster.workers" in capsys.readouterr().err
+
+
+def test_refuses_to_resume_a_different_sweep(tmp_path, capsys):
+    config, out = write_config(tmp_path), tmp_path / "out"
+    assert sweep_cli(config, out, "--jobs", "1") == 0
+    before = sorted(os.listdir(out / "runs"))
+    assert sweep_cli(config, out, "--set", "sweep.cluster.workers=[2, 8]") == 2
+    assert "different sweep (its point 2 is fabric=ib-hdr_workers=4" in capsys.readouterr().err
+    assert sweep_cli(config, out, "--set", "run.iterations=11") == 2
+    assert f"run {NAMES[0]} has a different config" in capsys.readouterr().err
+    assert sorted(os.listdir(out / "runs")) == before
+    # the saved definition reruns (resumes) the same sweep
+    assert sweep_cli(out / "sweep.toml", out) == 0
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine\n")
+    assert sweep_cli(config, tmp_path / "other") == 2
+    assert "holds no sweep.json" in capsys.readouterr().err
