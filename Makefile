@@ -7,13 +7,15 @@ EXT_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config
 NATIVE_LIB := sim/_native$(EXT_SUFFIX)
 NATIVE_SRC := native/build.py native/kernels.h $(wildcard native/*.c native/*.inc native/real.h)
 
-.PHONY: run test bench lint native clean
+.PHONY: run test bench lint docs native clean
 
 # numpy's BLAS runs its native kernels for a fair comparison (the machine pins Haswell ones)
 FAIR_BLAS := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 
+# The default experiment: a sweep (resumable: a second `make run` reuses finished runs) that
+# ends with its comparison plots.
 run: $(NATIVE_LIB)
-	$(FAIR_BLAS) $(PY) -m sim bench kernels --quick
+	$(PY) -m sim sweep experiments/quickstart.toml --out runs/quickstart
 
 test: $(NATIVE_LIB)
 	$(PY) -m pytest
@@ -21,9 +23,14 @@ test: $(NATIVE_LIB)
 bench: $(NATIVE_LIB)
 	$(FAIR_BLAS) $(PY) -m sim bench kernels
 	$(PY) -m sim bench network
+	$(PY) -m sim bench training
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check sim tests native
+
+# README's config reference, regenerated from the schema
+docs: $(INSTALLED)
+	$(PY) -m sim.docs
 
 native: $(NATIVE_LIB)
 

@@ -101,6 +101,8 @@ class Strategy(Section):
     local_steps: PositiveInt = doc(4, "local-sgd: steps H between averages; easgd: period tau")
     elasticity: float | None = doc(None, "easgd: moving rate alpha (default 0.9 / workers)",
                                    gt=0, le=1)
+    sparse_comm: bool = doc(True, "sparse-logreg under asp / ssp: pull and push only the "
+                            "features a batch touches (false: whole vectors)")
     pipelining: Literal["none", "wfbp", "bucket"] = doc(
         "none", "bsp / bsp-ps: send each layer (wfbp) or bucket as backprop produces it")
     bucket_bytes: Positive = doc(25e6, "bucket: a bucket closes once it holds this many bytes "

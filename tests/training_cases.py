@@ -35,7 +35,7 @@ MODELS = {
     "softmax": {"workload.model": "softmax", "workload.classes": 3},
     "mlp": {"workload.model": "mlp", "workload.classes": 3, "workload.hidden": [8]},
     "sparse-logreg": {"workload.model": "sparse-logreg", "workload.dataset": "sparse-powerlaw",
-                      "workload.features": 500, "workload.nnz_per_row": 8},
+                      "workload.features": 100, "workload.nnz_per_row": 8},
 }
 
 

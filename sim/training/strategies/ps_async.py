@@ -53,7 +53,7 @@ class ASP(Strategy):
             gap = yield from self.gate(w)
             if rec.finished:
                 return
-            if ctx.model.sparse:
+            if ctx.model.sparse and ctx.config.strategy.sparse_comm:
                 yield from self.sparse_iteration(w, replica, gap)
                 continue
             with rec.span(w.index, "comm"):
