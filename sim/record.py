@@ -159,20 +159,57 @@ class Recorder:
                                                    else v) for v in row])
         return out.getvalue()
 
-    def trace(self) -> dict[str, Any]:
+    def trace(self, flows: list[tuple[float, float, float, tuple[int, ...]]] | None = None,
+              link_name: Callable[[int], str] = str) -> dict[str, Any]:
         """Chrome trace events in microseconds: pid 0 has one thread per worker; pid 1 the
-        workers' communication that overlaps their compute (pipelined runs)."""
+        workers' communication that overlaps their compute (pipelined runs); pid 2 the
+        network links with the flows that crossed them, from ``flows`` = (start s, end s,
+        bytes, links). Slices that overlap in time go to extra lanes of their track."""
         workers = len(self.breakdown)
         events: list[dict[str, Any]] = [
-            {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "workers"}},
-            {"ph": "M", "name": "process_name", "pid": 1,
-             "args": {"name": "overlapped communication"}}]
-        events += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": w,
-                    "args": {"name": f"worker {w}"}} for w in range(workers) for pid in (0, 1)]
-        events += [{"ph": "X", "name": kind, "cat": kind, "pid": int(overlapped), "tid": w,
+            {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "workers"}}]
+        events += [{"ph": "M", "name": "thread_name", "pid": 0, "tid": w,
+                    "args": {"name": f"worker {w}"}} for w in range(workers)]
+        events += [{"ph": "X", "name": kind, "cat": kind, "pid": 0, "tid": w,
                     "ts": start * 1e6, "dur": (end - start) * 1e6}
-                   for w, kind, start, end, overlapped in self.slices]
+                   for w, kind, start, end, overlapped in self.slices if not overlapped]
+        overlapped = [(start, end, (w,), kind) for w, kind, start, end, lapped in self.slices
+                      if lapped]
+        events += _lane_events(1, "overlapped communication", overlapped,
+                               lambda w: f"worker {w}")
+        events += _lane_events(2, "network links (flows)",
+                               [(start, end, path, f"flow {i}: {nbytes:.0f} B")
+                                for i, (start, end, nbytes, path) in enumerate(flows or [])],
+                               link_name)
         return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _lane_events(pid: int, process: str, items: list[tuple[float, float, tuple[int, ...], str]],
+                 track_name: Callable[[int], str]) -> list[dict[str, Any]]:
+    """X slices of ``items`` (start s, end s, tracks, name) in process ``pid``; a track
+    gets as many lanes (threads) as it had items at once, an item taking the first lane
+    free at its start, so no two slices of one thread overlap."""
+    lanes: dict[int, list[float]] = {}  # track -> end time of each lane's last item
+    placed = []
+    for start, end, tracks, name in sorted(items, key=lambda item: item[0]):
+        for track in tracks:
+            ends = lanes.setdefault(track, [])
+            lane = next((k for k, busy in enumerate(ends) if busy <= start), len(ends))
+            ends[lane:lane + 1] = [end]
+            placed.append((track, lane, start, end, name))
+    tid = {key: n for n, key in enumerate(sorted((track, lane) for track, ends in lanes.items()
+                                                 for lane in range(len(ends))))}
+    if not tid:
+        return []
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": process}}]
+    events += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": n,
+                "args": {"name": track_name(track) + (f" ({lane + 1})" if lane else "")}}
+               for (track, lane), n in tid.items()]
+    events += [{"ph": "X", "name": name, "cat": name.split(" ")[0], "pid": pid,
+                "tid": tid[track, lane], "ts": start * 1e6, "dur": (end - start) * 1e6}
+               for track, lane, start, end, name in placed]
+    return events
 
 
 def _finite_or_none(x: float) -> float | None:

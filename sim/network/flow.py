@@ -83,8 +83,11 @@ class FlowNetwork:
         self._recompute_from: int | None = None  # rows whose rates are stale
         self._settling = False
         self._timer = 0  # version of the pending completion timer
+        self._started = np.empty(0)  # when each flow started, s
         self.flows_started = 0
         self.messages_delivered = 0
+        self.flow_log: list[tuple[float, float, float, tuple[int, ...]]] | None = None
+        self.log_limit = 0
 
     # ---- sending ---------------------------------------------------------------------
 
@@ -150,6 +153,7 @@ class FlowNetwork:
         self._size = np.concatenate([self._size, nbytes])
         self._rate = np.concatenate([self._rate, np.zeros(len(nbytes))])
         self._hops = np.concatenate([self._hops, paths.hops])
+        self._started = np.concatenate([self._started, np.full(len(nbytes), self.env.now)])
         self._batch = np.concatenate([self._batch, np.full(len(nbytes), batch)])
         self._index = np.concatenate([self._index, index])
         self._pair_flow = np.concatenate([self._pair_flow, paths.flow + first])
@@ -168,7 +172,7 @@ class FlowNetwork:
         row = np.cumsum(keep) - 1
         if self._recompute_from is not None:
             self._recompute_from = int(keep[: self._recompute_from].sum())
-        for name in ("_left", "_rate", "_size", "_hops", "_batch", "_index"):
+        for name in ("_left", "_rate", "_size", "_hops", "_batch", "_index", "_started"):
             setattr(self, name, getattr(self, name)[keep])
         self._pair_flow = row[self._pair_flow[~pair_done]]
         self._pair_link = self._pair_link[~pair_done]
@@ -176,6 +180,17 @@ class FlowNetwork:
             self._mark_stale(0)
         elif not self._settling:
             self._set_timer()  # nothing else changes at this instant: rates stand as they are
+
+    def start_log(self, limit: int) -> None:
+        """Record the first ``limit`` finished flows in :attr:`flow_log` as
+        (start s, end s, bytes, directed links) for the trace's link tracks."""
+        self.flow_log, self.log_limit = [], limit
+
+    def _log(self, done: np.ndarray) -> None:
+        for row in np.flatnonzero(done)[:self.log_limit - len(self.flow_log)]:
+            links = tuple(self._pair_link[self._pair_flow == row].tolist())
+            self.flow_log.append((float(self._started[row]), float(self.env.now),
+                                  float(self._size[row]), links))
 
     def _advance(self) -> None:
         """Bring every flow's remaining bytes up to now."""
@@ -227,6 +242,8 @@ class FlowNetwork:
         with np.errstate(divide="ignore"):
             done |= self.env.now + self._left / self._rate <= self.env.now
         if done.any():
+            if self.flow_log is not None and len(self.flow_log) < self.log_limit:
+                self._log(done)
             self._deliver_later(self._batch[done], self._index[done], self._hops[done])
             self._remove(done)
         else:

@@ -29,6 +29,8 @@ from sim.workloads.datasets import DatasetSpec, make_dataset, shard
 from sim.workloads.models import make_model
 from sim.workloads.profiles import get_profile
 
+TRACE_FLOWS = 2000  # flows shown on the trace's link tracks (the first ones of the run)
+
 
 @dataclass
 class Result:
@@ -113,6 +115,8 @@ def simulate(config: Config) -> Result:
     """Run the experiment; a diverged run (NaN/Inf) stops early with ``diverged: true``."""
     env, ctx, strategy = build(config)
     recorder = ctx.recorder
+    if hasattr(ctx.network, "start_log"):
+        ctx.network.start_log(TRACE_FLOWS)
     started = time.perf_counter()
     strategy.start()
     recorder.evaluate_now()
@@ -128,4 +132,6 @@ def simulate(config: Config) -> Result:
                                strategy=config.strategy.kind, fabric=ctx.network.fabric.name,
                                workers_n=ctx.n, stragglers=ctx.compute.stragglers,
                                compute_time_s=ctx.compute.base_s, **strategy.summary_extra())
-    return Result(summary, recorder.metrics_csv(), recorder.trace(), dump_config(config))
+    trace = recorder.trace(getattr(ctx.network, "flow_log", None),
+                           ctx.network.topology.link_name)
+    return Result(summary, recorder.metrics_csv(), trace, dump_config(config))
