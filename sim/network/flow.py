@@ -84,6 +84,7 @@ class FlowNetwork:
         self._settling = False
         self._timer = 0  # version of the pending completion timer
         self._started = np.empty(0)  # when each flow started, s
+        self._route_cache: dict[tuple[bytes, bytes], Paths] = {}
         self.flows_started = 0
         self.messages_delivered = 0
         self.flow_log: list[tuple[float, float, float, tuple[int, ...]]] | None = None
@@ -129,7 +130,7 @@ class FlowNetwork:
     # ---- flow table ------------------------------------------------------------------
 
     def _start(self, batch: int, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> None:
-        paths = self.topology.paths(src, dst)
+        paths = self._paths(src, dst)
         index = np.arange(len(src))
         # Empty messages and same-host messages use no link: only latency and overheads.
         instant = (nbytes <= 0) | (paths.hops == 0)
@@ -144,6 +145,19 @@ class FlowNetwork:
             index, nbytes = index[keep], nbytes[keep]
         if len(index):
             self._add(batch, index, nbytes, paths)
+
+    def _paths(self, src: np.ndarray, dst: np.ndarray) -> Paths:
+        """Routes, remembered for small requests: training repeats the same few exchanges
+        (a worker's push to its shards) thousands of times, and routing is fixed."""
+        if len(src) > 16:
+            return self.topology.paths(src, dst)
+        key = (src.tobytes(), dst.tobytes())
+        paths = self._route_cache.get(key)
+        if paths is None:
+            if len(self._route_cache) >= 4096:
+                self._route_cache.clear()
+            paths = self._route_cache[key] = self.topology.paths(src, dst)
+        return paths
 
     def _add(self, batch: int, index: np.ndarray, nbytes: np.ndarray, paths: Paths) -> None:
         self._advance()
