@@ -127,3 +127,10 @@ def test_unreadable_files_exit_2(tmp_path, capsys, text, message):
         path.write_text(text)
     assert main(["run", str(path)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_readme_config_reference_is_generated_from_the_schema():
+    from sim.docs import BEGIN, END, README, config_reference
+
+    text = README.read_text()
+    assert f"{BEGIN}\n{config_reference()}{END}" in text, "run `make docs`"
