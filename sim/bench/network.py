@@ -25,20 +25,9 @@ import simpy
 
 from sim.network.collectives import get_collective
 from sim.network.runner import build_network
+from sim.record import CountingEnvironment
 
 FABRIC = "ib-hdr"
-
-
-class _CountingEnvironment(simpy.Environment):
-    """A SimPy environment that counts the events it processes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.processed = 0
-
-    def step(self) -> None:
-        self.processed += 1
-        super().step()
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -97,7 +86,7 @@ def render(result: dict[str, Any]) -> str:
 
 def _ring_allreduce(p: int, nbytes: int) -> dict[str, Any]:
     """Wall time and event counts of one timing-only ring allreduce at flow level."""
-    env = _CountingEnvironment()
+    env = CountingEnvironment()
     network = build_network(env, FABRIC, p)
     run = env.process(get_collective("ring").run(network, p=p, nbytes=nbytes))
     start = time.perf_counter()
@@ -105,13 +94,13 @@ def _ring_allreduce(p: int, nbytes: int) -> dict[str, Any]:
     wall = time.perf_counter() - start
     model_events = 2 * network.flows_started
     return {"p": p, "wall_s": wall, "sim_time_s": run.value, "model_events": model_events,
-            "model_events_per_s": model_events / wall, "simpy_events": env.processed}
+            "model_events_per_s": model_events / wall, "simpy_events": env.events_processed}
 
 
 def _point_to_point(messages: int, hosts: int) -> dict[str, Any]:
     """Random messages sent one by one from SimPy processes (no batching possible)."""
     rng = np.random.default_rng(0)
-    env = _CountingEnvironment()
+    env = CountingEnvironment()
     network = build_network(env, FABRIC, hosts)
     src = rng.integers(0, hosts, messages)
     dst = (src + rng.integers(1, hosts, messages)) % hosts
@@ -129,7 +118,7 @@ def _point_to_point(messages: int, hosts: int) -> dict[str, Any]:
     wall = time.perf_counter() - start
     model_events = 2 * network.flows_started
     return {"p": hosts, "wall_s": wall, "model_events": model_events,
-            "model_events_per_s": model_events / wall, "simpy_events": env.processed,
+            "model_events_per_s": model_events / wall, "simpy_events": env.events_processed,
             "bare_simpy": _bare_simpy(model_events)}
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import simpy
 
 from sim.network.fabrics import Fabric
-from sim.network.flow import Delivered
+from sim.network.flow import Delivered, FlowNetwork
 from sim.network.topology import Topology
 
 if TYPE_CHECKING:
@@ -38,12 +38,7 @@ class AnalyticalNetwork:
         """Time of one message of nbytes bytes (s)."""
         return self.alpha_s + nbytes * self.beta_s
 
-    def send(self, src: int, dst: int, nbytes: float) -> simpy.Event:
-        """One message; the event fires at delivery with the delivery time as value."""
-        done = self.env.event()
-        self.send_many(np.array([src]), np.array([dst]), np.array([nbytes], np.float64),
-                       lambda _: done.succeed(self.env.now))
-        return done
+    send = FlowNetwork.send  # one message through send_many: the same for both models
 
     def send_many(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
                   on_delivered: Delivered) -> None:
