@@ -67,6 +67,7 @@ class Recorder:
         self.final = (math.nan, math.nan)
         self.time_to_target_s: float | None = None
         self.diverged = False
+        self.on_eval: Callable[[int, int], None] | None = None  # (updates done, of total)
 
     @property
     def finished(self) -> bool:
@@ -87,6 +88,8 @@ class Recorder:
 
     def evaluate_now(self) -> None:
         """Held-out loss and accuracy of the model of record, now."""
+        if self.on_eval is not None:
+            self.on_eval(self.iteration, self.iterations)
         loss, accuracy = self.evaluate()
         self.rows.append(("eval", self.env.now, self.iteration, None, None, None, None, None,
                           loss, accuracy))

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+
+from tqdm import tqdm
 
 from sim.config import load_config
 from sim.record import check_out_dir, write_run
@@ -46,7 +49,9 @@ def main(args: argparse.Namespace) -> int:
               f"(`python -m sim sweep {args.config}` runs the grid)")
     out = args.out or default_out(args.config)
     check_out_dir(out)  # before spending time on the run
-    result = simulate(config)
+    with tqdm(total=config.run.iterations, unit="update", file=sys.stderr, disable=None,
+              leave=False) as bar:
+        result = simulate(config, lambda done, _: bar.update(done - bar.n))
     write_run(out, result.files())
     print(f"{config.strategy.kind} on {config.cluster.workers} workers, "
           f"{config.workload.model}/{config.workload.dataset}:")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,10 +112,14 @@ def _workload(config: Config, rng: np.random.Generator) -> tuple[Any, Any]:
     return data, model
 
 
-def simulate(config: Config) -> Result:
-    """Run the experiment; a diverged run (NaN/Inf) stops early with ``diverged: true``."""
+def simulate(config: Config, progress: Callable[[int, int], None] | None = None) -> Result:
+    """Run the experiment; a diverged run (NaN/Inf) stops early with ``diverged: true``.
+
+    ``progress(updates_done, updates_total)`` is called at every evaluation.
+    """
     env, ctx, strategy = build(config)
     recorder = ctx.recorder
+    recorder.on_eval = progress
     if hasattr(ctx.network, "start_log"):
         ctx.network.start_log(TRACE_FLOWS)
     started = time.perf_counter()
