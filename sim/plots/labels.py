@@ -105,6 +105,10 @@ def context(configs: Sequence[Mapping[str, Any]]) -> str:
         return fmt(flat[key]) if key in flat and key not in differ else None
 
     model, data = common("workload.model"), common("workload.dataset")
+    if flat.get("workload.profile") and "workload.profile" not in differ:
+        timed = f"{fmt(flat['workload.profile'])} profile"
+        model, data = (timed, None) if flat.get("workload.numerics") is False else \
+            (f"{model} (timed as {timed})", data)
     workers = common("cluster.workers")
     parts = [" on ".join(p for p in (model, data) if p),
              f"{workers} workers" if workers else "",
