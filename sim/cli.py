@@ -21,6 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("sim.commands.list", "fabrics, strategies, models, experiments"),
     "bench": ("sim.bench", "benchmarks that print ratios measured side by side"),
     "collective": ("sim.network.calculator", "time of one collective on a simulated fabric"),
+    "real": ("sim.commands.real", "run one experiment config on real MPI ranks"),
+    "calibrate": ("sim.commands.calibrate", "measure this machine: kernel rates, network"),
+    "compare": ("sim.commands.compare", "simulated vs real run: errors, curves, report"),
+    "validate": ("sim.commands.validate", "run the validation matrix, write its README"),
 }
 
 

@@ -1,0 +1,94 @@
+"""``python -m sim calibrate --out DIR [--net ...]``: profiles of this machine for the simulator.
+
+Writes ``DIR/fabric.json`` (``cluster.fabric = "calibrated:DIR/fabric.json"``) and
+``DIR/device.json`` (``compute.device = "calibrated:DIR/device.json"``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sim.errors import UserError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, required=True,
+                        help="directory for fabric.json and device.json")
+    parser.add_argument("--net", default="shm",
+                        help="network to measure: shm (default) or emulate:RATE")
+    parser.add_argument("--ranks", default="2,4",
+                        help="allreduce measured on these rank counts (default 2,4; counts "
+                             "above the number of cores are shown but not fitted)")
+    parser.add_argument("--collective", default="ring",
+                        help="allreduce schedule measured and fitted (default ring)")
+    parser.add_argument("--workload", dest="workloads", action="append", default=[],
+                        type=Path, metavar="CONFIG",
+                        help="time this config's gradient (repeatable; default: a built-in "
+                             "set of logreg, softmax and MLP sizes)")
+    parser.add_argument("--concurrency", type=int, default=1,
+                        help="time kernels in this many processes at once (default 1)")
+    parser.add_argument("--only", choices=["network", "compute"],
+                        help="measure only the network or only the kernels")
+    parser.add_argument("--wait", default="auto", choices=["auto", "spin", "sleep"],
+                        help="how ranks wait, as for `sim real` (default auto)")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer sizes and repetitions (a rough profile in seconds)")
+
+
+def parse_ranks(text: str) -> list[int]:
+    try:
+        ranks = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        ranks = []
+    if not ranks or min(ranks) < 2:
+        raise UserError(f"--ranks {text!r}: expected rank counts >= 2, e.g. 2,4")
+    return ranks
+
+
+def main(args: argparse.Namespace) -> int:
+    from sim.config import load_config
+    from sim.network.collectives import REGISTRY
+    from sim.real import calibrate as C
+    from sim.real.launcher import RunFailed
+    from sim.real.runner import network, terminated_cleanly
+
+    ranks = parse_ranks(args.ranks)
+    if args.collective not in REGISTRY or REGISTRY[args.collective].kind != "allreduce" \
+            or args.collective == "ps":
+        raise UserError(f"--collective {args.collective!r}: expected ring, rabenseifner, "
+                        "recursive-doubling or tree")
+    if args.concurrency < 1:
+        raise UserError("--concurrency must be at least 1")
+    workloads = [load_config(p) for p in args.workloads] or C.default_workloads()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.only != "network":
+        points = C.measure_kernels(workloads, args.concurrency,
+                                   0.05 if args.quick else 0.2)
+        device = C.write_device(args.out / "device.json", points, args.concurrency)
+        print(f"compute: {device['flops_per_s'] / 1e9:.2f} GFLOP/s + "
+              f"{device['overhead_s'] * 1e6:.1f} us per gradient "
+              f"(fit errors {min(device['errors']):+.1%} .. {max(device['errors']):+.1%})")
+        for p in points:
+            print(f"  {p['workload']:<34} {p['seconds'] * 1e6:9.1f} us  {p['error']:+.1%}")
+        print(f'  compute.device = "calibrated:{args.out / "device.json"}"')
+    if args.only != "compute":
+        try:
+            with terminated_cleanly(), network(args.net, max(ranks)) as emulation:
+                measured = C.measure_network(emulation, ranks, args.wait, args.collective,
+                                             args.quick)
+        except RunFailed as exc:
+            print(f"error: network measurement failed: {exc}", file=sys.stderr)
+            return 1
+        fit = C.fit_network(measured)
+        fabric = C.write_fabric(args.out / "fabric.json", args.net, measured, fit)
+        errors = [p["error"] for p in fit["points"] if "not fitted" not in p["what"]]
+        print(f"network ({args.net}): alpha {fit['alpha_s'] * 1e6:.2f} us, "
+              f"{fabric.bandwidth_Bps / 1e9:.3f} GB/s, o {fit['overhead_s'] * 1e6:.2f} us, "
+              f"latency {fit['latency_s'] * 1e6:.2f} us/hop "
+              f"(fit errors {min(errors):+.0%} .. {max(errors):+.0%})")
+        for p in fit["points"]:
+            print(f"  {p['what']:<41} {p['measured_s'] * 1e6:11.1f} us  {p['error']:+.0%}")
+        print(f'  cluster.fabric = "calibrated:{args.out / "fabric.json"}"')
+    return 0

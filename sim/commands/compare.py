@@ -1,0 +1,35 @@
+"""``python -m sim compare SIM_DIR REAL_DIR [--out DIR]``: how well the simulation predicted."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("sim_dir", type=Path, help="a simulated run (sim run)")
+    parser.add_argument("real_dir", type=Path,
+                        help="a real run, or the repeats of one (sim real --repeat N)")
+    parser.add_argument("--out", type=Path,
+                        help="report directory (default: REAL_DIR-compare); gets report.json "
+                             "and report.png")
+    parser.add_argument("--no-plot", action="store_true", help="write report.json only")
+
+
+def main(args: argparse.Namespace) -> int:
+    from sim.real.compare import compare, format_report
+
+    report = compare(args.sim_dir, args.real_dir)
+    out = args.out or args.real_dir.with_name(args.real_dir.name + "-compare")
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / ".report.json.tmp"
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    tmp.replace(out / "report.json")
+    if not args.no_plot:
+        from sim.real.compare_plot import plot_report
+
+        plot_report(report, out / "report.png")
+    print(format_report(report))
+    print(f"report: {out}/report.json" + ("" if args.no_plot else f", {out}/report.png"))
+    return 0

@@ -1,0 +1,62 @@
+"""``python -m sim real CONFIG [--out DIR] [--set ...]``: the experiment on real MPI ranks."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sim.config import load_config
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", type=Path, help="experiment config (TOML)")
+    parser.add_argument("--out", type=Path, help="run directory (default: runs/<config>-real)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a config key, e.g. cluster.workers=2")
+    parser.add_argument("--net", default="shm", metavar="NET",
+                        help="shm (shared memory, default) or emulate:RATE, e.g. emulate:1gbit "
+                             "(root: a network namespace per rank, tbf-shaped links, MPI on TCP)")
+    parser.add_argument("--allreduce", dest="impl", default="schedule",
+                        choices=["schedule", "mpi"],
+                        help="bsp: run the simulator's strategy.collective schedule over "
+                             "point-to-point messages (default), or MPI's own Allreduce")
+    parser.add_argument("--wait", default="auto", choices=["auto", "spin", "sleep"],
+                        help="how waiting ranks wait: spin in MPI, or poll and nap; auto naps "
+                             "only when ranks outnumber cores and gradients are real kernels "
+                             "(no compute.time_s)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run it N times (OUT/r0 ... OUT/rN-1) to see the real spread")
+    parser.add_argument("--timeout", dest="timeout_s", type=float, default=1800.0,
+                        help="stop every rank after this many seconds (default 1800)")
+    parser.add_argument("--hang-timeout", dest="hang_s", type=float, default=60.0,
+                        help="stop every rank when one makes no progress for this long "
+                             "(default 60 s; must exceed the longest step)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from sim.commands.run import format_summary
+    from sim.real.launcher import RunFailed
+    from sim.real.runner import RealOptions, iteration_s, run_real
+
+    config = load_config(args.config, args.overrides)
+    out = args.out or Path("runs") / f"{args.config.stem}-real"
+    options = RealOptions(args.net, args.impl, args.wait, args.timeout_s, args.hang_s,
+                          args.repeat)
+
+    def progress(repeat: int, summary: dict) -> None:
+        if args.repeat > 1:
+            print(f"  repeat {repeat}: {iteration_s(summary) * 1e3:.3f} ms per update",
+                  flush=True)
+
+    try:
+        summaries = run_real(config, out, options, progress)
+    except RunFailed as exc:
+        print(f"error: real run failed: {exc}", file=sys.stderr)
+        return 1
+    print(f"{config.strategy.kind} on {config.cluster.workers} real workers ({args.net}), "
+          f"{config.workload.model}/{config.workload.dataset}:")
+    print(format_summary(summaries[-1]))
+    shown = "r0 ... " if args.repeat > 1 else ""
+    print(f"results: {out}/ {shown}(config.toml, summary.json, metrics.csv, trace.json)")
+    return 0

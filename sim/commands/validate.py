@@ -1,0 +1,51 @@
+"""``python -m sim validate``: the validation matrix, simulated and real, and its README."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+VALIDATION = Path(__file__).resolve().parents[2] / "experiments" / "validation"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--matrix", type=Path, default=VALIDATION / "matrix.toml",
+                        help="the matrix (default experiments/validation/matrix.toml)")
+    parser.add_argument("--out", type=Path, default=Path("runs") / "validation",
+                        help="results: profiles/, cases/, rows.json (default runs/validation)")
+    parser.add_argument("--readme", type=Path,
+                        help="the report (default: README.md beside the matrix)")
+    parser.add_argument("--only", action="append", default=[], metavar="AXIS=LEVEL",
+                        help="run only cases with this level (repeatable), e.g. workers=2")
+    parser.add_argument("--repeat", type=int, help="real repeats per case (default: matrix)")
+    parser.add_argument("--profiles", type=Path,
+                        help="reuse the calibration in this directory (a previous --out's "
+                             "profiles/) instead of measuring")
+    parser.add_argument("--quick", action="store_true",
+                        help="a rough calibration (fewer message sizes and repetitions)")
+    parser.add_argument("--quiet-load", type=float, default=0.10,
+                        help="other processes' share of the CPUs that a real repeat tolerates: "
+                             "it waits for less before starting, and is taken again if there "
+                             "was more during it (default 0.10)")
+    parser.add_argument("--quiet-wait", type=float, default=10.0,
+                        help="wait at most this many seconds for a quiet machine (default 10)")
+    parser.add_argument("--retries", type=int, default=2,
+                        help="take a disturbed repeat again at most this often (default 2)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from sim.errors import UserError
+    from sim.real.runner import terminated_cleanly
+    from sim.real.validate import run_matrix
+
+    if args.repeat is not None and args.repeat < 1:
+        raise UserError("--repeat must be at least 1")
+    readme = args.readme or args.matrix.with_name("README.md")
+    with terminated_cleanly():
+        rows = run_matrix(args.matrix, args.out, readme, args.only, args.repeat,
+                          args.profiles, (args.quiet_load, args.quiet_wait),
+                          say=lambda text: print(text, flush=True), quick=args.quick,
+                          retries=max(args.retries, 0))
+    failed = sum("error" in row for row in rows)
+    print(f"{len(rows) - failed}/{len(rows)} cases done; report: {readme}")
+    return 0

@@ -1,0 +1,178 @@
+"""Allreduce on real ranks: the simulator's own schedules over MPI point-to-point, or MPI's.
+
+``schedule`` runs :meth:`sim.network.collectives.Collective.schedule` (ring, rabenseifner,
+recursive-doubling, tree) as MPI messages with the semantics of
+:mod:`sim.network.schedule`: a rank goes through the rounds it takes part in; in each it
+posts its sends (straight from its vector) and receives (into scratch buffers), and when all
+of them have completed it applies what it received, in transfer order (``SUM`` adds with
+:func:`sim.kernels.sum_into`, ``COPY`` overwrites). So the algorithm the simulator timed is
+the one that really runs. ``mpi`` calls MPI's own ``Allreduce`` (MPICH picks the algorithm).
+
+Both are non-blocking state machines (``start``, ``test``, ``wait``) so that a pipelined mode
+can keep one collective per layer or bucket in flight while backward runs; the synchronous
+strategies call ``start`` then ``wait``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from sim import kernels as K
+from sim.kernels import NonFiniteError
+from sim.network.collectives import get_collective
+from sim.network.schedule import SUM
+from sim.real.timing import Waiter
+
+TAG_BASE = 1 << 12  # round r of a schedule uses tag TAG_BASE + r
+
+
+@dataclass(frozen=True)
+class RankRound:
+    """One rank's part of a round: (peer, offset, count) of its sends and receives."""
+
+    index: int
+    sends: tuple[tuple[int, int, int], ...]
+    recvs: tuple[tuple[int, int, int], ...]  # in transfer order: the order they are applied
+    op: str
+
+
+def rank_rounds(algorithm: str, p: int, count: int, rank: int) -> list[RankRound]:
+    """The rounds of ``algorithm`` on p ranks and ``count`` elements that ``rank`` is in."""
+    schedule = get_collective(algorithm).schedule(p, count)
+    rounds = []
+    for r in range(schedule.n_rounds):
+        rnd = schedule.round(r)
+        sends = tuple((int(rnd.dst[t]), int(rnd.src_off[t]), int(rnd.count[t]))
+                      for t in np.flatnonzero(rnd.src == rank))
+        recvs = tuple((int(rnd.src[t]), int(rnd.dst_off[t]), int(rnd.count[t]))
+                      for t in np.flatnonzero(rnd.dst == rank))
+        if sends or recvs:
+            rounds.append(RankRound(r, sends, recvs, rnd.op))
+    return rounds
+
+
+class Allreduce:
+    """Sums one float64 vector over every rank of ``comm``, in place."""
+
+    name: ClassVar[str]
+
+    def __init__(self, comm: Any, algorithm: str, count: int, waiter: Waiter) -> None:
+        self.comm, self.algorithm, self.count, self.waiter = comm, algorithm, count, waiter
+        self.nonfinite = False  # a NaN/Inf went through a reduction (schedule only)
+        self.messages = 0  # point-to-point messages this rank has sent
+
+    def start(self, buf: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def test(self) -> bool:
+        """Progress; True once the sum is in the vector."""
+        raise NotImplementedError
+
+    def wait(self) -> None:
+        raise NotImplementedError
+
+    def __call__(self, buf: np.ndarray) -> None:
+        self.start(buf)
+        self.wait()
+
+
+class ScheduleAllreduce(Allreduce):
+    """The simulator's schedule for ``algorithm`` as MPI point-to-point messages."""
+
+    name = "schedule"
+
+    def __init__(self, comm: Any, algorithm: str, count: int, waiter: Waiter) -> None:
+        super().__init__(comm, algorithm, count, waiter)
+        self.rounds = rank_rounds(algorithm, comm.Get_size(), count, comm.Get_rank())
+        self.scratch = [[np.empty(n) for _, _, n in rnd.recvs] for rnd in self.rounds]
+        self.buf: np.ndarray | None = None
+        self.current = len(self.rounds)
+        self.requests: list[Any] = []
+
+    def start(self, buf: np.ndarray) -> None:
+        if buf.dtype != np.float64 or buf.shape != (self.count,):
+            raise ValueError(f"allreduce: expected {self.count} float64 values")
+        self.buf, self.current = buf, 0
+        self._post()
+
+    def _post(self) -> None:
+        from mpi4py import MPI
+
+        if self.current == len(self.rounds):
+            self.requests = []
+            return
+        rnd, buf = self.rounds[self.current], self.buf
+        tag = TAG_BASE + rnd.index
+        reqs = [self.comm.Irecv([scratch, MPI.DOUBLE], source=peer, tag=tag)
+                for (peer, _, _), scratch in zip(rnd.recvs, self.scratch[self.current],
+                                                 strict=True)]
+        reqs += [self.comm.Isend([buf[off:off + n], MPI.DOUBLE], dest=peer, tag=tag)
+                 for peer, off, n in rnd.sends]
+        self.messages += len(rnd.sends)
+        self.requests = reqs
+
+    def _finish_round(self) -> None:
+        rnd, buf = self.rounds[self.current], self.buf
+        combine = K.sum_into if rnd.op == SUM else K.copy
+        for (_, off, n), scratch in zip(rnd.recvs, self.scratch[self.current], strict=True):
+            try:
+                combine(buf[off:off + n], scratch)
+            except NonFiniteError:  # written anyway: every rank ends with the same NaNs
+                self.nonfinite = True
+        self.current += 1
+        self._post()
+
+    def test(self) -> bool:
+        from mpi4py import MPI
+
+        while self.current < len(self.rounds):
+            if not MPI.Request.Testall(self.requests):
+                return False
+            self._finish_round()
+        return True
+
+    def wait(self) -> None:
+        while self.current < len(self.rounds):
+            self.waiter.all(self.requests)
+            self._finish_round()
+
+
+class MPIAllreduce(Allreduce):
+    """MPI's own allreduce (blocking when spinning; Iallreduce polled when sleeping)."""
+
+    name = "mpi"
+
+    def start(self, buf: np.ndarray) -> None:
+        from mpi4py import MPI
+
+        self.buf, self.request = buf, None
+        self.messages += 1  # one collective call; MPICH's messages are not visible here
+        if self.waiter.mode == "spin":
+            self.comm.Allreduce(MPI.IN_PLACE, [buf, MPI.DOUBLE], op=MPI.SUM)
+        else:
+            self.request = self.comm.Iallreduce(MPI.IN_PLACE, [buf, MPI.DOUBLE], op=MPI.SUM)
+
+    def test(self) -> bool:
+        if self.request is not None and self.request.Test():
+            self.request = None
+        return self.request is None
+
+    def wait(self) -> None:
+        if self.request is not None:
+            self.waiter.one(self.request)
+            self.request = None
+
+
+IMPLS: dict[str, type[Allreduce]] = {cls.name: cls for cls in (ScheduleAllreduce, MPIAllreduce)}
+
+
+def make_allreduce(impl: str, comm: Any, algorithm: str, count: int,
+                   waiter: Waiter) -> Allreduce:
+    """An allreduce by implementation name (``schedule`` or ``mpi``). Raises ValueError."""
+    if impl not in IMPLS:
+        raise ValueError(f"allreduce implementation {impl!r}: expected one of "
+                         f"{', '.join(IMPLS)}")
+    return IMPLS[impl](comm, algorithm, count, waiter)

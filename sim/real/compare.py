@@ -1,0 +1,201 @@
+"""Simulated vs real: errors, curves and distributions from two result directories.
+
+Works on result files only (``summary.json``, ``metrics.csv``). A real directory is one run
+directory or, from ``sim real --repeat N``, a directory of them (``r0/``, ``r1/``, ...): the
+report then also gives the real runs' own spread, and whether the simulated figure lies
+inside it (or how far outside, relative to the real mean).
+
+Figures compared (relative errors are (simulated - real mean) / real mean):
+
+* mean iteration time (``sim_time_s / iterations``: per step for bsp, per update for asp);
+* time to the target loss (``run.target_loss``), when the runs reached it;
+* loss curves: mean absolute difference of held-out loss, over time on the common time span
+  and over updates, both relative to the mean real loss there;
+* staleness distributions (fraction of updates at each staleness), side by side;
+* per-worker compute / comm / wait seconds, side by side, and their means.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.errors import UserError
+
+
+@dataclass
+class Run:
+    path: Path
+    summary: dict[str, Any]
+    evals: np.ndarray  # rows (time_s, iteration, loss)
+    staleness: np.ndarray  # one entry per update
+
+    @property
+    def iteration_s(self) -> float:
+        return self.summary["sim_time_s"] / max(self.summary["iterations"], 1)
+
+
+def _float(text: str) -> float:
+    return float(text) if text not in ("", None) else math.nan
+
+
+def load_run(path: Path) -> Run:
+    """One run directory. Raises UserError if it is not one."""
+    try:
+        summary = json.loads((path / "summary.json").read_text())
+        with (path / "metrics.csv").open() as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: not a run directory ({exc})") from None
+    evals = np.array([(_float(r["time_s"]), _float(r["iteration"]), _float(r["loss"]))
+                      for r in rows if r["kind"] == "eval"]).reshape(-1, 3)
+    staleness = np.array([int(r["staleness"]) for r in rows
+                          if r["kind"] == "update" and r["staleness"] != ""], dtype=int)
+    return Run(path, summary, evals, staleness)
+
+
+def load_runs(path: Path) -> list[Run]:
+    """A run directory, or every ``r*/`` run directory inside ``path`` (repeats)."""
+    if (path / "summary.json").exists():
+        return [load_run(path)]
+    repeats = sorted((p for p in path.glob("r*") if (p / "summary.json").exists()),
+                     key=lambda p: (len(p.name), p.name))
+    if not repeats:
+        raise UserError(f"{path}: no summary.json there, nor in r0/, r1/, ... (expected the "
+                        "output of `sim run` or `sim real`)")
+    return [load_run(p) for p in repeats]
+
+
+def relative_error(simulated: float | None, real: float | None) -> float | None:
+    if simulated is None or real is None or not real:
+        return None
+    return (simulated - real) / real
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    arr = np.array(values, dtype=float)
+    return {"mean": float(arr.mean()), "min": float(arr.min()), "max": float(arr.max()),
+            "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0, "n": len(arr)}
+
+
+def outside_spread(simulated: float, s: dict[str, float]) -> float:
+    """0 when inside [min, max] of the real runs, else the distance / real mean."""
+    if s["min"] <= simulated <= s["max"]:
+        return 0.0
+    edge = s["min"] if simulated < s["min"] else s["max"]
+    return abs(simulated - edge) / s["mean"]
+
+
+def curve_distance(sim: np.ndarray, real: np.ndarray, column: int) -> float | None:
+    """Mean |loss_sim - loss_real| on a common grid of ``column`` (0: time, 1: updates),
+    relative to the mean real loss there; None if the curves share no span."""
+    finite = [c[np.isfinite(c[:, 2])] for c in (sim, real)]
+    if any(len(c) < 2 for c in finite):
+        return None
+    lo = max(c[0, column] for c in finite)
+    hi = min(c[-1, column] for c in finite)
+    if hi <= lo:
+        return None
+    grid = np.linspace(lo, hi, 200)
+    a, b = (np.interp(grid, c[:, column], c[:, 2]) for c in finite)
+    return float(np.mean(np.abs(a - b)) / np.mean(np.abs(b)))
+
+
+def staleness_fractions(runs: list[Run]) -> dict[int, float]:
+    values = np.concatenate([r.staleness for r in runs]) if runs else np.zeros(0, int)
+    if not len(values):
+        return {}
+    counts = np.bincount(values)
+    return {int(k): float(c / len(values)) for k, c in enumerate(counts) if c}
+
+
+def compare(sim_dir: Path, real_dir: Path) -> dict[str, Any]:
+    """The comparison report (JSON-ready)."""
+    sims, reals = load_runs(sim_dir), load_runs(real_dir)
+    if len(sims) != 1:
+        raise UserError(f"{sim_dir}: expected one simulated run directory")
+    sim = sims[0]
+    if sim.summary.get("kind") == "real" or any(r.summary.get("kind") != "real" for r in reals):
+        raise UserError(f"expected a simulated run then a real one: sim compare SIM_DIR "
+                        f"REAL_DIR (got {sim_dir}, {real_dir})")
+    iteration = spread([r.iteration_s for r in reals])
+    report: dict[str, Any] = {
+        "sim_dir": str(sim_dir), "real_dir": str(real_dir), "repeats": len(reals),
+        "strategy": sim.summary.get("strategy"), "workers": sim.summary.get("workers_n"),
+        "net": reals[0].summary.get("net"), "fabric": sim.summary.get("fabric"),
+        "iteration_s": {"sim": sim.iteration_s, "real": iteration,
+                        "error": relative_error(sim.iteration_s, iteration["mean"]),
+                        "outside_spread": outside_spread(sim.iteration_s, iteration)},
+    }
+    target = sim.summary.get("time_to_target_s")
+    real_targets = [r.summary.get("time_to_target_s") for r in reals]
+    reached = [t for t in real_targets if t is not None]
+    report["time_to_target_s"] = {
+        "sim": target, "real": spread(reached) if reached else None,
+        "real_reached": f"{len(reached)}/{len(reals)}",
+        "error": relative_error(target, spread(reached)["mean"]) if reached else None,
+        "outside_spread": (outside_spread(target, spread(reached))
+                           if reached and target is not None else None)}
+    report["loss_distance"] = {
+        "over_time": _mean([curve_distance(sim.evals, r.evals, 0) for r in reals]),
+        "over_updates": _mean([curve_distance(sim.evals, r.evals, 1) for r in reals]),
+        "final_loss": {"sim": sim.summary.get("final_loss"),
+                       "real": [r.summary.get("final_loss") for r in reals]}}
+    report["staleness"] = {"sim": staleness_fractions([sim]),
+                           "real": staleness_fractions(reals),
+                           "mean": {"sim": sim.summary.get("staleness_mean"),
+                                    "real": _mean([r.summary.get("staleness_mean")
+                                                   for r in reals])}}
+    report["breakdown"] = _breakdown(sim, reals)
+    return report
+
+
+def _mean(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return float(np.mean(kept)) if kept else None
+
+
+def _breakdown(sim: Run, reals: list[Run]) -> dict[str, Any]:
+    kinds = ("compute", "comm", "wait")
+    real_workers = [[[w[k] for k in kinds] for w in r.summary.get("workers", [])]
+                    for r in reals]
+    real_mean = np.mean(np.array(real_workers), axis=0) if real_workers[0] else np.zeros((0, 3))
+    sim_workers = [[w[k] for k in kinds] for w in sim.summary.get("workers", [])]
+    out = {"kinds": list(kinds), "sim": sim_workers, "real": real_mean.tolist()}
+    for k in kinds:
+        s, r = sim.summary.get(f"{k}_s"), _mean([x.summary.get(f"{k}_s") for x in reals])
+        out[f"{k}_s"] = {"sim": s, "real": r, "error": relative_error(s, r)}
+    return out
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The headline figures as text."""
+    it = report["iteration_s"]
+    lines = [f"{report['strategy']} on {report['workers']} workers, real {report['net']} "
+             f"({report['repeats']} repeats) vs simulated {report['fabric']}:",
+             f"  iteration time   sim {it['sim'] * 1e3:9.3f} ms   real "
+             f"{it['real']['mean'] * 1e3:9.3f} ms [{it['real']['min'] * 1e3:.3f} .. "
+             f"{it['real']['max'] * 1e3:.3f}]   error {it['error']:+.1%}"]
+    tt = report["time_to_target_s"]
+    if tt["error"] is not None:
+        lines.append(f"  time to target   sim {tt['sim']:9.4f} s    real {tt['real']['mean']:9.4f}"
+                     f" s  ({tt['real_reached']} reached)   error {tt['error']:+.1%}")
+    else:
+        lines.append(f"  time to target   sim {tt['sim']}   real reached {tt['real_reached']}")
+    ld = report["loss_distance"]
+    for key in ("over_time", "over_updates"):
+        if ld[key] is not None:
+            lines.append(f"  loss distance {key.replace('_', ' '):<13} {ld[key]:.1%} of the loss")
+    b = report["breakdown"]
+    lines.append("  per worker (s)   " + "   ".join(
+        f"{k} sim {b[f'{k}_s']['sim']:.4g} real {b[f'{k}_s']['real']:.4g}"
+        for k in b["kinds"]))
+    st = report["staleness"]["mean"]
+    lines.append(f"  staleness mean   sim {st['sim']:.3g}   real {st['real']:.3g}")
+    return "\n".join(lines)

@@ -1,0 +1,65 @@
+"""Other processes' load on this machine, so real timings can be taken when it is quiet.
+
+A real run is timed on the machine it shares: other processes' CPU time is time its ranks
+do not get. :func:`cpu_busy` measures the busy share of the CPUs while this process idles;
+:class:`OtherLoad` measures, around a block that runs MPI jobs, the CPU share of everything
+that is not this process or its children (from ``/proc/stat`` minus ``os.times``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from types import TracebackType
+
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def _stat() -> tuple[int, int]:
+    """(busy ticks: user + nice + system, all ticks) of all CPUs so far."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    return fields[0] + fields[1] + fields[2], sum(fields)
+
+
+def cpu_busy(window_s: float = 0.5) -> float:
+    """Busy share of all CPUs over the next ``window_s`` (this process sleeps meanwhile)."""
+    busy0, total0 = _stat()
+    time.sleep(window_s)
+    busy1, total1 = _stat()
+    return (busy1 - busy0) / max(total1 - total0, 1)
+
+
+def wait_for_quiet(max_busy: float, max_wait_s: float) -> float:
+    """Wait until other load uses at most ``max_busy`` of the CPUs; the last level seen
+    (none measured, 0.0, when ``max_wait_s`` is 0)."""
+    if max_wait_s <= 0:
+        return 0.0
+    deadline = time.monotonic() + max_wait_s
+    busy = cpu_busy()
+    while busy > max_busy and time.monotonic() < deadline:
+        busy = cpu_busy(1.0)
+    return busy
+
+
+def _mine_s() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class OtherLoad:
+    """``with OtherLoad() as load: ...`` then ``load.fraction``: the CPU share that other
+    processes used meanwhile (children count as ours once they have been waited for)."""
+
+    fraction = 0.0
+
+    def __enter__(self) -> OtherLoad:
+        self.started, self.stat, self.mine = time.monotonic(), _stat()[0], _mine_s()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        elapsed = time.monotonic() - self.started
+        busy_s = (_stat()[0] - self.stat) * TICK_S
+        others = busy_s - (_mine_s() - self.mine)
+        self.fraction = max(0.0, others / (max(elapsed, 1e-9) * (os.cpu_count() or 1)))

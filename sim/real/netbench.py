@@ -1,0 +1,131 @@
+"""Network measurements on real ranks: ``python -m sim.real.netbench --spec SPEC.json``.
+
+Run by :mod:`sim.real.calibrate` through the launcher, on the network being calibrated, and
+waiting the way real runs wait (the spec's ``wait``). Modes:
+
+* ``pingpong`` (2 ranks): half the round trip of an n-byte message, for each size;
+* ``stream`` (2 ranks): the time per message when rank 0 posts many small messages
+  back to back (the per-message overhead, LogGP's o or g);
+* ``allreduce`` (p ranks): the time of one allreduce of n bytes through the simulator's
+  schedule (``strategy.collective``), as bsp runs it.
+
+Each result is the median of ``reps`` timed repetitions after a warm-up; rank 0 writes
+``{"mode": ..., "ranks": p, "sizes": [...], "seconds": [...]}`` to the spec's ``result``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+WARMUP = 3
+STREAM_MESSAGES = 200
+
+
+def _reps(nbytes: int, reps: int) -> int:
+    return max(5, min(reps, int(reps * 65536 / max(nbytes, 65536))))
+
+
+def pingpong(comm: Any, waiter: Any, sizes: list[int], reps: int) -> list[float]:
+    from mpi4py import MPI
+
+    rank, out = comm.Get_rank(), []
+    for nbytes in sizes:
+        buf = np.zeros(max(nbytes // 8, 0))
+        times = []
+        for i in range(WARMUP + _reps(nbytes, reps)):
+            comm.Barrier()
+            start = time.perf_counter()
+            if rank == 0:
+                waiter.one(comm.Isend([buf, MPI.DOUBLE], dest=1, tag=1))
+                waiter.one(comm.Irecv([buf, MPI.DOUBLE], source=1, tag=1))
+            else:
+                waiter.one(comm.Irecv([buf, MPI.DOUBLE], source=0, tag=1))
+                waiter.one(comm.Isend([buf, MPI.DOUBLE], dest=0, tag=1))
+            if i >= WARMUP:
+                times.append((time.perf_counter() - start) / 2)
+        out.append(float(np.median(times)))
+    return out
+
+
+def stream(comm: Any, waiter: Any, reps: int) -> list[float]:
+    from mpi4py import MPI
+
+    buf = np.zeros(1)
+    times = []
+    for i in range(WARMUP + max(5, reps // 10)):
+        comm.Barrier()
+        start = time.perf_counter()
+        if comm.Get_rank() == 0:
+            waiter.all([comm.Isend([buf, MPI.DOUBLE], dest=1, tag=2)
+                        for _ in range(STREAM_MESSAGES)])
+        else:
+            for _ in range(STREAM_MESSAGES):
+                waiter.one(comm.Irecv([buf, MPI.DOUBLE], source=0, tag=2))
+        comm.Barrier()
+        if i >= WARMUP:
+            times.append((time.perf_counter() - start) / STREAM_MESSAGES)
+    return [float(np.median(times))]
+
+
+def allreduce(comm: Any, waiter: Any, sizes: list[int], reps: int, algorithm: str,
+              impl: str) -> list[float]:
+    from sim.real.collective import make_allreduce
+
+    out = []
+    for nbytes in sizes:
+        count = max(nbytes // 8, 1)
+        buf = np.ones(count)
+        reduce = make_allreduce(impl, comm, algorithm, count, waiter)
+        times = []
+        for i in range(WARMUP + _reps(nbytes, reps)):
+            buf.fill(1.0 / comm.Get_size())
+            comm.Barrier()
+            start = time.perf_counter()
+            reduce(buf)
+            elapsed = comm.allreduce(time.perf_counter() - start, op=_max())
+            if i >= WARMUP:
+                times.append(elapsed)
+        out.append(float(np.median(times)))
+    return out
+
+
+def _max() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.real.netbench")
+    parser.add_argument("--spec", type=Path, required=True)
+    spec = json.loads(parser.parse_args(argv).spec.read_text())
+    from sim.real.timing import Waiter, tighten_timer_slack
+
+    tighten_timer_slack()
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    waiter = Waiter(spec["wait"])
+    mode, sizes, reps = spec["mode"], spec.get("sizes", []), spec.get("reps", 100)
+    if mode == "pingpong":
+        seconds = pingpong(comm, waiter, sizes, reps)
+    elif mode == "stream":
+        seconds = stream(comm, waiter, reps)
+    else:
+        seconds = allreduce(comm, waiter, sizes, reps, spec.get("algorithm", "ring"),
+                            spec.get("impl", "schedule"))
+    if comm.Get_rank() == 0:
+        Path(spec["result"]).write_text(json.dumps(
+            {"mode": mode, "ranks": comm.Get_size(), "sizes": sizes, "seconds": seconds,
+             "wait": spec["wait"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""The program every MPI rank runs: ``python -m sim.real.rank --spec SPEC.json``.
+
+The spec (written by :mod:`sim.real.runner`) names the resolved config, the work directory
+shared with the launcher, the allreduce implementation and the wait mode. A rank leaves in
+the work directory ``rankR.pid`` (so the launcher can name a rank that died), touches
+``rankR.beat`` while it makes progress and ``rankR.done`` when it has finished training;
+an exception is written to ``rankR.err`` and aborts every rank. Rank 0 gathers the logs and
+writes the run's files, as JSON ``{name: text}``, to the spec's ``result`` path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def train(comm: object, spec: dict, workdir: Path, started: float) -> None:
+    from mpi4py import MPI
+
+    from sim.config import load_config
+    from sim.real.assemble import assemble
+    from sim.real.parts import build_parts
+    from sim.real.strategies import REAL_STRATEGIES, RankContext
+    from sim.real.timing import Heartbeat, Waiter
+
+    rank = comm.Get_rank()
+    heartbeat = Heartbeat(workdir / f"rank{rank}.beat")
+    config = load_config(spec["config"])
+    parts = build_parts(config)
+    strategy = REAL_STRATEGIES[config.strategy.kind]
+    if comm.Get_size() != strategy.ranks(config):
+        raise RuntimeError(f"{strategy.name} needs {strategy.ranks(config)} ranks, "
+                           f"got {comm.Get_size()}")
+    ctx = RankContext(comm, parts, Waiter(spec["wait"]), spec["impl"], heartbeat)
+    log = strategy.run(ctx)
+    (workdir / f"rank{rank}.done").touch()
+    logs = comm.gather(log, root=0)
+    if rank == 0:
+        strategy.combine(logs, parts)
+        extra = {"net": spec["net"], "allreduce_impl": spec["impl"], "wait_mode": spec["wait"],
+                 "ranks": comm.Get_size(), "repeat": spec.get("repeat", 0),
+                 "mpi": MPI.Get_library_version().splitlines()[0].strip()}
+        files = assemble(parts, logs, time.perf_counter() - started, extra)
+        _write_atomic(Path(spec["result"]), json.dumps(files))
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
+    parser = argparse.ArgumentParser(prog="python -m sim.real.rank")
+    parser.add_argument("--spec", type=Path, required=True)
+    args = parser.parse_args(argv)
+    spec = json.loads(args.spec.read_text())
+    workdir = Path(spec["workdir"])
+    from sim.real.timing import tighten_timer_slack
+
+    tighten_timer_slack()
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    (workdir / f"rank{rank}.pid").write_text(f"{os.getpid()}\n")
+    try:
+        train(comm, spec, workdir, started)
+    except BaseException as exc:  # noqa: BLE001 - any failure must end every rank
+        (workdir / f"rank{rank}.err").write_text(
+            f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
+        comm.Abort(1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,186 @@
+"""A real run from the parent's side: spec, network, launch, and the run directory.
+
+:func:`run_real` checks the config, sets up the network (shared memory, or an emulated
+one), launches the ranks once per repeat and writes what rank 0 returned with the result
+contract of :mod:`sim.record`: ``OUT/`` is a run directory, or with ``repeat > 1`` holds
+``r0/``, ``r1/``, ... (each a run directory), the resolved ``config.toml`` and
+``repeats.json`` (iteration time of each repeat). Everything lands atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sim.config import Config, dump_config
+from sim.errors import UserError
+from sim.real.emulate import Emulation, EmulationError, parse_rate
+from sim.real.launcher import Job, launch
+from sim.real.strategies import check_supported
+from sim.real.timing import WAIT_MODES
+from sim.record import check_out_dir, write_run
+
+IMPLS = ("schedule", "mpi")
+
+
+@dataclass
+class RealOptions:
+    net: str = "shm"  # shm, or emulate:RATE
+    impl: str = "schedule"  # allreduce: the simulator's schedule, or MPI's
+    wait: str = "auto"  # spin, sleep, or auto (sleep when ranks outnumber cores)
+    timeout_s: float = 1800.0
+    hang_s: float = 60.0
+    repeat: int = 1
+
+
+def parse_net(text: str) -> float | None:
+    """``shm`` -> None; ``emulate:RATE`` -> the rate in bits/s. Raises UserError."""
+    if text == "shm":
+        return None
+    kind, _, rate = text.partition(":")
+    if kind != "emulate" or not rate:
+        raise UserError(f"--net {text!r}: expected shm or emulate:RATE (e.g. emulate:1gbit)")
+    try:
+        return parse_rate(rate)
+    except ValueError as exc:
+        raise UserError(f"--net {text!r}: {exc}") from None
+
+
+def check_options(options: RealOptions) -> None:
+    parse_net(options.net)
+    if options.impl not in IMPLS:
+        raise UserError(f"--allreduce {options.impl!r}: expected one of {', '.join(IMPLS)}")
+    if options.wait not in ("auto", *WAIT_MODES):
+        raise UserError(f"--wait {options.wait!r}: expected auto, spin or sleep")
+    if options.repeat < 1 or options.timeout_s <= 0 or options.hang_s <= 0:
+        raise UserError("--repeat, --timeout and --hang-timeout must be positive")
+
+
+def wait_mode(choice: str, ranks: int, kernels: bool = True) -> str:
+    """``auto``: spin in MPI, unless ranks outnumber cores while gradients are real kernels
+    (``kernels``): then a waiting rank polls and naps, leaving the CPU to computing ones.
+
+    With ``compute.time_s`` a gradient is mostly a sleep, so spinning waiters take no CPU
+    from it (measured here: 4 workers on 2 cores, 20% faster steps than polling)."""
+    if choice != "auto":
+        return choice
+    return "spin" if ranks <= (os.cpu_count() or 1) or not kernels else "sleep"
+
+
+@contextlib.contextmanager
+def network(net: str, ranks: int) -> Iterator[Emulation | None]:
+    """The emulated network for ``ranks`` ranks (None for shared memory), removed after."""
+    rate = parse_net(net)
+    if rate is None:
+        yield None
+        return
+    try:
+        emulation = Emulation(ranks, rate).__enter__()
+    except EmulationError as exc:
+        raise UserError(f"--net {net}: {exc}") from None
+    try:
+        yield emulation
+    finally:
+        emulation.close()
+
+
+@contextlib.contextmanager
+def terminated_cleanly() -> Iterator[None]:
+    """Turn SIGTERM into SystemExit, so that cleanup (finally blocks) runs."""
+    def handler(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_once(config: Config, ranks: int, options: RealOptions, emulation: Emulation | None,
+             repeat: int = 0, argv: list[str] | None = None) -> dict[str, str]:
+    """Launch the ranks once; the run's files (name -> text) as rank 0 wrote them."""
+    with tempfile.TemporaryDirectory(prefix="sgd-real-") as tmp:
+        work = Path(tmp)
+        os.chmod(work, 0o755)
+        (work / "config.toml").write_text(dump_config(config))
+        spec = {"config": str(work / "config.toml"), "workdir": str(work),
+                "result": str(work / "result.json"), "net": options.net,
+                "impl": options.impl, "repeat": repeat,
+                "wait": wait_mode(options.wait, ranks, config.compute.time_s is None)}
+        (work / "spec.json").write_text(json.dumps(spec))
+        job = Job(argv or [sys.executable, "-m", "sim.real.rank", "--spec",
+                           str(work / "spec.json")], ranks, work,
+                  env=emulation.env if emulation else {},
+                  prefix=emulation.prefix if emulation else None,
+                  timeout_s=options.timeout_s, hang_s=options.hang_s)
+        launch(job)
+        return json.loads((work / "result.json").read_text())
+
+
+def iteration_s(summary: dict[str, Any]) -> float | None:
+    """Mean time per update (s)."""
+    if not summary.get("iterations"):
+        return None
+    return summary["sim_time_s"] / summary["iterations"]
+
+
+def write_repeats(out: Path, config: Config, runs: list[dict[str, str]]) -> None:
+    """OUT/r0, OUT/r1, ... plus config.toml and repeats.json, renamed into place at once."""
+    check_out_dir(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        summaries = []
+        for i, files in enumerate(runs):
+            write_run(tmp / f"r{i}", files)
+            summaries.append(json.loads(files["summary.json"]))
+        (tmp / "config.toml").write_text(dump_config(config))
+        times = [iteration_s(s) for s in summaries]
+        (tmp / "repeats.json").write_text(json.dumps(
+            {"repeats": len(runs), "iteration_s": times,
+             "time_to_target_s": [s.get("time_to_target_s") for s in summaries]},
+            indent=2) + "\n")
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_real(config: Config, out: Path, options: RealOptions,
+             progress: Any = None) -> list[dict[str, Any]]:
+    """Run ``config`` for real ``options.repeat`` times into ``out``; the summaries.
+
+    Raises UserError (bad input, network not available) or RunFailed (a rank failed).
+    """
+    strategy = check_supported(config)
+    check_options(options)
+    check_out_dir(out)
+    ranks = strategy.ranks(config)
+    runs = []
+    with terminated_cleanly(), network(options.net, ranks) as emulation:
+        for repeat in range(options.repeat):
+            runs.append(run_once(config, ranks, options, emulation, repeat))
+            if progress:
+                progress(repeat, json.loads(runs[-1]["summary.json"]))
+    if options.repeat == 1:
+        write_run(out, runs[0])
+    else:
+        write_repeats(out, config, runs)
+    return [json.loads(files["summary.json"]) for files in runs]

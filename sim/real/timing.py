@@ -1,0 +1,101 @@
+"""Time on a rank: one clock for every rank, precise sleeps, waits that can yield the CPU.
+
+All ranks of a run live on one machine, so ``time.perf_counter`` (CLOCK_MONOTONIC) is one
+clock for all of them: rank 0 broadcasts the instant training starts and every rank logs
+times relative to it. Waits either spin in MPI (lowest latency, when every rank has a core)
+or poll and sleep (when ranks outnumber cores, so that a waiting rank does not steal the
+CPU of a computing one).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+PR_SET_TIMERSLACK = 29  # linux/prctl.h
+SPIN_BEFORE_NAP_S = 50e-6  # a sleeping wait spins this long first (longer: worse here)
+POLL_SLEEP_S = 20e-6  # then naps this long between polls (wakes ~20 us later on a VM)
+SPIN_S = 60e-6  # the end of a modelled compute time is spun, not slept
+WAIT_MODES = ("spin", "sleep")
+
+
+def tighten_timer_slack(slack_ns: int = 1000) -> None:
+    """Ask Linux to wake sleeps within ``slack_ns`` (default slack is 50 us)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, slack_ns, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: sleeps are just less precise
+        pass
+
+
+def sleep_until(deadline: float, check: Callable[[], bool] | None = None,
+                slice_s: float = 200e-6) -> bool:
+    """Sleep until ``time.perf_counter() >= deadline``; True if ``check()`` cut it short.
+
+    With ``check`` the sleep is taken in slices and ``check`` is called between them. The
+    last ``SPIN_S`` are spun, not slept: a wake-up can come tens of microseconds late.
+    """
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return False
+        if check is not None and check():
+            return True
+        if left > SPIN_S:
+            time.sleep(min(left - SPIN_S, slice_s) if check is not None else left - SPIN_S)
+
+
+class Waiter:
+    """Completes MPI requests by spinning in MPI, or by polling: spin ``spin_s``, then nap."""
+
+    def __init__(self, mode: str, spin_s: float = SPIN_BEFORE_NAP_S) -> None:
+        if mode not in WAIT_MODES:
+            raise ValueError(f"wait mode {mode!r}: expected one of {', '.join(WAIT_MODES)}")
+        self.mode, self.spin_s = mode, spin_s
+
+    def all(self, requests: Sequence[Any]) -> None:
+        """Wait for every request."""
+        from mpi4py import MPI
+
+        if not requests:
+            return
+        requests = list(requests)
+        if self.mode == "spin":
+            MPI.Request.Waitall(requests)
+            return
+        self._poll(lambda: MPI.Request.Testall(requests))
+
+    def one(self, request: Any, status: Any = None) -> None:
+        """Wait for one request (``status`` filled in for a receive)."""
+        if self.mode == "spin":
+            request.Wait(status)
+            return
+        self._poll(lambda: request.Test(status))
+
+    def _poll(self, done: Callable[[], bool]) -> None:
+        if done():
+            return
+        naps_from = time.perf_counter() + self.spin_s
+        while not done():
+            if time.perf_counter() > naps_from:
+                time.sleep(POLL_SLEEP_S)
+
+
+class Heartbeat:
+    """Touches a file at most every ``every_s`` so the launcher can tell a hung rank."""
+
+    def __init__(self, path: Path | None, every_s: float = 0.5) -> None:
+        self.path, self.every_s, self.last = path, every_s, 0.0
+        if path is not None:
+            path.touch()
+
+    def beat(self) -> None:
+        if self.path is None:
+            return
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            os.utime(self.path)

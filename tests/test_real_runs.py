@@ -1,0 +1,145 @@
+"""Real runs on 2 MPI ranks: every strategy, the result contract, semantics shared with the
+simulator, and bad input. Tiny configs: each run takes well under a second."""
+
+from __future__ import annotations
+
+import csv
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+from sim.record import SUMMARY_KEYS
+
+pytest.importorskip("mpi4py")
+
+TINY = """
+[cluster]
+workers = 2
+[workload]
+model = "logreg"
+features = 32
+samples = 600
+batch = 16
+lr = 0.5
+[strategy]
+kind = "{kind}"
+backup = 1
+staleness = 1
+[run]
+iterations = 20
+eval_every = 5
+seed = 3
+"""
+
+
+def tiny(tmp_path: Path, kind: str = "bsp") -> Path:
+    path = tmp_path / f"{kind}.toml"
+    path.write_text(TINY.format(kind=kind))
+    return path
+
+
+def updates(run: Path) -> list[dict[str, str]]:
+    with (run / "metrics.csv").open() as f:
+        return [row for row in csv.DictReader(f) if row["kind"] == "update"]
+
+
+def evals(run: Path) -> list[float]:
+    with (run / "metrics.csv").open() as f:
+        return [float(row["loss"]) for row in csv.DictReader(f) if row["kind"] == "eval"]
+
+
+@pytest.mark.parametrize("kind", ["bsp", "bsp-ps", "asp", "ssp", "backup"])
+def test_each_strategy_runs_for_real_and_writes_the_contract(tmp_path, capsys, kind):
+    out = tmp_path / "real"
+    assert main(["real", str(tiny(tmp_path, kind)), "--out", str(out)]) == 0
+    assert str(out) in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "metrics.csv",
+                                                     "summary.json", "trace.json"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(SUMMARY_KEYS) <= set(summary)
+    assert summary["kind"] == "real" and summary["iterations"] == 20
+    assert summary["sim_time_s"] > 0 and summary["final_loss"] < 0.69
+    assert len(summary["workers"]) == 2
+    assert len(updates(out)) == 20
+    trace = json.loads((out / "trace.json").read_text())
+    assert {e["ph"] for e in trace["traceEvents"]} >= {"M", "X"}
+    assert tomllib.loads((out / "config.toml").read_text())["strategy"]["kind"] == kind
+
+
+@pytest.mark.parametrize("impl", ["schedule", "mpi"])
+def test_real_bsp_follows_the_simulated_loss_curve(tmp_path, impl):
+    config = tiny(tmp_path)
+    assert main(["run", str(config), "--out", str(tmp_path / "sim")]) == 0
+    assert main(["real", str(config), "--out", str(tmp_path / "real"), "--allreduce",
+                 impl]) == 0
+    # same data, shards, batches, initial parameters and kernels; only the summation
+    # order of the allreduce differs (rounding)
+    assert evals(tmp_path / "real") == pytest.approx(evals(tmp_path / "sim"), rel=1e-9)
+
+
+def test_real_bsp_ps_is_the_simulated_run_bit_for_bit(tmp_path):
+    config = tiny(tmp_path, "bsp-ps")
+    assert main(["run", str(config), "--out", str(tmp_path / "sim")]) == 0
+    assert main(["real", str(config), "--out", str(tmp_path / "real")]) == 0
+    assert evals(tmp_path / "real") == evals(tmp_path / "sim")  # gradients summed in order
+
+
+def test_a_straggler_sleeps_and_backup_steps_go_without_it(tmp_path):
+    config = tiny(tmp_path, "backup")
+    slow = ["--set", "compute.time_s=2e-3", "--set", "compute.straggler_fraction=0.5",
+            "--set", "compute.straggler_slowdown=20.0"]
+    assert main(["real", str(config), "--out", str(tmp_path / "real"), *slow]) == 0
+    rows = updates(tmp_path / "real")
+    assert all(int(row["worker"]) == -1 and row["staleness"] == "0" for row in rows)
+    summary = json.loads((tmp_path / "real" / "summary.json").read_text())
+    straggler = summary["stragglers"][0]
+    # each step takes the fast worker's gradient (N - b = 1); the straggler's are cancelled
+    assert summary["workers"][straggler]["compute"] > 0
+    assert summary["sim_time_s"] >= 20 * 2e-3  # sleeps are never shorter than asked
+
+
+def test_bsp_waits_for_the_real_straggler(tmp_path):
+    config = tiny(tmp_path)
+    slow = ["--set", "compute.time_s=1e-3", "--set", "compute.straggler_fraction=0.5",
+            "--set", "compute.straggler_slowdown=4.0"]
+    assert main(["real", str(config), "--out", str(tmp_path / "real"), *slow]) == 0
+    summary = json.loads((tmp_path / "real" / "summary.json").read_text())
+    assert summary["sim_time_s"] >= 20 * 4e-3  # every step waits for the 4 ms gradient
+    fast = 1 - summary["stragglers"][0]
+    assert summary["workers"][fast]["wait"] >= 20 * 2e-3  # and the fast worker waits
+
+
+def test_ssp_keeps_clocks_within_the_bound(tmp_path):
+    config = tiny(tmp_path, "ssp")
+    slow = ["--set", "compute.time_s=1e-3", "--set", "compute.straggler_fraction=0.5",
+            "--set", "compute.straggler_slowdown=5.0"]
+    assert main(["real", str(config), "--out", str(tmp_path / "real"), *slow]) == 0
+    gaps = [int(row["clock_gap"]) for row in updates(tmp_path / "real")]
+    assert max(gaps) <= 1 and len(gaps) == 20
+
+
+def test_repeats_write_one_run_directory_each(tmp_path):
+    out = tmp_path / "real"
+    assert main(["real", str(tiny(tmp_path, "asp")), "--out", str(out), "--repeat", "2"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "r0", "r1",
+                                                     "repeats.json"]
+    assert json.loads((out / "repeats.json").read_text())["repeats"] == 2
+    assert (out / "r1" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", 'strategy.kind="local-sgd"'], "no real runner"),
+    (["--set", 'strategy.compression="topk"'], "dense gradients only"),
+    (["--set", "cluster.servers=2", "--set", 'strategy.kind="asp"'], "one parameter-server"),
+    (["--net", "emulate:fast"], "expected a positive number and a unit"),
+    (["--net", "infiniband"], "expected shm or emulate:RATE"),
+])
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, message):
+    out = tmp_path / "real"
+    assert main(["real", str(tiny(tmp_path)), "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()

@@ -1,0 +1,137 @@
+"""Calibration, comparison and the validation matrix; schedules and fits on known data."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.cli import main
+from sim.network.collectives import get_collective
+from sim.network.fabrics import get_fabric
+from sim.real.calibrate import fit_device, fit_network
+from sim.real.collective import rank_rounds
+from sim.real.validate import expand, load_matrix
+from sim.training.compute import load_device
+
+pytest.importorskip("mpi4py")
+
+TINY = """
+[cluster]
+workers = 2
+[workload]
+features = 16
+samples = 400
+batch = 8
+[strategy]
+kind = "asp"
+[compute]
+time_s = 5e-4
+[run]
+iterations = 20
+eval_every = 5
+target_loss = 0.6
+"""
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "rabenseifner", "recursive-doubling", "tree"])
+@pytest.mark.parametrize("p", [2, 3, 4])
+def test_rank_rounds_are_the_schedule_seen_by_each_rank(algorithm, p):
+    schedule = get_collective(algorithm).schedule(p, 10)
+    sent = sum(len(r.sends) for rank in range(p) for r in rank_rounds(algorithm, p, 10, rank))
+    received = sum(len(r.recvs) for rank in range(p)
+                   for r in rank_rounds(algorithm, p, 10, rank))
+    total = sum(len(schedule.round(i)) for i in range(schedule.n_rounds))
+    assert sent == received == total
+
+
+def test_device_fit_recovers_rate_and_overhead():
+    points = [{"flops": f, "seconds": 5e-6 + f / 2e10} for f in (1e4, 1e6, 1e7, 1e8)]
+    rate, overhead, errors = fit_device(points)
+    assert rate == pytest.approx(2e10, rel=1e-6) and overhead == pytest.approx(5e-6, rel=1e-4)
+    assert max(map(abs, errors)) < 1e-6
+
+
+def test_network_fit_recovers_alpha_and_beta():
+    alpha, beta, sizes = 20e-6, 1e-8, [8, 4096, 1 << 16, 1 << 20, 4 << 20]
+    ring = get_collective("ring")
+    measured = {"algorithm": "ring", "stream": {"seconds": [5e-6]},
+                "pingpong": {"sizes": sizes, "seconds": [alpha + n * beta for n in sizes]},
+                "allreduce": [{"ranks": 2, "sizes": sizes, "seconds": [
+                    ring.closed_form_s(2, n, alpha, beta) for n in sizes]}]}
+    fit = fit_network(measured)
+    assert fit["alpha_s"] == pytest.approx(alpha, rel=1e-4)
+    assert fit["bandwidth_Bps"] == pytest.approx(1e8, rel=1e-4)
+    assert fit["overhead_s"] == 5e-6 and fit["latency_s"] == pytest.approx(5e-6, rel=1e-3)
+
+
+def test_calibrate_writes_profiles_the_simulator_reads(tmp_path, capsys):
+    out = tmp_path / "profile"
+    workload = tmp_path / "w.toml"
+    workload.write_text(TINY)
+    assert main(["calibrate", "--out", str(out), "--quick", "--ranks", "2",
+                 "--workload", str(workload)]) == 0
+    printed = capsys.readouterr().out
+    assert f'cluster.fabric = "calibrated:{out / "fabric.json"}"' in printed
+    fabric = get_fabric(f"calibrated:{out / 'fabric.json'}")
+    device = load_device(f"calibrated:{out / 'device.json'}")
+    assert fabric.bandwidth_Bps > 1e6 and device.flops_per_s > 1e6
+    run = tmp_path / "sim"
+    assert main(["run", str(workload), "--out", str(run), "--set",
+                 f'cluster.fabric="calibrated:{out / "fabric.json"}"', "--set",
+                 f'compute.device="calibrated:{out / "device.json"}"']) == 0
+
+
+def test_compare_reports_errors_spread_and_a_figure(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text(TINY)
+    sim, real = tmp_path / "sim", tmp_path / "real"
+    assert main(["run", str(config), "--out", str(sim)]) == 0
+    assert main(["real", str(config), "--out", str(real), "--repeat", "2"]) == 0
+    assert main(["compare", str(sim), str(real), "--out", str(tmp_path / "cmp")]) == 0
+    assert "iteration time" in capsys.readouterr().out
+    report = json.loads((tmp_path / "cmp" / "report.json").read_text())
+    it = report["iteration_s"]
+    assert report["repeats"] == 2 and it["real"]["n"] == 2
+    assert it["error"] == pytest.approx((it["sim"] - it["real"]["mean"]) / it["real"]["mean"])
+    assert it["outside_spread"] >= 0
+    assert set(report["staleness"]) >= {"sim", "real"}
+    assert len(report["breakdown"]["sim"]) == len(report["breakdown"]["real"]) == 2
+    assert (tmp_path / "cmp" / "report.png").stat().st_size > 10_000
+    assert main(["compare", str(real), str(sim)]) == 2  # the wrong way round
+
+
+def test_the_shipped_matrix_covers_every_level_of_every_axis():
+    matrix = load_matrix(Path(__file__).resolve().parents[1] / "experiments" / "validation"
+                         / "matrix.toml")
+    cases = expand(matrix)
+    assert len({c.name for c in cases}) == len(cases) <= np.prod(
+        [len(v) for v in matrix.axes.values()])
+    for axis, levels in matrix.axes.items():
+        assert {c.levels[axis] for c in cases} == set(levels)
+    assert len(cases) == 48  # the two blocks: no stragglers (32), small with stragglers (16)
+    full = expand(dataclasses.replace(matrix, blocks=[]))
+    assert len(full) == int(np.prod([len(v) for v in matrix.axes.values()]))
+    small = expand(matrix, ["workers=2", "strategy=bsp", "network=shm"])
+    assert {c.levels["model"] for c in small} == set(matrix.axes["model"])
+    assert all(c.overrides["cluster.workers"] == 2 for c in small)
+
+
+def test_validate_runs_a_small_matrix_and_writes_the_readme(tmp_path, capsys):
+    (tmp_path / "base.toml").write_text(TINY)
+    (tmp_path / "matrix.toml").write_text(
+        'base = "base.toml"\nrepeat = 2\n[axes]\nworkers = [2]\nstrategy = ["bsp", "asp"]\n'
+        'network = ["shm"]\nmodel = ["tiny"]\n[levels.model.tiny]\n"workload.lr" = 0.5\n')
+    readme = tmp_path / "README.md"
+    assert main(["validate", "--matrix", str(tmp_path / "matrix.toml"), "--out",
+                 str(tmp_path / "runs"), "--quick", "--quiet-wait", "0",
+                 "--retries", "0"]) == 0
+    text = readme.read_text()
+    assert "| w2-bsp-shm-tiny |" in text and "| w2-asp-shm-tiny |" in text
+    assert "median |error|" in text and "machine:" in text
+    rows = json.loads((tmp_path / "runs" / "rows.json").read_text())
+    assert [r["case"] for r in rows] == ["w2-bsp-shm-tiny", "w2-asp-shm-tiny"]
+    assert all("report" in r for r in rows)
