@@ -1,0 +1,81 @@
+"""The notebooks: committed without outputs, generated from notebooks/build_notebooks.py, and
+each one runs to the end in its quick form (``SGD_LAB_QUICK=1``) and shows a figure.
+
+The kernel is this interpreter (a kernelspec written to a temporary JUPYTER_PATH, so no other
+installed ``python3`` kernel is picked up), started in a temporary directory with results
+going to another one: nothing lands in the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIR = ROOT / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+KERNEL = "sgd-lab-test-python3"
+CELL_TIMEOUT_S = 600
+
+
+def _builder() -> types.ModuleType:
+    """notebooks/build_notebooks.py as a module (executed from source: no __pycache__)."""
+    path = NOTEBOOK_DIR / "build_notebooks.py"
+    module = types.ModuleType("build_notebooks")
+    module.__file__ = str(path)
+    exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
+    return module
+
+
+def test_every_notebook_is_built_from_the_generator() -> None:
+    builder = _builder()
+    assert sorted(f"{name}.ipynb" for name in builder.NOTEBOOKS) == [p.name for p in NOTEBOOKS]
+    assert builder.main(["--check"]) == 0, "run: python notebooks/build_notebooks.py"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_without_outputs(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.outputs == [] and c.execution_count is None for c in code)
+    assert "QUICK" in code[0].source, "the first code cell holds the parameters"
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kernelspec running this interpreter; returns the JUPYTER_PATH holding it."""
+    jupyter = tmp_path_factory.mktemp("jupyter")
+    spec_dir = jupyter / "kernels" / KERNEL
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "sgd-lab tests", "language": "python",
+        "env": {"SGD_LAB_QUICK": "1", "SGD_LAB_ROOT": str(ROOT)}}))
+    return jupyter
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_in_quick_form(path: Path, kernel_env: Path, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JUPYTER_PATH", str(kernel_env))
+    monkeypatch.setenv("SGD_LAB_RUNS", str(tmp_path / "runs"))
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT_S,
+                                     resources={"metadata": {"path": str(workdir)}})
+    client.execute()  # raises CellExecutionError naming the failing cell
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert images, f"{path.name}: no figure shown"
+    assert not any(workdir.iterdir()), "the notebook wrote into its working directory"
