@@ -227,10 +227,11 @@ def check_out_dir(out: Path) -> None:
         raise UserError(f"{out}: already exists and is not empty; choose another --out")
 
 
-def write_run(out: Path, files: dict[str, str]) -> None:
-    """Write ``files`` (name -> text) as the run directory ``out``, atomically.
+@contextmanager
+def atomic_dir(out: Path) -> Iterator[Path]:
+    """A temporary directory beside ``out``, renamed to ``out`` when the block ends well.
 
-    Raises UserError when ``out`` already holds files.
+    Raises UserError when ``out`` already holds files; on an error nothing is left.
     """
     check_out_dir(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -238,13 +239,22 @@ def write_run(out: Path, files: dict[str, str]) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        for name, text in files.items():
-            (tmp / name).write_text(text)
+        yield tmp
         if out.exists():
             out.rmdir()  # empty (checked above); rename needs the name free
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_run(out: Path, files: dict[str, str]) -> None:
+    """Write ``files`` (name -> text) as the run directory ``out``, atomically.
+
+    Raises UserError when ``out`` already holds files.
+    """
+    with atomic_dir(out) as tmp:
+        for name, text in files.items():
+            (tmp / name).write_text(text)
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:

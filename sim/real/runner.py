@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from sim.real.emulate import Emulation, EmulationError, parse_rate
 from sim.real.launcher import Job, launch
 from sim.real.strategies import check_supported
 from sim.real.timing import WAIT_MODES
-from sim.record import check_out_dir, write_run
+from sim.record import atomic_dir, check_out_dir, write_run
 
 IMPLS = ("schedule", "mpi")
 
@@ -140,12 +139,7 @@ def iteration_s(summary: dict[str, Any]) -> float | None:
 
 def write_repeats(out: Path, config: Config, runs: list[dict[str, str]]) -> None:
     """OUT/r0, OUT/r1, ... plus config.toml and repeats.json, renamed into place at once."""
-    check_out_dir(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_dir(out) as tmp:
         summaries = []
         for i, files in enumerate(runs):
             write_run(tmp / f"r{i}", files)
@@ -156,11 +150,6 @@ def write_repeats(out: Path, config: Config, runs: list[dict[str, str]]) -> None
             {"repeats": len(runs), "iteration_s": times,
              "time_to_target_s": [s.get("time_to_target_s") for s in summaries]},
             indent=2) + "\n")
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run_real(config: Config, out: Path, options: RealOptions,
