@@ -143,3 +143,43 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, message):
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+PIPELINED = """
+[cluster]
+workers = 2
+[workload]
+model = "mlp"
+dataset = "digits"
+hidden = [64, 32]
+batch = 16
+[strategy]
+kind = "bsp"
+pipelining = "{mode}"
+bucket_bytes = 20000
+[run]
+iterations = 12
+eval_every = 4
+"""
+
+
+@pytest.mark.parametrize("mode", ["wfbp", "bucket"])
+def test_pipelined_bsp_runs_for_real_with_the_simulators_numbers(tmp_path, mode):
+    config = tmp_path / f"{mode}.toml"
+    config.write_text(PIPELINED.format(mode=mode))
+    real, sim = tmp_path / "real", tmp_path / "sim"
+    for allreduce in ("schedule", "mpi"):
+        out = real / allreduce
+        assert main(["real", str(config), "--out", str(out), "--allreduce", allreduce]) == 0
+        assert json.loads((out / "summary.json").read_text())["kind"] == "real"
+    assert main(["run", str(config), "--out", str(sim)]) == 0
+    for allreduce in ("schedule", "mpi"):  # the same batches, layers and messages
+        assert evals(real / allreduce) == pytest.approx(evals(sim), rel=1e-9)
+
+
+def test_priority_ordering_is_refused_for_real(tmp_path, capsys):
+    config = tmp_path / "prio.toml"
+    config.write_text(PIPELINED.format(mode="wfbp").replace("bucket_bytes = 20000",
+                                                             "bucket_bytes = 20000\npriority = true"))
+    assert main(["real", str(config), "--out", str(tmp_path / "out")]) == 2
+    assert "strategy.priority" in capsys.readouterr().err

@@ -21,6 +21,10 @@ from sim.real.strategies import RankContext
 
 
 def run(ctx: RankContext) -> RankLog:
+    if ctx.config.strategy.pipelining != "none":
+        from sim.real import bsp_pipelined
+
+        return bsp_pipelined.run(ctx)
     comm, parts, rank = ctx.comm, ctx.parts, ctx.rank
     config, worker = ctx.config, parts.workers[rank]
     workload = config.workload

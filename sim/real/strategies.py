@@ -99,10 +99,12 @@ def check_supported(config: Config, source: str = "config") -> RealStrategy:
                         "real runs send dense gradients only (use \"none\")")
     from sim.workloads.models import MODELS
 
-    pipelining = getattr(config.strategy, "pipelining", "none")
-    if pipelining != "none":
-        raise UserError(f"{source}: strategy.pipelining {pipelining!r}: real runs do not "
-                        "pipeline yet (use \"none\")")
+    if config.strategy.pipelining != "none" and kind != "bsp":
+        raise UserError(f"{source}: strategy.pipelining {config.strategy.pipelining!r}: "
+                        "real runs pipeline bsp only (bsp-ps pipelining is simulated only)")
+    if config.strategy.priority:
+        raise UserError(f"{source}: strategy.priority: not run for real (the ranks would "
+                        "have to agree which ready message goes next)")
     if getattr(config.workload, "profile", None) is not None or \
             not getattr(config.workload, "numerics", True):
         raise UserError(f"{source}: workload.profile / numerics = false: a timing profile "

@@ -1,0 +1,121 @@
+"""``bsp`` with layer-wise pipelining on real ranks: wait-free backprop or DDP-style buckets.
+
+Mirrors :class:`sim.training.strategies.allreduce.BSP` with ``strategy.pipelining`` set, and
+the model in :mod:`sim.training.pipeline`: the gradient leaves in the same messages
+(``plan_messages``); a message is allreduced (non-blocking) once backward has produced all
+its layers; one message is on the wire at a time, in the order they became ready; the
+communication is progressed between layers while backward goes on. Every rank produces
+the messages in the same (backward) order, so the ranks agree on the order of their
+collectives. Priority ordering is not run for real: it would need the ranks to agree on
+which ready message goes next (P3 and ByteScheduler use a coordinator for that).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from sim import kernels as K
+from sim.kernels import NonFiniteError
+from sim.real.assemble import RankLog, wants_snapshot
+from sim.real.collective import Allreduce, make_allreduce
+from sim.real.parts import RealCompute
+from sim.real.strategies import RankContext
+from sim.real.timing import sleep_until
+from sim.training.pipeline import LayerCosts, plan_messages
+from sim.training.strategies.pipelined import message_slice
+
+
+class Channel:
+    """Ready messages go out one at a time, first ready first (the simulator's channel)."""
+
+    def __init__(self, reducers: list[Allreduce], slices: list[slice], grad: np.ndarray):
+        self.reducers, self.slices, self.grad = reducers, slices, grad
+        self.ready: list[int] = []
+        self.busy: int | None = None
+        self.done = 0
+
+    def progress(self) -> bool:
+        """Finish the message on the wire if it is done, start the next ready one."""
+        if self.busy is not None and self.reducers[self.busy].test():
+            self.busy, self.done = None, self.done + 1
+        if self.busy is None and self.ready:
+            self.busy = self.ready.pop(0)
+            self.reducers[self.busy].start(self.grad[self.slices[self.busy]])
+        return False  # for sleep_until: never cut the modelled compute short
+
+    def finish(self) -> None:
+        while self.done < len(self.slices):
+            if self.busy is not None:
+                self.reducers[self.busy].wait()
+                self.busy, self.done = None, self.done + 1
+            self.progress()
+
+
+def run(ctx: RankContext) -> RankLog:
+    comm, parts, rank, config = ctx.comm, ctx.parts, ctx.rank, ctx.config
+    worker, workload, strategy = parts.workers[rank], config.workload, config.strategy
+    model = worker.model
+    params = parts.params.copy()
+    velocity = np.zeros_like(params) if workload.momentum > 0 else None
+    messages = plan_messages(LayerCosts.from_model(model).grad_bytes, strategy.pipelining,
+                             strategy.bucket_bytes)
+    first_layer = {msg.lo: m for m, msg in enumerate(messages)}
+    slices = [message_slice(msg, model) for msg in messages]
+    reducers = [make_allreduce(ctx.impl, comm, strategy.collective, sl.stop - sl.start,
+                               ctx.waiter) for sl in slices]
+    ctx.warm_kernels(params)
+    for reducer, sl in zip(reducers, slices, strict=True):  # warm-up: every message size
+        reducer(np.zeros(sl.stop - sl.start))
+    ctx.start_clock()
+    compute = RealCompute(parts, rank, ctx.t0)
+    log = RankLog(rank)
+    if rank == 0:
+        log.snapshots[0] = params.copy()
+    steps = []  # compute start, backward end, comm end, update end, loss
+    for step in range(config.run.iterations):
+        start = ctx.now()
+        channel = Channel(reducers, slices, worker.grad)
+        loss = _backward(worker, model, params, first_layer, channel, compute)
+        computed = ctx.now()
+        channel.finish()
+        reduced = ctx.now()
+        try:
+            K.scale(1.0 / parts.n, worker.grad)
+            K.sgd_update(params, worker.grad, velocity, workload.lr, workload.momentum,
+                         workload.weight_decay)
+        except NonFiniteError:  # every rank holds the same NaNs: all stop at this step
+            log.diverged = True
+            break
+        steps.append((start, computed, reduced, ctx.now(), loss))
+        if rank == 0 and wants_snapshot(step + 1, config):
+            log.snapshots[step + 1] = params.copy()
+        ctx.heartbeat.beat()
+    log.kernel_s, log.steps = compute.kernel_s, steps
+    log.messages = sum(r.messages for r in reducers)
+    return log
+
+
+def _backward(worker, model, params, first_layer, channel: Channel,
+              compute: RealCompute) -> float:
+    """Forward, then backward layer by layer, handing each finished message to the channel;
+    then the rest of the modelled compute time (noise, stragglers), progressing the channel."""
+    started = time.perf_counter()
+    X, y = worker.next_batch()
+    loss = math.nan
+    try:
+        for step_loss, layer in model.backward_layers(params, X, y, worker.grad):
+            loss = step_loss
+            if layer in first_layer:
+                channel.ready.append(first_layer[layer])
+            channel.progress()
+    except NonFiniteError:
+        worker.grad.fill(math.nan)
+    kernel = time.perf_counter() - started
+    compute.kernel_s.append(kernel)
+    modelled = compute.model.duration(compute.index, started - compute.t0)
+    target = modelled if compute.absolute else kernel * modelled / compute.model.base_s
+    sleep_until(started + target, channel.progress)
+    return loss
