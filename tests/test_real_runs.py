@@ -153,13 +153,13 @@ model = "mlp"
 dataset = "digits"
 hidden = [64, 32]
 batch = 16
+[run]
+iterations = 12
+eval_every = 4
 [strategy]
 kind = "bsp"
 pipelining = "{mode}"
 bucket_bytes = 20000
-[run]
-iterations = 12
-eval_every = 4
 """
 
 
@@ -179,7 +179,6 @@ def test_pipelined_bsp_runs_for_real_with_the_simulators_numbers(tmp_path, mode)
 
 def test_priority_ordering_is_refused_for_real(tmp_path, capsys):
     config = tmp_path / "prio.toml"
-    config.write_text(PIPELINED.format(mode="wfbp").replace("bucket_bytes = 20000",
-                                                             "bucket_bytes = 20000\npriority = true"))
+    config.write_text(PIPELINED.format(mode="wfbp") + "priority = true\n")
     assert main(["real", str(config), "--out", str(tmp_path / "out")]) == 2
     assert "strategy.priority" in capsys.readouterr().err
