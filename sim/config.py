@@ -142,6 +142,8 @@ class Run(Section):
     seed: NonNegativeInt = doc(0, "the one seed every random stream derives from")
     eval_every: PositiveInt = doc(20, "held-out loss and accuracy every this many updates")
     target_loss: Positive | None = doc(None, "held-out loss that defines time_to_target_s")
+    time_limit_s: Positive | None = doc(None, "also stop at this simulated time (s): "
+                                        "compares strategies over the same time span")
     seeds: list[NonNegativeInt] = doc([], "sweeps repeat every point for each seed")
 
 

@@ -73,3 +73,19 @@ def test_bad_arguments_exit_2_without_traceback():
     done = subprocess.run([sys.executable, "-m", "sim", "run"], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr
+
+
+def test_time_limit_stops_every_strategy_at_the_same_simulated_time():
+    from sim.config import validate
+    from sim.training.engine import simulate
+
+    for kind in ("bsp", "asp"):
+        result = simulate(validate({"cluster": {"workers": 4}, "strategy": {"kind": kind},
+                                    "run": {"iterations": 10**6, "time_limit_s": 1e-3,
+                                            "eval_every": 25}}))
+        s = result.summary
+        assert s["sim_time_s"] == pytest.approx(1e-3) and 0 < s["iterations"] < 10**6
+        last_eval = [line for line in result.metrics_csv.splitlines()
+                     if line.startswith("eval")][-1].split(",")
+        assert float(last_eval[1]) == pytest.approx(1e-3)  # evaluated where it stopped
+        assert s["final_loss"] == pytest.approx(float(last_eval[8]))

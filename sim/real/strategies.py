@@ -102,6 +102,9 @@ def check_supported(config: Config, source: str = "config") -> RealStrategy:
     if config.strategy.pipelining != "none" and kind != "bsp":
         raise UserError(f"{source}: strategy.pipelining {config.strategy.pipelining!r}: "
                         "real runs pipeline bsp only (bsp-ps pipelining is simulated only)")
+    if config.run.time_limit_s is not None:
+        raise UserError(f"{source}: run.time_limit_s: real runs stop after run.iterations "
+                        "updates; drop the time limit")
     if config.strategy.priority:
         raise UserError(f"{source}: strategy.priority: not run for real (the ranks would "
                         "have to agree which ready message goes next)")

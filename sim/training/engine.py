@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import simpy
 
 from sim.config import Config, dump_config
 from sim.kernels import NonFiniteError
@@ -125,8 +126,13 @@ def simulate(config: Config, progress: Callable[[int, int], None] | None = None)
     started = time.perf_counter()
     strategy.start()
     recorder.evaluate_now()
+    limit = config.run.time_limit_s
+    until = recorder.done if limit is None else simpy.AnyOf(env, [recorder.done,
+                                                                 env.timeout(limit)])
     try:
-        env.run(until=recorder.done)
+        env.run(until=until)
+        if not recorder.finished:  # stopped by the time limit: evaluate where it stopped
+            recorder.evaluate_now()
     except NonFiniteError:
         recorder.diverge()
     except RuntimeError as exc:  # SimPy: no events left before `done`
