@@ -20,44 +20,60 @@ from sim.real.parts import Parts, RealCompute
 from sim.real.strategies import RankContext
 
 
+class Replica:
+    """The parameters every rank holds, stepped identically after each allreduce, and the
+    rank's log of its steps (compute start, compute end, comm end, update end, loss)."""
+
+    def __init__(self, ctx: RankContext) -> None:
+        self.ctx, self.params = ctx, ctx.parts.params.copy()
+        momentum = ctx.config.workload.momentum
+        self.velocity = np.zeros_like(self.params) if momentum > 0 else None
+        self.log, self.steps = RankLog(ctx.rank), []
+
+    def snapshot(self, iteration: int) -> None:
+        if self.ctx.rank == 0 and (iteration == 0 or wants_snapshot(iteration, self.ctx.config)):
+            self.log.snapshots[iteration] = self.params.copy()
+
+    def step(self, summed: np.ndarray, times: tuple[float, float, float], loss: float) -> bool:
+        """Apply the mean of the summed gradients; False once a NaN/Inf stops the run."""
+        workload = self.ctx.config.workload
+        try:
+            K.scale(1.0 / self.ctx.parts.n, summed)
+            K.sgd_update(self.params, summed, self.velocity, workload.lr, workload.momentum,
+                         workload.weight_decay)
+        except NonFiniteError:  # every rank holds the same NaNs: all stop at this step
+            self.log.diverged = True
+            return False
+        self.steps.append((*times, self.ctx.now(), loss))
+        self.snapshot(len(self.steps))
+        self.ctx.heartbeat.beat()
+        return True
+
+
 def run(ctx: RankContext) -> RankLog:
     if ctx.config.strategy.pipelining != "none":
         from sim.real import bsp_pipelined
 
         return bsp_pipelined.run(ctx)
-    comm, parts, rank = ctx.comm, ctx.parts, ctx.rank
-    config, worker = ctx.config, parts.workers[rank]
-    workload = config.workload
-    params = parts.params.copy()
-    velocity = np.zeros_like(params) if workload.momentum > 0 else None
-    allreduce = make_allreduce(ctx.impl, comm, config.strategy.collective, params.size,
+    comm, parts, rank, config = ctx.comm, ctx.parts, ctx.rank, ctx.config
+    worker = parts.workers[rank]
+    replica = Replica(ctx)
+    allreduce = make_allreduce(ctx.impl, comm, config.strategy.collective, replica.params.size,
                                ctx.waiter)
-    ctx.warm_kernels(params)
-    allreduce(np.zeros_like(params))  # warm-up: connections and MPI buffers
+    ctx.warm_kernels(replica.params)
+    allreduce(np.zeros_like(replica.params))  # warm-up: connections and MPI buffers
     ctx.start_clock()
     compute = RealCompute(parts, rank, ctx.t0)
-    log = RankLog(rank)
-    if rank == 0:
-        log.snapshots[0] = params.copy()
-    steps = []  # compute start, compute end, comm end, update end, loss
-    for step in range(config.run.iterations):
+    replica.snapshot(0)
+    for _ in range(config.run.iterations):
         start = ctx.now()
-        loss, _ = compute.gradient(params)
+        loss, _ = compute.gradient(replica.params)
         computed = ctx.now()
         allreduce(worker.grad)  # codec "none": the message is the gradient, summed in place
-        reduced = ctx.now()
-        try:
-            K.scale(1.0 / parts.n, worker.grad)
-            K.sgd_update(params, worker.grad, velocity, workload.lr, workload.momentum,
-                         workload.weight_decay)
-        except NonFiniteError:  # every rank holds the same NaNs: all stop at this step
-            log.diverged = True
+        if not replica.step(worker.grad, (start, computed, ctx.now()), loss):
             break
-        steps.append((start, computed, reduced, ctx.now(), loss))
-        if rank == 0 and wants_snapshot(step + 1, config):
-            log.snapshots[step + 1] = params.copy()
-        ctx.heartbeat.beat()
-    log.kernel_s, log.messages, log.steps = compute.kernel_s, allreduce.messages, steps
+    log = replica.log
+    log.kernel_s, log.messages, log.steps = compute.kernel_s, allreduce.messages, replica.steps
     return log
 
 

@@ -17,9 +17,9 @@ import time
 
 import numpy as np
 
-from sim import kernels as K
 from sim.kernels import NonFiniteError
-from sim.real.assemble import RankLog, wants_snapshot
+from sim.real.assemble import RankLog
+from sim.real.bsp import Replica
 from sim.real.collective import Allreduce, make_allreduce
 from sim.real.parts import RealCompute
 from sim.real.strategies import RankContext
@@ -56,44 +56,31 @@ class Channel:
 
 def run(ctx: RankContext) -> RankLog:
     comm, parts, rank, config = ctx.comm, ctx.parts, ctx.rank, ctx.config
-    worker, workload, strategy = parts.workers[rank], config.workload, config.strategy
+    worker, strategy = parts.workers[rank], config.strategy
     model = worker.model
-    params = parts.params.copy()
-    velocity = np.zeros_like(params) if workload.momentum > 0 else None
+    replica = Replica(ctx)
     messages = plan_messages(LayerCosts.from_model(model).grad_bytes, strategy.pipelining,
                              strategy.bucket_bytes)
     first_layer = {msg.lo: m for m, msg in enumerate(messages)}
     slices = [message_slice(msg, model) for msg in messages]
     reducers = [make_allreduce(ctx.impl, comm, strategy.collective, sl.stop - sl.start,
                                ctx.waiter) for sl in slices]
-    ctx.warm_kernels(params)
+    ctx.warm_kernels(replica.params)
     for reducer, sl in zip(reducers, slices, strict=True):  # warm-up: every message size
         reducer(np.zeros(sl.stop - sl.start))
     ctx.start_clock()
     compute = RealCompute(parts, rank, ctx.t0)
-    log = RankLog(rank)
-    if rank == 0:
-        log.snapshots[0] = params.copy()
-    steps = []  # compute start, backward end, comm end, update end, loss
-    for step in range(config.run.iterations):
+    replica.snapshot(0)
+    for _ in range(config.run.iterations):
         start = ctx.now()
         channel = Channel(reducers, slices, worker.grad)
-        loss = _backward(worker, model, params, first_layer, channel, compute)
+        loss = _backward(worker, model, replica.params, first_layer, channel, compute)
         computed = ctx.now()
         channel.finish()
-        reduced = ctx.now()
-        try:
-            K.scale(1.0 / parts.n, worker.grad)
-            K.sgd_update(params, worker.grad, velocity, workload.lr, workload.momentum,
-                         workload.weight_decay)
-        except NonFiniteError:  # every rank holds the same NaNs: all stop at this step
-            log.diverged = True
+        if not replica.step(worker.grad, (start, computed, ctx.now()), loss):
             break
-        steps.append((start, computed, reduced, ctx.now(), loss))
-        if rank == 0 and wants_snapshot(step + 1, config):
-            log.snapshots[step + 1] = params.copy()
-        ctx.heartbeat.beat()
-    log.kernel_s, log.steps = compute.kernel_s, steps
+    log = replica.log
+    log.kernel_s, log.steps = compute.kernel_s, replica.steps
     log.messages = sum(r.messages for r in reducers)
     return log
 
