@@ -33,10 +33,14 @@ class AnalyticalNetwork:
         self.alpha_s = fabric.alpha_s()
         self.beta_s = fabric.beta_s_per_byte
         self.messages_delivered = 0
+        self.flow_log = None  # no flows to log: messages do not share links here
 
     def message_s(self, nbytes: float) -> float:
         """Time of one message of nbytes bytes (s)."""
         return self.alpha_s + nbytes * self.beta_s
+
+    def start_log(self, limit: int) -> None:
+        """Nothing to log (see :meth:`FlowNetwork.start_log`)."""
 
     send = FlowNetwork.send  # one message through send_many: the same for both models
 

@@ -23,7 +23,6 @@ from sim.real.bsp import Replica
 from sim.real.collective import Allreduce, make_allreduce
 from sim.real.parts import RealCompute
 from sim.real.strategies import RankContext
-from sim.real.timing import sleep_until
 from sim.training.pipeline import LayerCosts, plan_messages
 from sim.training.strategies.pipelined import message_slice
 
@@ -100,9 +99,5 @@ def _backward(worker, model, params, first_layer, channel: Channel,
             channel.progress()
     except NonFiniteError:
         worker.grad.fill(math.nan)
-    kernel = time.perf_counter() - started
-    compute.kernel_s.append(kernel)
-    modelled = compute.model.duration(compute.index, started - compute.t0)
-    target = modelled if compute.absolute else kernel * modelled / compute.model.base_s
-    sleep_until(started + target, channel.progress)
+    compute.pad(started, channel.progress)
     return loss

@@ -75,11 +75,16 @@ class RealCompute:
         except NonFiniteError:
             self.worker.grad.fill(math.nan)
             loss = math.nan
+        return loss, self.pad(start, cancelled)
+
+    def pad(self, start: float, check: Callable[[], bool] | None = None) -> bool:
+        """Record the kernel time since ``start`` and sleep out the rest of the modelled
+        compute time (noise, stragglers); True if ``check()`` cut it short."""
         kernel = time.perf_counter() - start
         self.kernel_s.append(kernel)
         modelled = self.model.duration(self.index, start - self.t0)
         target = modelled if self.absolute else kernel * modelled / self.model.base_s
-        return loss, sleep_until(start + target, cancelled)
+        return sleep_until(start + target, check)
 
 
 def median_kernel_s(samples: list[float]) -> float | None:

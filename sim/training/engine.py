@@ -121,8 +121,7 @@ def simulate(config: Config, progress: Callable[[int, int], None] | None = None)
     env, ctx, strategy = build(config)
     recorder = ctx.recorder
     recorder.on_eval = progress
-    if hasattr(ctx.network, "start_log"):
-        ctx.network.start_log(TRACE_FLOWS)
+    ctx.network.start_log(TRACE_FLOWS)
     started = time.perf_counter()
     strategy.start()
     recorder.evaluate_now()
@@ -143,6 +142,5 @@ def simulate(config: Config, progress: Callable[[int, int], None] | None = None)
                                strategy=config.strategy.kind, fabric=ctx.network.fabric.name,
                                workers_n=ctx.n, stragglers=ctx.compute.stragglers,
                                compute_time_s=ctx.compute.base_s, **strategy.summary_extra())
-    trace = recorder.trace(getattr(ctx.network, "flow_log", None),
-                           ctx.network.topology.link_name)
+    trace = recorder.trace(ctx.network.flow_log, ctx.network.topology.link_name)
     return Result(summary, recorder.metrics_csv(), trace, dump_config(config))

@@ -49,14 +49,6 @@ class ParameterServer:
         self.edges = np.concatenate([[0.0], np.cumsum(self.share)])
         self.version = 0  # updates applied
 
-    def _to_shards(self, host: int, nbytes: float) -> simpy.Event:
-        n = len(self.hosts)
-        return transfer(self.network, np.full(n, host), self.hosts, nbytes * self.share)
-
-    def _from_shards(self, host: int, nbytes: float) -> simpy.Event:
-        n = len(self.hosts)
-        return transfer(self.network, self.hosts, np.full(n, host), nbytes * self.share)
-
     def range_bytes(self, start: float, stop: float, nbytes: float) -> np.ndarray:
         """Bytes per shard of a message carrying the keys [start, stop) (fractions of the
         whole vector, 0..1) in ``nbytes``: each shard gets the part of its key range."""
@@ -80,7 +72,7 @@ class ParameterServer:
 
     def push(self, host: int, nbytes: float) -> simpy.Event:
         """A gradient of ``nbytes`` from ``host``; fires when every shard has its part."""
-        return self._to_shards(host, nbytes)
+        return self.push_range(host, 0.0, 1.0, nbytes)
 
     def pull(self, host: int, out: np.ndarray,
              rows: np.ndarray | None = None) -> Generator[simpy.Event, Any, int]:
@@ -89,7 +81,7 @@ class ParameterServer:
         The copy is taken when the request reaches the servers; the data arrives later.
         """
         id_bytes = 0 if rows is None else rows.size * rows.itemsize
-        yield self._to_shards(host, REQUEST_BYTES * len(self.hosts) + id_bytes)
+        yield self.push_range(host, 0.0, 1.0, REQUEST_BYTES * len(self.hosts) + id_bytes)
         version = self.version
         if rows is None:
             K.copy(out, self.params)
@@ -97,7 +89,7 @@ class ParameterServer:
         else:
             out[rows] = self.params[rows]
             nbytes = rows.size * self.params.itemsize
-        yield self._from_shards(host, nbytes)
+        yield self.send_range(host, 0.0, 1.0, nbytes)
         return version
 
     def apply(self, grad: np.ndarray, lr: float) -> None:
