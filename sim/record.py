@@ -17,11 +17,11 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import simpy
 
 from sim.errors import UserError
 
@@ -33,31 +33,35 @@ SUMMARY_KEYS = ("sim_time_s", "iterations", "final_loss", "final_accuracy", "tim
                 "wait_s", "events", "wall_s", "seed")
 
 
-class CountingEnvironment(simpy.Environment):
-    """A SimPy environment that counts the events it processes."""
+@dataclass(frozen=True)
+class UpdateRecord:
+    """One update applied to the model of record: a row of metrics.csv."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.events_processed = 0
-
-    def step(self) -> None:
-        self.events_processed += 1
-        super().step()
+    worker: int  # -1: an aggregate of several workers' gradients
+    clock: int
+    version_read: int
+    staleness: int
+    loss: float
+    samples: int
+    clock_gap: int | None = None
 
 
 class Recorder:
     """Collects updates, evaluations and each worker's compute / comm / wait time.
 
-    ``done`` fires when ``iterations`` updates have been applied; strategies stop
-    applying updates once :attr:`finished` is true.
+    ``clock()`` is the time now (s): simulated, or a real run's replayed one.
+    ``evaluates_after(iteration)`` says when the model of record is evaluated (the strategy
+    rules' :meth:`~sim.training.rules.Rules.evaluates_after`). ``on_done()`` is called when
+    ``iterations`` updates have been applied; strategies stop applying updates once
+    :attr:`finished` is true.
     """
 
-    def __init__(self, env: simpy.Environment, workers: int, iterations: int,
-                 eval_every: int, target_loss: float | None) -> None:
-        self.env, self.iterations, self.eval_every = env, iterations, eval_every
+    def __init__(self, clock: Callable[[], float], workers: int, iterations: int,
+                 evaluates_after: Callable[[int], bool], target_loss: float | None) -> None:
+        self.clock, self.iterations, self.evaluates_after = clock, iterations, evaluates_after
         self.target_loss = target_loss
         self.evaluate: Callable[[], tuple[float, float]] = lambda: (math.nan, math.nan)
-        self.done = env.event()
+        self.on_done: Callable[[], None] = lambda: None
         self.iteration = 0
         self.rows: list[tuple] = []
         self.staleness: list[int] = []
@@ -77,26 +81,32 @@ class Recorder:
                samples: int, clock_gap: int | None = None) -> None:
         """One update applied now: ``worker`` is -1 for an aggregate of several workers."""
         self.iteration += 1
-        self.rows.append(("update", self.env.now, self.iteration, worker, clock, version_read,
+        self.rows.append(("update", self.clock(), self.iteration, worker, clock, version_read,
                           staleness, clock_gap, loss, None))
         self.staleness.append(staleness)
         self.samples += samples
-        if self.iteration % self.eval_every == 0 or self.iteration == self.iterations:
+        if self.evaluates_after(self.iteration):
             self.evaluate_now()
         if self.iteration == self.iterations:
-            self.done.succeed()
+            self.on_done()
+
+    def record(self, update: UpdateRecord) -> None:
+        """An update the strategy rules made (see :meth:`update`)."""
+        self.update(update.worker, update.clock, update.version_read, update.staleness,
+                    update.loss, update.samples, update.clock_gap)
 
     def evaluate_now(self) -> None:
         """Held-out loss and accuracy of the model of record, now."""
         if self.on_eval is not None:
             self.on_eval(self.iteration, self.iterations)
         loss, accuracy = self.evaluate()
-        self.rows.append(("eval", self.env.now, self.iteration, None, None, None, None, None,
+        now = self.clock()
+        self.rows.append(("eval", now, self.iteration, None, None, None, None, None,
                           loss, accuracy))
         self.final = (loss, accuracy)
         if self.target_loss is not None and self.time_to_target_s is None \
                 and loss <= self.target_loss:
-            self.time_to_target_s = float(self.env.now)
+            self.time_to_target_s = float(now)
 
     def diverge(self) -> None:
         """A NaN or Inf stopped the run: no final model, so no final loss or accuracy."""
@@ -117,17 +127,17 @@ class Recorder:
     @contextmanager
     def span(self, worker: int, kind: str) -> Iterator[None]:
         """Time the enclosed SimPy waits as ``kind`` (also when interrupted)."""
-        start = self.env.now
+        start = self.clock()
         try:
             yield
         finally:
-            self.add_span(worker, kind, start, self.env.now)
+            self.add_span(worker, kind, start, self.clock())
 
     # ---- results --------------------------------------------------------------------
 
     def summary(self, seed: int, wall_s: float, events: int, **extra: Any) -> dict[str, Any]:
         staleness = np.array(self.staleness or [0])
-        sim_time = float(self.env.now)
+        sim_time = float(self.clock())
         mean = self.breakdown.mean(axis=0)
         result = {
             "sim_time_s": sim_time,

@@ -7,7 +7,7 @@ import pytest
 
 from sim.config import validate
 from sim.network.fabrics import get_fabric
-from sim.training.engine import build, simulate
+from sim.training.engine import build_simulation, simulate
 from sim.workloads.profiles import get_profile
 
 MLP = {"cluster": {"workers": 4, "fabric": "eth-10g"},
@@ -52,9 +52,9 @@ def test_one_bucket_holding_everything_equals_none(kind):
 @pytest.mark.parametrize("kind", ["bsp", "bsp-ps"])
 def test_pipelining_changes_time_not_numbers(kind):
     def final_params(mode, **extra):
-        env, ctx, strategy = build(config(kind, mode, **extra))
+        env, ctx, strategy = build_simulation(config(kind, mode, **extra))
         strategy.start()
-        env.run(until=ctx.recorder.done)
+        env.run(until=ctx.done)
         return strategy.model_of_record().copy(), env.now
 
     base, t_none = final_params("none")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
-from sim.real.emulate import Emulation, parse_rate, unavailable
+from sim.real.launch.emulate import Emulation, parse_rate, unavailable
 
 REASON = unavailable()
 needs_namespaces = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -59,7 +59,7 @@ def test_a_real_run_on_an_emulated_network(tmp_path):
 
 
 def test_without_permission_the_error_says_why(tmp_path, monkeypatch, capsys):
-    import sim.real.emulate as emulate
+    import sim.real.launch.emulate as emulate
 
     monkeypatch.setattr(emulate, "unavailable", lambda: "network emulation needs root")
     config = tmp_path / "c.toml"
@@ -76,9 +76,9 @@ def test_leftovers_of_a_killed_owner_are_reaped(tmp_path):
     import sys
     import time
 
-    from sim.real.emulate import reap_stale
+    from sim.real.launch.emulate import reap_stale
 
-    script = ("import time; from sim.real.emulate import Emulation\n"
+    script = ("import time; from sim.real.launch.emulate import Emulation\n"
               "e = Emulation(2, 1e9).__enter__(); print(' '.join(e.namespaces), flush=True)\n"
               "time.sleep(60)\n")
     root = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.real.launcher import TOKEN_VAR, diagnose, find_processes
+from sim.real.launch.launcher import TOKEN_VAR, diagnose, find_processes
 
 pytest.importorskip("mpi4py")
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ iterations = 100000
 
 
 def rank_processes(parent: int) -> list[int]:
-    """Pids of ``sim.real.rank`` processes below ``parent``."""
+    """Pids of ``sim.real.executors.rank`` processes below ``parent``."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -49,7 +49,7 @@ def rank_processes(parent: int) -> list[int]:
         for child in children.get(pid, []):
             todo.append(child)
             try:
-                if b"sim.real.rank" in (Path(f"/proc/{child}/cmdline")).read_bytes():
+                if b"sim.real.executors.rank" in (Path(f"/proc/{child}/cmdline")).read_bytes():
                     found.append(child)
             except OSError:
                 pass

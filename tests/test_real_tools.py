@@ -12,9 +12,9 @@ import pytest
 from sim.cli import main
 from sim.network.collectives import get_collective
 from sim.network.fabrics import get_fabric
-from sim.real.calibrate import fit_device, fit_network
-from sim.real.collective import rank_rounds
-from sim.real.validate import expand, load_matrix
+from sim.real.calibration.calibrate import fit_device, fit_network
+from sim.real.executors.collective import rank_rounds
+from sim.real.validation.validate import expand, load_matrix
 from sim.training.compute import load_device
 
 pytest.importorskip("mpi4py")

@@ -12,7 +12,7 @@ import pytest
 from training_cases import MODELS, make, train, update_table
 
 from sim import kernels as K
-from sim.training.engine import build
+from sim.training.engine import build_simulation
 
 DENSE = ["logreg", "softmax", "mlp"]
 EXPONENTIAL = {"compute.distribution": "exponential", "compute.time_s": 1e-3}
@@ -52,7 +52,7 @@ def test_asp_with_one_worker_is_bitwise_sequential_sgd(model):
                   workload__momentum=0.9, workload__weight_decay=1e-3)
     ctx, asp = train(config)
     # the same worker (same shard, same batch generator) driven by hand
-    _, fresh, _ = build(config)
+    _, fresh, _ = build_simulation(config)
     worker, params = fresh.workers[0], fresh.params.copy()
     velocity = np.zeros_like(params)
     w = config.workload
@@ -85,23 +85,23 @@ def test_bsp_with_p_workers_matches_one_worker_with_p_times_the_batch(model):
                 run__iterations=steps)
     # The P workers' batches, step by step: a worker's batches depend only on its own
     # generator, so a fresh build draws exactly the sequence the run will draw.
-    _, fresh, _ = build(many)
+    _, fresh, _ = build_simulation(many)
     drawn = [[w.next_batch() for w in fresh.workers] for _ in range(steps)]
-    env, ctx, bsp = build(many)
+    env, ctx, bsp = build_simulation(many)
     used = _recording_batches(ctx.workers)
     bsp.start()
-    env.run(until=ctx.recorder.done)
+    env.run(until=ctx.done)
     for i, w_batches in enumerate(used):  # the run saw exactly those batches
         for step, (X, y) in enumerate(w_batches):
             assert np.array_equal(X, drawn[step][i][0]) and np.array_equal(y, drawn[step][i][1])
     # One worker whose step-k batch is the P workers' step-k batches stacked (P * B rows).
     big = iter([(np.concatenate([X for X, _ in step]), np.concatenate([y for _, y in step]))
                 for step in drawn])
-    env1, ctx1, single = build(make(MODELS[model], cluster__workers=1,
+    env1, ctx1, single = build_simulation(make(MODELS[model], cluster__workers=1,
                                     workload__batch=p * batch, run__iterations=steps))
     ctx1.workers[0].next_batch = lambda: next(big)
     single.start()
-    env1.run(until=ctx1.recorder.done)
+    env1.run(until=ctx1.done)
     np.testing.assert_allclose(bsp.model_of_record(), single.model_of_record(), rtol=1e-12,
                                atol=1e-14)
     assert not np.array_equal(single.model_of_record(), ctx1.params)
@@ -132,7 +132,7 @@ def test_sparse_asp_with_one_worker_matches_dense_sequential_sgd():
     """Pulling and pushing only the touched features changes nothing in the numbers."""
     config = make(MODELS["sparse-logreg"], cluster__workers=1, strategy__kind="asp")
     _, asp = train(config)
-    _, fresh, _ = build(config)
+    _, fresh, _ = build_simulation(config)
     worker, params = fresh.workers[0], fresh.params.copy()
     for _ in range(config.run.iterations):
         worker.gradient(params)  # the dense gradient (zero off the batch's features)
@@ -147,7 +147,7 @@ def test_easgd_with_one_worker_follows_the_elastic_update():
     config = make(cluster__workers=1, strategy__kind="easgd", strategy__local_steps=tau,
                   strategy__elasticity=alpha, run__iterations=steps)
     _, easgd = train(config)
-    _, fresh, _ = build(config)
+    _, fresh, _ = build_simulation(config)
     worker, x = fresh.workers[0], fresh.params.copy()
     center = x.copy()
     for t in range(1, steps + 1):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from training_cases import MODELS, count_pushes, make, rows, update_table
 
-from sim.training.engine import build, simulate
+from sim.training.engine import build_simulation, simulate
 
 WIDE = {"workload.features": 1000, "workload.samples": 2048, "workload.batch": 16}
 EASY = {"workload.separation": 4.0, "workload.lr": 0.5, "run.iterations": 200,
@@ -26,11 +26,11 @@ def message_bytes(compression: str, d: int) -> int:
 
 @pytest.mark.parametrize("compression", ["none", "topk", "qsgd"])
 def test_compression_sets_the_pushed_message_size(compression):
-    env, ctx, asp = build(make(WIDE, strategy__kind="asp", strategy__compression=compression,
+    env, ctx, asp = build_simulation(make(WIDE, strategy__kind="asp", strategy__compression=compression,
                                run__iterations=20))
     pushed = count_pushes(ctx)
     asp.start()
-    env.run(until=ctx.recorder.done)
+    env.run(until=ctx.done)
     assert len(pushed) >= 20
     assert set(pushed) == {message_bytes(compression, 1000)}
 
@@ -60,10 +60,10 @@ def test_compressed_training_still_converges(kind, compression):
 
 
 def test_topk_error_feedback_keeps_what_was_not_sent():
-    env, ctx, asp = build(make(WIDE, strategy__kind="asp", strategy__compression="topk",
+    env, ctx, asp = build_simulation(make(WIDE, strategy__kind="asp", strategy__compression="topk",
                                cluster__workers=1, run__iterations=10))
     asp.start()
-    env.run(until=ctx.recorder.done)
+    env.run(until=ctx.done)
     codec = ctx.workers[0].codec
     assert np.count_nonzero(codec.residual) > 0.9 * 1000  # the other 99% wait their turn
 
@@ -71,14 +71,14 @@ def test_topk_error_feedback_keeps_what_was_not_sent():
 @pytest.mark.parametrize("kind", ["asp", "ssp"])
 def test_staleness_aware_lr_divides_by_the_staleness(kind):
     workers, lr = 4, 0.1
-    env, ctx, strategy = build(make(strategy__kind=kind, strategy__staleness_lr=True,
+    env, ctx, strategy = build_simulation(make(strategy__kind=kind, strategy__staleness_lr=True,
                                     strategy__staleness=3, compute__distribution="exponential",
                                     compute__time_s=1e-3, workload__lr=lr))
     applied = []
-    apply = ctx.server.apply
-    ctx.server.apply = lambda grad, step_lr: (applied.append(step_lr), apply(grad, step_lr))
+    apply = ctx.server.store.apply
+    ctx.server.store.apply = lambda grad, lr, rows=None: (applied.append(lr), apply(grad, lr))
     strategy.start()
-    env.run(until=ctx.recorder.done)
+    env.run(until=ctx.done)
     staleness = [row[6] for row in update_table(ctx)]
     assert max(staleness) > 1
     expected = [lr / workers / max(1, s) for s in staleness]  # asp scales lr by 1 / N
@@ -86,19 +86,19 @@ def test_staleness_aware_lr_divides_by_the_staleness(kind):
 
 
 def test_staleness_lr_off_applies_the_same_rate_to_every_gradient():
-    env, ctx, asp = build(make(strategy__kind="asp", compute__distribution="exponential",
+    env, ctx, asp = build_simulation(make(strategy__kind="asp", compute__distribution="exponential",
                                compute__time_s=1e-3))
     applied = []
-    apply = ctx.server.apply
-    ctx.server.apply = lambda grad, step_lr: (applied.append(step_lr), apply(grad, step_lr))
+    apply = ctx.server.store.apply
+    ctx.server.store.apply = lambda grad, lr, rows=None: (applied.append(lr), apply(grad, lr))
     asp.start()
-    env.run(until=ctx.recorder.done)
+    env.run(until=ctx.done)
     assert set(applied) == {0.1 / 4}
 
 
 def test_sparse_asp_pulls_and_pushes_only_the_touched_features():
     config = make(MODELS["sparse-logreg"], strategy__kind="asp", workload__features=5000)
-    env, ctx, asp = build(config)
+    env, ctx, asp = build_simulation(config)
     hosts = {w.host: w.index for w in ctx.workers}
     # per worker, in order: features of each batch drawn, rows pulled, bytes pushed
     touched, pulled, pushed = ([[] for _ in ctx.workers] for _ in range(3))
@@ -123,7 +123,7 @@ def test_sparse_asp_pulls_and_pushes_only_the_touched_features():
     for w in ctx.workers:
         w.next_batch = drawing(w, w.next_batch)
     asp.start()
-    env.run(until=ctx.recorder.done)
+    env.run(until=ctx.done)
     assert sum(map(len, pushed)) >= config.run.iterations
     for features, rows_pulled, nbytes in zip(touched, pulled, pushed, strict=True):
         for f, r, b in zip(features, rows_pulled, nbytes, strict=False):  # last may be cut

@@ -7,7 +7,7 @@ import pytest
 from training_cases import make
 
 from sim.training.compute import ComputeModel
-from sim.training.engine import build
+from sim.training.engine import build_simulation
 from sim.workloads.datasets import DatasetSpec, make_dataset, shard
 
 
@@ -44,7 +44,7 @@ def test_shards_partition_the_training_rows(mode):
 
 
 def test_a_worker_draws_its_shard_without_replacement_each_epoch():
-    _, ctx, _ = build(make(cluster__workers=2, workload__samples=100, workload__batch=8))
+    _, ctx, _ = build_simulation(make(cluster__workers=2, workload__samples=100, workload__batch=8))
     data, worker = ctx.workers[0].data, ctx.workers[0]
     row_of = {row.tobytes(): i for i, row in enumerate(data.X_train)}
     per_epoch = len(worker.shard) // 8  # 40 rows: 5 batches, no remainder dropped

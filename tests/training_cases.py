@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from sim.config import Config, validate
-from sim.training.engine import build
+from sim.training.engine import build_simulation
 
 # A network that costs nothing measurable: no latency or overhead and 1 EB/s links, so
 # simulated time is compute time (to ~1e-14 s a message).
@@ -57,9 +57,9 @@ def make(*layers: dict[str, Any], **keys: Any) -> Config:
 
 def train(config: Config) -> tuple[Any, Any]:
     """Run ``config`` to the end; (context, strategy), to read parameters and workers."""
-    env, ctx, strategy = build(config)
+    env, ctx, strategy = build_simulation(config)
     strategy.start()
-    env.run(until=ctx.recorder.done)
+    env.run(until=ctx.done)
     return ctx, strategy
 
 

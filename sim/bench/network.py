@@ -25,7 +25,7 @@ import simpy
 
 from sim.network.collectives import get_collective
 from sim.network.runner import build_network
-from sim.record import CountingEnvironment
+from sim.training.engine import CountingEnvironment
 
 FABRIC = "ib-hdr"
 

@@ -77,7 +77,7 @@ def stopwatch() -> Iterator[dict[str, float]]:
     Public kernel functions never call one another, nor does ``next_batch`` call a kernel, so
     nothing is counted twice.
     """
-    from sim.training.worker import Worker
+    from sim.workloads.workload import Worker
 
     totals = {"kernels_s": 0.0, "c_s": 0.0, "data_s": 0.0}
     patched = [(K, name, fn, "kernels_s") for name, fn in _public_kernels().items()]
@@ -93,13 +93,13 @@ def stopwatch() -> Iterator[dict[str, float]]:
 
 def measure_case(kind: str, workers: int, network: str, iterations: int) -> dict[str, Any]:
     """Run one case (build excluded from the timing) and split its wall time."""
-    from sim.training.engine import build
+    from sim.training.engine import build_simulation
 
-    env, ctx, strategy = build(config(kind, workers, network, iterations))
+    env, ctx, strategy = build_simulation(config(kind, workers, network, iterations))
     with stopwatch() as totals:
         start = time.perf_counter()
         strategy.start()
-        env.run(until=ctx.recorder.done)
+        env.run(until=ctx.done)
         wall_s = time.perf_counter() - start
     gradients = sum(w.clock for w in ctx.workers)
     return {"strategy": kind, "workers": workers, "network": network,

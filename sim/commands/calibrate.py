@@ -50,9 +50,9 @@ def parse_ranks(text: str) -> list[int]:
 def main(args: argparse.Namespace) -> int:
     from sim.config import load_config
     from sim.network.collectives import REGISTRY
-    from sim.real import calibrate as C
-    from sim.real.launcher import RunFailed
-    from sim.real.runner import network, terminated_cleanly
+    from sim.real.calibration import calibrate as C
+    from sim.real.launch.launcher import RunFailed
+    from sim.real.launch.runner import network, terminated_cleanly
 
     ranks = parse_ranks(args.ranks)
     if args.collective not in REGISTRY or REGISTRY[args.collective].kind != "allreduce" \

@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from sim.real.compare import compare, format_report
+    from sim.real.validation.compare import compare, format_report
 
     report = compare(args.sim_dir, args.real_dir)
     out = args.out or args.real_dir.with_name(args.real_dir.name + "-compare")
@@ -27,7 +27,7 @@ def main(args: argparse.Namespace) -> int:
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     tmp.replace(out / "report.json")
     if not args.no_plot:
-        from sim.real.compare_plot import plot_report
+        from sim.real.validation.compare_plot import plot_report
 
         plot_report(report, out / "report.png")
     print(format_report(report))

@@ -36,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from sim.commands.run import format_summary
-    from sim.real.launcher import RunFailed
-    from sim.real.runner import RealOptions, iteration_s, run_real
+    from sim.real.launch.launcher import RunFailed
+    from sim.real.launch.runner import RealOptions, iteration_s, run_real
 
     config = load_config(args.config, args.overrides)
     out = args.out or Path("runs") / f"{args.config.stem}-real"

@@ -1,8 +1,8 @@
 """Build a simulation from a resolved config, run it, and return its results.
 
-Randomness: one ``SeedSequence(run.seed)`` is spawned into fixed streams (data, model
-initialisation, workers' batches, compute times, codecs), so the same config and seed
-always give the same run.
+:func:`build_simulation` puts the SimPy side (environment, network, hosts, servers,
+recorder, the strategy's processes) around :func:`sim.workloads.workload.build_workload`,
+which real ranks use alone.
 """
 
 from __future__ import annotations
@@ -11,27 +11,34 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-import numpy as np
 import simpy
 
 from sim.config import Config, dump_config
 from sim.kernels import NonFiniteError
 from sim.network.runner import build_network
 from sim.network.topology import place, topology_options
-from sim.record import CountingEnvironment, Recorder
-from sim.training.compression import make_codec
-from sim.training.compute import ComputeModel
-from sim.training.pipeline import LayerCosts
+from sim.record import Recorder
+from sim.training.rules import make_rules
 from sim.training.server import ParameterServer
-from sim.training.strategies import STRATEGIES, Context
-from sim.training.worker import Worker
-from sim.workloads.datasets import DatasetSpec, make_dataset, shard
-from sim.workloads.models import make_model
-from sim.workloads.profiles import get_profile
+from sim.training.store import ParameterStore
+from sim.training.strategies import STRATEGIES, Context, Strategy
+from sim.workloads.workload import build_workload
 
 TRACE_FLOWS = 2000  # flows shown on the trace's link tracks (the first ones of the run)
+
+
+class CountingEnvironment(simpy.Environment):
+    """A SimPy environment that counts the events it processes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events_processed = 0
+
+    def step(self) -> None:
+        self.events_processed += 1
+        super().step()
 
 
 @dataclass
@@ -49,6 +56,14 @@ class Result:
                 "trace.json": json.dumps(self.trace)}
 
 
+class Simulation(NamedTuple):
+    """A simulation ready to start: ``strategy.start()``, then run ``env`` until ``ctx.done``."""
+
+    env: CountingEnvironment
+    ctx: Context
+    strategy: Strategy
+
+
 def _topology_kwargs(config: Config) -> dict[str, Any]:
     accepted = topology_options(config.cluster.topology)
     given = {"oversubscription": config.cluster.oversubscription,
@@ -56,61 +71,39 @@ def _topology_kwargs(config: Config) -> dict[str, Any]:
     return {k: v for k, v in given.items() if k in accepted}
 
 
-def build(config: Config) -> tuple[CountingEnvironment, Context, Any]:
+def build_simulation(config: Config) -> Simulation:
     """The environment, the strategy's context and the strategy, ready to start.
 
     With ``workload.numerics = false`` (a timing profile only) there is no data set and
     no parameter vector: the run simulates time alone.
     """
-    cluster, workload, run = config.cluster, config.workload, config.run
-    streams = np.random.SeedSequence(run.seed).spawn(5)
-    data_rng, init_rng, codec_seed = (np.random.default_rng(streams[0]),
-                                      np.random.default_rng(streams[1]),
-                                      int(streams[4].generate_state(1)[0]))
-    data, model = _workload(config, data_rng)
-    layers = LayerCosts.from_profile(get_profile(workload.profile)) if workload.profile \
-        else LayerCosts.from_model(model)
+    cluster, run = config.cluster, config.run
+    workload = build_workload(config)
+    rules = make_rules(config)
     strategy_cls = STRATEGIES[config.strategy.kind]
-    servers = cluster.servers if strategy_cls.uses_servers else 0
+    servers = cluster.servers if rules.uses_servers else 0
     env = CountingEnvironment()
     options = {"topology": cluster.topology, "model": cluster.network,
                **_topology_kwargs(config)}
     network = build_network(env, cluster.fabric, cluster.workers + servers, **options)
     hosts = place(network.topology, cluster.workers + servers, cluster.placement)
-    batch_rngs = [np.random.default_rng(s) for s in streams[2].spawn(cluster.workers)]
-    shards = shard(data.n_train if data else 0, cluster.workers, workload.shard, data_rng)
-    size = model.size if model else 0
-    workers = [Worker(i, int(hosts[i]), shards[i], data, model, workload.batch, batch_rngs[i],
-                      make_codec(config.strategy, size, codec_seed + i))
-               for i in range(cluster.workers)]
-    params = model.init(init_rng) if model else np.zeros(0)
-    compute = ComputeModel(config.compute, layers.flops(workload.batch), cluster.workers,
-                           int(streams[3].generate_state(1)[0]))
-    recorder = Recorder(env, cluster.workers, run.iterations, run.eval_every, run.target_loss)
-    server = ParameterServer(network, hosts[cluster.workers:], params.copy(), workload) \
+    for w in workload.workers:
+        w.host = int(hosts[w.index])
+    recorder = Recorder(lambda: env.now, cluster.workers, run.iterations,
+                        rules.evaluates_after, run.target_loss)
+    done = env.event()
+    recorder.on_done = done.succeed
+    server = ParameterServer(network, hosts[cluster.workers:],
+                             ParameterStore(rules, workload.params.copy(), config.workload)) \
         if servers else None
-    ctx = Context(env, config, network, model, params, workers, compute, recorder, server,
-                  layers, model is not None, {**options, "placement": cluster.placement})
+    ctx = Context(env, config, network, workload, rules, recorder, done, server,
+                  {**options, "placement": cluster.placement})
     strategy = strategy_cls(ctx)
+    model, data = workload.model, workload.data
     if model is not None:
         recorder.evaluate = lambda: model.evaluate(strategy.model_of_record(), data.X_test,
                                                    data.y_test)
-    return env, ctx, strategy
-
-
-def _workload(config: Config, rng: np.random.Generator) -> tuple[Any, Any]:
-    """(data set, model), or (None, None) for a timing-only run."""
-    workload = config.workload
-    if not workload.numerics:
-        return None, None
-    spec = DatasetSpec(workload.dataset, workload.samples, workload.features, workload.classes,
-                       workload.separation, workload.noise, workload.nnz_per_row,
-                       workload.zipf_exponent, workload.test_fraction)
-    data = make_dataset(spec, rng)
-    model = make_model(workload.model, data.features, data.classes,
-                       hidden=tuple(workload.hidden), l2=workload.l2,
-                       nnz_per_row=workload.nnz_per_row)
-    return data, model
+    return Simulation(env, ctx, strategy)
 
 
 def simulate(config: Config, progress: Callable[[int, int], None] | None = None) -> Result:
@@ -118,7 +111,7 @@ def simulate(config: Config, progress: Callable[[int, int], None] | None = None)
 
     ``progress(updates_done, updates_total)`` is called at every evaluation.
     """
-    env, ctx, strategy = build(config)
+    env, ctx, strategy = build_simulation(config)
     recorder = ctx.recorder
     recorder.on_eval = progress
     ctx.network.start_log(TRACE_FLOWS)
@@ -126,8 +119,7 @@ def simulate(config: Config, progress: Callable[[int, int], None] | None = None)
     strategy.start()
     recorder.evaluate_now()
     limit = config.run.time_limit_s
-    until = recorder.done if limit is None else simpy.AnyOf(env, [recorder.done,
-                                                                 env.timeout(limit)])
+    until = ctx.done if limit is None else simpy.AnyOf(env, [ctx.done, env.timeout(limit)])
     try:
         env.run(until=until)
         if not recorder.finished:  # stopped by the time limit: evaluate where it stopped

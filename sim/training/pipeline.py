@@ -1,13 +1,8 @@
 """Layer-wise pipelining of gradient communication with backprop, in simulated time.
 
 A step on a worker is: forward through layers 0..L-1, then backward from L-1 down to 0.
-The gradient leaves in *messages*, groups of consecutive layers:
-
-- ``none``: one message with every layer, after the whole backward;
-- ``wfbp``: one message per layer, as soon as backward has produced it (Poseidon's
-  wait-free backprop, Zhang et al. 2017);
-- ``bucket``: layers fused into buckets of at least ``bucket_bytes`` in backward order
-  (PyTorch DDP's gradient buckets, Li et al. 2020; Horovod's tensor fusion).
+The gradient leaves in *messages*, groups of consecutive layers planned by
+:func:`sim.training.messages.plan_messages` (none, wfbp, bucket).
 
 A message may go once backward has produced all its layers (on every worker, for an
 allreduce). Messages share one communication channel, one at a time, in the order they
@@ -22,52 +17,13 @@ message once every worker has pushed it; each worker then pulls it back).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
 import simpy
 
-MODES = ("none", "wfbp", "bucket")
-
-
-@dataclass(frozen=True)
-class Message:
-    """Layers ``lo..hi`` (forward indices, inclusive) sent together."""
-
-    lo: int
-    hi: int
-    nbytes: int
-
-
-def plan_messages(layer_bytes: Sequence[int], mode: str, bucket_bytes: float) -> list[Message]:
-    """The messages of a mode, in backward order (the order they become ready).
-
-    Raises ValueError for an unknown mode.
-    """
-    if mode not in MODES:
-        raise ValueError(f"pipelining mode: expected one of {', '.join(MODES)}, got {mode!r}")
-    last = len(layer_bytes) - 1
-    if mode == "none":
-        return [Message(0, last, int(sum(layer_bytes)))]
-    if mode == "wfbp":
-        return [Message(i, i, int(layer_bytes[i])) for i in range(last, -1, -1)]
-    messages, hi, size = [], last, 0
-    for i in range(last, -1, -1):
-        size += layer_bytes[i]
-        if size >= bucket_bytes or i == 0:  # DDP closes a bucket once it reaches the cap
-            messages.append(Message(i, hi, int(size)))
-            hi, size = i - 1, 0
-    return messages
-
-
-@dataclass
-class StepCosts:
-    """Seconds of forward and backward per layer (forward order) for one worker's step."""
-
-    forward_s: np.ndarray
-    backward_s: np.ndarray
+from sim.training.messages import Message, StepCosts
 
 
 class Pipeline:
@@ -242,40 +198,3 @@ class ParameterServerChannel:
         yield from self.pull(w, pipe.messages[m])
         pipe.span(w, "comm", start, self.env.now, pipe.overlapped)
         pipe.landed(w, m)
-
-
-@dataclass(frozen=True)
-class LayerCosts:
-    """The work of each layer (forward order): FLOPs per sample and gradient bytes."""
-
-    forward_flops: np.ndarray
-    backward_flops: np.ndarray
-    grad_bytes: np.ndarray
-    source: str  # "model" or "profile:NAME"
-
-    @classmethod
-    def from_model(cls, model: Any, itemsize: int = 8) -> LayerCosts:
-        layers = model.layers
-        return cls(np.array([layer.forward_flops for layer in layers], float),
-                   np.array([layer.backward_flops for layer in layers], float),
-                   np.array([(layer.params.stop - layer.params.start) * itemsize
-                             for layer in layers], np.int64), "model")
-
-    @classmethod
-    def from_profile(cls, profile: Any, itemsize: int = 4) -> LayerCosts:
-        """A published network's layers; gradients in float32, as such networks train."""
-        n = len(profile.layers)
-        return cls(np.array([layer.forward_flops for layer in profile.layers], float),
-                   np.array([profile.backward_flops(i) for i in range(n)], float),
-                   np.array([layer.params * itemsize for layer in profile.layers], np.int64),
-                   f"profile:{profile.name}")
-
-    def flops(self, batch: int) -> float:
-        """Forward + backward FLOPs of one mini-batch."""
-        return batch * float(self.forward_flops.sum() + self.backward_flops.sum())
-
-    def split(self, seconds: float) -> StepCosts:
-        """A step of ``seconds`` shared out over the layers in proportion to their FLOPs."""
-        total = self.forward_flops.sum() + self.backward_flops.sum()
-        scale = seconds / total if total > 0 else 0.0
-        return StepCosts(self.forward_flops * scale, self.backward_flops * scale)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim import kernels as K
+from sim.training.store import ParameterStore
 
 REQUEST_BYTES = 64  # a pull request: header and key range
 
@@ -36,18 +36,24 @@ def transfer(network: Any, src: np.ndarray, dst: np.ndarray,
 
 
 class ParameterServer:
-    """Holds the parameters of record and applies SGD updates (PyTorch semantics)."""
+    """The servers' hosts on the network around a :class:`~sim.training.store.ParameterStore`
+    (the parameters of record and the strategy's rules)."""
 
-    def __init__(self, network: Any, hosts: np.ndarray, params: np.ndarray, workload: Any) -> None:
-        self.network, self.hosts, self.params = network, np.asarray(hosts), params
-        self.momentum, self.weight_decay = workload.momentum, workload.weight_decay
-        self.velocity = np.zeros_like(params) if self.momentum > 0 else None
-        sizes = np.array([len(part) for part in np.array_split(params, len(self.hosts))])
+    def __init__(self, network: Any, hosts: np.ndarray, store: ParameterStore) -> None:
+        self.network, self.hosts, self.store = network, np.asarray(hosts), store
+        sizes = np.array([len(part) for part in np.array_split(store.params, len(self.hosts))])
         # of any message, per shard (equal key ranges when there are no numbers to hold)
         self.share = sizes / sizes.sum() if sizes.sum() else np.full(len(self.hosts),
                                                                       1 / len(self.hosts))
         self.edges = np.concatenate([[0.0], np.cumsum(self.share)])
-        self.version = 0  # updates applied
+
+    @property
+    def params(self) -> np.ndarray:
+        return self.store.params
+
+    @property
+    def version(self) -> int:
+        return self.store.version
 
     def range_bytes(self, start: float, stop: float, nbytes: float) -> np.ndarray:
         """Bytes per shard of a message carrying the keys [start, stop) (fractions of the
@@ -82,31 +88,7 @@ class ParameterServer:
         """
         id_bytes = 0 if rows is None else rows.size * rows.itemsize
         yield self.push_range(host, 0.0, 1.0, REQUEST_BYTES * len(self.hosts) + id_bytes)
-        version = self.version
-        if rows is None:
-            K.copy(out, self.params)
-            nbytes = self.params.nbytes
-        else:
-            out[rows] = self.params[rows]
-            nbytes = rows.size * self.params.itemsize
+        version = self.store.read(out, rows)
+        nbytes = self.params.nbytes if rows is None else rows.size * self.params.itemsize
         yield self.send_range(host, 0.0, 1.0, nbytes)
         return version
-
-    def apply(self, grad: np.ndarray, lr: float) -> None:
-        """One SGD step with ``grad``; bumps the version."""
-        self.update(grad, lr)
-        self.version += 1
-
-    def update(self, grad: np.ndarray, lr: float, keys: slice = slice(None)) -> None:
-        """An SGD step on the parameters ``keys`` only (``grad`` covers just those)."""
-        velocity = None if self.velocity is None else self.velocity[keys]
-        K.sgd_update(self.params[keys], grad, velocity, lr, self.momentum, self.weight_decay)
-
-    def apply_sparse(self, rows: np.ndarray, values: np.ndarray, lr: float) -> None:
-        """One SGD step on ``rows`` only (momentum and decay applied lazily there)."""
-        step = values + self.weight_decay * self.params[rows]
-        if self.velocity is not None:
-            self.velocity[rows] = self.momentum * self.velocity[rows] + step
-            step = self.velocity[rows]
-        self.params[rows] -= lr * step
-        self.version += 1

@@ -20,7 +20,9 @@ import simpy
 from sim import kernels as K
 from sim.network.collectives import get_collective
 from sim.network.runner import run_alone
-from sim.training.pipeline import AllreduceChannel, Message
+from sim.training.messages import Message
+from sim.training.pipeline import AllreduceChannel
+from sim.training.rules import SGD
 from sim.training.strategies.base import Strategy
 from sim.training.strategies.pipelined import PipelinedStrategy
 
@@ -65,8 +67,7 @@ class BSP(AllreduceMixin, PipelinedStrategy):
     def start(self) -> None:
         self._setup_collective()
         ctx = self.ctx
-        self.params = ctx.params.copy()
-        self.velocity = np.zeros_like(self.params) if ctx.config.workload.momentum > 0 else None
+        self.sgd = SGD(ctx.params.copy(), ctx.config.workload)
         self.total = np.zeros(ctx.params.size)  # the sum, then the mean, of the gradients
         self.decoded = np.zeros(ctx.params.size)
         self.compressed_bytes: int | None = None
@@ -74,7 +75,7 @@ class BSP(AllreduceMixin, PipelinedStrategy):
                                              self.reduce))
 
     def model_of_record(self) -> np.ndarray:
-        return self.params
+        return self.sgd.params
 
     def message_bytes(self, msg: Message) -> int:
         return self.compressed_bytes if self.compressed_bytes is not None else msg.nbytes
@@ -89,10 +90,8 @@ class BSP(AllreduceMixin, PipelinedStrategy):
             self.compressed_bytes = nbytes
 
     def apply_step(self, step: int) -> float:
-        workload = self.ctx.config.workload
-        K.scale(1.0 / self.ctx.n, self.total)
-        K.sgd_update(self.params, self.total, self.velocity, workload.lr, workload.momentum,
-                     workload.weight_decay)
+        rules = self.ctx.rules
+        self.sgd.step(rules.mean_of_sum(self.total, self.ctx.n), rules.lr(0))
         return float(np.mean(self.losses))
 
     def alone_s(self, msg: Message) -> float:
@@ -104,10 +103,9 @@ class BSP(AllreduceMixin, PipelinedStrategy):
         return self.elapsed_s[nbytes]
 
     def sum_gradients(self) -> int:
-        """Sum the workers' gradients as received (decoded) into :attr:`total`, in rank order.
-
-        Returns the bytes of one worker's message (the largest, if compressed sizes differ).
-        """
+        """Sum the workers' gradients as received (decoded) into :attr:`total`, in rank order
+        (what the allreduce computes). Returns the bytes of one worker's message (the
+        largest, if compressed sizes differ)."""
         sizes = []
         for i, w in enumerate(self.ctx.workers):
             message, nbytes = w.codec.encode(w.grad)
@@ -129,21 +127,18 @@ class LocalSGD(AllreduceMixin, Strategy):
     def start(self) -> None:
         self._setup_collective()
         ctx = self.ctx
-        self.replicas = [ctx.params.copy() for _ in ctx.workers]
-        momentum = ctx.config.workload.momentum
-        self.velocity = [np.zeros_like(ctx.params) if momentum > 0 else None
-                         for _ in ctx.workers]
+        self.sgd = [SGD(ctx.params.copy(), ctx.config.workload) for _ in ctx.workers]
+        self.replicas = [sgd.params for sgd in self.sgd]
         self.average = ctx.params.copy()
         ctx.env.process(self.run())
 
     def model_of_record(self) -> np.ndarray:
-        return K.average(self.replicas, out=self.average)
+        return self.ctx.rules.average(self.replicas, self.average)
 
     def local_step(self, i: int) -> float:
-        w, cfg = self.ctx.workers[i], self.ctx.config.workload
+        w = self.ctx.workers[i]
         loss = w.gradient(self.replicas[i])
-        K.sgd_update(self.replicas[i], w.grad, self.velocity[i], cfg.lr, cfg.momentum,
-                     cfg.weight_decay)
+        self.sgd[i].step(w.grad, self.ctx.rules.lr(0))
         return loss
 
     def run(self) -> Generator[simpy.Event, Any, None]:

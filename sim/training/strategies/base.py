@@ -1,8 +1,14 @@
-"""What every strategy shares: the run context and the strategy interface."""
+"""What every simulated strategy shares: the run context and the strategy interface.
+
+A strategy here decides *when* things happen (SimPy processes on the simulated network);
+*what* happens (apply, accumulate or drop a push, the pull gate, combining, learning rates)
+is its rules' (:mod:`sim.training.rules`), which the real executor follows too.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -11,10 +17,11 @@ import simpy
 
 from sim.record import Recorder
 from sim.training.compute import ComputeModel
-from sim.training.pipeline import LayerCosts
+from sim.training.messages import LayerCosts
+from sim.training.rules import Rules
 from sim.training.server import ParameterServer
-from sim.training.worker import Worker
 from sim.workloads.models import Model
+from sim.workloads.workload import Worker, Workload
 
 
 @dataclass
@@ -24,19 +31,38 @@ class Context:
     env: simpy.Environment
     config: Any  # sim.config.Config
     network: Any  # FlowNetwork or AnalyticalNetwork
-    model: Model
-    params: np.ndarray  # the initial parameters
-    workers: list[Worker]
-    compute: ComputeModel
+    workload: Workload
+    rules: Rules
     recorder: Recorder
-    server: ParameterServer | None  # for strategies with uses_servers
-    layers: LayerCosts  # per-layer FLOPs and gradient bytes (of the model or a profile)
-    numerics: bool  # False: timing only (a profile, no data and no parameters)
+    done: simpy.Event  # fires when the recorder has every update
+    server: ParameterServer | None  # for strategies whose rules use servers
     network_options: dict[str, Any]  # topology, model, placement...: to rebuild the network
 
     @property
-    def lr(self) -> float:
-        return self.config.workload.lr
+    def model(self) -> Model | None:
+        return self.workload.model
+
+    @property
+    def params(self) -> np.ndarray:
+        """The initial parameters."""
+        return self.workload.params
+
+    @property
+    def workers(self) -> list[Worker]:
+        return self.workload.workers
+
+    @property
+    def compute(self) -> ComputeModel:
+        return self.workload.compute
+
+    @property
+    def layers(self) -> LayerCosts:
+        return self.workload.layers
+
+    @property
+    def numerics(self) -> bool:
+        """False: timing only (a profile, no data and no parameters)."""
+        return self.workload.numerics
 
     @property
     def n(self) -> int:
@@ -47,7 +73,6 @@ class Strategy(ABC):
     """A training strategy: starts its SimPy processes and names its model of record."""
 
     name: ClassVar[str]
-    uses_servers: ClassVar[bool] = False
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -64,8 +89,10 @@ class Strategy(ABC):
         """Strategy-specific summary keys."""
         return {}
 
-    def step_lr(self, staleness: int) -> float:
-        """The learning rate for a gradient of this staleness (lr / staleness when enabled)."""
-        if self.ctx.config.strategy.staleness_lr and staleness > 1:
-            return self.ctx.lr / staleness
-        return self.ctx.lr
+
+def compute(ctx: Context, worker: Worker) -> Generator[simpy.Event, Any, float]:
+    """Spend the simulated compute time of one gradient; returns its duration (s)."""
+    duration = ctx.compute.duration(worker.index, ctx.env.now)
+    with ctx.recorder.span(worker.index, "compute"):
+        yield ctx.env.timeout(duration)
+    return duration

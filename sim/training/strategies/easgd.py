@@ -14,39 +14,36 @@ import numpy as np
 import simpy
 
 from sim import kernels as K
-from sim.training.strategies.base import Strategy
-from sim.training.worker import Worker, compute
+from sim.training.rules import SGD
+from sim.training.strategies.base import Strategy, compute
+from sim.workloads.workload import Worker
 
 
 class EASGD(Strategy):
     """Elastic averaging SGD: local replicas pulled toward a center variable every tau steps."""
 
     name = "easgd"
-    uses_servers = True
 
     def start(self) -> None:
         ctx = self.ctx
-        momentum = ctx.config.workload.momentum
-        self.replicas = [ctx.params.copy() for _ in ctx.workers]
-        self.velocity = [np.zeros_like(ctx.params) if momentum > 0 else None
-                         for _ in ctx.workers]
+        self.sgd = [SGD(ctx.params.copy(), ctx.config.workload) for _ in ctx.workers]
+        self.replicas = [sgd.params for sgd in self.sgd]
         for w in ctx.workers:
             ctx.env.process(self.work(w))
 
     def model_of_record(self) -> np.ndarray:
-        return self.ctx.server.params  # the center variable
+        return self.ctx.server.store.params  # the center variable
 
     def work(self, w: Worker) -> Generator[simpy.Event, Any, None]:
         ctx, rec, server = self.ctx, self.ctx.recorder, self.ctx.server
-        cfg, strategy = ctx.config.workload, ctx.config.strategy
+        strategy = ctx.config.strategy
         x, center = self.replicas[w.index], np.zeros(ctx.model.size)
         while not rec.finished:
             loss = w.gradient(x)
             yield from compute(ctx, w)
             if rec.finished:
                 return
-            K.sgd_update(x, w.grad, self.velocity[w.index], cfg.lr, cfg.momentum,
-                         cfg.weight_decay)
+            self.sgd[w.index].step(w.grad, ctx.rules.lr(0))
             w.clock += 1
             rec.update(w.index, w.clock, server.version, 0, loss, w.batch)
             if w.clock % strategy.local_steps == 0:
@@ -58,12 +55,8 @@ class EASGD(Strategy):
         ctx, rec, server = self.ctx, self.ctx.recorder, self.ctx.server
         with rec.span(w.index, "comm"):
             yield from server.pull(w.host, center)
-        diff = center  # reuse the buffer: diff = alpha (x - center)
-        K.scale(-1.0, diff)
-        K.sum_into(diff, x)
-        K.scale(ctx.config.strategy.elasticity, diff)
+        diff = ctx.rules.elastic_difference(x, center)  # in center's buffer
         K.axpy(-1.0, diff, x)
         with rec.span(w.index, "comm"):
             yield server.push(w.host, diff.nbytes)
-        K.sum_into(server.params, diff)  # the center moves toward x_i
-        server.version += 1
+        ctx.rules.move_center(server.store, diff)

@@ -19,7 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sim.training.pipeline import Message, Pipeline, StepCosts, plan_messages
+from sim.training.messages import Message, StepCosts, plan_messages
+from sim.training.pipeline import Pipeline
 from sim.training.strategies.base import Strategy
 
 UNBOUNDED = 1 << 62  # steps: the run stops on the recorder, not on a step count
@@ -93,7 +94,3 @@ class PipelinedStrategy(Strategy):
                 "overlap_efficiency": (C + M - T) / min(C, M) if min(C, M) > 0 else None,
                 "speedup_vs_none": T_none / T if T > 0 else None}
 
-
-def message_slice(msg: Message, model: Any) -> slice:
-    """The part of the flat parameter vector that carries layers msg.lo..msg.hi."""
-    return slice(model.layers[msg.lo].params.start, model.layers[msg.hi].params.stop)

@@ -1,13 +1,9 @@
-"""Asynchronous training through parameter servers: ``asp`` and ``ssp``.
+"""Asynchronous training through parameter servers: ``asp`` and ``ssp``, in simulated time.
 
-Each worker loops on its own: pull, compute, push; the server applies every gradient
-when it arrives, scaled by lr / N so that N gradients move the model as far as one
-synchronous step (with one worker this is plain sequential SGD). Staleness is the
-number of updates applied between the worker's read and its own update.
-
-``ssp`` (Ho et al. 2013, "More effective distributed ML via a stale synchronous
-parallel parameter server") adds a bound s: a worker whose clock is more than s
-ahead of the slowest worker's blocks until that one catches up.
+Each worker loops on its own: pull, compute, push. What the servers do with a push (apply
+it at once, lr / N for its staleness) and when a pull may go (the SSP clock bound: Ho et
+al. 2013) are the rules' (:class:`sim.training.rules.ASP`, :class:`~sim.training.rules.SSP`);
+here a worker waits at the gate until the rules let it through.
 """
 
 from __future__ import annotations
@@ -18,32 +14,34 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.training.strategies.base import Strategy
-from sim.training.worker import Worker, compute
+from sim.record import UpdateRecord
+from sim.training.strategies.base import Strategy, compute
+from sim.workloads.workload import Worker
 
 
 class ASP(Strategy):
-    """Downpour-style asynchronous SGD (Dean et al. 2012)."""
+    """Downpour-style asynchronous SGD (Dean et al. 2012); ``ssp`` when the rules bound the
+    clocks (one class for both: the gate is the rules')."""
 
     name = "asp"
-    uses_servers = True
 
     def start(self) -> None:
         ctx = self.ctx
+        self.store = ctx.server.store
         self.decoded = np.zeros(ctx.model.size)
+        self.advanced = ctx.env.event()  # a worker's clock moved: the gate may open
         for w in ctx.workers:
             ctx.env.process(self.work(w))
 
     def model_of_record(self) -> np.ndarray:
-        return self.ctx.server.params
+        return self.store.params
 
     def gate(self, w: Worker) -> Generator[simpy.Event, Any, int | None]:
-        """Wait until ``w`` may start its next iteration; returns the clock gap, if bounded."""
-        return None
-        yield  # a generator that waits for nothing
-
-    def clock_advanced(self, w: Worker) -> None:
-        """Hook: ``w`` finished an iteration."""
+        """Wait until the rules let ``w`` pull; returns its clock gap (None: unbounded)."""
+        with self.ctx.recorder.span(w.index, "wait"):
+            while not self.store.may_pull(w.index) and not self.ctx.recorder.finished:
+                yield self.advanced
+        return self.store.admit(w.index)
 
     def work(self, w: Worker) -> Generator[simpy.Event, Any, None]:
         ctx, rec = self.ctx, self.ctx.recorder
@@ -65,10 +63,8 @@ class ASP(Strategy):
                 yield server.push(w.host, nbytes)
             if rec.finished:
                 return
-            staleness = server.version - version
             w.codec.decode(message, self.decoded)
-            server.apply(self.decoded, self.step_lr(staleness) / ctx.n)
-            self.finish(w, version, staleness, loss, gap)
+            self.finish(w, self.store.push(w.index, self.decoded, version, loss))
 
     def sparse_iteration(self, w: Worker, replica: np.ndarray,
                          gap: int | None) -> Generator[simpy.Event, Any, None]:
@@ -84,36 +80,18 @@ class ASP(Strategy):
             yield server.push(w.host, idx.nbytes + val.nbytes)
         if rec.finished:
             return
-        staleness = server.version - version
-        server.apply_sparse(idx, val, self.step_lr(staleness) / ctx.n)
-        self.finish(w, version, staleness, loss, gap)
+        self.finish(w, self.store.push(w.index, val, version, loss, rows=idx))
 
-    def finish(self, w: Worker, version: int, staleness: int, loss: float,
-               gap: int | None) -> None:
-        w.clock += 1
-        self.clock_advanced(w)
-        self.ctx.recorder.update(w.index, w.clock, version, staleness, loss, w.batch, gap)
+    def finish(self, w: Worker, update: UpdateRecord) -> None:
+        """``w``'s gradient made ``update``: its clock moved, so the gate may open."""
+        w.clock = update.clock
+        if self.advanced.callbacks:  # someone waits at the gate
+            self.advanced.succeed()
+            self.advanced = self.ctx.env.event()
+        self.ctx.recorder.record(update)
 
 
 class SSP(ASP):
     """Stale synchronous parallel: clocks may differ by at most ``strategy.staleness``."""
 
     name = "ssp"
-
-    def start(self) -> None:
-        self.bound = self.ctx.config.strategy.staleness
-        self.advanced = self.ctx.env.event()
-        super().start()
-
-    def slowest(self) -> int:
-        return min(w.clock for w in self.ctx.workers)
-
-    def gate(self, w: Worker) -> Generator[simpy.Event, Any, int]:
-        with self.ctx.recorder.span(w.index, "wait"):
-            while w.clock - self.slowest() > self.bound and not self.ctx.recorder.finished:
-                yield self.advanced
-        return w.clock - self.slowest()
-
-    def clock_advanced(self, w: Worker) -> None:
-        self.advanced.succeed()
-        self.advanced = self.ctx.env.event()

@@ -9,6 +9,9 @@ as soon as backprop has produced it.
 ``backup`` (Chen et al. 2016, "Revisiting distributed synchronous SGD"): each step every
 worker pulls, computes and pushes; the step closes as soon as N - b gradients have
 arrived: the workers still computing are cancelled and late gradients are dropped.
+
+When a step closes and how its gradients are combined are the rules'
+(:class:`sim.training.rules.BSPPS`, :class:`~sim.training.rules.Backup`).
 """
 
 from __future__ import annotations
@@ -19,90 +22,71 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim import kernels as K
 from sim.network.runner import build_network
 from sim.network.topology import place
-from sim.training.pipeline import Message, ParameterServerChannel
+from sim.training.messages import Message, message_slice
+from sim.training.pipeline import ParameterServerChannel
 from sim.training.server import ParameterServer
-from sim.training.strategies.base import Strategy
-from sim.training.strategies.pipelined import PipelinedStrategy, message_slice
-from sim.training.worker import Worker, compute
+from sim.training.strategies.base import Strategy, compute
+from sim.training.strategies.pipelined import PipelinedStrategy
+from sim.workloads.workload import Worker
 
 
 class Backup(Strategy):
     """Synchronous SGD with b backup workers: each step uses the first N - b gradients."""
 
     name = "backup"
-    uses_servers = True
 
     def start(self) -> None:
         ctx = self.ctx
+        self.store = ctx.server.store
         self.replicas = [np.zeros(ctx.model.size) for _ in ctx.workers]
-        self.decoded = np.zeros(ctx.model.size)
-        self.total = np.zeros(ctx.model.size)
+        self.decoded = [np.zeros(ctx.model.size) for _ in ctx.workers]
         ctx.env.process(self.run())
 
     def model_of_record(self) -> np.ndarray:
-        return self.ctx.server.params
-
-    @property
-    def needed(self) -> int:
-        """Gradients that close a step."""
-        return self.ctx.n - self.ctx.config.strategy.backup
+        return self.store.params
 
     def run(self) -> Generator[simpy.Event, Any, None]:
         ctx, env, rec = self.ctx, self.ctx.env, self.ctx.recorder
         while not rec.finished:
-            self.arrived: dict[int, tuple[Any, float]] = {}
             self.closed = env.event()
-            step = ctx.server.version
+            step = self.store.version
             rounds = [env.process(self.worker_step(w, step)) for w in ctx.workers]
-            yield self.closed
+            update = yield self.closed
             for process in rounds:
                 if process.is_alive:
                     process.interrupt("step closed")
-            self.apply(step)
+            for w in ctx.workers:
+                w.clock = int(self.store.clocks[w.index])
+            rec.record(update)
 
     def worker_step(self, w: Worker, step: int) -> Generator[simpy.Event, Any, None]:
         ctx, rec = self.ctx, self.ctx.recorder
         try:
             with rec.span(w.index, "comm"):
-                yield from ctx.server.pull(w.host, self.replicas[w.index])
+                version = yield from ctx.server.pull(w.host, self.replicas[w.index])
             loss = w.gradient(self.replicas[w.index])
             yield from compute(ctx, w)
             message, nbytes = w.codec.encode(w.grad)
             with rec.span(w.index, "comm"):
                 yield ctx.server.push(w.host, nbytes)
-            if self.closed.triggered:
+            w.codec.decode(message, self.decoded[w.index])
+            update = self.store.push(w.index, self.decoded[w.index], version, loss)
+            if update is not None:  # this gradient closed the step
+                self.closed.succeed(update)
+            elif w.index not in self.store.arrived:
                 return  # another gradient arrived first at this instant and closed the step
-            self.arrived[w.index] = (message, loss)
-            if len(self.arrived) == self.needed:
-                self.closed.succeed()
             with rec.span(w.index, "wait"):
                 yield self.closed
         except simpy.Interrupt:
             pass  # the step closed without this worker: its work is dropped
-
-    def apply(self, step: int) -> None:
-        ctx = self.ctx
-        accepted = sorted(self.arrived)  # sum in worker order: reproducible rounding
-        self.total[:] = 0
-        for i in accepted:
-            ctx.workers[i].codec.decode(self.arrived[i][0], self.decoded)
-            K.sum_into(self.total, self.decoded)
-            ctx.workers[i].clock += 1
-        K.scale(1.0 / len(accepted), self.total)
-        ctx.server.apply(self.total, self.step_lr(0))
-        loss = float(np.mean([self.arrived[i][1] for i in accepted]))
-        ctx.recorder.update(-1, ctx.server.version, step, 0, loss,
-                            len(accepted) * ctx.workers[0].batch)
 
 
 class BSPPS(PipelinedStrategy):
     """Synchronous SGD through sharded parameter servers: push, barrier, pull."""
 
     name = "bsp-ps"
-    uses_servers = True
 
     def start(self) -> None:
         ctx = self.ctx
@@ -115,7 +99,7 @@ class BSPPS(PipelinedStrategy):
                                                    self.push, self.apply_message, self.pull))
 
     def model_of_record(self) -> np.ndarray:
-        return self.ctx.server.params
+        return self.ctx.server.store.params
 
     def keys(self, msg: Message) -> tuple[float, float]:
         return float(self.key_edges[msg.lo]), float(self.key_edges[msg.hi + 1])
@@ -145,15 +129,11 @@ class BSPPS(PipelinedStrategy):
         if not ctx.numerics:
             return
         keys = message_slice(msg, ctx.model)
-        total = self.total[keys]
-        total[:] = 0
-        for w in ctx.workers:  # worker order: reproducible rounding
-            K.sum_into(total, w.grad[keys])
-        K.scale(1.0 / ctx.n, total)
-        ctx.server.update(total, self.step_lr(0), keys)
+        mean = ctx.rules.mean([w.grad[keys] for w in ctx.workers], self.total[keys])
+        ctx.server.store.sgd.step(mean, ctx.rules.lr(0), keys)
 
     def apply_step(self, step: int) -> float:
-        self.ctx.server.version += 1
+        self.ctx.server.store.version += 1
         return float(np.mean(self.losses))
 
     def alone_s(self, msg: Message) -> float:
@@ -171,7 +151,7 @@ class BSPPS(PipelinedStrategy):
             n_hosts = ctx.n + len(ctx.server.hosts)
             network = build_network(env, ctx.network.fabric, n_hosts, **options)
             hosts = place(network.topology, n_hosts, placement)
-            server = ParameterServer(network, hosts[ctx.n:], np.zeros(0), ctx.config.workload)
+            server = ParameterServer(network, hosts[ctx.n:], ctx.server.store)
             server.share, server.edges = ctx.server.share, ctx.server.edges
             keys = self.keys(msg)
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository: `import sim` works from here
+ROOT = Path(__file__).resolve().parents[3]  # the repository: `import sim` works from here
 TOKEN_VAR = "SGD_REAL_RUN"
 POLL_S = 0.05
 ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",

@@ -7,13 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from sim.real.compare import load_runs
+from sim.real.validation.compare import load_runs
 
 SIM_COLOR, REAL_COLOR = "tab:blue", "tab:orange"
 
 
 def plot_report(report: dict[str, Any], path: Path) -> None:
-    """Write the 2 x 2 figure of ``report`` (from :func:`sim.real.compare.compare`) to path."""
+    """Write the 2 x 2 figure of ``report`` (from :func:`sim.real.validation.compare.compare`) to path."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -7,7 +7,7 @@ by least squares on relative errors. The result is a device profile
 (:func:`sim.training.compute.save_device_profile`) for ``compute.device = "calibrated:PATH"``.
 
 Network: on the network being calibrated (shared memory or ``emulate:RATE``) and waiting as
-real runs wait, :mod:`sim.real.netbench` measures ping-pong times, back-to-back small
+real runs wait, :mod:`sim.real.calibration.netbench` measures ping-pong times, back-to-back small
 messages (the per-message overhead o) and allreduce times through the simulator's schedule
 on p ranks. One (alpha, beta) is fitted to all of them, ping-pong as
 ``alpha + n beta`` and the allreduce as the algorithm's closed form (the simulator's own),
@@ -37,8 +37,8 @@ import numpy as np
 from sim.config import Config, validate
 from sim.network.collectives import get_collective
 from sim.network.fabrics import Fabric, save_profile
-from sim.real.emulate import Emulation
-from sim.real.launcher import Job, launch
+from sim.real.launch.emulate import Emulation
+from sim.real.launch.launcher import Job, launch
 from sim.training.compute import save_device_profile
 
 SIZES = [8, 512, 4096, 32768, 262144, 1 << 20, 4 << 20]
@@ -70,12 +70,12 @@ def _describe(config: Config) -> str:
 
 def time_kernels(configs: list[Config], min_time_s: float = 0.2) -> list[float]:
     """Median seconds of one gradient (worker 0 of each config)."""
-    from sim.real.parts import build_parts
+    from sim.workloads.workload import build_workload
 
     medians = []
     for config in configs:
-        parts = build_parts(config)
-        worker, params = parts.workers[0], parts.params
+        workload = build_workload(config)
+        worker, params = workload.workers[0], workload.params
         for _ in range(5):
             worker.gradient(params)
         samples, spent = [], 0.0
@@ -96,7 +96,7 @@ def _time_kernels_child(args: tuple[list[dict], float]) -> list[float]:
 def measure_kernels(configs: list[Config], concurrency: int = 1,
                     min_time_s: float = 0.2) -> list[dict[str, Any]]:
     """One point per config: its FLOPs and the median gradient time (mean over processes)."""
-    from sim.real.parts import build_parts
+    from sim.workloads.workload import build_workload
 
     if concurrency <= 1:
         seconds = time_kernels(configs, min_time_s)
@@ -105,7 +105,7 @@ def measure_kernels(configs: list[Config], concurrency: int = 1,
         with multiprocessing.get_context("fork").Pool(concurrency) as pool:
             per_process = pool.map(_time_kernels_child, [(dumps, min_time_s)] * concurrency)
         seconds = np.mean(per_process, axis=0).tolist()
-    return [{"workload": _describe(c), "flops": build_parts(c).model.flops(c.workload.batch),
+    return [{"workload": _describe(c), "flops": build_workload(c).model.flops(c.workload.batch),
              "seconds": s} for c, s in zip(configs, seconds, strict=True)]
 
 
@@ -126,13 +126,13 @@ def fit_device(points: list[dict[str, Any]]) -> tuple[float, float, list[float]]
 
 def netbench(spec: dict[str, Any], ranks: int, emulation: Emulation | None,
              timeout_s: float = 600.0) -> dict[str, Any]:
-    """Run :mod:`sim.real.netbench` on ``ranks`` ranks; its result."""
+    """Run :mod:`sim.real.calibration.netbench` on ``ranks`` ranks; its result."""
     with tempfile.TemporaryDirectory(prefix="sgd-calibrate-") as tmp:
         work = Path(tmp)
         os.chmod(work, 0o755)
         spec = {**spec, "result": str(work / "result.json")}
         (work / "spec.json").write_text(json.dumps(spec))
-        launch(Job([sys.executable, "-m", "sim.real.netbench", "--spec",
+        launch(Job([sys.executable, "-m", "sim.real.calibration.netbench", "--spec",
                     str(work / "spec.json")], ranks, work,
                    env=emulation.env if emulation else {},
                    prefix=emulation.prefix if emulation else None, timeout_s=timeout_s))
@@ -141,8 +141,8 @@ def netbench(spec: dict[str, Any], ranks: int, emulation: Emulation | None,
 
 def measure_network(emulation: Emulation | None, ranks: list[int], wait: str,
                     algorithm: str = "ring", quick: bool = False) -> dict[str, Any]:
-    """Ping-pong, stream and allreduce measurements (see :mod:`sim.real.netbench`)."""
-    from sim.real.runner import wait_mode
+    """Ping-pong, stream and allreduce measurements (see :mod:`sim.real.calibration.netbench`)."""
+    from sim.real.launch.runner import wait_mode
 
     sizes, reps = (QUICK_SIZES, 20) if quick else (SIZES, 100)
     out = {"pingpong": netbench({"mode": "pingpong", "sizes": sizes, "reps": reps,

@@ -3,10 +3,10 @@
 ``experiments/validation/matrix.toml`` names a base config, the axes (workers, strategy,
 network, and any others whose levels set config keys), optionally blocks (the cases are the
 union of the blocks' products; without blocks, the full product) and the real repeats. For each
-network the machine is calibrated first (:mod:`sim.real.calibrate`): the simulation of a
+network the machine is calibrated first (:mod:`sim.real.calibration.calibrate`): the simulation of a
 case uses the calibrated fabric of its network and the calibrated device, the real run uses
-that network. Each case's comparison (:mod:`sim.real.compare`) becomes a row of the README
-(:mod:`sim.real.validate_report`). Before each case the machine must be quiet: other load
+that network. Each case's comparison (:mod:`sim.real.validation.compare`) becomes a row of the README
+(:mod:`sim.real.validation.validate_report`). Before each case the machine must be quiet: other load
 on its cores would be timed as part of the real run: each real repeat waits (a while) for
 the machine to be quiet, measures the other load during it, is taken again when that load
 was too high, and the table reports the load the kept repeats saw.
@@ -26,10 +26,10 @@ from typing import Any
 
 from sim.config import Config, apply_overrides, read_toml, validate
 from sim.errors import UserError
-from sim.real.emulate import unavailable
-from sim.real.launcher import RunFailed
-from sim.real.load import OtherLoad, wait_for_quiet
-from sim.real.runner import iteration_s
+from sim.real.launch.emulate import unavailable
+from sim.real.launch.launcher import RunFailed
+from sim.real.validation.load import OtherLoad, wait_for_quiet
+from sim.real.launch.runner import iteration_s
 
 SPECIAL_AXES = ("workers", "strategy", "network")
 
@@ -152,8 +152,8 @@ def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
                   quick: bool = False, quiet: tuple[float, float] = (1.0, 0.0),
                   retries: int = 0) -> dict:
     """Calibrate the device (the matrix's workloads) and each network the cases use."""
-    from sim.real import calibrate as C
-    from sim.real.runner import network
+    from sim.real.calibration import calibrate as C
+    from sim.real.launch.runner import network
 
     profiles: dict[str, Path] = {"device": out / "device"}
     configs = {}
@@ -189,7 +189,7 @@ def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
 def device_drift(profiles: dict[str, Any], quiet: tuple[float, float],
                  retries: int) -> list[dict[str, Any]]:
     """The calibrated kernel times measured again now: how far the machine's speed moved."""
-    from sim.real import calibrate as C
+    from sim.real.calibration import calibrate as C
 
     before = json.loads((profiles["device"] / "device.json").read_text())["points"]
     configs = profiles.get("workloads")
@@ -209,7 +209,7 @@ def run_repeats(config: Config, case: Case, ranks: int, real_dir: Path, repeat: 
                 quiet: tuple[float, float], retries: int) -> dict[str, Any]:
     """The real repeats, each taken again (up to ``retries`` times) when other load took
     more than ``quiet[0]`` of the CPUs during it; the least disturbed attempt is kept."""
-    from sim.real.runner import RealOptions, network, run_once, write_repeats
+    from sim.real.launch.runner import RealOptions, network, run_once, write_repeats
 
     options = RealOptions(net=case.net, hang_s=120)
     kept, loads, discarded = [], [], []
@@ -235,8 +235,8 @@ def run_repeats(config: Config, case: Case, ranks: int, real_dir: Path, repeat: 
 def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, repeat: int,
              quiet: tuple[float, float], retries: int = 2) -> dict[str, Any]:
     """Simulate and run one case; its row for the README (with ``error`` if it failed)."""
-    from sim.real.compare import compare
-    from sim.real.strategies import check_supported
+    from sim.real.validation.compare import compare
+    from sim.real.executors.registry import check_supported
     from sim.record import write_run
     from sim.training.engine import simulate
 
@@ -263,7 +263,7 @@ def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | Non
                repeat: int | None, profiles_dir: Path | None, quiet: tuple[float, float],
                say: Callable = print, quick: bool = False,
                retries: int = 2) -> list[dict[str, Any]]:
-    from sim.real.validate_report import write_readme
+    from sim.real.validation.validate_report import write_readme
 
     matrix = load_matrix(matrix_path)
     cases = expand(matrix, only)

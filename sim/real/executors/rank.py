@@ -1,6 +1,6 @@
-"""The program every MPI rank runs: ``python -m sim.real.rank --spec SPEC.json``.
+"""The program every MPI rank runs: ``python -m sim.real.executors.rank --spec SPEC.json``.
 
-The spec (written by :mod:`sim.real.runner`) names the resolved config, the work directory
+The spec (written by :mod:`sim.real.launch.runner`) names the resolved config, the work directory
 shared with the launcher, the allreduce implementation and the wait mode. A rank leaves in
 the work directory ``rankR.pid`` (so the launcher can name a rank that died), touches
 ``rankR.beat`` while it makes progress and ``rankR.done`` when it has finished training;
@@ -28,40 +28,43 @@ def train(comm: object, spec: dict, workdir: Path, started: float) -> None:
     from mpi4py import MPI
 
     from sim.config import load_config
-    from sim.real.assemble import assemble
-    from sim.real.parts import build_parts
-    from sim.real.strategies import REAL_STRATEGIES, RankContext
-    from sim.real.timing import Heartbeat, Waiter
+    from sim.real.executors.assemble import assemble
+    from sim.real.executors.context import RankContext
+    from sim.real.executors.registry import REAL_STRATEGIES
+    from sim.real.executors.timing import Heartbeat, Waiter
+    from sim.training.rules import make_rules
+    from sim.workloads.workload import build_workload
 
     rank = comm.Get_rank()
     heartbeat = Heartbeat(workdir / f"rank{rank}.beat")
     config = load_config(spec["config"])
-    parts = build_parts(config)
+    workload = build_workload(config)
+    rules = make_rules(config)
     strategy = REAL_STRATEGIES[config.strategy.kind]
     if comm.Get_size() != strategy.ranks(config):
         raise RuntimeError(f"{strategy.name} needs {strategy.ranks(config)} ranks, "
                            f"got {comm.Get_size()}")
-    ctx = RankContext(comm, parts, Waiter(spec["wait"]), spec["impl"], heartbeat)
+    ctx = RankContext(comm, workload, rules, Waiter(spec["wait"]), spec["impl"], heartbeat)
     log = strategy.run(ctx)
     (workdir / f"rank{rank}.done").touch()
     logs = comm.gather(log, root=0)
     if rank == 0:
-        strategy.combine(logs, parts)
+        strategy.combine(logs, workload)
         extra = {"net": spec["net"], "allreduce_impl": spec["impl"], "wait_mode": spec["wait"],
                  "ranks": comm.Get_size(), "repeat": spec.get("repeat", 0),
                  "mpi": MPI.Get_library_version().splitlines()[0].strip()}
-        files = assemble(parts, logs, time.perf_counter() - started, extra)
+        files = assemble(workload, rules, logs, time.perf_counter() - started, extra)
         _write_atomic(Path(spec["result"]), json.dumps(files))
 
 
 def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
-    parser = argparse.ArgumentParser(prog="python -m sim.real.rank")
+    parser = argparse.ArgumentParser(prog="python -m sim.real.executors.rank")
     parser.add_argument("--spec", type=Path, required=True)
     args = parser.parse_args(argv)
     spec = json.loads(args.spec.read_text())
     workdir = Path(spec["workdir"])
-    from sim.real.timing import tighten_timer_slack
+    from sim.real.executors.timing import tighten_timer_slack
 
     tighten_timer_slack()
     from mpi4py import MPI

@@ -18,13 +18,13 @@ import time
 import numpy as np
 
 from sim.kernels import NonFiniteError
-from sim.real.assemble import RankLog
-from sim.real.bsp import Replica
-from sim.real.collective import Allreduce, make_allreduce
-from sim.real.parts import RealCompute
-from sim.real.strategies import RankContext
-from sim.training.pipeline import LayerCosts, plan_messages
-from sim.training.strategies.pipelined import message_slice
+from sim.real.executors import bsp
+from sim.real.executors.assemble import RankLog
+from sim.real.executors.collective import Allreduce, make_allreduce
+from sim.real.executors.compute import RealCompute
+from sim.real.executors.context import RankContext
+from sim.real.executors.replica import Replica
+from sim.training.messages import LayerCosts, message_slice, plan_messages
 
 
 class Channel:
@@ -52,10 +52,12 @@ class Channel:
                 self.busy, self.done = None, self.done + 1
             self.progress()
 
+combine = bsp.combine  # steps are logged as plain bsp's
+
 
 def run(ctx: RankContext) -> RankLog:
-    comm, parts, rank, config = ctx.comm, ctx.parts, ctx.rank, ctx.config
-    worker, strategy = parts.workers[rank], config.strategy
+    comm, workload, rank, config = ctx.comm, ctx.workload, ctx.rank, ctx.config
+    worker, strategy = workload.workers[rank], config.strategy
     model = worker.model
     replica = Replica(ctx)
     messages = plan_messages(LayerCosts.from_model(model).grad_bytes, strategy.pipelining,
@@ -68,7 +70,7 @@ def run(ctx: RankContext) -> RankLog:
     for reducer, sl in zip(reducers, slices, strict=True):  # warm-up: every message size
         reducer(np.zeros(sl.stop - sl.start))
     ctx.start_clock()
-    compute = RealCompute(parts, rank, ctx.t0)
+    compute = RealCompute(workload, rank, ctx.t0)
     replica.snapshot(0)
     for _ in range(config.run.iterations):
         start = ctx.now()

@@ -10,6 +10,7 @@ evaluations (held-out loss and accuracy of each snapshot) run after training, of
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
@@ -19,19 +20,19 @@ from typing import Any
 import numpy as np
 
 from sim.config import dump_config
-from sim.real.parts import Parts, median_kernel_s
-from sim.record import Recorder
+from sim.real.executors.compute import median_kernel_s
+from sim.record import Recorder, UpdateRecord
+from sim.training.rules import Rules
+from sim.workloads.workload import Workload
 
 Span = tuple[int, str, float, float]  # worker, kind, start_s, end_s
-# time_s, worker (-1: aggregate), clock, version_read, staleness, clock_gap, loss, samples
-Update = tuple[float, int, int, int, int, "int | None", float, int]
 
 
 @dataclass
 class RankLog:
     rank: int
     spans: list[Span] = field(default_factory=list)
-    updates: list[Update] = field(default_factory=list)
+    updates: list[tuple[float, UpdateRecord]] = field(default_factory=list)  # (time_s, ...)
     snapshots: dict[int, np.ndarray] = field(default_factory=dict)  # iteration -> params
     kernel_s: list[float] = field(default_factory=list)
     messages: int = 0
@@ -42,40 +43,31 @@ class RankLog:
         if end > start:
             self.spans.append((worker, kind, start, end))
 
+    def record(self, time_s: float, update: UpdateRecord, params: np.ndarray,
+               rules: Rules, iteration: int) -> None:
+        """``update`` applied at ``time_s``: the ``iteration``-th; ``params`` is snapshotted
+        if the rules evaluate the model of record there."""
+        self.updates.append((time_s, update))
+        self.snapshot(params, rules, iteration)
 
-def wants_snapshot(iteration: int, config: Any) -> bool:
-    """Whether the Recorder evaluates after ``iteration`` updates (mirrors Recorder.update)."""
-    return iteration % config.run.eval_every == 0 or iteration == config.run.iterations
-
-
-class _Event:
-    def succeed(self, value: Any = None) -> None:
-        self.value = value
-
-
-class ReplayClock:
-    """Stands in for the SimPy environment while a Recorder replays a real run."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def event(self) -> _Event:
-        return _Event()
+    def snapshot(self, params: np.ndarray, rules: Rules, iteration: int) -> None:
+        """Keep a copy of ``params`` if the model of record is evaluated after ``iteration``."""
+        if iteration == 0 or rules.evaluates_after(iteration):
+            self.snapshots[iteration] = params.copy()
 
 
-def assemble(parts: Parts, logs: list[RankLog], wall_s: float,
+def assemble(workload: Workload, rules: Rules, logs: list[RankLog], wall_s: float,
              extra: dict[str, Any]) -> dict[str, str]:
     """The run directory's files (name -> text) from every rank's log."""
-    import json
-
-    config = parts.config
+    config = workload.config
     run = config.run
-    clock = ReplayClock()
-    rec = Recorder(clock, parts.n, run.iterations, run.eval_every, run.target_loss)
+    now = [0.0]  # the replayed time (s)
+    rec = Recorder(lambda: now[0], workload.n, run.iterations, rules.evaluates_after,
+                   run.target_loss)
     snapshots: dict[int, np.ndarray] = {}
     for log in logs:
         snapshots.update(log.snapshots)
-    data, model = parts.data, parts.model
+    data, model = workload.data, workload.model
 
     def evaluate() -> tuple[float, float]:
         params = snapshots.get(rec.iteration)
@@ -86,10 +78,10 @@ def assemble(parts: Parts, logs: list[RankLog], wall_s: float,
     rec.evaluate = evaluate
     rec.evaluate_now()  # at time 0, the initial parameters
     updates = sorted((u for log in logs for u in log.updates), key=lambda u: u[0])
-    for time_s, worker, clk, version, staleness, gap, loss, samples in updates:
-        clock.now = float(time_s)
-        rec.update(worker, clk, version, staleness, loss, samples, gap)
-    end = clock.now
+    for time_s, update in updates:
+        now[0] = float(time_s)
+        rec.record(update)
+    end = now[0]
     for worker, kind, start, stop in sorted((s for log in logs for s in log.spans),
                                             key=lambda s: s[2]):
         if start < end:  # the simulator stops recording when the last update is applied
@@ -100,7 +92,7 @@ def assemble(parts: Parts, logs: list[RankLog], wall_s: float,
     kernel = [k for log in logs for k in log.kernel_s]
     summary = rec.summary(run.seed, wall_s, sum(log.messages for log in logs),
                           strategy=config.strategy.kind, fabric=extra.get("net"),
-                          workers_n=parts.n, stragglers=parts.compute.stragglers,
+                          workers_n=workload.n, stragglers=workload.compute.stragglers,
                           compute_time_s=median_kernel_s(kernel), kind="real",
                           machine=platform.node(), cpus=os.cpu_count(), **extra)
     return {"config.toml": dump_config(config),

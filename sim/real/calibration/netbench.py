@@ -1,6 +1,6 @@
-"""Network measurements on real ranks: ``python -m sim.real.netbench --spec SPEC.json``.
+"""Network measurements on real ranks: ``python -m sim.real.calibration.netbench --spec SPEC.json``.
 
-Run by :mod:`sim.real.calibrate` through the launcher, on the network being calibrated, and
+Run by :mod:`sim.real.calibration.calibrate` through the launcher, on the network being calibrated, and
 waiting the way real runs wait (the spec's ``wait``). Modes:
 
 * ``pingpong`` (2 ranks): half the round trip of an n-byte message, for each size;
@@ -75,7 +75,7 @@ def stream(comm: Any, waiter: Any, reps: int) -> list[float]:
 
 def allreduce(comm: Any, waiter: Any, sizes: list[int], reps: int, algorithm: str,
               impl: str) -> list[float]:
-    from sim.real.collective import make_allreduce
+    from sim.real.executors.collective import make_allreduce
 
     out = []
     for nbytes in sizes:
@@ -102,10 +102,10 @@ def _max() -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.real.netbench")
+    parser = argparse.ArgumentParser(prog="python -m sim.real.calibration.netbench")
     parser.add_argument("--spec", type=Path, required=True)
     spec = json.loads(parser.parse_args(argv).spec.read_text())
-    from sim.real.timing import Waiter, tighten_timer_slack
+    from sim.real.executors.timing import Waiter, tighten_timer_slack
 
     tighten_timer_slack()
     from mpi4py import MPI

@@ -22,10 +22,10 @@ from typing import Any
 
 from sim.config import Config, dump_config
 from sim.errors import UserError
-from sim.real.emulate import Emulation, EmulationError, parse_rate
-from sim.real.launcher import Job, launch
-from sim.real.strategies import check_supported
-from sim.real.timing import WAIT_MODES
+from sim.real.launch.emulate import Emulation, EmulationError, parse_rate
+from sim.real.launch.launcher import Job, launch
+from sim.real.executors.registry import check_supported
+from sim.real.executors.timing import WAIT_MODES
 from sim.record import atomic_dir, check_out_dir, write_run
 
 IMPLS = ("schedule", "mpi")
@@ -121,7 +121,7 @@ def run_once(config: Config, ranks: int, options: RealOptions, emulation: Emulat
                 "impl": options.impl, "repeat": repeat,
                 "wait": wait_mode(options.wait, ranks, config.compute.time_s is None)}
         (work / "spec.json").write_text(json.dumps(spec))
-        job = Job(argv or [sys.executable, "-m", "sim.real.rank", "--spec",
+        job = Job(argv or [sys.executable, "-m", "sim.real.executors.rank", "--spec",
                            str(work / "spec.json")], ranks, work,
                   env=emulation.env if emulation else {},
                   prefix=emulation.prefix if emulation else None,

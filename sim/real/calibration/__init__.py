@@ -1,0 +1,1 @@
+"""Measuring this machine (kernel rates, network) as profiles the simulator reads."""

@@ -1,0 +1,64 @@
+"""``bsp`` on real ranks: every step, a gradient on each rank, one allreduce, one SGD step.
+
+Follows :class:`sim.training.rules.BSP`, as the simulator does: each rank is worker
+``rank``; the allreduce sums the gradients (the simulator's schedule for
+``strategy.collective`` over point-to-point messages, or MPI's), every rank takes the mean
+and applies the same update (:class:`~sim.real.executors.replica.Replica`), so the replicas
+stay equal. ``strategy.pipelining`` runs :mod:`sim.real.executors.bsp_pipelined` instead.
+Rank 0 snapshots the parameters at evaluation points. The allreduce is also the barrier: a
+rank's wait is the time from the end of its gradient to the end of the slowest rank's (found
+after the run, on the common clock), the rest is comm.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.real.executors.assemble import RankLog
+from sim.real.executors.collective import make_allreduce
+from sim.real.executors.compute import RealCompute
+from sim.real.executors.context import RankContext
+from sim.real.executors.replica import Replica
+from sim.record import UpdateRecord
+from sim.workloads.workload import Workload
+
+
+def run(ctx: RankContext) -> RankLog:
+    comm, workload, rank, config = ctx.comm, ctx.workload, ctx.rank, ctx.config
+    worker = workload.workers[rank]
+    replica = Replica(ctx)
+    allreduce = make_allreduce(ctx.impl, comm, config.strategy.collective, replica.params.size,
+                               ctx.waiter)
+    ctx.warm_kernels(replica.params)
+    allreduce(np.zeros_like(replica.params))  # warm-up: connections and MPI buffers
+    ctx.start_clock()
+    compute = RealCompute(workload, rank, ctx.t0)
+    replica.snapshot(0)
+    for _ in range(config.run.iterations):
+        start = ctx.now()
+        loss, _ = compute.gradient(replica.params)
+        computed = ctx.now()
+        allreduce(worker.grad)  # codec "none": the message is the gradient, summed in place
+        if not replica.step(worker.grad, (start, computed, ctx.now()), loss):
+            break
+    log = replica.log
+    log.kernel_s, log.messages, log.steps = compute.kernel_s, allreduce.messages, replica.steps
+    return log
+
+
+def combine(logs: list[RankLog], workload: Workload) -> None:
+    """Turn every rank's steps into spans and rank 0's log into the run's updates."""
+    steps = [log.steps for log in logs]
+    n_steps = min(len(s) for s in steps)
+    for k in range(n_steps):
+        joined = max(s[k][1] for s in steps)  # the slowest rank's gradient is done
+        for rank, s in enumerate(steps):
+            start, computed, reduced, updated, _ = s[k]
+            log = logs[rank]
+            log.span(rank, "compute", start, computed)
+            log.span(rank, "wait", computed, joined)
+            log.span(rank, "comm", max(joined, computed), reduced)
+            log.span(rank, "compute", reduced, updated)  # the local SGD step
+        loss = float(np.mean([s[k][4] for s in steps]))
+        logs[0].updates.append((steps[0][k][3], UpdateRecord(
+            -1, k + 1, k, 0, loss, workload.n * workload.config.workload.batch)))

@@ -1,0 +1,237 @@
+"""Parameter-server strategies on real ranks: ``bsp-ps``, ``backup``, ``asp``, ``ssp``.
+
+Ranks 0..N-1 are the workers, rank N the server, as in the simulator (servers after the
+workers). Every message is one float64 array: an 8-value header (64 bytes, the simulator's
+pull-request size) followed by the payload, all on one tag, so messages between two ranks
+arrive in the order they were sent. A worker loops: pull (request, then the parameters),
+gradient, push. What the server does is the strategy's rules
+(:mod:`sim.training.rules`) on a :class:`~sim.training.store.ParameterStore`, the same as
+the simulated servers': a push is applied, accumulated for a synchronous step or dropped
+as stale; a pull is answered at once or held (the SSP clock bound, the step barrier); when
+a step closes without some workers (backup), they are sent a cancel and drop their
+gradient, as the simulator interrupts them.
+
+:class:`ServerProtocol` is that server without MPI (pulls and pushes in, replies out), so
+a test can drive it with the simulator's own sequence of pushes and pulls; :func:`serve`
+moves its messages over MPI. Once ``run.iterations`` updates are applied, the server
+answers every pull with STOP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sim import kernels as K
+from sim.kernels import NonFiniteError
+from sim.real.executors.assemble import RankLog
+from sim.real.executors.compute import RealCompute
+from sim.real.executors.context import RankContext
+from sim.training.rules import Rules
+from sim.training.store import ParameterStore
+from sim.workloads.workload import Workload
+
+HEADER = 8  # type, worker, version, loss, arrival_s, grant_s, clock_gap, held
+PULL, PARAMS, PUSH, STOP, CANCEL, WARM = 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
+TAG = 77
+
+
+def run(ctx: RankContext) -> RankLog:
+    if ctx.rank == ctx.workload.n:
+        return serve(ctx)
+    return work(ctx)
+
+
+# ---- the worker -----------------------------------------------------------------------
+
+def work(ctx: RankContext) -> RankLog:
+    from mpi4py import MPI
+
+    comm, w, server = ctx.comm, ctx.rank, ctx.workload.n
+    size = ctx.workload.params.size
+    worker = ctx.workload.workers[w]
+    inbox, outbox = np.zeros(HEADER + size), np.zeros(HEADER + size)
+    request, note = np.zeros(HEADER), np.zeros(HEADER)
+    params = inbox[HEADER:]
+    ctx.warm_kernels(ctx.workload.params)
+    outbox[0], outbox[1] = WARM, w  # warm-up: a full-size round trip with the server
+    ctx.waiter.one(comm.Isend([outbox, MPI.DOUBLE], dest=server, tag=TAG))
+    ctx.waiter.one(comm.Irecv([inbox, MPI.DOUBLE], source=server, tag=TAG))
+    ctx.start_clock()
+    compute = RealCompute(ctx.workload, w, ctx.t0)
+    cancellable = ctx.rules.leaves_workers_out
+    log = RankLog(ctx.rank)
+
+    def send(message: np.ndarray) -> None:
+        ctx.waiter.one(comm.Isend([message, MPI.DOUBLE], dest=server, tag=TAG))
+        log.messages += 1
+
+    def cancelled(version: float) -> bool:
+        """Whether the server cancelled step ``version`` (older cancels are dropped)."""
+        while comm.Iprobe(source=server, tag=TAG):
+            comm.Recv([note, MPI.DOUBLE], source=server, tag=TAG)
+            if note[0] == CANCEL and note[2] == version:
+                return True
+        return False
+
+    while True:
+        asked = ctx.now()
+        request[:] = 0
+        request[0], request[1] = PULL, w
+        send(request)
+        while True:  # the answer; a cancel of an earlier step may come first
+            ctx.waiter.one(comm.Irecv([inbox, MPI.DOUBLE], source=server, tag=TAG))
+            if inbox[0] != CANCEL:
+                break
+        got = ctx.now()
+        if inbox[0] == STOP:
+            log.span(w, "comm", asked, got)
+            break
+        arrival, grant, version = inbox[4], inbox[5], inbox[2]
+        log.span(w, "comm", asked, min(arrival, got))
+        # held by the server (step barrier, clock bound): waiting; else serving it: comm
+        log.span(w, "wait" if inbox[7] else "comm", arrival, grant)
+        log.span(w, "comm", max(grant, asked), got)
+        start = ctx.now()
+        loss, dropped = compute.gradient(
+            params, (lambda v=version: cancelled(v)) if cancellable else None)
+        dropped = dropped or (cancellable and cancelled(version))
+        log.span(w, "compute", start, ctx.now())
+        ctx.heartbeat.beat()
+        if dropped:
+            continue
+        outbox[:HEADER] = 0
+        outbox[0], outbox[1], outbox[2], outbox[3] = PUSH, w, version, loss
+        K.copy(outbox[HEADER:], worker.grad)  # codec "none": the message is the gradient
+        pushed = ctx.now()
+        send(outbox)
+        log.span(w, "comm", pushed, ctx.now())
+    log.kernel_s = compute.kernel_s
+    return log
+
+
+# ---- the server -----------------------------------------------------------------------
+
+@dataclass
+class Reply:
+    """A pull answered: PARAMS (with the parameters) or STOP."""
+
+    worker: int
+    kind: float
+    arrival_s: float  # when the pull arrived
+    held: bool  # whether it could not be answered on arrival
+
+
+class ServerProtocol:
+    """The server rank without MPI: the parameters of record under the strategy's rules,
+    the pulls it cannot answer yet, and its log."""
+
+    def __init__(self, rules: Rules, workload: Workload) -> None:
+        self.rules, self.n = rules, workload.n
+        self.iterations = workload.config.run.iterations
+        self.store = ParameterStore(rules, workload.params.copy(), workload.config.workload)
+        self.pending: dict[int, float] = {}  # worker -> arrival time of its pull
+        self.held: set[int] = set()  # workers whose pull could not be answered on arrival
+        self.stopped: set[int] = set()
+        self.finished = False
+        self.log = RankLog(self.n)
+        self.log.snapshot(self.store.params, rules, 0)
+
+    def on_pull(self, worker: int, now: float) -> None:
+        self.pending[worker] = now
+
+    def on_push(self, worker: int, grad: np.ndarray, version_read: int, loss: float,
+                now: float) -> list[tuple[int, int]]:
+        """Apply the rules to a push; the (worker, step) cancels to send if a step closed
+        without some workers."""
+        if self.finished:
+            return []
+        step = self.store.version
+        try:
+            update = self.store.push(worker, grad, version_read, loss)
+        except NonFiniteError:
+            self.log.diverged = self.finished = True
+            return []
+        if update is None:
+            return []
+        self.log.record(now, update, self.store.params, self.rules, self.store.version)
+        self.finished = self.store.version >= self.iterations
+        if update.worker >= 0:  # a single worker's update: no step closed
+            return []
+        return [(w, step) for w in range(self.n) if w not in self.store.last_step]
+
+    def replies(self) -> list[Reply]:
+        """Every held pull that may be answered now, in worker order."""
+        out = []
+        for w in sorted(self.pending):
+            if self.finished:
+                out.append(Reply(w, STOP, self.pending[w], w in self.held))
+                self.stopped.add(w)
+            elif self.store.may_pull(w):
+                self.store.admit(w)
+                out.append(Reply(w, PARAMS, self.pending[w], w in self.held))
+            else:
+                self.held.add(w)
+                continue
+            del self.pending[w]
+            self.held.discard(w)
+        return out
+
+
+def serve(ctx: RankContext) -> RankLog:
+    """The server rank: receive, apply the rules, reply, until every worker has stopped."""
+    from mpi4py import MPI
+
+    protocol = ServerProtocol(ctx.rules, ctx.workload)
+    n, size, comm, status = protocol.n, protocol.store.params.size, ctx.comm, MPI.Status()
+    inbox = np.zeros(HEADER + size)
+    replies = [np.zeros(HEADER + size) for _ in range(n)]
+    sending: list[Any] = [None] * n  # the reply in flight to each worker
+    notes: list[tuple[np.ndarray, Any]] = []  # cancels in flight
+    log = protocol.log
+
+    def reply(r: Reply) -> None:
+        if sending[r.worker] is not None:
+            ctx.waiter.one(sending[r.worker])
+        message = replies[r.worker]
+        message[:HEADER] = 0
+        message[0], message[1] = r.kind, r.worker
+        message[2] = protocol.store.version
+        message[4], message[5], message[7] = r.arrival_s, ctx.now(), r.held
+        count = HEADER
+        if r.kind == PARAMS:
+            message[2] = protocol.store.read(message[HEADER:])
+            count += size
+        sending[r.worker] = comm.Isend([message[:count], MPI.DOUBLE], dest=r.worker, tag=TAG)
+        log.messages += 1
+
+    def cancel(w: int, step: int) -> None:
+        notes[:] = [(m, r) for m, r in notes if not r.Test()]
+        note = np.zeros(HEADER)
+        note[0], note[1], note[2] = CANCEL, w, step
+        notes.append((note, comm.Isend([note, MPI.DOUBLE], dest=w, tag=TAG)))
+        log.messages += 1
+
+    for _ in range(n):  # warm-up: a full-size round trip with every worker
+        ctx.waiter.one(comm.Irecv([inbox, MPI.DOUBLE], source=MPI.ANY_SOURCE, tag=TAG), status)
+        w = status.Get_source()
+        ctx.waiter.one(comm.Isend([replies[w], MPI.DOUBLE], dest=w, tag=TAG))
+    K.copy(protocol.store.total, protocol.store.params)  # first touch, off the clock
+    ctx.start_clock()
+    while len(protocol.stopped) < n:
+        ctx.waiter.one(comm.Irecv([inbox, MPI.DOUBLE], source=MPI.ANY_SOURCE, tag=TAG), status)
+        now = ctx.now()
+        kind, w = inbox[0], int(inbox[1])
+        if kind == PULL:
+            protocol.on_pull(w, now)
+        elif kind == PUSH:
+            for worker, step in protocol.on_push(w, inbox[HEADER:], int(inbox[2]),
+                                                 float(inbox[3]), now):
+                cancel(worker, step)
+        for r in protocol.replies():
+            reply(r)
+        ctx.heartbeat.beat()
+    ctx.waiter.all([r for r in sending if r is not None] + [r for _, r in notes])
+    return log

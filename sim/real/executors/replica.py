@@ -1,0 +1,41 @@
+"""The parameters every bsp rank holds, stepped identically after each allreduce."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.kernels import NonFiniteError
+from sim.real.executors.assemble import RankLog
+from sim.real.executors.context import RankContext
+from sim.training.rules import SGD
+
+
+class Replica:
+    """A rank's replica and its log of steps (compute start, compute end, comm end, update
+    end, loss); rank 0 snapshots the model of record where the rules evaluate it."""
+
+    def __init__(self, ctx: RankContext) -> None:
+        self.ctx = ctx
+        self.sgd = SGD(ctx.workload.params.copy(), ctx.config.workload)
+        self.log, self.steps = RankLog(ctx.rank), []
+
+    @property
+    def params(self) -> np.ndarray:
+        return self.sgd.params
+
+    def snapshot(self, iteration: int) -> None:
+        if self.ctx.rank == 0:
+            self.log.snapshot(self.params, self.ctx.rules, iteration)
+
+    def step(self, summed: np.ndarray, times: tuple[float, float, float], loss: float) -> bool:
+        """Apply the mean of the summed gradients; False once a NaN/Inf stops the run."""
+        rules = self.ctx.rules
+        try:
+            self.sgd.step(rules.mean_of_sum(summed, self.ctx.workload.n), rules.lr(0))
+        except NonFiniteError:  # every rank holds the same NaNs: all stop at this step
+            self.log.diverged = True
+            return False
+        self.steps.append((*times, self.ctx.now(), loss))
+        self.snapshot(len(self.steps))
+        self.ctx.heartbeat.beat()
+        return True

@@ -1,0 +1,1 @@
+"""Simulated against real: comparing runs, the validation matrix and its report."""

@@ -1,0 +1,101 @@
+"""Layer-wise messages of a step: which layers leave together, and what each layer costs.
+
+Pure (numpy only): the simulated pipeline (:mod:`sim.training.pipeline`) and the real
+pipelined ranks (:mod:`sim.real.executors.bsp_pipelined`) plan the same messages here.
+
+- ``none``: one message with every layer, after the whole backward;
+- ``wfbp``: one message per layer, as soon as backward has produced it (Poseidon's
+  wait-free backprop, Zhang et al. 2017);
+- ``bucket``: layers fused into buckets of at least ``bucket_bytes`` in backward order
+  (PyTorch DDP's gradient buckets, Li et al. 2020; Horovod's tensor fusion).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+MODES = ("none", "wfbp", "bucket")
+
+
+@dataclass(frozen=True)
+class Message:
+    """Layers ``lo..hi`` (forward indices, inclusive) sent together."""
+
+    lo: int
+    hi: int
+    nbytes: int
+
+
+def plan_messages(layer_bytes: Sequence[int], mode: str, bucket_bytes: float) -> list[Message]:
+    """The messages of a mode, in backward order (the order they become ready).
+
+    Raises ValueError for an unknown mode.
+    """
+    if mode not in MODES:
+        raise ValueError(f"pipelining mode: expected one of {', '.join(MODES)}, got {mode!r}")
+    last = len(layer_bytes) - 1
+    if mode == "none":
+        return [Message(0, last, int(sum(layer_bytes)))]
+    if mode == "wfbp":
+        return [Message(i, i, int(layer_bytes[i])) for i in range(last, -1, -1)]
+    messages, hi, size = [], last, 0
+    for i in range(last, -1, -1):
+        size += layer_bytes[i]
+        if size >= bucket_bytes or i == 0:  # DDP closes a bucket once it reaches the cap
+            messages.append(Message(i, hi, int(size)))
+            hi, size = i - 1, 0
+    return messages
+
+
+@dataclass
+class StepCosts:
+    """Seconds of forward and backward per layer (forward order) for one worker's step."""
+
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """The work of each layer (forward order): FLOPs per sample and gradient bytes."""
+
+    forward_flops: np.ndarray
+    backward_flops: np.ndarray
+    grad_bytes: np.ndarray
+    source: str  # "model" or "profile:NAME"
+
+    @classmethod
+    def from_model(cls, model: Any, itemsize: int = 8) -> LayerCosts:
+        layers = model.layers
+        return cls(np.array([layer.forward_flops for layer in layers], float),
+                   np.array([layer.backward_flops for layer in layers], float),
+                   np.array([(layer.params.stop - layer.params.start) * itemsize
+                             for layer in layers], np.int64), "model")
+
+    @classmethod
+    def from_profile(cls, profile: Any, itemsize: int = 4) -> LayerCosts:
+        """A published network's layers; gradients in float32, as such networks train."""
+        n = len(profile.layers)
+        return cls(np.array([layer.forward_flops for layer in profile.layers], float),
+                   np.array([profile.backward_flops(i) for i in range(n)], float),
+                   np.array([layer.params * itemsize for layer in profile.layers], np.int64),
+                   f"profile:{profile.name}")
+
+    def flops(self, batch: int) -> float:
+        """Forward + backward FLOPs of one mini-batch."""
+        return batch * float(self.forward_flops.sum() + self.backward_flops.sum())
+
+    def split(self, seconds: float) -> StepCosts:
+        """A step of ``seconds`` shared out over the layers in proportion to their FLOPs."""
+        total = self.forward_flops.sum() + self.backward_flops.sum()
+        scale = seconds / total if total > 0 else 0.0
+        return StepCosts(self.forward_flops * scale, self.backward_flops * scale)
+
+
+def message_slice(msg: Message, model: Any) -> slice:
+    """The part of the flat parameter vector that carries layers msg.lo..msg.hi."""
+    return slice(model.layers[msg.lo].params.start, model.layers[msg.hi].params.stop)

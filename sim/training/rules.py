@@ -1,0 +1,237 @@
+"""Strategy rules: what each strategy does, decided in one place for both executors.
+
+Pure numerics and bookkeeping: numpy and the kernels, no SimPy, no MPI. The simulated
+executor (:mod:`sim.training.strategies`) decides *when* things happen and the MPI executor
+(:mod:`sim.real.executors`) makes them happen for real; both ask the strategy's rules
+
+* what the servers do with a push: apply it, accumulate it for a synchronous step, or drop
+  it as stale (:meth:`Rules.push`, on a :class:`~sim.training.store.ParameterStore`);
+* when a pull may be answered (:meth:`Rules.may_pull`: the SSP clock bound, the step
+  barrier) and the clock gap it is answered at;
+* when a synchronous step closes (:attr:`Rules.needed` gradients) and how its gradients are
+  combined (:meth:`Rules.mean`: summed in worker order, then divided);
+* the learning rate for a gradient of a given staleness (:meth:`Rules.lr`);
+* when the model of record is evaluated (:meth:`Rules.evaluates_after`).
+
+Strategies are a registry (:data:`RULES`, name -> class); nothing branches on names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from sim import kernels as K
+from sim.record import UpdateRecord
+
+if TYPE_CHECKING:
+    from sim.training.store import ParameterStore
+
+
+class SGD:
+    """Parameters and their momentum buffer, stepped as PyTorch's SGD does."""
+
+    def __init__(self, params: np.ndarray, workload: Any) -> None:
+        self.params = params
+        self.momentum, self.weight_decay = workload.momentum, workload.weight_decay
+        self.velocity = np.zeros_like(params) if self.momentum > 0 else None
+
+    def step(self, grad: np.ndarray, lr: float, keys: slice = slice(None)) -> None:
+        """One step of the parameters ``keys`` (``grad`` covers just those); raises
+        :class:`sim.kernels.NonFiniteError` on a NaN or Inf."""
+        velocity = None if self.velocity is None else self.velocity[keys]
+        K.sgd_update(self.params[keys], grad, velocity, lr, self.momentum, self.weight_decay)
+
+    def step_rows(self, rows: np.ndarray, values: np.ndarray, lr: float) -> None:
+        """One step of ``rows`` only (momentum and decay applied lazily there)."""
+        step = values + self.weight_decay * self.params[rows]
+        if self.velocity is not None:
+            self.velocity[rows] = self.momentum * self.velocity[rows] + step
+            step = self.velocity[rows]
+        self.params[rows] -= lr * step
+
+
+class Rules:
+    """The rules every strategy shares; subclasses override what differs."""
+
+    name: ClassVar[str]
+    uses_servers: ClassVar[bool] = False
+
+    def __init__(self, config: Any, workers: int) -> None:
+        self.config, self.n = config, workers
+        self.base_lr = config.workload.lr
+        self.batch = config.workload.batch
+
+    # -- learning rate, evaluation, combining --
+
+    def lr(self, staleness: int = 0) -> float:
+        """The learning rate for a gradient of this staleness (lr / staleness with
+        ``strategy.staleness_lr``, Zhang et al. 2016)."""
+        if self.config.strategy.staleness_lr and staleness > 1:
+            return self.base_lr / staleness
+        return self.base_lr
+
+    def evaluates_after(self, iteration: int) -> bool:
+        """Whether the model of record is evaluated once ``iteration`` updates are applied."""
+        run = self.config.run
+        return iteration % run.eval_every == 0 or iteration == run.iterations
+
+    @staticmethod
+    def mean(grads: Sequence[np.ndarray], out: np.ndarray) -> np.ndarray:
+        """``out`` = the mean of ``grads``, summed in the order given (the worker order, so
+        rounding is the same whoever sums)."""
+        K.copy(out, grads[0])
+        for grad in grads[1:]:
+            K.sum_into(out, grad)
+        return K.scale(1.0 / len(grads), out)
+
+    @staticmethod
+    def mean_of_sum(total: np.ndarray, count: int) -> np.ndarray:
+        """``total`` (a sum of ``count`` gradients, e.g. from an allreduce) becomes their mean."""
+        return K.scale(1.0 / count, total)
+
+    # -- the servers (strategies with uses_servers) --
+
+    @property
+    def needed(self) -> int:
+        """Gradients that close a synchronous step."""
+        return self.n
+
+    @property
+    def leaves_workers_out(self) -> bool:
+        """Whether a step may close without some workers (they are then cancelled)."""
+        return self.needed < self.n
+
+    def may_pull(self, store: ParameterStore, worker: int) -> bool:
+        """Whether ``worker``'s pull may be answered now."""
+        return True
+
+    def clock_gap(self, store: ParameterStore, worker: int) -> int | None:
+        """The clock gap recorded with an update (bounded strategies only)."""
+        return None
+
+    def push(self, store: ParameterStore, worker: int, grad: np.ndarray, version_read: int,
+             loss: float, rows: np.ndarray | None = None) -> UpdateRecord | None:
+        """What the servers do with a (decoded) gradient; the update it made, if any."""
+        raise NotImplementedError(f"{self.name} does not push to parameter servers")
+
+
+class BSP(Rules):
+    """Synchronous SGD over an allreduce: the mean of every worker's gradient, lr."""
+
+    name = "bsp"
+
+
+class LocalSGD(Rules):
+    """H local steps per worker, then the replicas are averaged (Lin et al. 2020)."""
+
+    name = "local-sgd"
+
+    @staticmethod
+    def average(replicas: Sequence[np.ndarray], out: np.ndarray) -> np.ndarray:
+        return K.average(replicas, out=out)
+
+
+class EASGD(Rules):
+    """Elastic averaging (Zhang, Choromanska and LeCun 2015): every tau local steps a worker
+    moves toward the center by alpha (x - center) and the center moves by as much."""
+
+    name = "easgd"
+    uses_servers = True
+
+    def elastic_difference(self, x: np.ndarray, center: np.ndarray) -> np.ndarray:
+        """alpha (x - center), computed in ``center``'s buffer."""
+        K.scale(-1.0, center)
+        K.sum_into(center, x)
+        return K.scale(self.config.strategy.elasticity, center)
+
+    @staticmethod
+    def move_center(store: ParameterStore, diff: np.ndarray) -> None:
+        """The center moves toward the worker by ``diff`` (one update of the center)."""
+        K.sum_into(store.params, diff)
+        store.version += 1
+
+
+class ASP(Rules):
+    """Asynchronous SGD (Dean et al. 2012): every gradient applied on arrival, lr / N, so
+    that N gradients move the model as far as one synchronous step."""
+
+    name = "asp"
+    uses_servers = True
+
+    def lr(self, staleness: int = 0) -> float:
+        return super().lr(staleness) / self.n
+
+    def push(self, store: ParameterStore, worker: int, grad: np.ndarray, version_read: int,
+             loss: float, rows: np.ndarray | None = None) -> UpdateRecord:
+        staleness = store.version - version_read
+        store.apply(grad, self.lr(staleness), rows)
+        store.clocks[worker] += 1
+        return UpdateRecord(worker, int(store.clocks[worker]), version_read, staleness, loss,
+                            self.batch, store.gaps[worker])
+
+
+class SSP(ASP):
+    """Stale synchronous parallel (Ho et al. 2013): a worker more than ``staleness`` clocks
+    ahead of the slowest waits."""
+
+    name = "ssp"
+
+    def may_pull(self, store: ParameterStore, worker: int) -> bool:
+        return self.clock_gap(store, worker) <= self.config.strategy.staleness
+
+    def clock_gap(self, store: ParameterStore, worker: int) -> int:
+        return int(store.clocks[worker] - store.clocks.min())
+
+
+class BSPPS(Rules):
+    """Synchronous SGD through parameter servers: a step closes when every worker has
+    pushed; a pull waits for the step its worker pushed to."""
+
+    name = "bsp-ps"
+    uses_servers = True
+
+    def may_pull(self, store: ParameterStore, worker: int) -> bool:
+        return worker not in store.arrived
+
+    def push(self, store: ParameterStore, worker: int, grad: np.ndarray, version_read: int,
+             loss: float, rows: np.ndarray | None = None) -> UpdateRecord | None:
+        if version_read != store.version:
+            return None  # a late gradient of a closed step: dropped on arrival
+        store.accept(worker, grad, loss)
+        if len(store.arrived) < self.needed:
+            return None
+        return self.close(store)
+
+    def close(self, store: ParameterStore) -> UpdateRecord:
+        """Apply the mean of the arrived gradients (worker order) as one step."""
+        step, accepted = store.version, sorted(store.arrived)
+        mean = self.mean([store.arrived[w][0] for w in accepted], store.total)
+        store.apply(mean, self.lr(0))
+        store.clocks[accepted] += 1
+        loss = float(np.mean([store.arrived[w][1] for w in accepted]))
+        store.arrived.clear()
+        store.last_step = accepted
+        return UpdateRecord(-1, store.version, step, 0, loss, len(accepted) * self.batch)
+
+
+class Backup(BSPPS):
+    """Synchronous SGD with b backup workers (Chen et al. 2016): a step closes with the
+    first N - b gradients."""
+
+    name = "backup"
+
+    @property
+    def needed(self) -> int:
+        return self.n - self.config.strategy.backup
+
+
+RULES: dict[str, type[Rules]] = {
+    cls.name: cls for cls in (BSP, BSPPS, Backup, ASP, SSP, LocalSGD, EASGD)}
+
+
+def make_rules(config: Any, workers: int | None = None) -> Rules:
+    """The rules of ``config.strategy.kind`` for ``workers`` workers (default: the config's)."""
+    return RULES[config.strategy.kind](config, workers or config.cluster.workers)
