@@ -1,7 +1,7 @@
 """Network measurements on real ranks: ``python -m sim.real.calibration.netbench --spec SPEC.json``.
 
-Run by :mod:`sim.real.calibration.calibrate` through the launcher, on the network being calibrated, and
-waiting the way real runs wait (the spec's ``wait``). Modes:
+Run by :mod:`sim.real.calibration.calibrate` through the launcher, on the network being
+calibrated, and waiting the way real runs wait (the spec's ``wait``). Modes:
 
 * ``pingpong`` (2 ranks): half the round trip of an n-byte message, for each size;
 * ``stream`` (2 ranks): the time per message when rank 0 posts many small messages
