@@ -41,7 +41,7 @@ class Backup(Strategy):
         ctx = self.ctx
         self.store = ctx.server.store
         self.replicas = [np.zeros(ctx.model.size) for _ in ctx.workers]
-        self.decoded = [np.zeros(ctx.model.size) for _ in ctx.workers]
+        self.decoded = np.zeros(ctx.model.size)  # the store keeps its own copy
         ctx.env.process(self.run())
 
     def model_of_record(self) -> np.ndarray:
@@ -71,8 +71,8 @@ class Backup(Strategy):
             message, nbytes = w.codec.encode(w.grad)
             with rec.span(w.index, "comm"):
                 yield ctx.server.push(w.host, nbytes)
-            w.codec.decode(message, self.decoded[w.index])
-            update = self.store.push(w.index, self.decoded[w.index], version, loss)
+            w.codec.decode(message, self.decoded)
+            update = self.store.push(w.index, self.decoded, version, loss)
             if update is not None:  # this gradient closed the step
                 self.closed.succeed(update)
             elif w.index not in self.store.arrived:
