@@ -257,6 +257,23 @@ def atomic_dir(out: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def write_atomic(path: Path, data: str | bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file beside it and a rename, so a
+    reader never sees a half-written file; returns ``path``. Raises OSError (nothing is
+    left behind)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
 def write_run(out: Path, files: dict[str, str]) -> None:
     """Write ``files`` (name -> text) as the run directory ``out``, atomically.
 

@@ -17,8 +17,8 @@ from sim import cli, plots
 from sim.errors import UserError
 from sim.plots.gantt import window_end
 from sim.plots.labels import context, style_indices
-from sim.plots.results import number
 from sim.plots.scaling import line_stats, scaling_lines
+from sim.results import number
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -114,7 +114,7 @@ def test_gantt_one_per_run_and_window(results: dict[str, Path], tmp_path: Path) 
 
 def test_scaling_from_results_csv(results: dict[str, Path], tmp_path: Path) -> None:
     assert_figures(plots.plot_scaling(results["sweep"], tmp_path), ["scaling"])
-    import sim.plots.results as r
+    import sim.results as r
 
     rows = r.Sweep(results["sweep"]).rows
     lines = scaling_lines(rows, ["cluster.fabric"])

@@ -26,8 +26,9 @@ def message_bytes(compression: str, d: int) -> int:
 
 @pytest.mark.parametrize("compression", ["none", "topk", "qsgd"])
 def test_compression_sets_the_pushed_message_size(compression):
-    env, ctx, asp = build_simulation(make(WIDE, strategy__kind="asp", strategy__compression=compression,
-                               run__iterations=20))
+    env, ctx, asp = build_simulation(make(WIDE, strategy__kind="asp",
+                                          strategy__compression=compression,
+                                          run__iterations=20))
     pushed = count_pushes(ctx)
     asp.start()
     env.run(until=ctx.done)

@@ -19,13 +19,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from sim.real.validation.compare import compare, format_report
+    from sim.record import write_atomic
 
     report = compare(args.sim_dir, args.real_dir)
     out = args.out or args.real_dir.with_name(args.real_dir.name + "-compare")
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / ".report.json.tmp"
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    tmp.replace(out / "report.json")
+    write_atomic(out / "report.json", json.dumps(report, indent=2) + "\n")
     if not args.no_plot:
         from sim.real.validation.compare_plot import plot_report
 

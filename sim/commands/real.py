@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from sim.commands.run import format_summary
     from sim.real.launch.launcher import RunFailed
-    from sim.real.launch.runner import RealOptions, iteration_s, run_real
+    from sim.real.launch.runner import RealOptions, run_real
+    from sim.results import iteration_s
 
     config = load_config(args.config, args.overrides)
     out = args.out or Path("runs") / f"{args.config.stem}-real"
@@ -46,8 +47,9 @@ def main(args: argparse.Namespace) -> int:
 
     def progress(repeat: int, summary: dict) -> None:
         if args.repeat > 1:
-            print(f"  repeat {repeat}: {iteration_s(summary) * 1e3:.3f} ms per update",
-                  flush=True)
+            per = iteration_s(summary)
+            timing = "no updates" if per is None else f"{per * 1e3:.3f} ms per update"
+            print(f"  repeat {repeat}: {timing}", flush=True)
 
     try:
         summaries = run_real(config, out, options, progress)

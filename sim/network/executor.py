@@ -9,7 +9,8 @@ apart (uneven paths, contention) cost one batch per distinct instant.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import simpy
@@ -18,7 +19,15 @@ from sim.network.schedule import Round
 
 if TYPE_CHECKING:
     from sim.network.collectives import Plan
-    from sim.network.flow import FlowNetwork
+
+
+class Network(Protocol):
+    """What an execution needs of a network (:class:`sim.network.flow.FlowNetwork` has it)."""
+
+    env: simpy.Environment
+
+    def send_many(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+                  on_delivered: Callable[[np.ndarray], None]) -> None: ...
 
 
 class _OpenRound:
@@ -46,7 +55,7 @@ class _OpenRound:
 class Execution:
     """One schedule in flight; ``done`` fires when every endpoint is past the last round."""
 
-    def __init__(self, network: FlowNetwork, plan: Plan) -> None:
+    def __init__(self, network: Network, plan: Plan) -> None:
         self.network, self.plan = network, plan
         schedule = plan.schedule
         self.n_rounds = schedule.n_rounds

@@ -40,6 +40,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from sim.record import write_atomic
+
 PROFILE_FORMAT = "sgd-lab.fabric-profile/1"
 CALIBRATED_PREFIX = "calibrated:"
 SWITCH_HOPS = 2  # host -> switch -> host
@@ -232,7 +234,7 @@ def save_profile(path: str | Path, fabric: Fabric, **extra: Any) -> None:
     profile = {"format": PROFILE_FORMAT, "name": fabric.name,
                "bandwidth_Bps": fabric.bandwidth_Bps, "latency_s": fabric.latency_s,
                "overhead_s": fabric.overhead_s, **extra}
-    Path(path).write_text(json.dumps(profile, indent=2) + "\n")
+    write_atomic(Path(path), json.dumps(profile, indent=2) + "\n")
 
 
 def describe(fabric: Fabric) -> dict[str, Any]:

@@ -27,6 +27,7 @@ import numpy as np
 import simpy
 from simpy.events import EventPriority
 
+from sim.network.executor import Execution
 from sim.network.fabrics import Fabric
 from sim.network.maxmin import max_min_rates
 from sim.network.topology import Paths, Topology
@@ -121,8 +122,6 @@ class FlowNetwork:
 
     def run_plan(self, plan: Plan) -> Generator[simpy.Event, Any, float]:
         """Run a collective's schedule here (see :mod:`sim.network.executor`); elapsed s."""
-        from sim.network.executor import Execution
-
         started = self.env.now
         yield Execution(self, plan).done
         return self.env.now - started

@@ -28,8 +28,8 @@ from sim.plots.figures import plot_breakdown, plot_loss_time, plot_loss_updates,
 from sim.plots.gantt import plot_gantt
 from sim.plots.labels import differing_keys, run_labels
 from sim.plots.pipelining import BUCKET, MODE, plot_buckets, plot_pipelining, sweeps_key
-from sim.plots.results import Run, Sweep, expand
 from sim.plots.scaling import plot_scaling, sweeps_workers
+from sim.results import Run, Sweep, expand
 
 __all__ = ["KINDS", "differing_keys", "parse_kinds", "plot_breakdown", "plot_buckets",
            "plot_gantt", "plot_loss_time", "plot_loss_updates", "plot_pipelining", "plot_runs",

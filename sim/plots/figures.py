@@ -15,7 +15,7 @@ import numpy as np
 
 from sim.plots import style as st
 from sim.plots.labels import context, groups, run_labels, style_indices
-from sim.plots.results import Run, as_runs
+from sim.results import Run, as_runs
 
 RunDirs = Sequence[Path | str | Run]
 

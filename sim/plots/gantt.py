@@ -14,8 +14,8 @@ from matplotlib.patches import Patch
 
 from sim.errors import UserError
 from sim.plots.labels import context
-from sim.plots.results import Run, as_runs
 from sim.plots.style import KIND_COLOURS, KIND_NAMES, figure, fmt_time, save, slug, time_unit, wrap
+from sim.results import Run, as_runs
 
 MAX_SLICES = 40  # per worker, by default
 

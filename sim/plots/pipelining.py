@@ -17,8 +17,8 @@ from matplotlib.ticker import EngFormatter, ScalarFormatter
 
 from sim.errors import UserError
 from sim.plots.labels import fmt
-from sim.plots.results import RESULTS, Sweep
 from sim.plots.style import figure, line_style, save, time_unit, wrap
+from sim.results import RESULTS, Sweep
 
 MODE, BUCKET = "strategy.pipelining", "strategy.bucket_bytes"
 LINE_KEYS = ("strategy.pipelining", "strategy.priority", "cluster.fabric", "strategy.kind")

@@ -16,8 +16,8 @@ from matplotlib.ticker import EngFormatter, FixedLocator, NullLocator
 
 from sim.errors import UserError
 from sim.plots.labels import SEED, fmt
-from sim.plots.results import RESULTS, Sweep
 from sim.plots.style import figure, line_style, save, wrap
+from sim.results import RESULTS, Sweep
 
 WORKERS = "cluster.workers"
 THROUGHPUT = "samples_per_s"

@@ -8,7 +8,6 @@ are left out, so the same data always renders to the same bytes.
 from __future__ import annotations
 
 import io
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from sim.errors import UserError
+from sim.record import write_atomic
 
 STYLE: dict[str, Any] = {
     "svg.hashsalt": "sgd-lab",  # fixed ids: identical SVG bytes for identical data
@@ -129,15 +129,6 @@ def out_dir_ready(out_dir: Path) -> Path:
     return out_dir
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def save(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
     """Write ``stem.png`` and ``stem.svg`` into ``out_dir`` atomically; their paths."""
     out_dir = out_dir_ready(out_dir)
@@ -146,6 +137,6 @@ def save(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
         buffer = io.BytesIO()
         fig.savefig(buffer, format=fmt, **options)
         path = out_dir / f"{stem}.{fmt}"
-        _write_atomic(path, buffer.getvalue())
+        write_atomic(path, buffer.getvalue())
         written.append(path)
     return written

@@ -26,6 +26,7 @@ from typing import Any
 
 from sim.config import validate
 from sim.errors import UserError
+from sim.record import write_atomic
 from sim.sweep.grid import TEMP_RUN, Sweep, load_sweep
 
 
@@ -169,12 +170,6 @@ def _dask(tasks: list[dict[str, Any]], client: Any) -> Iterator[dict[str, Any]]:
 
 # ---- the sweep directory -------------------------------------------------------------------
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _check_out(out: Path, manifest: dict[str, Any]) -> None:
     """``out`` must be absent, empty, or made by this same sweep."""
     if not out.exists():
@@ -225,8 +220,8 @@ def prepare(out: Path, sweep: Sweep) -> Any:
     if not (out / "sweep.json").exists():
         import tomli_w
 
-        _write_atomic(out / "sweep.toml", tomli_w.dumps(sweep.definition))
-        _write_atomic(out / "sweep.json", json.dumps(manifest, indent=1, default=str) + "\n")
+        write_atomic(out / "sweep.toml", tomli_w.dumps(sweep.definition))
+        write_atomic(out / "sweep.json", json.dumps(manifest, indent=1, default=str) + "\n")
     (out / "runs").mkdir(exist_ok=True)
     for entry in (out / "runs").iterdir():
         if TEMP_RUN.match(entry.name):  # left by a killed sweep
@@ -259,7 +254,7 @@ def write_results(out: Path, sweep: Sweep) -> tuple[Path, list[dict[str, Any]]]:
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(columns)
     writer.writerows([_csv_value(row.get(c)) for c in columns] for row in rows)
-    _write_atomic(out / "results.csv", text.getvalue())
+    write_atomic(out / "results.csv", text.getvalue())
     return out / "results.csv", rows
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.record import write_atomic
+
 CALIBRATED = "calibrated:"
 PROFILE_FORMAT = "sgd-lab.device-profile/1"
 
@@ -68,7 +70,7 @@ def save_device_profile(path: str | Path, flops_per_s: float, overhead_s: float,
     """Write a device profile that ``compute.device = "calibrated:PATH"`` reads."""
     data = {"format": PROFILE_FORMAT, "flops_per_s": flops_per_s, "overhead_s": overhead_s,
             "source": source, **extra}
-    Path(path).write_text(json.dumps(data, indent=2) + "\n")
+    write_atomic(Path(path), json.dumps(data, indent=2) + "\n")
 
 
 NOISE: dict[str, Callable[[np.random.Generator, float], float]] = {

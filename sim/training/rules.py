@@ -19,15 +19,29 @@ Strategies are a registry (:data:`RULES`, name -> class); nothing branches on na
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from sim import kernels as K
 from sim.record import UpdateRecord
 
-if TYPE_CHECKING:
-    from sim.training.store import ParameterStore
+
+class ParameterStore(Protocol):
+    """What the rules read and change of the servers' state
+    (:class:`sim.training.store.ParameterStore` is the one implementation)."""
+
+    params: np.ndarray
+    version: int
+    clocks: np.ndarray
+    gaps: list[int | None]
+    arrived: dict[int, tuple[np.ndarray, float]]
+    last_step: list[int]
+    total: np.ndarray
+
+    def accept(self, worker: int, grad: np.ndarray, loss: float) -> None: ...
+
+    def apply(self, grad: np.ndarray, lr: float, rows: np.ndarray | None = None) -> None: ...
 
 
 class SGD:

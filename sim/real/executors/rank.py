@@ -17,11 +17,7 @@ import time
 import traceback
 from pathlib import Path
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+from sim.record import write_atomic
 
 
 def train(comm: object, spec: dict, workdir: Path, started: float) -> None:
@@ -54,7 +50,7 @@ def train(comm: object, spec: dict, workdir: Path, started: float) -> None:
                  "ranks": comm.Get_size(), "repeat": spec.get("repeat", 0),
                  "mpi": MPI.Get_library_version().splitlines()[0].strip()}
         files = assemble(workload, rules, logs, time.perf_counter() - started, extra)
-        _write_atomic(Path(spec["result"]), json.dumps(files))
+        write_atomic(Path(spec["result"]), json.dumps(files))
 
 
 def main(argv: list[str] | None = None) -> int:

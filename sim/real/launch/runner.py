@@ -22,11 +22,12 @@ from typing import Any
 
 from sim.config import Config, dump_config
 from sim.errors import UserError
-from sim.real.launch.emulate import Emulation, EmulationError, parse_rate
-from sim.real.launch.launcher import Job, launch
 from sim.real.executors.registry import check_supported
 from sim.real.executors.timing import WAIT_MODES
+from sim.real.launch.emulate import Emulation, EmulationError, parse_rate
+from sim.real.launch.launcher import Job, launch
 from sim.record import atomic_dir, check_out_dir, write_run
+from sim.results import iteration_s
 
 IMPLS = ("schedule", "mpi")
 
@@ -128,13 +129,6 @@ def run_once(config: Config, ranks: int, options: RealOptions, emulation: Emulat
                   timeout_s=options.timeout_s, hang_s=options.hang_s)
         launch(job)
         return json.loads((work / "result.json").read_text())
-
-
-def iteration_s(summary: dict[str, Any]) -> float | None:
-    """Mean time per update (s)."""
-    if not summary.get("iterations"):
-        return None
-    return summary["sim_time_s"] / summary["iterations"]
 
 
 def write_repeats(out: Path, config: Config, runs: list[dict[str, str]]) -> None:

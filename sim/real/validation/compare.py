@@ -17,59 +17,13 @@ Figures compared (relative errors are (simulated - real mean) / real mean):
 
 from __future__ import annotations
 
-import csv
-import json
-import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sim.errors import UserError
-
-
-@dataclass
-class Run:
-    path: Path
-    summary: dict[str, Any]
-    evals: np.ndarray  # rows (time_s, iteration, loss)
-    staleness: np.ndarray  # one entry per update
-
-    @property
-    def iteration_s(self) -> float:
-        return self.summary["sim_time_s"] / max(self.summary["iterations"], 1)
-
-
-def _float(text: str) -> float:
-    return float(text) if text not in ("", None) else math.nan
-
-
-def load_run(path: Path) -> Run:
-    """One run directory. Raises UserError if it is not one."""
-    try:
-        summary = json.loads((path / "summary.json").read_text())
-        with (path / "metrics.csv").open() as f:
-            rows = list(csv.DictReader(f))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: not a run directory ({exc})") from None
-    evals = np.array([(_float(r["time_s"]), _float(r["iteration"]), _float(r["loss"]))
-                      for r in rows if r["kind"] == "eval"]).reshape(-1, 3)
-    staleness = np.array([int(r["staleness"]) for r in rows
-                          if r["kind"] == "update" and r["staleness"] != ""], dtype=int)
-    return Run(path, summary, evals, staleness)
-
-
-def load_runs(path: Path) -> list[Run]:
-    """A run directory, or every ``r*/`` run directory inside ``path`` (repeats)."""
-    if (path / "summary.json").exists():
-        return [load_run(path)]
-    repeats = sorted((p for p in path.glob("r*") if (p / "summary.json").exists()),
-                     key=lambda p: (len(p.name), p.name))
-    if not repeats:
-        raise UserError(f"{path}: no summary.json there, nor in r0/, r1/, ... (expected the "
-                        "output of `sim run` or `sim real`)")
-    return [load_run(p) for p in repeats]
+from sim.results import Run, load_repeats
 
 
 def relative_error(simulated: float | None, real: float | None) -> float | None:
@@ -117,13 +71,16 @@ def staleness_fractions(runs: list[Run]) -> dict[int, float]:
 
 def compare(sim_dir: Path, real_dir: Path) -> dict[str, Any]:
     """The comparison report (JSON-ready)."""
-    sims, reals = load_runs(sim_dir), load_runs(real_dir)
+    sims, reals = load_repeats(sim_dir), load_repeats(real_dir)
     if len(sims) != 1:
         raise UserError(f"{sim_dir}: expected one simulated run directory")
     sim = sims[0]
     if sim.summary.get("kind") == "real" or any(r.summary.get("kind") != "real" for r in reals):
         raise UserError(f"expected a simulated run then a real one: sim compare SIM_DIR "
                         f"REAL_DIR (got {sim_dir}, {real_dir})")
+    empty = [r.path for r in [sim, *reals] if r.iteration_s is None]
+    if empty:
+        raise UserError(f"{empty[0]}: the run applied no updates; nothing to compare")
     iteration = spread([r.iteration_s for r in reals])
     report: dict[str, Any] = {
         "sim_dir": str(sim_dir), "real_dir": str(real_dir), "repeats": len(reals),

@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from sim.real.validation.compare import load_runs
+from sim.record import write_atomic
+from sim.results import load_repeats
 
 SIM_COLOR, REAL_COLOR = "tab:blue", "tab:orange"
 
 
 def plot_report(report: dict[str, Any], path: Path) -> None:
-    """Write the 2 x 2 figure of ``report`` (from :func:`sim.real.validation.compare.compare`) to path."""
+    """Write the 2 x 2 figure of ``report`` (from
+    :func:`sim.real.validation.compare.compare`) to ``path``, atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sim = load_runs(Path(report["sim_dir"]))[0]
-    reals = load_runs(Path(report["real_dir"]))
+    sim = load_repeats(Path(report["sim_dir"]))[0]
+    reals = load_repeats(Path(report["real_dir"]))
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     ax = axes[0, 0]
     ax.plot(sim.evals[:, 0], sim.evals[:, 2], color=SIM_COLOR, lw=2, label="simulated")
@@ -69,5 +72,7 @@ def plot_report(report: dict[str, Any], path: Path) -> None:
     fig.suptitle(f"{report['strategy']}, {report['workers']} workers: simulated "
                  f"({report['fabric']}) vs real ({report['net']})")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", dpi=110)
+    write_atomic(path, buffer.getvalue())
     plt.close(fig)

@@ -2,14 +2,15 @@
 
 ``experiments/validation/matrix.toml`` names a base config, the axes (workers, strategy,
 network, and any others whose levels set config keys), optionally blocks (the cases are the
-union of the blocks' products; without blocks, the full product) and the real repeats. For each
-network the machine is calibrated first (:mod:`sim.real.calibration.calibrate`): the simulation of a
-case uses the calibrated fabric of its network and the calibrated device, the real run uses
-that network. Each case's comparison (:mod:`sim.real.validation.compare`) becomes a row of the README
-(:mod:`sim.real.validation.validate_report`). Before each case the machine must be quiet: other load
-on its cores would be timed as part of the real run: each real repeat waits (a while) for
-the machine to be quiet, measures the other load during it, is taken again when that load
-was too high, and the table reports the load the kept repeats saw.
+union of the blocks' products; without blocks, the full product) and the real repeats. For
+each network the machine is calibrated first (:mod:`sim.real.calibration.calibrate`): the
+simulation of a case uses the calibrated fabric of its network and the calibrated device,
+the real run uses that network. Each case's comparison (:mod:`sim.real.validation.compare`)
+becomes a row of the README (:mod:`sim.real.validation.validate_report`). Before each case
+the machine must be quiet: other load on its cores would be timed as part of the real run:
+each real repeat waits (a while) for the machine to be quiet, measures the other load during
+it, is taken again when that load was too high, and the table reports the load the kept
+repeats saw.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from sim.errors import UserError
 from sim.real.launch.emulate import unavailable
 from sim.real.launch.launcher import RunFailed
 from sim.real.validation.load import OtherLoad, wait_for_quiet
-from sim.real.launch.runner import iteration_s
+from sim.record import write_atomic
+from sim.results import iteration_s
 
 SPECIAL_AXES = ("workers", "strategy", "network")
 
@@ -181,7 +183,7 @@ def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
         C.write_fabric(place / "fabric.json", net, measured, fit)
         profiles[net] = place
         summary[net] = fit
-    (out / "calibration.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_atomic(out / "calibration.json", json.dumps(summary, indent=2) + "\n")
     profiles["workloads"] = list(configs.values())  # type: ignore[assignment]
     return profiles
 
@@ -235,8 +237,8 @@ def run_repeats(config: Config, case: Case, ranks: int, real_dir: Path, repeat: 
 def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, repeat: int,
              quiet: tuple[float, float], retries: int = 2) -> dict[str, Any]:
     """Simulate and run one case; its row for the README (with ``error`` if it failed)."""
-    from sim.real.validation.compare import compare
     from sim.real.executors.registry import check_supported
+    from sim.real.validation.compare import compare
     from sim.record import write_run
     from sim.training.engine import simulate
 
@@ -294,7 +296,7 @@ def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | Non
                 f"{it['real']['mean'] * 1e3:.3f} ms, error {it['error']:+.1%} (other load "
                 f"<= {max(row['other_load']):.0%}, {len(row['discarded'])} repeat(s) "
                 "taken again)")
-    (out / "rows.json").write_text(json.dumps(rows, indent=2) + "\n")
+    write_atomic(out / "rows.json", json.dumps(rows, indent=2) + "\n")
     drift = device_drift(profiles, quiet, retries)
     profiles.pop("workloads", None)
     write_readme(readme, rows, skipped, {"drift": drift,

@@ -13,8 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sim.record import write_atomic
+from sim.training.rules import RULES
+
 ITERATION_TARGET, ITERATION_WORST, TTT_TARGET = 0.05, 0.15, 0.10
-PS = ("bsp-ps", "backup", "asp", "ssp")
 
 
 def _machine() -> str:
@@ -88,7 +90,7 @@ def effect(row: dict[str, Any]) -> str:
         else:
             notes.append("ranks drift apart (OS scheduling, timer wake-ups): barriers, SSP "
                          "gates and the server's queue wait longer than in the model")
-        if strategy in PS and kind in ("comm", "wait"):
+        if strategy in RULES and RULES[strategy].uses_servers and kind in ("comm", "wait"):
             notes.append("the server's CPU time (copies, updates) is free in the model")
     elif kind == "compute":
         notes.append("kernels ran faster than when calibrated (the machine's speed drifts: "
@@ -263,6 +265,4 @@ def write_readme(path: Path, rows: list[dict[str, Any]], skipped: list[str],
         "interleave differently, so their loss curves (and times to target) differ by chance.",
         "",
     ]
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("\n".join(text))
-    tmp.replace(path)
+    write_atomic(path, "\n".join(text))

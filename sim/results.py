@@ -1,6 +1,8 @@
-"""Reading result files for plots: run directories, sweep directories, their CSV and JSON.
+"""Reading result files: run directories, sweep directories, their CSV and JSON.
 
-Everything here works from paths on disk only. Bad input (a missing directory, a directory
+The one reader of the result contract (:mod:`sim.record` writes it): plots, the analysis
+helpers and the sim-vs-real comparison all read runs here. Everything works from paths on
+disk only. Bad input (a missing directory, a directory
 that is neither a run nor a sweep, an unreadable or malformed file) raises
 :class:`sim.errors.UserError` naming the path.
 """
@@ -12,10 +14,13 @@ import json
 import math
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from sim.errors import UserError
 
@@ -78,6 +83,14 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         raise UserError(f"{path}: not valid CSV: {exc}") from None
 
 
+def iteration_s(summary: Mapping[str, Any]) -> float | None:
+    """Mean time per update (s): ``sim_time_s / iterations`` (per step for synchronous
+    strategies, per gradient for asynchronous ones); None for a run with no updates."""
+    if not summary.get("iterations"):
+        return None
+    return summary["sim_time_s"] / summary["iterations"]
+
+
 def is_run_dir(path: Path) -> bool:
     return all((path / name).is_file() for name in RUN_FILES)
 
@@ -127,6 +140,22 @@ class Run:
     def column(self, kind: str, name: str) -> list[float]:
         """Column ``name`` of the metrics rows of ``kind`` (update or eval), as floats."""
         return [number(row.get(name)) for row in self.metrics if row["kind"] == kind]
+
+    @property
+    def iteration_s(self) -> float | None:
+        return iteration_s(self.summary)
+
+    @property
+    def evals(self) -> np.ndarray:
+        """The evaluations as rows (time_s, iteration, loss)."""
+        columns = [self.column("eval", name) for name in ("time_s", "iteration", "loss")]
+        return np.array(columns, dtype=float).T.reshape(-1, 3)
+
+    @property
+    def staleness(self) -> np.ndarray:
+        """The staleness of every update that has one (ints)."""
+        values = self.column("update", "staleness")
+        return np.array([v for v in values if not math.isnan(v)], dtype=int)
 
     def slices(self) -> list[tuple[int, str, float, float]]:
         """(worker, kind, start_s, end_s) of the worker tracks in trace.json, by start."""
@@ -179,6 +208,20 @@ class Sweep:
         if not names:
             raise UserError(f"{self.path}: the sweep has no finished runs")
         return [Run(base / name) for name in names]
+
+
+def load_repeats(path: Path) -> list[Run]:
+    """A run directory, or every ``r*/`` run directory inside ``path`` (the repeats of
+    ``sim real --repeat N``), in order. Raises UserError if there is neither."""
+    path = Path(path)
+    if is_run_dir(path):
+        return [Run(path)]
+    repeats = sorted((p for p in path.glob("r*") if p.is_dir() and is_run_dir(p)),
+                     key=lambda p: (len(p.name), p.name))
+    if not repeats:
+        raise UserError(f"{path}: no config.toml and summary.json there, nor in r0/, r1/, ... "
+                        "(expected the output of `sim run` or `sim real`)")
+    return [Run(p) for p in repeats]
 
 
 def expand(paths: list[Path]) -> tuple[list[Run], list[Sweep]]:
