@@ -193,7 +193,9 @@ def test_the_simulated_and_the_real_server_follow_the_same_rules_bit_for_bit(kin
 # ---- layering ---------------------------------------------------------------------------------
 
 PURE = ["sim.training.rules", "sim.training.store", "sim.training.messages",
-        "sim.workloads.workload", "sim.record"]
+        "sim.workloads.workload", "sim.record", "sim.real.executors.registry"]
+RANK_PROGRAMS = ["sim.real.executors.rank", "sim.real.executors.bsp",
+                 "sim.real.executors.bsp_pipelined", "sim.real.executors.ps"]
 
 
 def test_the_rules_and_the_workload_need_neither_simpy_nor_mpi():
@@ -202,3 +204,11 @@ def test_the_rules_and_the_workload_need_neither_simpy_nor_mpi():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_real_ranks_never_import_simpy():
+    code = ("import sys\n" + "".join(f"import {m}\n" for m in RANK_PROGRAMS)
+            + "print('simpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False"

@@ -24,12 +24,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import simpy
 
 from sim.network.schedule import COPY, SUM, Buffers, Round, Schedule, check_buffers, chunks
+
+if TYPE_CHECKING:
+    import simpy  # the simulated network's events; real ranks use the schedules only
 
 # busbw = algbw * factor (nccl-tests' definitions); the bandwidth lower bound is
 # factor * n / B for the same reason: factor * n is what the busiest NIC must carry.
