@@ -32,12 +32,13 @@ class RealStrategy:
     module: str  # has run(ctx: RankContext) -> RankLog, optionally combine(logs, workload)
     pipelined: str | None = None  # the module with strategy.pipelining; None: not run for real
 
-    def servers(self, config: Config) -> int:
+    @property
+    def servers(self) -> int:
         """Server ranks: one, after the workers, if the strategy's rules use servers."""
         return 1 if RULES[self.name].uses_servers else 0
 
     def ranks(self, config: Config) -> int:
-        return config.cluster.workers + self.servers(config)
+        return config.cluster.workers + self.servers
 
     def program(self, config: Config) -> ModuleType:
         """The rank program's module for ``config``."""
@@ -93,7 +94,7 @@ def check_supported(config: Config, source: str = "config") -> RealStrategy:
     if MODELS[config.workload.model].sparse:
         raise UserError(f"{source}: workload.model {config.workload.model!r}: real runs "
                         "support dense models only")
-    if strategy.servers(config) and config.cluster.servers != 1:
+    if strategy.servers and config.cluster.servers != 1:
         raise UserError(f"{source}: cluster.servers = {config.cluster.servers}: real runs "
                         "use one parameter-server rank (set cluster.servers = 1)")
     return strategy
