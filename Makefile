@@ -26,7 +26,7 @@ bench: $(NATIVE_LIB)
 	$(PY) -m sim bench training
 
 lint: $(INSTALLED)
-	$(VENV)/bin/ruff check sim tests native
+	$(VENV)/bin/ruff check sim tests native notebooks
 
 # README's config reference, regenerated from the schema
 docs: $(INSTALLED)

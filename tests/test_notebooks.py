@@ -1,4 +1,5 @@
-"""The notebooks: committed without outputs, generated from notebooks/build_notebooks.py, and
+"""The notebooks: percent-format sources (notebooks/*.py, ruff clean) from which
+notebooks/build_notebooks.py generates the committed .ipynb (without outputs, up to date), and
 each one runs to the end in its quick form (``SGD_LAB_QUICK=1``) and shows a figure.
 
 The kernel is this interpreter (a kernelspec written to a temporary JUPYTER_PATH, so no other
@@ -9,6 +10,7 @@ going to another one: nothing lands in the repository.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -38,7 +40,60 @@ def _builder() -> types.ModuleType:
 def test_every_notebook_is_built_from_the_generator() -> None:
     builder = _builder()
     assert sorted(f"{name}.ipynb" for name in builder.NOTEBOOKS) == [p.name for p in NOTEBOOKS]
+    assert builder.NOTEBOOKS == sorted(p.stem for p in NOTEBOOK_DIR.glob("[0-9]*.py"))
     assert builder.main(["--check"]) == 0, "run: python notebooks/build_notebooks.py"
+
+
+def test_percent_format_parsing() -> None:
+    parse = _builder().parse
+    text = """
+# %% [markdown]
+# # Title
+#
+#   indented
+
+# %% tags=["parameters"] custom={"a": 1}
+import os
+# %matplotlib inline
+    # %time x = 1
+# a comment
+
+# %%
+
+# %% [markdown]
+# last
+"""
+    assert parse(text) == [
+        ("markdown", "# Title\n\n  indented", {}),
+        ("code", "import os\n%matplotlib inline\n    %time x = 1\n# a comment",
+         {"tags": ["parameters"], "custom": {"a": 1}}),
+        ("markdown", "last", {})]
+
+
+@pytest.mark.parametrize("text, error", [
+    ("x = 1\n# %%\n", "src:1: text before the first"),
+    ("# %% [markdown]\nplain\n", "src:2: a Markdown cell's lines start with '# '"),
+    ("# %% tags\n", "src:1: expected key=<JSON>"),
+    ("# %% tags=[oops]\n", "src:1: tags: not a JSON value"),
+])
+def test_percent_format_errors_name_the_line(text: str, error: str) -> None:
+    builder = _builder()
+    with pytest.raises(builder.SourceError, match=error):
+        builder.parse(text, "src")
+
+
+def test_generation_is_deterministic() -> None:
+    builder = _builder()
+    for name in builder.NOTEBOOKS:
+        assert builder.render(name) == builder.render(name) == \
+            (NOTEBOOK_DIR / f"{name}.ipynb").read_text()
+
+
+def test_notebook_sources_are_ruff_clean() -> None:
+    pytest.importorskip("ruff")
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "notebooks"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
