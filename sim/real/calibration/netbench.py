@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", type=Path, required=True)
     spec = json.loads(parser.parse_args(argv).spec.read_text())
     from sim.real.executors.timing import Waiter, tighten_timer_slack
+    from sim.record import write_atomic
 
     tighten_timer_slack()
     from mpi4py import MPI
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds = allreduce(comm, waiter, sizes, reps, spec.get("algorithm", "ring"),
                             spec.get("impl", "schedule"))
     if comm.Get_rank() == 0:
-        Path(spec["result"]).write_text(json.dumps(
+        write_atomic(Path(spec["result"]), json.dumps(
             {"mode": mode, "ranks": comm.Get_size(), "sizes": sizes, "seconds": seconds,
              "wait": spec["wait"]}))
     return 0
