@@ -29,45 +29,19 @@ TARGET_LOSS = 0.25                       # defines time to target in both kinds 
 NET = "shm"                              # the real network (emulate:RATE needs root)
 
 # %%
-# Setup: find the repository, import the library, and say where results go.
+# Setup: import this checkout's library (SGD_LAB_ROOT, else the folder above the notebook's),
+# then sim.analysis.setup_notebook: the figure style, and where results go (printed).
 # %matplotlib inline
-import json
 import sys
-import tempfile
-from pathlib import Path
 
-import matplotlib.pyplot as plt
-import numpy as np
-from IPython.display import Image, display
+sys.path.insert(0, os.environ.get("SGD_LAB_ROOT") or os.path.dirname(os.getcwd()))
+from sim.analysis import setup_notebook, show  # noqa: E402
 
-
-def find_root() -> Path:
-    """SGD_LAB_ROOT, else the nearest directory at or above the working one holding sim/."""
-    if os.environ.get("SGD_LAB_ROOT"):
-        return Path(os.environ["SGD_LAB_ROOT"]).resolve()
-    for path in [Path.cwd(), *Path.cwd().parents]:
-        if (path / "sim" / "__init__.py").is_file():
-            return path
-    raise RuntimeError("start the notebook inside the sgd-lab repository or set SGD_LAB_ROOT")
-
-
-ROOT = find_root()
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # `import sim` without installing the package
-
-from sim.plots.style import STYLE  # noqa: E402
-
-plt.rcParams.update({**STYLE, "figure.dpi": 100})
-RUNS = Path(os.environ.get("SGD_LAB_RUNS") or
-            (tempfile.mkdtemp(prefix="sgd-lab-") if QUICK else ROOT / "runs" / "notebooks"))
-RUNS = RUNS / NOTEBOOK
-EXPERIMENTS = ROOT / "experiments"
-print(f"results in {RUNS}" + ("  (quick form)" if QUICK else ""))
+ROOT, EXPERIMENTS, RUNS = setup_notebook(NOTEBOOK, QUICK)
 
 # %%
+import json
 import subprocess
-
-RUNS.mkdir(parents=True, exist_ok=True)
 
 
 def cli(*args) -> str:
@@ -90,6 +64,9 @@ def cli(*args) -> str:
 # `cluster.fabric = "calibrated:PATH"` and `compute.device = "calibrated:PATH"`.
 
 # %%
+import matplotlib.pyplot as plt
+import numpy as np
+
 from sim.network import get_fabric, simulate
 
 calibration = RUNS / "calibration"
@@ -165,7 +142,7 @@ for kind in STRATEGIES:
 # staleness, and each worker's compute / communication / wait.
 
 # %%
-display(Image(filename=str(RUNS / STRATEGIES[0] / "compare-calibrated" / "report.png")))
+show([RUNS / STRATEGIES[0] / "compare-calibrated" / "report.png"])
 
 # %% [markdown]
 # ## 3. How far off, per strategy

@@ -21,47 +21,15 @@ PS_FEATURES = [10**4, 10**5] if QUICK else [10**4, 10**5, 10**6]   # sparse-vs-d
 PS_ITERATIONS = 120 if QUICK else 400
 
 # %%
-# Setup: find the repository, import the library, and say where results go.
+# Setup: import this checkout's library (SGD_LAB_ROOT, else the folder above the notebook's),
+# then sim.analysis.setup_notebook: the figure style, and where results go (printed).
 # %matplotlib inline
 import sys
-import tempfile
-from pathlib import Path
 
-import matplotlib.pyplot as plt
-import numpy as np
-from IPython.display import Image, display
+sys.path.insert(0, os.environ.get("SGD_LAB_ROOT") or os.path.dirname(os.getcwd()))
+from sim.analysis import cached_sweep, override, setup_notebook, show  # noqa: E402
 
-
-def find_root() -> Path:
-    """SGD_LAB_ROOT, else the nearest directory at or above the working one holding sim/."""
-    if os.environ.get("SGD_LAB_ROOT"):
-        return Path(os.environ["SGD_LAB_ROOT"]).resolve()
-    for path in [Path.cwd(), *Path.cwd().parents]:
-        if (path / "sim" / "__init__.py").is_file():
-            return path
-    raise RuntimeError("start the notebook inside the sgd-lab repository or set SGD_LAB_ROOT")
-
-
-ROOT = find_root()
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # `import sim` without installing the package
-
-from sim.analysis import cached_sweep, override  # noqa: E402
-from sim.plots.style import STYLE  # noqa: E402
-
-plt.rcParams.update({**STYLE, "figure.dpi": 100})
-RUNS = Path(os.environ.get("SGD_LAB_RUNS") or
-            (tempfile.mkdtemp(prefix="sgd-lab-") if QUICK else ROOT / "runs" / "notebooks"))
-RUNS = RUNS / NOTEBOOK
-EXPERIMENTS = ROOT / "experiments"
-print(f"results in {RUNS}" + ("  (quick form)" if QUICK else ""))
-
-
-def show(paths: list[Path]) -> None:
-    """Display the PNG among the files a plot function wrote."""
-    for path in paths:
-        if Path(path).suffix == ".png":
-            display(Image(filename=str(path)))
+ROOT, EXPERIMENTS, RUNS = setup_notebook(NOTEBOOK, QUICK)
 
 # %% [markdown]
 # ## 1. CSR vs dense matrix-vector product as density falls
@@ -78,6 +46,8 @@ def show(paths: list[Path]) -> None:
 # %%
 from functools import partial
 
+import matplotlib.pyplot as plt
+import numpy as np
 from threadpoolctl import threadpool_limits
 
 from sim import kernels as K

@@ -5,12 +5,15 @@ from __future__ import annotations
 import csv
 import json
 import math
+import tempfile
 import tomllib
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
+import tomli_w
 
 from sim import analysis
 from sim.config import parse_override, validate
@@ -19,24 +22,12 @@ from sim.record import write_run
 from sim.sweep import run_sweep
 from sim.training.engine import simulate
 
-TINY = """\
-[cluster]
-workers = 2
-[workload]
-features = 8
-samples = 256
-batch = 8
-[strategy]
-staleness = 1
-[compute]
-distribution = "exponential"
-[run]
-iterations = 12
-eval_every = 3
-seeds = [1, 2]
-[sweep]
-"strategy.kind" = ["bsp-ps", "ssp"]
-"""
+#: 2 workers on a small Gaussian problem, swept over bsp-ps and ssp (s = 1), two seeds each.
+TINY = {"cluster": {"workers": 2},
+        "workload": {"features": 8, "samples": 256, "batch": 8},
+        "strategy": {"staleness": 1}, "compute": {"distribution": "exponential"},
+        "run": {"iterations": 12, "eval_every": 3, "seeds": [1, 2]},
+        "sweep": {"strategy.kind": ["bsp-ps", "ssp"]}}
 NAMES = ["kind=bsp-ps_seed=1", "kind=bsp-ps_seed=2", "kind=ssp_seed=1", "kind=ssp_seed=2"]
 
 
@@ -45,7 +36,7 @@ def sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2 strategies x 2 seeds sweep, run in this process."""
     base = tmp_path_factory.mktemp("sweep")
     config = base / "tiny.toml"
-    config.write_text(TINY)
+    config.write_text(tomli_w.dumps(TINY))
     report = run_sweep(config, base / "out", jobs=1, plots=False, progress=False)
     assert not report.failed
     return base / "out"
@@ -259,18 +250,20 @@ def test_override_writes_toml_values() -> None:
 def test_cached_sweep_reuses_runs_for_the_same_overrides(tmp_path: Path,
                                                          capsys: pytest.CaptureFixture) -> None:
     config = tmp_path / "tiny.toml"
-    config.write_text(TINY.replace("seeds = [1, 2]", "seeds = []"))
+    config.write_text(tomli_w.dumps({**TINY, "run": {**TINY["run"], "seeds": []}}))
     overrides = [analysis.override("run.iterations", 6)]
-    first = analysis.cached_sweep(config, tmp_path / "runs" / "tiny", overrides)
+    out = tmp_path / "runs" / "tiny"
+    first = analysis.cached_sweep(config, out, overrides, jobs=1)
     assert first.parent == tmp_path / "runs" and first.name.startswith("tiny-")
     assert "tiny: 2 runs, 0 reused" in capsys.readouterr().out
-    assert analysis.cached_sweep(config, tmp_path / "runs" / "tiny", overrides) == first
+    assert analysis.cached_sweep(config, out, overrides, jobs=1) == first
     assert "tiny: 0 runs, 2 reused" in capsys.readouterr().out
-    other = analysis.cached_sweep(config, tmp_path / "runs" / "tiny", [], quiet=True)
+    other = analysis.cached_sweep(config, out, [], quiet=True, jobs=1)
     assert other != first and capsys.readouterr().out == ""
     assert set(analysis.load_results(first)["iterations"]) == {6}
+    assert set(analysis.load_results(other)["iterations"]) == {12}
     with pytest.raises(UserError, match="cluster.workers"):
-        analysis.cached_sweep(config, tmp_path / "bad", ["cluster.workers=nope"])
+        analysis.cached_sweep(config, tmp_path / "bad", ["cluster.workers=nope"], jobs=1)
 
 
 # ---- bad paths -----------------------------------------------------------------------------
@@ -300,3 +293,73 @@ def test_bad_paths_raise_user_errors_naming_them(tmp_path: Path, run_dir: Path,
     (broken / "summary.json").write_text("{not json")
     with pytest.raises(UserError, match=f"{broken / 'summary.json'}: not valid JSON"):
         analysis.load_runs(broken)
+
+
+# ---- setup_notebook / show -----------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_setup_notebook_styles_figures_and_makes_the_results_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    from sim.plots.style import STYLE
+
+    monkeypatch.setenv("SGD_LAB_RUNS", str(tmp_path / "results"))
+    monkeypatch.setenv("SGD_LAB_QUICK", "1")
+    with matplotlib.rc_context():  # the test leaves the style as it found it
+        paths = analysis.setup_notebook("02-sync-async-ssp")
+        assert matplotlib.rcParams["figure.dpi"] == 100
+        assert matplotlib.rcParams["font.size"] == STYLE["font.size"]
+        assert matplotlib.rcParams["axes.spines.top"] is False
+    root, experiments, runs = paths
+    assert root == ROOT == analysis.CHECKOUT and experiments == ROOT / "experiments"
+    assert runs == tmp_path / "results" / "02-sync-async-ssp" and runs.is_dir()
+    assert capsys.readouterr().out == f"results in {runs}  (quick form)\n"
+
+
+def test_setup_notebook_picks_a_temporary_or_the_checkouts_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.delenv("SGD_LAB_RUNS", raising=False)
+    monkeypatch.delenv("SGD_LAB_QUICK", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    checkout = tmp_path / "checkout"
+    (checkout / "experiments").mkdir(parents=True)
+    with matplotlib.rc_context():
+        quick = analysis.setup_notebook("nb", quick=True, root=checkout)
+        full = analysis.setup_notebook("nb", root=checkout)  # SGD_LAB_QUICK unset: full size
+    assert quick.root == checkout and quick.experiments == checkout / "experiments"
+    assert quick.runs.parent.parent == tmp_path / "tmp" and quick.runs.name == "nb"
+    assert quick.runs.parent.name.startswith("sgd-lab-") and quick.runs.is_dir()
+    assert full.runs == checkout / "runs" / "notebooks" / "nb" and full.runs.is_dir()
+    assert capsys.readouterr().out.splitlines() == [
+        f"results in {quick.runs}  (quick form)", f"results in {full.runs}"]
+
+
+def test_setup_notebook_errors_name_what_is_wrong(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("", "..", "a/b"):
+        with pytest.raises(UserError, match="name must be one path component"):
+            analysis.setup_notebook(name)
+    with pytest.raises(UserError, match=f"{tmp_path / 'experiments'}: missing"):
+        analysis.setup_notebook("nb", root=tmp_path)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SGD_LAB_RUNS", str(blocker))
+    with pytest.raises(UserError, match=f"{blocker / 'nb'}: cannot create"):
+        analysis.setup_notebook("nb")
+
+
+def test_show_displays_the_pngs_only(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("IPython")
+    from matplotlib.figure import Figure
+
+    png, svg = tmp_path / "f.png", tmp_path / "f.svg"
+    Figure(figsize=(1, 1)).savefig(png)
+    svg.write_text("<svg/>")
+    assert analysis.show([svg, png]) == [png]
+    assert capsys.readouterr().out.count("Image object") == 1  # display() outside a kernel
+    assert analysis.show(str(png)) == [png]
+    assert analysis.show([svg]) == []
+    with pytest.raises(UserError, match=f"{tmp_path / 'gone.png'}: no such image"):
+        analysis.show([tmp_path / "gone.png"])

@@ -89,11 +89,13 @@ def test_generation_is_deterministic() -> None:
             (NOTEBOOK_DIR / f"{name}.ipynb").read_text()
 
 
-def test_notebook_sources_are_ruff_clean() -> None:
+def test_notebooks_and_their_helpers_are_ruff_clean() -> None:
+    """ruff (the project's settings) on the sources, the generated .ipynb and sim.analysis."""
     pytest.importorskip("ruff")
-    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "notebooks"],
-                          cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "notebooks",
+                           "sim/analysis.py"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "All checks passed" in done.stdout
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -103,6 +105,9 @@ def test_committed_without_outputs(path: Path) -> None:
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and all(c.outputs == [] and c.execution_count is None for c in code)
     assert "QUICK" in code[0].source, "the first code cell holds the parameters"
+    setup = code[1].source
+    assert "setup_notebook(NOTEBOOK, QUICK)" in setup and len(setup.splitlines()) <= 10, \
+        "the second code cell is the short setup (sim.analysis.setup_notebook)"
 
 
 @pytest.fixture(scope="module")
