@@ -36,23 +36,23 @@ class ASP(Strategy):
     def model_of_record(self) -> np.ndarray:
         return self.store.params
 
-    def gate(self, w: Worker) -> Generator[simpy.Event, Any, int | None]:
-        """Wait until the rules let ``w`` pull; returns its clock gap (None: unbounded)."""
+    def gate(self, w: Worker) -> Generator[simpy.Event, Any, None]:
+        """Wait until the rules let ``w`` pull (the store notes its clock gap then)."""
         with self.ctx.recorder.span(w.index, "wait"):
             while not self.store.may_pull(w.index) and not self.ctx.recorder.finished:
                 yield self.advanced
-        return self.store.admit(w.index)
+        self.store.admit(w.index)
 
     def work(self, w: Worker) -> Generator[simpy.Event, Any, None]:
         ctx, rec = self.ctx, self.ctx.recorder
         server = ctx.server
         replica = np.zeros(ctx.model.size)
         while not rec.finished:
-            gap = yield from self.gate(w)
+            yield from self.gate(w)
             if rec.finished:
                 return
             if ctx.model.sparse and ctx.config.strategy.sparse_comm:
-                yield from self.sparse_iteration(w, replica, gap)
+                yield from self.sparse_iteration(w, replica)
                 continue
             with rec.span(w.index, "comm"):
                 version = yield from server.pull(w.host, replica)
@@ -66,8 +66,8 @@ class ASP(Strategy):
             w.codec.decode(message, self.decoded)
             self.finish(w, self.store.push(w.index, self.decoded, version, loss))
 
-    def sparse_iteration(self, w: Worker, replica: np.ndarray,
-                         gap: int | None) -> Generator[simpy.Event, Any, None]:
+    def sparse_iteration(self, w: Worker,
+                         replica: np.ndarray) -> Generator[simpy.Event, Any, None]:
         """Pull only the features the batch touches, push only their gradient."""
         ctx, rec, server = self.ctx, self.ctx.recorder, self.ctx.server
         X, y = w.next_batch()
