@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import UserError
-from sim.results import Run, Sweep, as_runs, number
+from sim.results import Run, Sweep, as_runs
 
 PathLike = str | Path
 #: What the functions that read runs accept: a run or sweep directory, a Run, a list of
@@ -180,9 +180,8 @@ def curves(source: Source, kind: str = "eval",
     runs = _as_table(source, ["run", "samples_per_update", *columns])
     frames = []
     for _, run in runs.iterrows():
-        rows = [r for r in Run(Path(run["path"])).metrics if r["kind"] == kind]
-        data: dict[str, Any] = {c: [number(r.get(c)) for r in rows] for c in names}
-        frame = pd.DataFrame(data, columns=list(names))
+        result = Run(Path(run["path"]))
+        frame = pd.DataFrame({c: result.column(kind, c) for c in names}, columns=list(names))
         frame["iteration"] = frame["iteration"].astype("int64") \
             if frame["iteration"].notna().all() else frame["iteration"]
         frame.insert(2, "samples", frame["iteration"] * run["samples_per_update"])

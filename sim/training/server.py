@@ -47,14 +47,6 @@ class ParameterServer:
                                                                       1 / len(self.hosts))
         self.edges = np.concatenate([[0.0], np.cumsum(self.share)])
 
-    @property
-    def params(self) -> np.ndarray:
-        return self.store.params
-
-    @property
-    def version(self) -> int:
-        return self.store.version
-
     def range_bytes(self, start: float, stop: float, nbytes: float) -> np.ndarray:
         """Bytes per shard of a message carrying the keys [start, stop) (fractions of the
         whole vector, 0..1) in ``nbytes``: each shard gets the part of its key range."""
@@ -89,6 +81,7 @@ class ParameterServer:
         id_bytes = 0 if rows is None else rows.size * rows.itemsize
         yield self.push_range(host, 0.0, 1.0, REQUEST_BYTES * len(self.hosts) + id_bytes)
         version = self.store.read(out, rows)
-        nbytes = self.params.nbytes if rows is None else rows.size * self.params.itemsize
+        params = self.store.params
+        nbytes = params.nbytes if rows is None else rows.size * params.itemsize
         yield self.send_range(host, 0.0, 1.0, nbytes)
         return version

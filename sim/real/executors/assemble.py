@@ -3,9 +3,10 @@
 Every rank logs spans (worker, compute/comm/wait, start, end), the updates it applied and
 snapshots of the model of record at evaluation points, all in seconds since the common
 start. After training, rank 0 gathers the logs and *replays* them, in time order, through
-the simulator's own :class:`sim.record.Recorder` on a stand-in clock. So summary.json,
-metrics.csv and trace.json are computed by the same code as for a simulated run; the
-evaluations (held-out loss and accuracy of each snapshot) run after training, off the clock.
+the simulator's own :class:`sim.record.Recorder`, its clock reading the replayed time. So
+summary.json, metrics.csv and trace.json are computed by the same code as for a simulated
+run; the evaluations (held-out loss and accuracy of each snapshot) run after training, off
+the clock.
 """
 
 from __future__ import annotations

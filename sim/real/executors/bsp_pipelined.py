@@ -26,6 +26,8 @@ from sim.real.executors.context import RankContext
 from sim.real.executors.replica import Replica
 from sim.training.messages import LayerCosts, message_slice, plan_messages
 
+combine = bsp.combine  # the steps are logged as plain bsp's
+
 
 class Channel:
     """Ready messages go out one at a time, first ready first (the simulator's channel)."""
@@ -51,8 +53,6 @@ class Channel:
                 self.reducers[self.busy].wait()
                 self.busy, self.done = None, self.done + 1
             self.progress()
-
-combine = bsp.combine  # steps are logged as plain bsp's
 
 
 def run(ctx: RankContext) -> RankLog:

@@ -158,7 +158,7 @@ class ServerProtocol:
             return []
         self.log.record(now, update, self.store.params, self.rules, self.store.version)
         self.finished = self.store.version >= self.iterations
-        if update.worker >= 0:  # a single worker's update: no step closed
+        if update.worker >= 0 or not self.rules.leaves_workers_out:  # nobody left out
             return []
         return [(w, step) for w in range(self.n) if w not in self.store.last_step]
 

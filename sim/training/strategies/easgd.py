@@ -45,7 +45,7 @@ class EASGD(Strategy):
                 return
             self.sgd[w.index].step(w.grad, ctx.rules.lr(0))
             w.clock += 1
-            rec.update(w.index, w.clock, server.version, 0, loss, w.batch)
+            rec.update(w.index, w.clock, server.store.version, 0, loss, w.batch)
             if w.clock % strategy.local_steps == 0:
                 yield from self.exchange(w, x, center)
 
