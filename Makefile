@@ -37,7 +37,7 @@ native: $(NATIVE_LIB)
 # Reinstall only when requirements.txt changes.
 $(INSTALLED): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --quiet -r requirements.txt
 	touch $@
 
 $(NATIVE_LIB): $(INSTALLED) $(NATIVE_SRC)

@@ -202,8 +202,9 @@ def loaded_after_importing(modules: list[str]) -> list[str]:
     """Which of simpy and mpi4py a fresh interpreter has loaded after importing ``modules``."""
     code = ("import sys\n" + "".join(f"import {m}\n" for m in modules)
             + "print(' '.join(m for m in ('simpy', 'mpi4py') if m in sys.modules))")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True).stdout.split()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
 
 
 def test_the_rules_and_the_workload_need_neither_simpy_nor_mpi():
