@@ -25,12 +25,16 @@ import numpy as np
 
 from sim.errors import UserError
 
-KINDS = ("compute", "comm", "wait")  # where a worker's time goes
+# Where a rank's time goes, the same keys for simulated and real runs (they add up to the
+# run's time): its gradient, gathering its batch, applying updates, the CPU cost of its
+# messages (framework, MPI, copies, the network stack), the network, and waiting.
+KINDS = ("compute", "data", "update", "overhead", "wire", "wait")
 METRIC_COLUMNS = ("kind", "time_s", "iteration", "worker", "clock", "version_read",
                   "staleness", "clock_gap", "loss", "accuracy")
 SUMMARY_KEYS = ("sim_time_s", "iterations", "final_loss", "final_accuracy", "time_to_target_s",
                 "samples_per_s", "staleness_mean", "staleness_max", "compute_s", "comm_s",
-                "wait_s", "events", "wall_s", "seed")
+                "wait_s", "events", "wall_s", "seed", "data_s", "update_s", "overhead_s",
+                "wire_s")
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,7 @@ class Recorder:
 
     def add_span(self, worker: int, kind: str, start: float, end: float,
                  overlapped: bool = False) -> None:
-        """Worker spent [start, end) simulated seconds on ``kind`` (compute, comm or wait).
+        """Worker spent [start, end) seconds on ``kind`` (one of :data:`KINDS`).
 
         ``overlapped`` spans run alongside the worker's compute (pipelined communication):
         the trace shows them on the worker's own network track.
@@ -148,9 +152,8 @@ class Recorder:
             "samples_per_s": self.samples / sim_time if sim_time > 0 else None,
             "staleness_mean": float(staleness.mean()),
             "staleness_max": int(staleness.max()),
-            "compute_s": float(mean[0]),
-            "comm_s": float(mean[1]),
-            "wait_s": float(mean[2]),
+            **{f"{kind}_s": float(value) for kind, value in zip(KINDS, mean, strict=True)},
+            "comm_s": float(mean[KINDS.index("overhead")] + mean[KINDS.index("wire")]),
             "events": events,
             "wall_s": wall_s,
             "seed": seed,

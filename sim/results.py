@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import UserError
+from sim.record import KINDS
 
 RUN_FILES = ("config.toml", "summary.json")  # what makes a directory a run directory
 RESULTS = "results.csv"  # what makes a directory a sweep directory
@@ -167,7 +168,7 @@ class Run:
         out = []
         for e in events:
             if (isinstance(e, dict) and e.get("ph") == "X" and e.get("pid", 0) == 0
-                    and e.get("cat", e.get("name")) in ("compute", "comm", "wait")):
+                    and e.get("cat", e.get("name")) in KINDS):
                 start = float(e["ts"]) * 1e-6
                 out.append((int(e["tid"]), e.get("cat", e.get("name")), start,
                             start + float(e.get("dur", 0.0)) * 1e-6))

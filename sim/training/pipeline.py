@@ -133,7 +133,7 @@ class AllreduceChannel:
                 start = pipe.comm_start[:, m] = self.env.now
                 yield from self.reduce(step, pipe.messages[m])
                 for w in range(pipe.workers):
-                    pipe.span(w, "comm", start, self.env.now, pipe.overlapped)
+                    pipe.span(w, "wire", start, self.env.now, pipe.overlapped)
                     pipe.landed(w, m)
             pipe.step_done(step)
             if pipe.stopped:
@@ -183,7 +183,7 @@ class ParameterServerChannel:
             queue.remove(m)
             start = pipe.comm_start[w, m] = self.env.now
             yield from self.push(w, pipe.messages[m])
-            pipe.span(w, "comm", start, self.env.now, pipe.overlapped)
+            pipe.span(w, "wire", start, self.env.now, pipe.overlapped)
             self.pushed_at[w, m] = self.env.now
             self.pushed[m] += 1
             if self.pushed[m] == pipe.workers:
@@ -196,5 +196,5 @@ class ParameterServerChannel:
         if not pipe.overlapped:  # idle between its push and the others' (the barrier)
             pipe.span(w, "wait", float(self.pushed_at[w, m]), start, False)
         yield from self.pull(w, pipe.messages[m])
-        pipe.span(w, "comm", start, self.env.now, pipe.overlapped)
+        pipe.span(w, "wire", start, self.env.now, pipe.overlapped)
         pipe.landed(w, m)

@@ -57,7 +57,7 @@ def combine(logs: list[RankLog], workload: Workload) -> None:
             log = logs[rank]
             log.span(rank, "compute", start, computed)
             log.span(rank, "wait", computed, joined)
-            log.span(rank, "comm", max(joined, computed), reduced)
+            log.span(rank, "wire", max(joined, computed), reduced)
             log.span(rank, "compute", reduced, updated)  # the local SGD step
         loss = float(np.mean([s[k][4] for s in steps]))
         logs[0].updates.append((steps[0][k][3], UpdateRecord(

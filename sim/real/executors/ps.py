@@ -87,13 +87,13 @@ def work(ctx: RankContext) -> RankLog:
                 break
         got = ctx.now()
         if inbox[0] == STOP:
-            log.span(w, "comm", asked, got)
+            log.span(w, "wire", asked, got)
             break
         arrival, grant, version = inbox[4], inbox[5], inbox[2]
-        log.span(w, "comm", asked, min(arrival, got))
+        log.span(w, "wire", asked, min(arrival, got))
         # held by the server (step barrier, clock bound): waiting; else serving it: comm
-        log.span(w, "wait" if inbox[7] else "comm", arrival, grant)
-        log.span(w, "comm", max(grant, asked), got)
+        log.span(w, "wait" if inbox[7] else "wire", arrival, grant)
+        log.span(w, "wire", max(grant, asked), got)
         start = ctx.now()
         loss, dropped = compute.gradient(
             params, (lambda v=version: cancelled(v)) if cancellable else None)
@@ -107,7 +107,7 @@ def work(ctx: RankContext) -> RankLog:
         K.copy(outbox[HEADER:], worker.grad)  # codec "none": the message is the gradient
         pushed = ctx.now()
         send(outbox)
-        log.span(w, "comm", pushed, ctx.now())
+        log.span(w, "wire", pushed, ctx.now())
     log.kernel_s = compute.kernel_s
     return log
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import UserError
+from sim.record import KINDS
 from sim.results import Run, load_repeats
 
 
@@ -119,11 +120,12 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def _breakdown(sim: Run, reals: list[Run]) -> dict[str, Any]:
-    kinds = ("compute", "comm", "wait")
-    real_workers = [[[w[k] for k in kinds] for w in r.summary.get("workers", [])]
+    kinds = KINDS
+    real_workers = [[[w.get(k, 0.0) for k in kinds] for w in r.summary.get("workers", [])]
                     for r in reals]
-    real_mean = np.mean(np.array(real_workers), axis=0) if real_workers[0] else np.zeros((0, 3))
-    sim_workers = [[w[k] for k in kinds] for w in sim.summary.get("workers", [])]
+    real_mean = (np.mean(np.array(real_workers), axis=0) if real_workers[0]
+                 else np.zeros((0, len(kinds))))
+    sim_workers = [[w.get(k, 0.0) for k in kinds] for w in sim.summary.get("workers", [])]
     out = {"kinds": list(kinds), "sim": sim_workers, "real": real_mean.tolist()}
     for k in kinds:
         s, r = sim.summary.get(f"{k}_s"), _mean([x.summary.get(f"{k}_s") for x in reals])

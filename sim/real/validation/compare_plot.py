@@ -57,9 +57,12 @@ def plot_report(report: dict[str, Any], path: Path) -> None:
 
     ax = axes[1, 1]
     b = report["breakdown"]
-    sim_w, real_w = np.array(b["sim"]).reshape(-1, 3), np.array(b["real"]).reshape(-1, 3)
+    kinds = len(b["kinds"])
+    sim_w, real_w = (np.array(b["sim"]).reshape(-1, kinds),
+                     np.array(b["real"]).reshape(-1, kinds))
     n = len(sim_w)
-    hatches = {"compute": "", "comm": "//", "wait": ".."}
+    hatches = {"compute": "", "data": "xx", "update": "++", "overhead": "\\\\",
+               "wire": "//", "wait": ".."}
     for offset, data, color in ((-0.2, sim_w, SIM_COLOR), (0.2, real_w, REAL_COLOR)):
         bottom = np.zeros(n)
         for j, kind in enumerate(b["kinds"]):

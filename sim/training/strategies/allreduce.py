@@ -51,7 +51,7 @@ class AllreduceMixin:
 
     def record_comm(self, start: float) -> None:
         for w in self.ctx.workers:
-            self.ctx.recorder.add_span(w.index, "comm", start, self.ctx.env.now)
+            self.ctx.recorder.add_span(w.index, "wire", start, self.ctx.env.now)
 
 
 class BSP(AllreduceMixin, PipelinedStrategy):

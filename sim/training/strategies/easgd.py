@@ -53,10 +53,10 @@ class EASGD(Strategy):
                  center: np.ndarray) -> Generator[simpy.Event, Any, None]:
         """The elastic step: x -= alpha (x - center); the center gets the opposite push."""
         ctx, rec, server = self.ctx, self.ctx.recorder, self.ctx.server
-        with rec.span(w.index, "comm"):
+        with rec.span(w.index, "wire"):
             yield from server.pull(w.host, center)
         diff = ctx.rules.elastic_difference(x, center)  # in center's buffer
         K.axpy(-1.0, diff, x)
-        with rec.span(w.index, "comm"):
+        with rec.span(w.index, "wire"):
             yield server.push(w.host, diff.nbytes)
         ctx.rules.move_center(server.store, diff)

@@ -54,12 +54,12 @@ class ASP(Strategy):
             if ctx.model.sparse and ctx.config.strategy.sparse_comm:
                 yield from self.sparse_iteration(w, replica)
                 continue
-            with rec.span(w.index, "comm"):
+            with rec.span(w.index, "wire"):
                 version = yield from server.pull(w.host, replica)
             loss = w.gradient(replica)
             yield from compute(ctx, w)
             message, nbytes = w.codec.encode(w.grad)
-            with rec.span(w.index, "comm"):
+            with rec.span(w.index, "wire"):
                 yield server.push(w.host, nbytes)
             if rec.finished:
                 return
@@ -72,11 +72,11 @@ class ASP(Strategy):
         ctx, rec, server = self.ctx, self.ctx.recorder, self.ctx.server
         X, y = w.next_batch()
         rows = np.unique(X[1])
-        with rec.span(w.index, "comm"):
+        with rec.span(w.index, "wire"):
             version = yield from server.pull(w.host, replica, rows)
         loss, idx, val = ctx.model.sparse_loss_grad(replica, X, y)
         yield from compute(ctx, w)
-        with rec.span(w.index, "comm"):
+        with rec.span(w.index, "wire"):
             yield server.push(w.host, idx.nbytes + val.nbytes)
         if rec.finished:
             return

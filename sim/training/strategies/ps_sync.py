@@ -64,12 +64,12 @@ class Backup(Strategy):
     def worker_step(self, w: Worker, step: int) -> Generator[simpy.Event, Any, None]:
         ctx, rec = self.ctx, self.ctx.recorder
         try:
-            with rec.span(w.index, "comm"):
+            with rec.span(w.index, "wire"):
                 version = yield from ctx.server.pull(w.host, self.replicas[w.index])
             loss = w.gradient(self.replicas[w.index])
             yield from compute(ctx, w)
             message, nbytes = w.codec.encode(w.grad)
-            with rec.span(w.index, "comm"):
+            with rec.span(w.index, "wire"):
                 yield ctx.server.push(w.host, nbytes)
             w.codec.decode(message, self.decoded)
             update = self.store.push(w.index, self.decoded, version, loss)

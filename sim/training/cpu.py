@@ -1,0 +1,143 @@
+"""CPU costs of a rank's activities besides its gradient: host profiles and their presets.
+
+A real rank does more than compute gradients (Li et al., OSDI 2014, size parameter servers
+by CPU for this reason): it gathers its mini-batch rows, applies updates, copies messages in
+and out of buffers, runs its framework's code around every message and every step, and a
+server sums and applies every push it receives. Each costs CPU time on the rank's core:
+
+    data     = batch bytes gathered / copy_Bps
+    update   = parameter bytes / update_Bps            (an SGD step over those parameters)
+    reduce   = bytes summed / reduce_Bps               (gamma of Thakur, Rabenseifner and
+                                                        Gropp 2005: gamma = 1 / reduce_Bps)
+    message  = message_s + stack_s + bytes / copy_Bps (+ bytes / stack_Bps)  at each end
+    step     = step_s                                  (the framework, once per update)
+
+``message_s`` and ``copy_Bps`` are the host's (Python, MPI library, buffer copies);
+``stack_s`` and ``stack_Bps`` are the fabric's network stack on the CPU (LogGP's o:
+Alexandrov et al. 1995): a TCP socket costs a system call per message and a kernel copy per
+byte, RDMA verbs post a work request and copy nothing. The wire (alpha + n beta) stays the
+network's.
+
+A host profile is a preset name or ``calibrated:PATH`` (JSON written by ``sim calibrate``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from sim.record import write_atomic
+
+CALIBRATED = "calibrated:"
+PROFILE_FORMAT = "sgd-lab.host-profile/1"
+
+
+@dataclass(frozen=True)
+class HostProfile:
+    """CPU rates and constants of one core of a host. Raises ValueError when out of range."""
+
+    name: str
+    copy_Bps: float  # memcpy of a message or of batch rows, bytes/s
+    update_Bps: float  # an SGD step over parameters, parameter bytes/s
+    reduce_Bps: float  # a += b over gradients, bytes of b/s (1 / gamma)
+    message_s: float  # framework and MPI-library code per message, at each end
+    step_s: float  # framework code per update (loop, bookkeeping)
+    slice_s: float  # the scheduler's time slice when ranks share a core
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("copy_Bps", "update_Bps", "reduce_Bps", "slice_s"):
+            value = getattr(self, name)
+            if not (value > 0 and not math.isnan(value)):
+                raise ValueError(f"host profile {self.name!r}: {name} must be > 0, got {value}")
+        for name in ("message_s", "step_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "
+                                 f"got {value}")
+
+
+INF = math.inf
+HOSTS: dict[str, HostProfile] = {
+    # No CPU costs and a core for every rank: the model before hosts existed. Closed-form
+    # network and strategy tests use it.
+    "ideal": HostProfile("ideal", INF, INF, INF, 0.0, 0.0, 3e-3, "no CPU costs"),
+    # Measured here (AMD EPYC, one core, 2026-11-23) through the real runner's code paths
+    # with `python -m sim calibrate`: numpy row gather and memcpy, sim.kernels sgd_update
+    # and sum_into on 24-384 kB vectors, mpi4py Send/Recv pairs on shared memory (the
+    # per-message constant), an asp step's Python loop (the per-step constant). The time
+    # slice: k busy processes on 2 cores end together (processor sharing) from ~20 ms of
+    # work up, and run to completion in wake-up order below ~3 ms (Linux 6.18, EEVDF).
+    "epyc-core": HostProfile("epyc-core", 9.0e9, 6.0e9, 7.0e9, 12e-6, 25e-6, 3e-3,
+                             "measured here (sim calibrate), 2026-11-23"),
+}
+
+
+def load_host(spec: str) -> HostProfile:
+    """A preset name or ``calibrated:PATH``. Raises ValueError naming the missing key."""
+    if not spec.startswith(CALIBRATED):
+        if spec not in HOSTS:
+            raise ValueError(f"unknown host profile {spec!r}; expected one of "
+                             f"{', '.join(HOSTS)} or {CALIBRATED}PATH")
+        return HOSTS[spec]
+    path = Path(spec[len(CALIBRATED):])
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"host profile {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("format", PROFILE_FORMAT) != PROFILE_FORMAT:
+        raise ValueError(f"host profile {path}: expected a JSON object of format "
+                         f"{PROFILE_FORMAT!r}")
+    values: dict[str, Any] = {"name": str(data.get("name", path.stem)),
+                              "source": str(data.get("source", path))}
+    for f in fields(HostProfile):
+        if f.name in values:
+            continue
+        if f.name not in data:
+            raise ValueError(f"host profile {path}: missing key {f.name!r}")
+        try:
+            values[f.name] = float(data[f.name])
+        except (TypeError, ValueError):
+            raise ValueError(f"host profile {path}: {f.name} must be a number, "
+                             f"got {data[f.name]!r}") from None
+    return HostProfile(**values)
+
+
+def save_host_profile(path: str | Path, profile: HostProfile, **extra: Any) -> None:
+    """Write a profile that ``cluster.host = "calibrated:PATH"`` reads (``extra``: how it was
+    measured: fits, errors, samples)."""
+    data = {"format": PROFILE_FORMAT, **asdict(profile), **extra}
+    write_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+
+
+@dataclass(frozen=True)
+class CpuCosts:
+    """Seconds of CPU per activity for a host profile and a fabric's network stack."""
+
+    host: HostProfile
+    stack_s: float = 0.0  # the fabric's per-message CPU cost at each end
+    stack_Bps: float = INF  # the fabric's per-byte CPU cost at each end, as a rate
+
+    def data_s(self, nbytes: float) -> float:
+        """Gathering ``nbytes`` of mini-batch rows."""
+        return nbytes / self.host.copy_Bps
+
+    def update_s(self, nbytes: float) -> float:
+        """An SGD step over ``nbytes`` of parameters."""
+        return nbytes / self.host.update_Bps
+
+    def reduce_s(self, nbytes: float) -> float:
+        """Summing ``nbytes`` of gradient into an accumulator (gamma * n)."""
+        return nbytes / self.host.reduce_Bps
+
+    def message_s(self, nbytes: float) -> float:
+        """Sending or receiving one message of ``nbytes`` (each end pays this)."""
+        return (self.host.message_s + self.stack_s + nbytes / self.host.copy_Bps
+                + nbytes / self.stack_Bps)
+
+    @property
+    def step_s(self) -> float:
+        return self.host.step_s
