@@ -51,6 +51,16 @@ class Cluster(Section):
     servers: PositiveInt = doc(1, "parameter-server shards (key ranges), each on its own host")
     network: Literal["flow", "analytical"] = doc(
         "flow", "flow: max-min fair sharing of links; analytical: alpha-beta, no contention")
+    host: str = doc("ideal", "CPU profile of a host's cores (`python -m sim list hosts`) "
+                    "or `calibrated:PATH`; ideal: no CPU costs, a core per rank")
+    cores: PositiveInt = doc(1, "cores on each host")
+    ranks_per_host: PositiveInt = doc(1, "ranks on each host: workers, then servers, "
+                                      "consecutive ranks sharing a host")
+    rank_hosts: list[NonNegativeInt] = doc([], "the host of every rank (workers, then "
+                                           "servers); overrides ranks_per_host")
+    wait: Literal["auto", "sleep", "spin"] = doc(
+        "auto", "how a waiting rank waits: sleep frees its core, spin (MPI busy polling) "
+        "holds it; auto spins only where every rank has a core")
 
 
 class Workload(Section):
@@ -232,6 +242,30 @@ def _check_fabric(c: Config) -> None:
         raise ValueError(f"cluster.fabric: {exc}") from None
 
 
+def _check_hosts(c: Config) -> None:
+    from sim.training.cpu import load_host
+    from sim.training.rules import RULES
+    from sim.training.strategies import STRATEGIES
+
+    try:
+        host = load_host(c.cluster.host)
+    except ValueError as exc:
+        raise ValueError(f"cluster.host: {exc}") from None
+    strategy = STRATEGIES.get(c.strategy.kind)
+    if host.name != "ideal" and strategy is not None and not strategy.charges_cpu:
+        charging = sorted(n for n, s in STRATEGIES.items() if s.charges_cpu)
+        raise ValueError(f"cluster.host: {c.strategy.kind!r} does not charge host CPU costs "
+                         f"yet (only {', '.join(charging)}); use \"ideal\"")
+    rules = RULES.get(c.strategy.kind)
+    ranks = c.cluster.workers + (c.cluster.servers if rules and rules.uses_servers else 0)
+    placed = len(c.cluster.rank_hosts)
+    if placed and placed != ranks:
+        raise ValueError(f"cluster.rank_hosts: places {placed} ranks, the cluster has "
+                         f"{ranks} ({c.cluster.workers} workers"
+                         + (f" + {c.cluster.servers} servers)" if ranks > c.cluster.workers
+                            else ")"))
+
+
 def _check_workload(c: Config) -> None:
     from sim.workloads.datasets import dataset_shape
     from sim.workloads.models import MODELS
@@ -299,7 +333,8 @@ def _fill_derived_defaults(c: Config) -> None:
         c.strategy.elasticity = min(1.0, 0.9 / c.cluster.workers)
 
 
-CHECKS = [_check_names, _check_topology, _check_fabric, _check_pipelining, _check_workload,
+CHECKS = [_check_names, _check_topology, _check_fabric, _check_hosts, _check_pipelining,
+          _check_workload,
           _check_strategy, _fill_derived_defaults]
 
 

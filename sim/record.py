@@ -142,7 +142,10 @@ class Recorder:
     def summary(self, seed: int, wall_s: float, events: int, **extra: Any) -> dict[str, Any]:
         staleness = np.array(self.staleness or [0])
         sim_time = float(self.clock())
-        mean = self.breakdown.mean(axis=0)
+        # a worker that stopped before the run's end waited for it
+        breakdown = self.breakdown.copy()
+        breakdown[:, KINDS.index("wait")] += np.clip(sim_time - breakdown.sum(axis=1), 0.0, None)
+        mean = breakdown.mean(axis=0)
         result = {
             "sim_time_s": sim_time,
             "iterations": self.iteration,
@@ -159,7 +162,7 @@ class Recorder:
             "seed": seed,
             "diverged": self.diverged,
             "workers": [dict(zip(KINDS, map(float, row), strict=True))
-                        for row in self.breakdown],
+                        for row in breakdown],
         }
         result.update(extra)
         return result

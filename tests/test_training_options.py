@@ -105,9 +105,9 @@ def test_sparse_asp_pulls_and_pushes_only_the_touched_features():
     touched, pulled, pushed = ([[] for _ in ctx.workers] for _ in range(3))
     pull, push = ctx.server.pull, ctx.server.push
 
-    def pulling(host, out, rows=None):
+    def pulling(host, out, rows=None, serve_s=None):
         pulled[hosts[host]].append(rows)
-        return pull(host, out, rows)
+        return pull(host, out, rows, serve_s)
 
     def pushing(host, nbytes):
         pushed[hosts[host]].append(nbytes)

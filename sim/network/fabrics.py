@@ -57,6 +57,9 @@ class Fabric:
     overhead_s: float  # per message, at each end (LogGP o)
     efficiency: float = 1.0  # achievable / line rate (headers, protocol, host limits)
     source: str = ""
+    # CPU per payload byte of the network stack at each end, as a rate (bytes/s); inf: the
+    # NIC moves the data (RDMA, zero copy). Charged on the host's core, not on the wire.
+    stack_Bps: float = math.inf
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.line_rate_bps) and self.line_rate_bps > 0):
@@ -113,8 +116,11 @@ def _ib(name: str, gbps: float, source: str, efficiency: float) -> Fabric:
 
 def _tcp(name: str, gbps: float, overhead_s: float, latency_s: float, efficiency: float,
          source: str) -> Fabric:
+    # The kernel copies every payload byte between user and socket buffers at each end; one
+    # core sustains ~40 Gb/s of single-stream TCP (iperf3 on tuned 100G hosts, ESnet
+    # fasterdata "100G host tuning"), i.e. ~5 GB/s of CPU per byte.
     return Fabric(name, gbps * 1e9, latency_s=latency_s, overhead_s=overhead_s,
-                  efficiency=efficiency, source=source)
+                  efficiency=efficiency, source=source, stack_Bps=5e9)
 
 
 # Every number here is approximate and cited; calibrate for a real cluster.

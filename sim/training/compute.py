@@ -28,13 +28,14 @@ class Device:
     flops_per_s: float  # sustained rate on the training kernels
     overhead_s: float  # fixed cost per gradient (kernel launches, framework)
     source: str
+    on_host: bool = False  # the gradient runs on a host core (a CPU device)
 
 
 DEVICES: dict[str, Device] = {
     # Measured here: `python -m sim bench kernels`, fused logistic regression, n=64, d=1000,
     # float64: 4 n d = 256 kFLOP in 8.8 us = 29 GFLOP/s on one AMD EPYC (Zen 4) core,
     # 2026-11-22; the per-call cost is the Python wrapper's ~3.5 us.
-    "cpu-core": Device("cpu-core", 29e9, 3.5e-6, "measured here (bench kernels)"),
+    "cpu-core": Device("cpu-core", 29e9, 3.5e-6, "measured here (bench kernels)", True),
     # NVIDIA V100 SXM2 datasheet: 15.7 TFLOP/s FP32 peak; ~10 us of kernel launches per step.
     "v100": Device("v100", 15.7e12, 10e-6, "NVIDIA V100 datasheet (FP32 peak)"),
     # NVIDIA A100 SXM datasheet: 19.5 TFLOP/s FP32 peak (156 TF32 with tensor cores).
@@ -62,7 +63,8 @@ def load_device(spec: str) -> Device:
         raise ValueError(f"device profile {path}: {exc}") from None
     if not (rate > 0 and overhead >= 0):
         raise ValueError(f"device profile {path}: need flops_per_s > 0 and overhead_s >= 0")
-    return Device(data.get("name", path.stem), rate, overhead, data.get("source", str(path)))
+    return Device(data.get("name", path.stem), rate, overhead, data.get("source", str(path)),
+                  on_host=bool(data.get("on_host", True)))  # calibrate measures this CPU
 
 
 def save_device_profile(path: str | Path, flops_per_s: float, overhead_s: float,
@@ -96,6 +98,8 @@ class ComputeModel:
         self.factor = np.ones(workers)
         self.factor[slow] = cfg.straggler_slowdown
         self.slowdowns = cfg.slowdowns
+        # a modelled compute.time_s is a sleep on real ranks, not CPU work
+        self.on_host = self.device.on_host and cfg.time_s is None
 
     @property
     def stragglers(self) -> list[int]:

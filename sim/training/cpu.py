@@ -113,6 +113,14 @@ def save_host_profile(path: str | Path, profile: HostProfile, **extra: Any) -> N
     write_atomic(Path(path), json.dumps(data, indent=2) + "\n")
 
 
+def cpu_costs(host: HostProfile, fabric: Any) -> CpuCosts:
+    """The costs of ``host`` with ``fabric``'s network stack (LogGP o per message, its
+    per-byte copies) moved onto the CPU; the ideal host pays nothing at all."""
+    if host is HOSTS["ideal"]:
+        return CpuCosts(host)
+    return CpuCosts(host, fabric.overhead_s, fabric.stack_Bps)
+
+
 @dataclass(frozen=True)
 class CpuCosts:
     """Seconds of CPU per activity for a host profile and a fabric's network stack."""
@@ -141,3 +149,8 @@ class CpuCosts:
     @property
     def step_s(self) -> float:
         return self.host.step_s
+
+    @property
+    def moves_overhead(self) -> bool:
+        """True: LogGP o is paid on the CPU, so the wire must not charge it again."""
+        return self.host is not HOSTS["ideal"]

@@ -7,6 +7,7 @@ which real ranks use alone.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -17,9 +18,12 @@ import simpy
 
 from sim.config import Config, dump_config
 from sim.kernels import NonFiniteError
+from sim.network.fabrics import get_fabric
 from sim.network.runner import build_network
 from sim.network.topology import place, topology_options
 from sim.record import Recorder
+from sim.training.cpu import CpuCosts, cpu_costs, load_host
+from sim.training.hosts import Hosts
 from sim.training.rules import make_rules
 from sim.training.server import ParameterServer
 from sim.training.store import ParameterStore
@@ -71,6 +75,21 @@ def _topology_kwargs(config: Config) -> dict[str, Any]:
     return {k: v for k, v in given.items() if k in accepted}
 
 
+def rank_hosts(cluster: Any, ranks: int) -> list[int]:
+    """The host of every rank (workers, then servers)."""
+    return list(cluster.rank_hosts) or [r // cluster.ranks_per_host for r in range(ranks)]
+
+
+def build_hosts(env: simpy.Environment, config: Config, ranks: int,
+                costs: CpuCosts) -> Hosts:
+    """The cores of the cluster's hosts, with every rank placed on one."""
+    cluster = config.cluster
+    placed = rank_hosts(cluster, ranks)
+    shared = any(placed.count(h) > cluster.cores for h in set(placed))
+    spin = cluster.wait == "spin" or (cluster.wait == "auto" and not shared)
+    return Hosts(env, placed, cluster.cores, costs.host.slice_s, spin)
+
+
 def build_simulation(config: Config) -> Simulation:
     """The environment, the strategy's context and the strategy, ready to start.
 
@@ -85,7 +104,11 @@ def build_simulation(config: Config) -> Simulation:
     env = CountingEnvironment()
     options = {"topology": cluster.topology, "model": cluster.network,
                **_topology_kwargs(config)}
-    network = build_network(env, cluster.fabric, cluster.workers + servers, **options)
+    fabric = get_fabric(cluster.fabric)
+    costs = cpu_costs(load_host(cluster.host), fabric)
+    if costs.moves_overhead:  # LogGP o is paid on the hosts' cores instead of the wire
+        fabric = dataclasses.replace(fabric, overhead_s=0.0)
+    network = build_network(env, fabric, cluster.workers + servers, **options)
     hosts = place(network.topology, cluster.workers + servers, cluster.placement)
     for w in workload.workers:
         w.host = int(hosts[w.index])
@@ -93,11 +116,12 @@ def build_simulation(config: Config) -> Simulation:
                         rules.evaluates_after, run.target_loss)
     done = env.event()
     recorder.on_done = done.succeed
+    cores = build_hosts(env, config, cluster.workers + servers, costs)
     server = ParameterServer(network, hosts[cluster.workers:],
-                             ParameterStore(rules, workload.params.copy(), config.workload)) \
-        if servers else None
+                             ParameterStore(rules, workload.params.copy(), config.workload),
+                             cores, costs, cluster.workers) if servers else None
     ctx = Context(env, config, network, workload, rules, recorder, done, server,
-                  {**options, "placement": cluster.placement})
+                  {**options, "placement": cluster.placement}, cores, costs)
     strategy = strategy_cls(ctx)
     model, data = workload.model, workload.data
     if model is not None:

@@ -39,8 +39,12 @@ class ParameterServer:
     """The servers' hosts on the network around a :class:`~sim.training.store.ParameterStore`
     (the parameters of record and the strategy's rules)."""
 
-    def __init__(self, network: Any, hosts: np.ndarray, store: ParameterStore) -> None:
+    def __init__(self, network: Any, hosts: np.ndarray, store: ParameterStore,
+                 cores: Any = None, costs: Any = None, first_rank: int = 0) -> None:
         self.network, self.hosts, self.store = network, np.asarray(hosts), store
+        # shard s is rank first_rank + s on ``cores`` (sim.training.hosts.Hosts); ``costs``:
+        # sim.training.cpu.CpuCosts. Without them (a network-only copy) shards cost no CPU.
+        self.cores, self.costs, self.first_rank = cores, costs, first_rank
         sizes = np.array([len(part) for part in np.array_split(store.params, len(self.hosts))])
         # of any message, per shard (equal key ranges when there are no numbers to hold)
         self.share = sizes / sizes.sum() if sizes.sum() else np.full(len(self.hosts),
@@ -68,18 +72,31 @@ class ParameterServer:
         return transfer(self.network, self.hosts[owners], np.full(owners.sum(), host),
                         parts[owners])
 
+    def process(self, owners: np.ndarray, seconds: np.ndarray) -> simpy.Event:
+        """Each owning shard spends its ``seconds`` of CPU on its thread (after the work
+        already queued there); fires when all have."""
+        env = self.network.env
+        if self.cores is None:
+            return env.timeout(0)
+        shards = np.flatnonzero(owners)
+        return simpy.AllOf(env, [env.process(self.cores.run(self.first_rank + int(s), float(t)))
+                                 for s, t in zip(shards, seconds, strict=True)])
+
     def push(self, host: int, nbytes: float) -> simpy.Event:
         """A gradient of ``nbytes`` from ``host``; fires when every shard has its part."""
         return self.push_range(host, 0.0, 1.0, nbytes)
 
-    def pull(self, host: int, out: np.ndarray,
-             rows: np.ndarray | None = None) -> Generator[simpy.Event, Any, int]:
+    def pull(self, host: int, out: np.ndarray, rows: np.ndarray | None = None,
+             serve_s: np.ndarray | None = None) -> Generator[simpy.Event, Any, int]:
         """Copy the parameters (or only ``rows``) into ``out``; returns the version read.
 
-        The copy is taken when the request reaches the servers; the data arrives later.
+        The copy is taken when the shards have served the request (``serve_s``: CPU seconds
+        of each owning shard, after the work queued on it); the data arrives later.
         """
         id_bytes = 0 if rows is None else rows.size * rows.itemsize
         yield self.push_range(host, 0.0, 1.0, REQUEST_BYTES * len(self.hosts) + id_bytes)
+        if serve_s is not None:
+            yield self.process(self.share > 0, serve_s)
         version = self.store.read(out, rows)
         params = self.store.params
         nbytes = params.nbytes if rows is None else rows.size * params.itemsize

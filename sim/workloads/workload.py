@@ -37,6 +37,17 @@ class Worker:
         self._order = rng.permutation(shard)
         self._next = 0
 
+    @property
+    def batch_bytes(self) -> int:
+        """Bytes of the rows a batch gathers (0 without data)."""
+        if self.data is None:
+            return 0
+        X = self.data.X_train
+        if self.data.sparse:  # values and column indices of the rows' nonzeros
+            per_row = X[0].size / max(1, X[2].size - 1)
+            return int(self.batch * per_row * (X[0].itemsize + X[1].itemsize))
+        return self.batch * X.shape[1] * X.itemsize
+
     def next_batch(self) -> tuple[Any, np.ndarray]:
         """The next ``batch`` rows of the shard, without replacement within an epoch."""
         if self._next + self.batch > len(self._order):

@@ -17,9 +17,11 @@ import simpy
 
 from sim.record import Recorder
 from sim.training.compute import ComputeModel
+from sim.training.cpu import CpuCosts
+from sim.training.hosts import Hosts
 from sim.training.messages import LayerCosts
 from sim.training.rules import Rules
-from sim.training.server import ParameterServer
+from sim.training.server import REQUEST_BYTES, ParameterServer
 from sim.workloads.models import Model
 from sim.workloads.workload import Worker, Workload
 
@@ -37,6 +39,8 @@ class Context:
     done: simpy.Event  # fires when the recorder has every update
     server: ParameterServer | None  # for strategies whose rules use servers
     network_options: dict[str, Any]  # topology, model, placement...: to rebuild the network
+    hosts: Hosts  # the cores every rank's CPU work runs on (ranks: workers, then servers)
+    cpu: CpuCosts  # seconds of CPU per activity
 
     @property
     def model(self) -> Model | None:
@@ -73,6 +77,9 @@ class Strategy(ABC):
     """A training strategy: starts its SimPy processes and names its model of record."""
 
     name: ClassVar[str]
+    # charges its ranks' CPU work (sim.training.cpu) on the hosts' cores; the others run on
+    # the ideal host only
+    charges_cpu: ClassVar[bool] = False
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -90,9 +97,66 @@ class Strategy(ABC):
         return {}
 
 
+def cpu(ctx: Context, rank: int, kind: str,
+        seconds: float) -> Generator[simpy.Event, Any, None]:
+    """``seconds`` of CPU work on ``rank``'s core, recorded as ``kind`` for a worker."""
+    if rank >= ctx.n:  # a server: its time is not a worker's
+        yield from ctx.hosts.run(rank, seconds)
+        return
+    with ctx.recorder.span(rank, kind):
+        yield from ctx.hosts.run(rank, seconds)
+
+
+def block(ctx: Context, rank: int, kind: str,
+          event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
+    """Wait for ``event`` (recorded as ``kind``: wire or wait); returns its value."""
+    with ctx.recorder.span(rank, kind):
+        return (yield from ctx.hosts.wait(rank, event))
+
+
 def compute(ctx: Context, worker: Worker) -> Generator[simpy.Event, Any, float]:
-    """Spend the simulated compute time of one gradient; returns its duration (s)."""
+    """One step of ``worker``'s loop: the framework's per-step code, gathering its batch and
+    its gradient; returns the gradient's duration (s)."""
+    yield from cpu(ctx, worker.index, "overhead", ctx.cpu.step_s)
+    yield from cpu(ctx, worker.index, "data", ctx.cpu.data_s(worker.batch_bytes))
     duration = ctx.compute.duration(worker.index, ctx.env.now)
-    with ctx.recorder.span(worker.index, "compute"):
-        yield ctx.env.timeout(duration)
+    if ctx.compute.on_host:
+        yield from cpu(ctx, worker.index, "compute", duration)
+    else:  # a modelled time or an accelerator: no host core
+        with ctx.recorder.span(worker.index, "compute"):
+            yield ctx.env.timeout(duration)
     return duration
+
+
+def push(ctx: Context, worker: Worker, nbytes: float,
+         apply_Bps: float) -> Generator[simpy.Event, Any, simpy.Event]:
+    """``worker`` sends a gradient of ``nbytes`` to the shards; returns the event of the
+    shards having received and processed it (message CPU + bytes / ``apply_Bps`` each):
+    the worker does not wait for that, the update happens then."""
+    server, costs = ctx.server, ctx.cpu
+    parts = server.range_bytes(0.0, 1.0, nbytes)
+    owners = parts > 0
+    yield from cpu(ctx, worker.index, "overhead",
+                   sum(costs.message_s(p) for p in parts[owners]))
+    yield from block(ctx, worker.index, "wire", server.push(worker.host, nbytes))
+    return server.process(owners, np.array([costs.message_s(p) + p / apply_Bps
+                                            for p in parts[owners]]))
+
+
+def pull(ctx: Context, worker: Worker, out: np.ndarray,
+         rows: np.ndarray | None = None) -> Generator[simpy.Event, Any, int]:
+    """``worker`` asks the shards for the parameters (or ``rows``) and copies them into
+    ``out``; each shard answers after the work queued on it. Returns the version read."""
+    server, costs = ctx.server, ctx.cpu
+    params = server.store.params
+    nbytes = params.nbytes if rows is None else rows.size * params.itemsize
+    parts = server.range_bytes(0.0, 1.0, nbytes)
+    owners = parts > 0
+    shards = int(owners.sum())
+    yield from cpu(ctx, worker.index, "overhead", shards * costs.message_s(REQUEST_BYTES))
+    with ctx.recorder.span(worker.index, "wire"):
+        version = yield from server.pull(worker.host, out, rows, np.array(
+            [costs.message_s(REQUEST_BYTES) + costs.message_s(p) for p in parts[owners]]))
+    yield from cpu(ctx, worker.index, "overhead",
+                   sum(costs.message_s(p) for p in parts[owners]))
+    return version

@@ -15,7 +15,7 @@ import numpy as np
 import simpy
 
 from sim.record import UpdateRecord
-from sim.training.strategies.base import Strategy, compute
+from sim.training.strategies.base import Strategy, block, compute, pull, push
 from sim.workloads.workload import Worker
 
 
@@ -24,6 +24,7 @@ class ASP(Strategy):
     clocks (one class for both: the gate is the rules')."""
 
     name = "asp"
+    charges_cpu = True
 
     def start(self) -> None:
         ctx = self.ctx
@@ -45,7 +46,6 @@ class ASP(Strategy):
 
     def work(self, w: Worker) -> Generator[simpy.Event, Any, None]:
         ctx, rec = self.ctx, self.ctx.recorder
-        server = ctx.server
         replica = np.zeros(ctx.model.size)
         while not rec.finished:
             yield from self.gate(w)
@@ -54,13 +54,14 @@ class ASP(Strategy):
             if ctx.model.sparse and ctx.config.strategy.sparse_comm:
                 yield from self.sparse_iteration(w, replica)
                 continue
-            with rec.span(w.index, "wire"):
-                version = yield from server.pull(w.host, replica)
+            version = yield from pull(ctx, w, replica)
             loss = w.gradient(replica)
             yield from compute(ctx, w)
             message, nbytes = w.codec.encode(w.grad)
-            with rec.span(w.index, "wire"):
-                yield server.push(w.host, nbytes)
+            processed = yield from push(ctx, w, nbytes, ctx.cpu.host.update_Bps)
+            # applied once the servers have processed it; the worker's next pull would be
+            # answered only after that (FIFO servers), so it waits as on a receive
+            yield from block(ctx, w.index, "wire", processed)
             if rec.finished:
                 return
             w.codec.decode(message, self.decoded)
@@ -69,15 +70,14 @@ class ASP(Strategy):
     def sparse_iteration(self, w: Worker,
                          replica: np.ndarray) -> Generator[simpy.Event, Any, None]:
         """Pull only the features the batch touches, push only their gradient."""
-        ctx, rec, server = self.ctx, self.ctx.recorder, self.ctx.server
+        ctx, rec = self.ctx, self.ctx.recorder
         X, y = w.next_batch()
         rows = np.unique(X[1])
-        with rec.span(w.index, "wire"):
-            version = yield from server.pull(w.host, replica, rows)
+        version = yield from pull(ctx, w, replica, rows)
         loss, idx, val = ctx.model.sparse_loss_grad(replica, X, y)
         yield from compute(ctx, w)
-        with rec.span(w.index, "wire"):
-            yield server.push(w.host, idx.nbytes + val.nbytes)
+        processed = yield from push(ctx, w, idx.nbytes + val.nbytes, ctx.cpu.host.update_Bps)
+        yield from block(ctx, w.index, "wire", processed)
         if rec.finished:
             return
         self.finish(w, self.store.push(w.index, val, version, loss, rows=idx))

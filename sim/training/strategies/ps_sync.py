@@ -27,7 +27,7 @@ from sim.network.topology import place
 from sim.training.messages import Message, message_slice
 from sim.training.pipeline import ParameterServerChannel
 from sim.training.server import ParameterServer
-from sim.training.strategies.base import Strategy, compute
+from sim.training.strategies.base import Strategy, block, compute, pull, push
 from sim.training.strategies.pipelined import PipelinedStrategy
 from sim.workloads.workload import Worker
 
@@ -36,6 +36,7 @@ class Backup(Strategy):
     """Synchronous SGD with b backup workers: each step uses the first N - b gradients."""
 
     name = "backup"
+    charges_cpu = True
 
     def start(self) -> None:
         ctx = self.ctx
@@ -64,13 +65,12 @@ class Backup(Strategy):
     def worker_step(self, w: Worker, step: int) -> Generator[simpy.Event, Any, None]:
         ctx, rec = self.ctx, self.ctx.recorder
         try:
-            with rec.span(w.index, "wire"):
-                version = yield from ctx.server.pull(w.host, self.replicas[w.index])
+            version = yield from pull(ctx, w, self.replicas[w.index])
             loss = w.gradient(self.replicas[w.index])
             yield from compute(ctx, w)
             message, nbytes = w.codec.encode(w.grad)
-            with rec.span(w.index, "wire"):
-                yield ctx.server.push(w.host, nbytes)
+            processed = yield from push(ctx, w, nbytes, ctx.cpu.host.reduce_Bps)
+            yield from block(ctx, w.index, "wait", processed)
             w.codec.decode(message, self.decoded)
             update = self.store.push(w.index, self.decoded, version, loss)
             if update is not None:  # this gradient closed the step
