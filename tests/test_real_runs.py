@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
-from sim.record import SUMMARY_KEYS
+from sim.record import KINDS, SUMMARY_KEYS
 
 pytest.importorskip("mpi4py")
 
@@ -67,6 +67,26 @@ def test_each_strategy_runs_for_real_and_writes_the_contract(tmp_path, capsys, k
     trace = json.loads((out / "trace.json").read_text())
     assert {e["ph"] for e in trace["traceEvents"]} >= {"M", "X"}
     assert tomllib.loads((out / "config.toml").read_text())["strategy"]["kind"] == kind
+    check_activities(summary, kind)
+
+
+def check_activities(summary: dict, kind: str, overlapped: bool = False) -> None:
+    """All six activities, each worker's adding up to the run's time (the spans are laid end
+    to end from the start; the last update may land a little after a worker's last span)."""
+    assert {f"{k}_s" for k in KINDS} <= set(summary)
+    assert summary["comm_s"] == pytest.approx(summary["overhead_s"] + summary["wire_s"])
+    for worker in summary["workers"]:
+        assert set(worker) == set(KINDS)
+        assert sum(worker.values()) == pytest.approx(summary["sim_time_s"], rel=0.05)
+        assert worker["compute"] > 0 and worker["data"] > 0 and worker["overhead"] > 0
+        # pipelined: messages may complete while backward runs (tested: overhead)
+        assert worker["wire"] > 0 or overlapped
+        if kind == "bsp":
+            assert worker["update"] > 0  # each rank steps its replica
+        else:
+            assert worker["update"] == 0  # the server applies: not a worker's time
+    if kind != "bsp":
+        assert summary["server_breakdown"]["update"] > 0
 
 
 @pytest.mark.parametrize("impl", ["schedule", "mpi"])
@@ -171,7 +191,9 @@ def test_pipelined_bsp_runs_for_real_with_the_simulators_numbers(tmp_path, mode)
     for allreduce in ("schedule", "mpi"):
         out = real / allreduce
         assert main(["real", str(config), "--out", str(out), "--allreduce", allreduce]) == 0
-        assert json.loads((out / "summary.json").read_text())["kind"] == "real"
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["kind"] == "real"
+        check_activities(summary, "bsp", overlapped=True)
     assert main(["run", str(config), "--out", str(sim)]) == 0
     for allreduce in ("schedule", "mpi"):  # the same batches, layers and messages
         assert evals(real / allreduce) == pytest.approx(evals(sim), rel=1e-9)

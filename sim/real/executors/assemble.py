@@ -1,12 +1,16 @@
 """What ranks log during a real run, and rank 0 turning all logs into the run's files.
 
-Every rank logs spans (worker, compute/comm/wait, start, end), the updates it applied and
-snapshots of the model of record at evaluation points, all in seconds since the common
-start. After training, rank 0 gathers the logs and *replays* them, in time order, through
-the simulator's own :class:`sim.record.Recorder`, its clock reading the replayed time. So
-summary.json, metrics.csv and trace.json are computed by the same code as for a simulated
-run; the evaluations (held-out loss and accuracy of each snapshot) run after training, off
-the clock.
+Every rank logs spans (worker, one of :data:`sim.record.KINDS`, start, end), the updates it
+applied and snapshots of the model of record at evaluation points, all in seconds since the
+common start. A worker's spans are laid end to end from the start: a span is clipped to
+begin where the previous one ended, and a gap between two timed spans is the per-step
+loop's Python code, logged as ``overhead`` (and summed in ``loop_s``). Only worker ranks'
+spans reach the summary's breakdown; a server rank's time by activity goes to
+``server_breakdown``. After training, rank 0 gathers the logs and *replays* them, in time
+order, through the simulator's own :class:`sim.record.Recorder`, its clock reading the
+replayed time. So summary.json, metrics.csv and trace.json are computed by the same code as
+for a simulated run; the evaluations (held-out loss and accuracy of each snapshot) run after
+training, off the clock.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from sim.training.rules import Rules
 from sim.workloads.workload import Workload
 
 Span = tuple[int, str, float, float]  # worker, kind, start_s, end_s
+Part = tuple[str, float, float]  # kind, start_s, end_s (of one rank, before laying out)
+LOOP = "overhead"  # what a gap between timed spans is: the framework's per-step loop
 
 
 @dataclass
@@ -39,9 +45,32 @@ class RankLog:
     messages: int = 0
     diverged: bool = False
     steps: list[tuple] = field(default_factory=list)  # strategy-specific, for its combine()
+    cursor: float = 0.0  # where the last span ended
+    loop_s: float = 0.0  # gaps between timed spans (logged as overhead)
 
     def span(self, worker: int, kind: str, start: float, end: float) -> None:
-        if end > start:
+        """``worker`` spent [start, end) on ``kind``; spans must come in time order: one is
+        clipped to begin where the last ended, and a gap before it is logged as loop
+        overhead."""
+        start = max(start, self.cursor)
+        if end <= start:
+            return
+        if start > self.cursor:
+            self.loop_s += start - self.cursor
+            self._add(worker, LOOP, self.cursor, start)
+        self._add(worker, kind, start, end)
+        self.cursor = end
+
+    def spans_of(self, worker: int, parts: list[Part]) -> None:
+        """Log ``parts`` (possibly unordered) in order of their start."""
+        for kind, start, end in sorted(parts, key=lambda p: p[1]):
+            self.span(worker, kind, start, end)
+
+    def _add(self, worker: int, kind: str, start: float, end: float) -> None:
+        last = self.spans[-1] if self.spans else None
+        if last is not None and last[1] == kind and last[0] == worker and last[3] == start:
+            self.spans[-1] = (worker, kind, last[2], end)  # one span, not two adjacent ones
+        else:
             self.spans.append((worker, kind, start, end))
 
     def record(self, time_s: float, update: UpdateRecord, params: np.ndarray,
@@ -55,6 +84,25 @@ class RankLog:
         """Keep a copy of ``params`` if the model of record is evaluated after ``iteration``."""
         if iteration == 0 or rules.evaluates_after(iteration):
             self.snapshots[iteration] = params.copy()
+
+
+def carve(background: Part, parts: list[Part]) -> list[Part]:
+    """``parts`` over a ``background`` span that they interrupt (messages posted and tested
+    between the layers of a backward pass): the background fills the time between them."""
+    kind, start, end = background
+    out: list[Part] = []
+    cursor = start
+    for part in sorted(parts, key=lambda p: p[1]):
+        if part[2] <= start or part[1] >= end:
+            out.append(part)
+            continue
+        if part[1] > cursor:
+            out.append((kind, cursor, part[1]))
+        out.append(part)
+        cursor = max(cursor, part[2])
+    if end > cursor:
+        out.append((kind, cursor, end))
+    return out
 
 
 def assemble(workload: Workload, rules: Rules, logs: list[RankLog], wall_s: float,
@@ -83,10 +131,19 @@ def assemble(workload: Workload, rules: Rules, logs: list[RankLog], wall_s: floa
         now[0] = float(time_s)
         rec.record(update)
     end = now[0]
+    server: dict[str, float] = {}
     for worker, kind, start, stop in sorted((s for log in logs for s in log.spans),
                                             key=lambda s: s[2]):
-        if start < end:  # the simulator stops recording when the last update is applied
+        if start >= end:  # the simulator stops recording when the last update is applied
+            continue
+        if worker < workload.n:
             rec.add_span(worker, kind, start, min(stop, end))
+        else:  # a server rank: not a worker, kept apart
+            server[kind] = server.get(kind, 0.0) + min(stop, end) - start
+    if server:
+        extra = {**extra, "server_breakdown": server}
+    workers = [log for log in logs if log.rank < workload.n]
+    extra = {**extra, "loop_s": float(np.mean([log.loop_s for log in workers]))}
     if any(log.diverged for log in logs):
         rec.diverged = True
         rec.final = (math.nan, math.nan)

@@ -5,16 +5,18 @@ Follows :class:`sim.training.rules.BSP`, as the simulator does: each rank is wor
 ``strategy.collective`` over point-to-point messages, or MPI's), every rank takes the mean
 and applies the same update (:class:`~sim.real.executors.replica.Replica`), so the replicas
 stay equal. ``strategy.pipelining`` runs :mod:`sim.real.executors.bsp_pipelined` instead.
-Rank 0 snapshots the parameters at evaluation points. The allreduce is also the barrier: a
-rank's wait is the time from the end of its gradient to the end of the slowest rank's (found
-after the run, on the common clock), the rest is comm.
+Rank 0 snapshots the parameters at evaluation points. A step's time goes to data (the
+batch), compute (the kernel), overhead (posting messages, summing what arrived) and wire
+(blocked on a round), update (the SGD step). The allreduce is also the barrier: blocked
+time before the slowest rank's gradient is done (found after the run, on the common clock)
+is wait, not wire.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from sim.real.executors.assemble import RankLog
+from sim.real.executors.assemble import Part, RankLog
 from sim.real.executors.collective import make_allreduce
 from sim.real.executors.compute import RealCompute
 from sim.real.executors.context import RankContext
@@ -34,12 +36,13 @@ def run(ctx: RankContext) -> RankLog:
     ctx.start_clock()
     compute = RealCompute(workload, rank, ctx.t0)
     replica.snapshot(0)
+    allreduce.parts.clear()  # the warm-up's
     for _ in range(config.run.iterations):
-        start = ctx.now()
         loss, _ = compute.gradient(replica.params)
         computed = ctx.now()
         allreduce(worker.grad)  # codec "none": the message is the gradient, summed in place
-        if not replica.step(worker.grad, (start, computed, ctx.now()), loss):
+        if not replica.step(worker.grad, compute.parts() + allreduce.take(ctx.t0), computed,
+                            loss):
             break
     log = replica.log
     log.kernel_s, log.messages, log.steps = compute.kernel_s, allreduce.messages, replica.steps
@@ -53,12 +56,21 @@ def combine(logs: list[RankLog], workload: Workload) -> None:
     for k in range(n_steps):
         joined = max(s[k][1] for s in steps)  # the slowest rank's gradient is done
         for rank, s in enumerate(steps):
-            start, computed, reduced, updated, _ = s[k]
-            log = logs[rank]
-            log.span(rank, "compute", start, computed)
-            log.span(rank, "wait", computed, joined)
-            log.span(rank, "wire", max(joined, computed), reduced)
-            log.span(rank, "compute", reduced, updated)  # the local SGD step
-        loss = float(np.mean([s[k][4] for s in steps]))
-        logs[0].updates.append((steps[0][k][3], UpdateRecord(
+            logs[rank].spans_of(rank, waiting_for(s[k][0], joined))
+        loss = float(np.mean([s[k][3] for s in steps]))
+        logs[0].updates.append((steps[0][k][2], UpdateRecord(
             -1, k + 1, k, 0, loss, workload.n * workload.config.workload.batch)))
+
+
+def waiting_for(parts: list[Part], joined: float) -> list[Part]:
+    """``parts`` with the wire time before ``joined`` (the slowest rank's gradient is done)
+    turned into wait: no message of the step could arrive before then."""
+    out: list[Part] = []
+    for kind, start, end in parts:
+        if kind == "wire" and start < joined:
+            out.append(("wait", start, min(end, joined)))
+            if end > joined:
+                out.append(("wire", joined, end))
+        else:
+            out.append((kind, start, end))
+    return out

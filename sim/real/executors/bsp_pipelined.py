@@ -19,7 +19,7 @@ import numpy as np
 
 from sim.kernels import NonFiniteError
 from sim.real.executors import bsp
-from sim.real.executors.assemble import RankLog
+from sim.real.executors.assemble import RankLog, carve
 from sim.real.executors.collective import Allreduce, make_allreduce
 from sim.real.executors.compute import RealCompute
 from sim.real.executors.context import RankContext
@@ -69,16 +69,22 @@ def run(ctx: RankContext) -> RankLog:
     ctx.warm_kernels(replica.params)
     for reducer, sl in zip(reducers, slices, strict=True):  # warm-up: every message size
         reducer(np.zeros(sl.stop - sl.start))
+        reducer.parts.clear()
     ctx.start_clock()
     compute = RealCompute(workload, rank, ctx.t0)
     replica.snapshot(0)
     for _ in range(config.run.iterations):
-        start = ctx.now()
+        begin = ctx.now()
         channel = Channel(reducers, slices, worker.grad)
-        loss = _backward(worker, model, replica.params, first_layer, channel, compute)
+        loss, gathered = _backward(worker, model, replica.params, first_layer, channel,
+                                   compute)
         computed = ctx.now()
         channel.finish()
-        if not replica.step(worker.grad, (start, computed, ctx.now()), loss):
+        # backward is compute, except the messages posted and tested between its layers
+        parts = carve(("compute", gathered - ctx.t0, computed),
+                      [p for r in reducers for p in r.take(ctx.t0)])
+        if not replica.step(worker.grad, [("data", begin, gathered - ctx.t0), *parts],
+                            computed, loss):
             break
     log = replica.log
     log.kernel_s, log.steps = compute.kernel_s, replica.steps
@@ -87,11 +93,12 @@ def run(ctx: RankContext) -> RankLog:
 
 
 def _backward(worker, model, params, first_layer, channel: Channel,
-              compute: RealCompute) -> float:
+              compute: RealCompute) -> tuple[float, float]:
     """Forward, then backward layer by layer, handing each finished message to the channel;
-    then the rest of the modelled compute time (noise, stragglers), progressing the channel."""
-    started = time.perf_counter()
+    then the rest of the modelled compute time (noise, stragglers), progressing the channel.
+    (loss, perf_counter when the batch was gathered)."""
     X, y = worker.next_batch()
+    started = time.perf_counter()
     loss = math.nan
     try:
         for step_loss, layer in model.backward_layers(params, X, y, worker.grad):
@@ -102,4 +109,4 @@ def _backward(worker, model, params, first_layer, channel: Channel,
     except NonFiniteError:
         worker.grad.fill(math.nan)
     compute.pad(started, channel.progress)
-    return loss
+    return loss, started

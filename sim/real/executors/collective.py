@@ -11,10 +11,16 @@ the one that really runs. ``mpi`` calls MPI's own ``Allreduce`` (MPICH picks the
 Both are non-blocking state machines (``start``, ``test``, ``wait``) so that a pipelined mode
 can keep one collective per layer or bucket in flight while backward runs; the synchronous
 strategies call ``start`` then ``wait``.
+
+Each logs where its caller's time went (:meth:`Allreduce.take`): posting operations,
+testing them and combining what arrived are the CPU part of the messages (``overhead``);
+blocking until a round's messages have arrived (or in MPI's blocking ``Allreduce``) is
+``wire`` (the strategy turns the part spent waiting for the slowest rank into ``wait``).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -63,6 +69,18 @@ class Allreduce:
         self.comm, self.algorithm, self.count, self.waiter = comm, algorithm, count, waiter
         self.nonfinite = False  # a NaN/Inf went through a reduction (schedule only)
         self.messages = 0  # point-to-point messages this rank has sent
+        self.parts: list[tuple[str, float, float]] = []  # (kind, start, end), perf_counter
+
+    def take(self, t0: float) -> list[tuple[str, float, float]]:
+        """The spans logged since the last call, in seconds since ``t0``."""
+        parts = [(kind, start - t0, end - t0) for kind, start, end in self.parts]
+        self.parts = []
+        return parts
+
+    def _log(self, kind: str, start: float) -> float:
+        end = time.perf_counter()
+        self.parts.append((kind, start, end))
+        return end
 
     def start(self, buf: np.ndarray) -> None:
         raise NotImplementedError
@@ -95,8 +113,10 @@ class ScheduleAllreduce(Allreduce):
     def start(self, buf: np.ndarray) -> None:
         if buf.dtype != np.float64 or buf.shape != (self.count,):
             raise ValueError(f"allreduce: expected {self.count} float64 values")
+        began = time.perf_counter()
         self.buf, self.current = buf, 0
         self._post()
+        self._log("overhead", began)
 
     def _post(self) -> None:
         from mpi4py import MPI
@@ -114,7 +134,8 @@ class ScheduleAllreduce(Allreduce):
         self.messages += len(rnd.sends)
         self.requests = reqs
 
-    def _finish_round(self) -> None:
+    def _combine(self) -> None:
+        """Apply the round's receives and post the next round."""
         rnd, buf = self.rounds[self.current], self.buf
         combine = K.sum_into if rnd.op == SUM else K.copy
         for (_, off, n), scratch in zip(rnd.recvs, self.scratch[self.current], strict=True):
@@ -128,16 +149,23 @@ class ScheduleAllreduce(Allreduce):
     def test(self) -> bool:
         from mpi4py import MPI
 
-        while self.current < len(self.rounds):
-            if not MPI.Request.Testall(self.requests):
-                return False
-            self._finish_round()
-        return True
+        began = time.perf_counter()
+        try:
+            while self.current < len(self.rounds):
+                if not MPI.Request.Testall(self.requests):
+                    return False
+                self._combine()
+            return True
+        finally:
+            self._log("overhead", began)
 
     def wait(self) -> None:
         while self.current < len(self.rounds):
+            began = time.perf_counter()
             self.waiter.all(self.requests)
-            self._finish_round()
+            arrived = self._log("wire", began)
+            self._combine()
+            self._log("overhead", arrived)
 
 
 class MPIAllreduce(Allreduce):
@@ -148,22 +176,29 @@ class MPIAllreduce(Allreduce):
     def start(self, buf: np.ndarray) -> None:
         from mpi4py import MPI
 
+        began = time.perf_counter()
         self.buf, self.request = buf, None
         self.messages += 1  # one collective call; MPICH's messages are not visible here
-        if self.waiter.mode == "spin":
+        if self.waiter.mode == "spin":  # blocking: all of it is the wire
             self.comm.Allreduce(MPI.IN_PLACE, [buf, MPI.DOUBLE], op=MPI.SUM)
+            self._log("wire", began)
         else:
             self.request = self.comm.Iallreduce(MPI.IN_PLACE, [buf, MPI.DOUBLE], op=MPI.SUM)
+            self._log("overhead", began)
 
     def test(self) -> bool:
+        began = time.perf_counter()
         if self.request is not None and self.request.Test():
             self.request = None
+        self._log("overhead", began)
         return self.request is None
 
     def wait(self) -> None:
         if self.request is not None:
+            began = time.perf_counter()
             self.waiter.one(self.request)
             self.request = None
+            self._log("wire", began)
 
 
 IMPLS: dict[str, type[Allreduce]] = {cls.name: cls for cls in (ScheduleAllreduce, MPIAllreduce)}

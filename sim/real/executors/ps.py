@@ -15,6 +15,13 @@ gradient, as the simulator interrupts them.
 a test can drive it with the simulator's own sequence of pushes and pulls; :func:`serve`
 moves its messages over MPI. Once ``run.iterations`` updates are applied, the server
 answers every pull with STOP.
+
+A worker's time: posting a send and packing the push (header, gradient copy) is
+``overhead``, blocking until a message is sent or the reply has come is ``wire`` (or
+``wait`` while the server held the pull), the batch is ``data``, the kernel ``compute``;
+what lies between is the loop's ``overhead``. The server's time (receiving: ``wire``,
+applying or accumulating a push: ``update``, replying: ``overhead``) goes to the summary's
+``server_breakdown``.
 """
 
 from __future__ import annotations
@@ -65,7 +72,13 @@ def work(ctx: RankContext) -> RankLog:
     log = RankLog(ctx.rank)
 
     def send(message: np.ndarray) -> None:
-        ctx.waiter.one(comm.Isend([message, MPI.DOUBLE], dest=server, tag=TAG))
+        """Post (overhead), then block until MPI has the message (wire)."""
+        began = ctx.now()
+        sent = comm.Isend([message, MPI.DOUBLE], dest=server, tag=TAG)
+        posted = ctx.now()
+        log.span(w, "overhead", began, posted)
+        ctx.waiter.one(sent)
+        log.span(w, "wire", posted, ctx.now())
         log.messages += 1
 
     def cancelled(version: float) -> bool:
@@ -77,10 +90,10 @@ def work(ctx: RankContext) -> RankLog:
         return False
 
     while True:
-        asked = ctx.now()
         request[:] = 0
         request[0], request[1] = PULL, w
         send(request)
+        asked = ctx.now()
         while True:  # the answer; a cancel of an earlier step may come first
             ctx.waiter.one(comm.Irecv([inbox, MPI.DOUBLE], source=server, tag=TAG))
             if inbox[0] != CANCEL:
@@ -91,23 +104,23 @@ def work(ctx: RankContext) -> RankLog:
             break
         arrival, grant, version = inbox[4], inbox[5], inbox[2]
         log.span(w, "wire", asked, min(arrival, got))
-        # held by the server (step barrier, clock bound): waiting; else serving it: comm
-        log.span(w, "wait" if inbox[7] else "wire", arrival, grant)
+        # held by the server (step barrier, clock bound): waiting; else serving it: wire
+        log.span(w, "wait" if inbox[7] else "wire", arrival, min(grant, got))
         log.span(w, "wire", max(grant, asked), got)
-        start = ctx.now()
         loss, dropped = compute.gradient(
             params, (lambda v=version: cancelled(v)) if cancellable else None)
         dropped = dropped or (cancellable and cancelled(version))
-        log.span(w, "compute", start, ctx.now())
+        for kind, start, end in compute.parts():
+            log.span(w, kind, start, end)
         ctx.heartbeat.beat()
         if dropped:
             continue
+        packing = ctx.now()
         outbox[:HEADER] = 0
         outbox[0], outbox[1], outbox[2], outbox[3] = PUSH, w, version, loss
         K.copy(outbox[HEADER:], worker.grad)  # codec "none": the message is the gradient
-        pushed = ctx.now()
+        log.span(w, "overhead", packing, ctx.now())
         send(outbox)
-        log.span(w, "wire", pushed, ctx.now())
     log.kernel_s = compute.kernel_s
     return log
 
@@ -194,7 +207,10 @@ def serve(ctx: RankContext) -> RankLog:
 
     def reply(r: Reply) -> None:
         if sending[r.worker] is not None:
+            began = ctx.now()
             ctx.waiter.one(sending[r.worker])
+            log.span(n, "wire", began, ctx.now())
+        began = ctx.now()
         message = replies[r.worker]
         message[:HEADER] = 0
         message[0], message[1] = r.kind, r.worker
@@ -206,6 +222,7 @@ def serve(ctx: RankContext) -> RankLog:
             count += size
         sending[r.worker] = comm.Isend([message[:count], MPI.DOUBLE], dest=r.worker, tag=TAG)
         log.messages += 1
+        log.span(n, "overhead", began, ctx.now())
 
     def cancel(w: int, step: int) -> None:
         notes[:] = [(m, r) for m, r in notes if not r.Test()]
@@ -221,14 +238,18 @@ def serve(ctx: RankContext) -> RankLog:
     K.copy(protocol.store.total, protocol.store.params)  # first touch, off the clock
     ctx.start_clock()
     while len(protocol.stopped) < n:
+        began = ctx.now()
         ctx.waiter.one(comm.Irecv([inbox, MPI.DOUBLE], source=MPI.ANY_SOURCE, tag=TAG), status)
         now = ctx.now()
+        log.span(n, "wire", began, now)  # idle until a message arrives
         kind, w = inbox[0], int(inbox[1])
         if kind == PULL:
             protocol.on_pull(w, now)
         elif kind == PUSH:
-            for worker, step in protocol.on_push(w, inbox[HEADER:], int(inbox[2]),
-                                                 float(inbox[3]), now):
+            cancels = protocol.on_push(w, inbox[HEADER:], int(inbox[2]), float(inbox[3]),
+                                       now)
+            log.span(n, "update", now, ctx.now())  # the store applies or accumulates it
+            for worker, step in cancels:
                 cancel(worker, step)
         for r in protocol.replies():
             reply(r)
