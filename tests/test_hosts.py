@@ -1,0 +1,166 @@
+"""Hosts and CPU costs against closed forms: sharing cores, a saturated server, the breakdown."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import simpy
+
+from sim.cli import main
+from sim.config import load_config
+from sim.network.fabrics import get_fabric
+from sim.record import KINDS
+from sim.training.cpu import HOSTS, cpu_costs
+from sim.training.engine import simulate
+from sim.training.hosts import Hosts
+
+
+def finish_times(k: int, cores: int, task_s: float, slice_s: float) -> list[float]:
+    """k ranks on one host each start one task of ``task_s`` at t = 0."""
+    env = simpy.Environment()
+    hosts = Hosts(env, [0] * k, cores, slice_s, spin=False)
+    ends: list[float] = []
+
+    def task(rank):
+        yield from hosts.run(rank, task_s)
+        ends.append(env.now)
+
+    for r in range(k):
+        env.process(task(r))
+    env.run()
+    return ends
+
+
+@pytest.mark.parametrize("k,cores", [(3, 2), (4, 2), (5, 2), (7, 3)])
+def test_k_tasks_on_fewer_cores_end_at_k_over_c_under_processor_sharing(k, cores):
+    ends = finish_times(k, cores, task_s=1.0, slice_s=1e-4)  # slices << tasks: PS
+    assert max(ends) == pytest.approx(k / cores, abs=1e-4)  # to within one slice
+    assert min(ends) >= k / cores - cores * 1e-4 * k  # all end together (within a round)
+
+
+def test_tasks_shorter_than_a_slice_run_to_completion_in_order():
+    ends = finish_times(5, 2, task_s=1e-3, slice_s=3e-3)
+    assert sorted(ends) == pytest.approx([1e-3, 1e-3, 2e-3, 2e-3, 3e-3])
+
+
+def test_a_rank_with_a_core_of_its_own_is_never_slowed():
+    assert finish_times(2, 2, task_s=0.5, slice_s=1e-3) == [0.5, 0.5]
+
+
+def test_a_spinning_waiter_takes_slices_from_a_computing_rank():
+    def computing_end(spin: bool) -> float:
+        env = simpy.Environment()
+        hosts = Hosts(env, [0, 0], 1, 1e-3, spin=spin)
+        done = env.event()
+        end = []
+
+        def waiter():
+            yield from hosts.wait(1, done)
+
+        def worker():
+            yield from hosts.run(0, 10e-3)
+            end.append(env.now)
+            done.succeed()
+
+        env.process(waiter())
+        env.process(worker())
+        env.run()
+        return end[0]
+
+    assert computing_end(spin=False) == pytest.approx(10e-3)
+    assert computing_end(spin=True) == pytest.approx(20e-3, rel=0.1)  # half the core
+
+
+ASP = """
+[cluster]
+workers = {workers}
+fabric = "ib-hdr"
+[workload]
+features = 2000
+samples = 4000
+batch = 8
+[strategy]
+kind = "asp"
+[compute]
+time_s = 1e-6
+[run]
+iterations = 400
+eval_every = 400
+"""
+
+
+def run_asp(tmp_path, workers: int, **extra: str) -> dict:
+    path = tmp_path / f"asp{workers}.toml"
+    text = ASP.format(workers=workers)
+    for key, value in {"cluster.host": '"epyc-core"', **extra}.items():
+        text = text.replace(f"[{key.split('.')[0]}]\n",
+                            f"[{key.split('.')[0]}]\n{key.split('.')[1]} = {value}\n")
+    path.write_text(text)
+    return simulate(load_config(path)).summary
+
+
+def server_cost_per_update(features: int) -> float:
+    """h: a shard receives a push (message + update) and serves a pull (request + reply)."""
+    costs = cpu_costs(HOSTS["epyc-core"], get_fabric("ib-hdr"))
+    nbytes = (features + 1) * 8  # logreg: weights and bias, float64
+    return (costs.message_s(nbytes) + nbytes / costs.host.update_Bps
+            + costs.message_s(64) + costs.message_s(nbytes))
+
+
+def test_a_server_with_per_push_cost_h_saturates_at_one_over_h(tmp_path):
+    h = server_cost_per_update(2000)
+    rates = {n: (lambda s: s["iterations"] / s["sim_time_s"])(run_asp(tmp_path, n))
+             for n in (1, 16, 32)}
+    assert rates[1] < 0.7 / h  # one worker: the server idles while it computes and sends
+    assert rates[16] == pytest.approx(1 / h, rel=0.03)
+    assert rates[32] == pytest.approx(1 / h, rel=0.03)  # more workers: no faster
+
+
+@pytest.mark.parametrize("workers,cores,per_host", [(2, 1, 1), (3, 2, 4)])
+def test_the_breakdown_adds_up_to_the_run_time(tmp_path, workers, cores, per_host):
+    summary = run_asp(tmp_path, workers, **{"cluster.cores": str(cores),
+                                            "cluster.ranks_per_host": str(per_host)})
+    for worker in summary["workers"]:
+        assert set(worker) == set(KINDS)
+        assert sum(worker.values()) == pytest.approx(summary["sim_time_s"], rel=1e-9)
+    assert all(summary[f"{k}_s"] > 0 for k in ("data", "overhead", "wire"))
+    assert summary["comm_s"] == pytest.approx(summary["overhead_s"] + summary["wire_s"])
+
+
+def test_ranks_sharing_cores_run_slower_than_ranks_with_their_own(tmp_path):
+    own = run_asp(tmp_path, 4)
+    shared = run_asp(tmp_path, 4, **{"cluster.cores": "2", "cluster.ranks_per_host": "5"})
+    assert shared["sim_time_s"] > 1.3 * own["sim_time_s"]
+
+
+def test_the_ideal_host_is_the_model_without_cpu_costs(tmp_path):
+    summary = run_asp(tmp_path, 2, **{"cluster.host": '"ideal"'})
+    assert summary["data_s"] == summary["update_s"] == summary["overhead_s"] == 0.0
+
+
+@pytest.mark.parametrize("setting,key", [
+    ('cluster.rank_hosts=[0, 0, 1, 1]', "cluster.rank_hosts"),  # 2 workers + 1 server
+    ('cluster.host="nonesuch"', "cluster.host"),
+    ('cluster.cores=0', "cluster.cores"),
+    ('strategy.kind="bsp"', "cluster.host"),  # not host-aware yet
+])
+def test_bad_host_descriptions_exit_2_naming_the_key(tmp_path, capsys, setting, key):
+    path = tmp_path / "c.toml"
+    path.write_text(ASP.format(workers=2))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--set",
+                 'cluster.host="epyc-core"', "--set", setting]) == 2
+    assert key in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_host_profile_missing_a_parameter_exits_2_naming_it(tmp_path, capsys):
+    profile = tmp_path / "host.json"
+    data = {k: v for k, v in vars(HOSTS["epyc-core"]).items() if k != "step_s"}
+    profile.write_text(json.dumps(data))
+    path = tmp_path / "c.toml"
+    path.write_text(ASP.format(workers=2))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--set",
+                 f'cluster.host="calibrated:{profile}"']) == 2
+    err = capsys.readouterr().err
+    assert "cluster.host" in err and "step_s" in err
