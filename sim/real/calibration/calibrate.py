@@ -1,10 +1,12 @@
 """Calibration: this machine's kernel rates and network, as profiles the simulator reads.
 
-Compute: the gradient of each workload (``worker.gradient``, the call real runs time, so
-batch gathering included) is timed, optionally in ``concurrency`` processes at once (all
-cores busy, as during a real run), and ``time = overhead_s + FLOPs / flops_per_s`` is fitted
-by least squares on relative errors. The result is a device profile
-(:func:`sim.training.compute.save_device_profile`) for ``compute.device = "calibrated:PATH"``.
+Compute: the gradient kernel of each workload (``model.loss_grad`` on a batch from
+``worker.next_batch``, the call real runs time as ``compute``; gathering the batch is
+``data``, a host cost: :mod:`sim.real.calibration.host`) is timed, optionally in
+``concurrency`` processes at once (all cores busy, as during a real run), and
+``time = overhead_s + FLOPs / flops_per_s`` is fitted by least squares on relative errors.
+The result is a device profile (:func:`sim.training.compute.save_device_profile`) for
+``compute.device = "calibrated:PATH"``.
 
 Network: on the network being calibrated (shared memory or ``emulate:RATE``) and waiting as
 real runs wait, :mod:`sim.real.calibration.netbench` measures ping-pong times, back-to-back small
@@ -17,6 +19,9 @@ Allreduces on more ranks than cores are measured and reported but left out of th
 time is CPU scheduling (ranks waiting for a core), which no fabric parameter describes.
 The result is a fabric profile (:func:`sim.network.fabrics.save_profile`) for
 ``cluster.fabric = "calibrated:PATH"``. Every raw sample and the fit errors are kept in it.
+
+Host: :func:`sim.real.calibration.host.calibrate_host` writes ``host.json`` for
+``cluster.host = "calibrated:PATH"``.
 """
 
 from __future__ import annotations
@@ -80,8 +85,9 @@ def time_kernels(configs: list[Config], min_time_s: float = 0.2) -> list[float]:
             worker.gradient(params)
         samples, spent = [], 0.0
         while spent < min_time_s or len(samples) < 20:
+            X, y = worker.next_batch()  # data, not compute
             start = time.perf_counter()
-            worker.gradient(params)
+            worker.model.loss_grad(params, X, y, out=worker.grad)
             samples.append(time.perf_counter() - start)
             spent += samples[-1]
         medians.append(float(np.median(samples)))

@@ -7,7 +7,12 @@ calibrated, and waiting the way real runs wait (the spec's ``wait``). Modes:
 * ``stream`` (2 ranks): the time per message when rank 0 posts many small messages
   back to back (the per-message overhead, LogGP's o or g);
 * ``allreduce`` (p ranks): the time of one allreduce of n bytes through the simulator's
-  schedule (``strategy.collective``), as bsp runs it.
+  schedule (``strategy.collective``), as bsp runs it;
+* ``message`` (2 ranks): the time per message when rank 0 sends n-byte messages back to
+  back the way a parameter-server worker pushes (:mod:`sim.real.executors.ps`: header,
+  ``sim.kernels.copy`` of the payload into the message, ``Isend``, wait) and rank 1
+  receives them as the server does (``Irecv``, wait): the CPU cost of a message at an
+  end, per message and per byte (both ends run at once; the slower sets the pace).
 
 Each result is the median of ``reps`` timed repetitions after a warm-up; rank 0 writes
 ``{"mode": ..., "ranks": p, "sizes": [...], "seconds": [...]}`` to the spec's ``result``.
@@ -95,6 +100,36 @@ def allreduce(comm: Any, waiter: Any, sizes: list[int], reps: int, algorithm: st
     return out
 
 
+def message(comm: Any, waiter: Any, sizes: list[int], reps: int) -> list[float]:
+    from mpi4py import MPI
+
+    from sim import kernels as K
+    from sim.real.executors.ps import HEADER, PUSH, TAG
+
+    rank, out = comm.Get_rank(), []
+    for nbytes in sizes:
+        size = max(nbytes // 8 - HEADER, 0)
+        message, grad = np.zeros(HEADER + size), np.ones(size)
+        count = max(20, min(STREAM_MESSAGES, int(STREAM_MESSAGES * 65536 / max(nbytes, 1))))
+        times = []
+        for i in range(WARMUP + max(5, _reps(nbytes, reps) // 4)):
+            comm.Barrier()
+            start = time.perf_counter()
+            for _ in range(count):
+                if rank == 0:
+                    message[:HEADER] = 0
+                    message[0], message[1], message[2], message[3] = PUSH, 0, i, 0.5
+                    K.copy(message[HEADER:], grad)
+                    waiter.one(comm.Isend([message, MPI.DOUBLE], dest=1, tag=TAG))
+                else:
+                    waiter.one(comm.Irecv([message, MPI.DOUBLE], source=0, tag=TAG))
+            elapsed = comm.allreduce(time.perf_counter() - start, op=_max())
+            if i >= WARMUP:
+                times.append(elapsed / count)
+        out.append(float(np.median(times)))
+    return out
+
+
 def _max() -> Any:
     from mpi4py import MPI
 
@@ -118,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         seconds = pingpong(comm, waiter, sizes, reps)
     elif mode == "stream":
         seconds = stream(comm, waiter, reps)
+    elif mode == "message":
+        seconds = message(comm, waiter, sizes, reps)
     else:
         seconds = allreduce(comm, waiter, sizes, reps, spec.get("algorithm", "ring"),
                             spec.get("impl", "schedule"))

@@ -1,0 +1,227 @@
+"""This machine's CPU costs besides gradients, as a host profile
+(:class:`sim.training.cpu.HostProfile`, ``cluster.host = "calibrated:PATH"``).
+
+Each cost is measured through the real runner's own code path, over several sizes, and
+``time = constant + bytes / rate`` is fitted by least squares on relative errors:
+
+* copy: ``Worker.next_batch`` (the numpy row gather real ranks time as ``data``); bytes are
+  the rows' (``Worker.batch_bytes``, what the simulator charges);
+* update: ``sim.training.rules.SGD.step`` (``sim.kernels.sgd_update``), the replicas' and the
+  server's step; bytes are the parameters';
+* reduce: ``sim.kernels.sum_into``, what an allreduce round and a synchronous server do with
+  what arrived;
+* message: 2 MPI ranks, one sending back to back as a parameter-server worker pushes (pack
+  the header, ``sim.kernels.copy`` the payload, ``Isend``, wait), the other receiving as the
+  server does (:mod:`sim.real.calibration.netbench`, mode ``message``): the constant is
+  ``message_s``, the per-byte rate is reported beside ``copy_Bps``;
+* step: a real ``asp`` run (one worker, one server): the time between a worker's timed spans
+  (its loop's Python code, ``loop_s`` in the summary) per update is ``step_s``.
+
+``slice_s`` (the scheduler's time slice when ranks share a core) is not measured: 3 ms.
+The profile keeps every fit's parameters, its errors and the raw samples.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.training.cpu import HostProfile, save_host_profile
+
+SLICE_S = 3e-3  # not measured (see sim.training.cpu's epyc-core preset)
+MAX_ERROR = 0.10  # a fit whose error is larger gets a warning
+BUSY_LOAD = 0.5  # 1-minute load average above which other processes use the CPU
+COPY_ROWS, COPY_ROWS_QUICK = [16, 64, 256, 1024, 4096], [16, 256, 2048]
+VECTOR_BYTES = [24_000, 96_000, 384_000, 1_536_000, 6_144_000]
+VECTOR_BYTES_QUICK = [24_000, 384_000, 1_536_000]
+MESSAGE_BYTES = [64, 4096, 65536, 393_216, 1_572_864]
+MESSAGE_BYTES_QUICK = [64, 65536, 1_048_576]
+FEATURES = 256  # columns of the data set the gather is timed on
+
+
+def median_s(call: Callable[[], Any], min_time_s: float) -> float:
+    """Median seconds of ``call()``, timed in batches of calls lasting ~0.2 ms at least."""
+    for _ in range(3):
+        call()
+    start = time.perf_counter()
+    call()
+    one = max(time.perf_counter() - start, 1e-7)
+    batch = max(1, int(2e-4 / one))
+    samples, spent = [], 0.0
+    while spent < min_time_s or len(samples) < 7:
+        start = time.perf_counter()
+        for _ in range(batch):
+            call()
+        elapsed = time.perf_counter() - start
+        samples.append(elapsed / batch)
+        spent += elapsed
+    return float(np.median(samples))
+
+
+def fit(nbytes: list[float], seconds: list[float]) -> dict[str, Any]:
+    """``time = constant_s + bytes / rate_Bps`` by least squares on relative errors."""
+    n, t = np.array(nbytes, float), np.array(seconds, float)
+    A = np.column_stack([np.ones_like(n), n]) / t[:, None]
+    (constant, inverse), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
+    if inverse <= 0:  # no growth with size: a rate through the largest point
+        constant, inverse = 0.0, float(t[-1] / n[-1])
+    if constant < 0:  # a rate through the origin, fitted on relative errors
+        constant, inverse = 0.0, float(np.sum(n / t) / np.sum((n / t) ** 2))
+    errors = (constant + n * inverse) / t - 1
+    return {"constant_s": float(constant), "rate_Bps": 1.0 / float(inverse),
+            "max_error": float(np.abs(errors).max()),
+            "rms_error": float(np.sqrt(np.mean(errors ** 2))),
+            "samples": [{"bytes": int(b), "seconds": float(s), "error": float(e)}
+                        for b, s, e in zip(n, t, errors, strict=True)]}
+
+
+def measure_copy(quick: bool, min_time_s: float) -> tuple[list[float], list[float]]:
+    """The gather of ``Worker.next_batch`` for several batch sizes."""
+    from sim.config import validate
+    from sim.workloads.workload import build_workload
+
+    rows = COPY_ROWS_QUICK if quick else COPY_ROWS
+    config = validate({"cluster": {"workers": 1}, "workload": {
+        "model": "logreg", "features": FEATURES, "samples": 2 * max(rows) + 1024,
+        "batch": max(rows)}}, "host calibration")
+    worker = build_workload(config).workers[0]
+    nbytes, seconds = [], []
+    for batch in rows:
+        worker.batch = batch
+        seconds.append(median_s(worker.next_batch, min_time_s))
+        nbytes.append(float(getattr(worker, "batch_bytes", batch * FEATURES * 8)))
+    return nbytes, seconds
+
+
+def measure_update(quick: bool, min_time_s: float) -> tuple[list[float], list[float]]:
+    """``SGD.step`` (the runs' update, with the default momentum) over several sizes."""
+    from sim.config import validate
+    from sim.training.rules import SGD
+
+    workload = validate({}, "host calibration").workload
+    nbytes, seconds = [], []
+    for size in VECTOR_BYTES_QUICK if quick else VECTOR_BYTES:
+        sgd, grad = SGD(np.zeros(size // 8), workload), np.full(size // 8, 1e-3)
+        seconds.append(median_s(lambda s=sgd, g=grad: s.step(g, 1e-3), min_time_s))
+        nbytes.append(float(size))
+    return nbytes, seconds
+
+
+def measure_reduce(quick: bool, min_time_s: float) -> tuple[list[float], list[float]]:
+    """``sim.kernels.sum_into`` over several sizes."""
+    from sim import kernels as K
+
+    nbytes, seconds = [], []
+    for size in VECTOR_BYTES_QUICK if quick else VECTOR_BYTES:
+        acc, part = np.zeros(size // 8), np.full(size // 8, 1e-9)
+        seconds.append(median_s(lambda a=acc, b=part: K.sum_into(a, b), min_time_s))
+        nbytes.append(float(size))
+    return nbytes, seconds
+
+
+def measure_messages(quick: bool, wait: str) -> tuple[list[float], list[float]]:
+    """Back-to-back messages between 2 ranks, sent and received as ps.py does."""
+    from sim.real.calibration.calibrate import netbench
+    from sim.real.launch.runner import wait_mode
+
+    sizes = MESSAGE_BYTES_QUICK if quick else MESSAGE_BYTES
+    result = netbench({"mode": "message", "sizes": sizes, "reps": 20 if quick else 100,
+                       "wait": wait_mode(wait, 2)}, 2, None)
+    return [float(s) for s in sizes], result["seconds"]
+
+
+def measure_step(quick: bool, wait: str) -> dict[str, Any]:
+    """The per-update loop time of a real asp run (1 worker, 1 server)."""
+    from sim.config import validate
+    from sim.real.launch.runner import RealOptions, run_real
+
+    iterations = 200 if quick else 1000
+    config = validate({"cluster": {"workers": 1}, "strategy": {"kind": "asp"},
+                       "workload": {"model": "logreg", "features": 32, "samples": 1000,
+                                    "batch": 16},
+                       "run": {"iterations": iterations, "eval_every": iterations}},
+                      "host calibration")
+    with tempfile.TemporaryDirectory(prefix="sgd-calibrate-step-") as tmp:
+        summary = run_real(config, Path(tmp) / "run", RealOptions(wait=wait))[0]
+    per_update = {k: summary[f"{k}_s"] / iterations
+                  for k in ("compute", "data", "update", "overhead", "wire", "wait")}
+    return {"step_s": summary["loop_s"] / iterations, "iterations": iterations,
+            "iteration_s": summary["sim_time_s"] / iterations, "per_update_s": per_update}
+
+
+def busy_warning(load: float, cpu_s: float, wall_s: float) -> list[str]:
+    """Warnings when other processes were using the CPU."""
+    out = []
+    if load > BUSY_LOAD:
+        out.append(f"warning: the 1-minute load average was {load:.2f} before calibrating "
+                   "(other processes were using the CPU); the host profile may be slow")
+    if wall_s > 0 and cpu_s < 0.8 * wall_s:
+        out.append(f"warning: the measuring process got {cpu_s / wall_s:.0%} of a core "
+                   f"({cpu_s:.2f} s CPU in {wall_s:.2f} s); other processes were using "
+                   "the CPU")
+    return out
+
+
+def load_average() -> float:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def calibrate_host(path: Path, quick: bool = False, wait: str = "auto") -> list[str]:
+    """Measure, fit and write the host profile to ``path``; the lines to print (fits with
+    their errors, warnings, and the config line)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    load = load_average()
+    min_time_s = 0.02 if quick else 0.1
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    fits = {"copy": fit(*measure_copy(quick, min_time_s)),
+            "update": fit(*measure_update(quick, min_time_s)),
+            "reduce": fit(*measure_reduce(quick, min_time_s))}
+    cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
+    fits["message"] = fit(*measure_messages(quick, wait))
+    step = measure_step(quick, wait)
+    profile = HostProfile(f"calibrated-{platform.node()}", fits["copy"]["rate_Bps"],
+                          fits["update"]["rate_Bps"], fits["reduce"]["rate_Bps"],
+                          fits["message"]["constant_s"], max(step["step_s"], 0.0), SLICE_S,
+                          f"sim calibrate: host costs through the real runner's code paths; "
+                          f"{time.strftime('%Y-%m-%d')}, {platform.node()}, "
+                          f"{os.cpu_count()} CPUs")
+    measured_through = {
+        "copy": "sim.workloads.workload.Worker.next_batch (numpy row gather), one process",
+        "update": "sim.training.rules.SGD.step -> sim.kernels.sgd_update, one process",
+        "reduce": "sim.kernels.sum_into, one process",
+        "message": "2 MPI ranks (sim.real.calibration.netbench, mode message): pack + "
+                   "sim.kernels.copy + Isend + wait as sim.real.executors.ps pushes, "
+                   "Irecv + wait as its server receives",
+        "step": "a real asp run (1 worker, 1 server): summary loop_s per update, the "
+                "worker's time between its timed spans"}
+    lines = [f"host: copy {profile.copy_Bps / 1e9:.2f} GB/s, update "
+             f"{profile.update_Bps / 1e9:.2f} GB/s, reduce {profile.reduce_Bps / 1e9:.2f} GB/s,"
+             f" message {profile.message_s * 1e6:.2f} us, step {profile.step_s * 1e6:.2f} us,"
+             f" slice {profile.slice_s * 1e3:.0f} ms (not measured)"]
+    warnings = busy_warning(load, cpu_s, wall_s)
+    for name, f in fits.items():
+        lines.append(f"  {name:<8} {f['constant_s'] * 1e6:8.2f} us + bytes / "
+                     f"{f['rate_Bps'] / 1e9:6.2f} GB/s   fit error max {f['max_error']:.1%}"
+                     f" rms {f['rms_error']:.1%}")
+        for s in f["samples"]:
+            lines.append(f"    {s['bytes']:>10} B {s['seconds'] * 1e6:11.2f} us  "
+                         f"{s['error']:+.1%}")
+        if f["max_error"] > MAX_ERROR:
+            warnings.append(f"warning: the {name} fit is off by up to {f['max_error']:.0%} "
+                            f"(over {MAX_ERROR:.0%}); its rate is a rough one")
+    lines.append(f"  step     {step['step_s'] * 1e6:8.2f} us per update (asp, "
+                 f"{step['iterations']} updates, {step['iteration_s'] * 1e6:.1f} us each)")
+    save_host_profile(path, profile, fits=fits, step=step, measured_through=measured_through,
+                      load_average=load, cpu_fraction=cpu_s / wall_s if wall_s else None,
+                      quick=quick)
+    return lines + warnings + [f'  cluster.host = "calibrated:{path}"']

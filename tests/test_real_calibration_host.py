@@ -1,0 +1,49 @@
+"""Host calibration (sim.real.calibration.host): a quick profile through the real runner's
+code paths, read back by ``cluster.host = "calibrated:PATH"``'s loader."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sim.real.calibration.host import busy_warning, calibrate_host, fit
+from sim.training.cpu import HostProfile, load_host
+
+pytest.importorskip("mpi4py")
+
+
+def test_calibrate_host_writes_a_profile_load_host_reads_with_every_fit_error(tmp_path):
+    path = tmp_path / "cal" / "host.json"
+    lines = calibrate_host(path, quick=True)
+    profile = load_host(f"calibrated:{path}")
+    assert isinstance(profile, HostProfile)
+    assert profile.copy_Bps > 0 and profile.update_Bps > 0 and profile.reduce_Bps > 0
+    assert profile.message_s >= 0 and profile.step_s >= 0 and profile.slice_s == 3e-3
+    data = json.loads(path.read_text())
+    assert set(data["fits"]) == {"copy", "update", "reduce", "message"}
+    for f in data["fits"].values():
+        assert f["max_error"] >= 0 and f["rms_error"] >= 0 and len(f["samples"]) >= 3
+        assert all({"bytes", "seconds", "error"} <= set(s) for s in f["samples"])
+    assert set(data["measured_through"]) == {"copy", "update", "reduce", "message", "step"}
+    assert data["step"]["step_s"] == pytest.approx(profile.step_s)
+    assert lines[-1] == f'  cluster.host = "calibrated:{path}"'
+    for name in data["fits"]:  # every fit printed with its error
+        assert any(line.strip().startswith(name) and "fit error" in line for line in lines)
+
+
+def test_a_profile_missing_a_key_is_refused_naming_it(tmp_path):
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps({"copy_Bps": 1e9, "update_Bps": 1e9, "reduce_Bps": 1e9,
+                                "message_s": 1e-6, "slice_s": 3e-3}))
+    with pytest.raises(ValueError, match="step_s"):
+        load_host(f"calibrated:{path}")
+
+
+def test_fit_recovers_a_line_and_busy_cpus_are_warned_about():
+    f = fit([1e3, 1e5, 1e7], [1e-6 + n / 2e9 for n in (1e3, 1e5, 1e7)])
+    assert f["constant_s"] == pytest.approx(1e-6) and f["rate_Bps"] == pytest.approx(2e9)
+    assert f["max_error"] < 1e-9
+    assert busy_warning(0.1, 1.0, 1.0) == []
+    assert all(w.startswith("warning:") for w in busy_warning(2.0, 0.5, 1.0))
+    assert len(busy_warning(2.0, 0.5, 1.0)) == 2
