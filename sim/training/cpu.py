@@ -65,14 +65,15 @@ HOSTS: dict[str, HostProfile] = {
     # No CPU costs and a core for every rank: the model before hosts existed. Closed-form
     # network and strategy tests use it.
     "ideal": HostProfile("ideal", INF, INF, INF, 0.0, 0.0, 3e-3, "no CPU costs"),
-    # Measured here (AMD EPYC, one core, 2026-11-23) through the real runner's code paths
-    # with `python -m sim calibrate`: numpy row gather and memcpy, sim.kernels sgd_update
-    # and sum_into on 24-384 kB vectors, mpi4py Send/Recv pairs on shared memory (the
-    # per-message constant), an asp step's Python loop (the per-step constant). The time
-    # slice: k busy processes on 2 cores end together (processor sharing) from ~20 ms of
-    # work up, and run to completion in wake-up order below ~3 ms (Linux 6.18, EEVDF).
+    # Provisional, for one core of this machine (AMD EPYC): memcpy of L2-resident vectors
+    # ~9 GB/s, an SGD step and a += b somewhat slower, ~12 us of Python and mpi4py per
+    # message and ~25 us of loop per step (the gap between simulated and real asp per update
+    # in the host-model issue). Replace with `python -m sim calibrate` figures.
+    # The time slice: k busy processes on 2 cores end together (processor sharing) from
+    # ~20 ms of work up, and run to completion in wake-up order below ~3 ms (measured here,
+    # Linux 6.18 EEVDF).
     "epyc-core": HostProfile("epyc-core", 9.0e9, 6.0e9, 7.0e9, 12e-6, 25e-6, 3e-3,
-                             "measured here (sim calibrate), 2026-11-23"),
+                             "provisional estimate for this machine; calibrate to replace"),
 }
 
 
