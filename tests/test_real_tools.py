@@ -15,6 +15,7 @@ from sim.network.fabrics import get_fabric
 from sim.real.calibration.calibrate import fit_device, fit_network
 from sim.real.executors.collective import rank_rounds
 from sim.real.validation.validate import expand, load_matrix
+from sim.record import KINDS
 from sim.training.compute import load_device
 
 pytest.importorskip("mpi4py")
@@ -92,7 +93,11 @@ def test_compare_reports_errors_spread_and_a_figure(tmp_path, capsys):
     assert main(["run", str(config), "--out", str(sim)]) == 0
     assert main(["real", str(config), "--out", str(real), "--repeat", "2"]) == 0
     assert main(["compare", str(sim), str(real), "--out", str(tmp_path / "cmp")]) == 0
-    assert "iteration time" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "iteration time" in printed
+    for kind in KINDS:  # a line per activity, with its error
+        line = next(x for x in printed.splitlines() if x.strip().startswith(kind + " "))
+        assert "sim" in line and "real" in line and "error" in line
     report = json.loads((tmp_path / "cmp" / "report.json").read_text())
     it = report["iteration_s"]
     assert report["repeats"] == 2 and it["real"]["n"] == 2
@@ -100,6 +105,11 @@ def test_compare_reports_errors_spread_and_a_figure(tmp_path, capsys):
     assert it["outside_spread"] >= 0
     assert set(report["staleness"]) >= {"sim", "real"}
     assert len(report["breakdown"]["sim"]) == len(report["breakdown"]["real"]) == 2
+    for kind in KINDS:
+        row = report["breakdown"][f"{kind}_s"]
+        assert {"sim", "real", "error", "per_update"} <= set(row)
+        assert row["per_update"]["real"] == pytest.approx(row["real"] / 20, rel=1e-9) \
+            or row["real"] is None
     assert (tmp_path / "cmp" / "report.png").stat().st_size > 10_000
     assert main(["compare", str(real), str(sim)]) == 2  # the wrong way round
 

@@ -12,7 +12,10 @@ Figures compared (relative errors are (simulated - real mean) / real mean):
 * loss curves: mean absolute difference of held-out loss, over time on the common time span
   and over updates, both relative to the mean real loss there;
 * staleness distributions (fraction of updates at each staleness), side by side;
-* per-worker compute / comm / wait seconds, side by side, and their means.
+* time by activity (:data:`sim.record.KINDS`: compute, data, update, overhead, wire, wait):
+  per worker, side by side, and for each activity the mean seconds per worker over the run
+  and per update, simulated and real, and the relative error, so the activity the model
+  gets wrong stands out.
 """
 
 from __future__ import annotations
@@ -129,8 +132,27 @@ def _breakdown(sim: Run, reals: list[Run]) -> dict[str, Any]:
     out = {"kinds": list(kinds), "sim": sim_workers, "real": real_mean.tolist()}
     for k in kinds:
         s, r = sim.summary.get(f"{k}_s"), _mean([x.summary.get(f"{k}_s") for x in reals])
-        out[f"{k}_s"] = {"sim": s, "real": r, "error": relative_error(s, r)}
+        real_per_update = _mean([_per_update(x, k) for x in reals])
+        out[f"{k}_s"] = {"sim": s, "real": r, "error": relative_error(s, r),
+                         "per_update": {"sim": _per_update(sim, k), "real": real_per_update}}
     return out
+
+
+def _per_update(run: Run, kind: str) -> float | None:
+    """Seconds of ``kind`` per update (a worker's mean over the run / updates applied)."""
+    value, updates = run.summary.get(f"{kind}_s"), run.summary.get("iterations")
+    return value / updates if value is not None and updates else None
+
+
+def _activity_line(kind: str, row: dict[str, Any]) -> str:
+    s, r, e = row["sim"], row["real"], row["error"]
+    if s is None or r is None:
+        return f"  {kind:<9} sim {s}   real {r}"
+    each = row.get("per_update") or {}
+    per = (f"   per update sim {each['sim'] * 1e6:9.2f} us real {each['real'] * 1e6:9.2f} us"
+           if each.get("sim") is not None and each.get("real") is not None else "")
+    error = f"{e:+8.1%}" if e is not None else ("   exact" if s == r else "  (real 0)")
+    return f"  {kind:<9} sim {s:9.4g} s  real {r:9.4g} s  error {error}{per}"
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -152,9 +174,8 @@ def format_report(report: dict[str, Any]) -> str:
         if ld[key] is not None:
             lines.append(f"  loss distance {key.replace('_', ' '):<13} {ld[key]:.1%} of the loss")
     b = report["breakdown"]
-    lines.append("  per worker (s)   " + "   ".join(
-        f"{k} sim {b[f'{k}_s']['sim']:.4g} real {b[f'{k}_s']['real']:.4g}"
-        for k in b["kinds"]))
+    lines.append("  time by activity (mean per worker; error = (sim - real) / real):")
+    lines += [_activity_line(k, b[f"{k}_s"]) for k in b["kinds"]]
     st = report["staleness"]["mean"]
     lines.append(f"  staleness mean   sim {st['sim']:.3g}   real {st['real']:.3g}")
     return "\n".join(lines)

@@ -71,7 +71,8 @@ def plot_report(report: dict[str, Any], path: Path) -> None:
                        hatch=hatches[kind], edgecolor="black", lw=0.3)
                 bottom += data[:, j]
     ax.set(xticks=np.arange(n), xlabel="worker (left: simulated, right: real)",
-           ylabel="seconds", title="compute / comm (//) / wait (..)")
+           ylabel="seconds",
+           title="compute / data (xx) / update (++) / overhead (\\\\) / wire (//) / wait (..)")
     fig.suptitle(f"{report['strategy']}, {report['workers']} workers: simulated "
                  f"({report['fabric']}) vs real ({report['net']})")
     fig.tight_layout()
