@@ -263,6 +263,18 @@ def atomic_dir(out: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def read_profile(path: Path, fmt: str, what: str) -> dict[str, Any]:
+    """A calibrated profile: a JSON object whose optional ``format`` is ``fmt``. Raises
+    ValueError starting "``what`` PATH:"."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{what} {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("format", fmt) != fmt:
+        raise ValueError(f"{what} {path}: expected a JSON object of format {fmt!r}")
+    return data
+
+
 def write_atomic(path: Path, data: str | bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file beside it and a rename, so a
     reader never sees a half-written file; returns ``path``. Raises OSError (nothing is

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.record import write_atomic
+from sim.record import read_profile, write_atomic
 
 CALIBRATED = "calibrated:"
 PROFILE_FORMAT = "sgd-lab.device-profile/1"
@@ -53,13 +53,10 @@ def load_device(spec: str) -> Device:
                              f"or {CALIBRATED}PATH")
         return DEVICES[spec]
     path = Path(spec[len(CALIBRATED):])
+    data = read_profile(path, PROFILE_FORMAT, "device profile")
     try:
-        data = json.loads(path.read_text())
-        fmt = data.get("format", PROFILE_FORMAT)
-        if fmt != PROFILE_FORMAT:
-            raise ValueError(f"format {fmt!r}, expected {PROFILE_FORMAT!r}")
         rate, overhead = float(data["flops_per_s"]), float(data.get("overhead_s", 0.0))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"device profile {path}: {exc}") from None
     if not (rate > 0 and overhead >= 0):
         raise ValueError(f"device profile {path}: need flops_per_s > 0 and overhead_s >= 0")

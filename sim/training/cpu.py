@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from sim.record import write_atomic
+from sim.record import read_profile, write_atomic
 
 CALIBRATED = "calibrated:"
 PROFILE_FORMAT = "sgd-lab.host-profile/1"
@@ -51,7 +51,7 @@ class HostProfile:
     def __post_init__(self) -> None:
         for name in ("copy_Bps", "update_Bps", "reduce_Bps", "slice_s"):
             value = getattr(self, name)
-            if not (value > 0 and not math.isnan(value)):
+            if not value > 0:  # also refuses NaN; inf: free
                 raise ValueError(f"host profile {self.name!r}: {name} must be > 0, got {value}")
         for name in ("message_s", "step_s"):
             value = getattr(self, name)
@@ -85,13 +85,7 @@ def load_host(spec: str) -> HostProfile:
                              f"{', '.join(HOSTS)} or {CALIBRATED}PATH")
         return HOSTS[spec]
     path = Path(spec[len(CALIBRATED):])
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"host profile {path}: {exc}") from None
-    if not isinstance(data, dict) or data.get("format", PROFILE_FORMAT) != PROFILE_FORMAT:
-        raise ValueError(f"host profile {path}: expected a JSON object of format "
-                         f"{PROFILE_FORMAT!r}")
+    data = read_profile(path, PROFILE_FORMAT, "host profile")
     values: dict[str, Any] = {"name": str(data.get("name", path.stem)),
                               "source": str(data.get("source", path))}
     for f in fields(HostProfile):

@@ -33,18 +33,19 @@ class Hosts:
         self.cores = {h: simpy.Resource(env, cores) for h in ranks_on}
         self.shared = {h: ranks_on[h] > cores for h in ranks_on}  # ranks outnumber cores
         self.threads = [simpy.Resource(env, 1) for _ in self.rank_hosts]
+        self.free_at = [0.0] * len(self.rank_hosts)  # ranks with a core of their own
         self.spin = spin
 
     def run(self, rank: int, seconds: float) -> Generator[simpy.Event, Any, None]:
         """Run ``seconds`` of CPU work on ``rank``'s thread (after its earlier tasks)."""
         if seconds <= 0:
             return
+        if not self.shared[self.rank_hosts[rank]]:
+            yield from self._run_alone(rank, seconds)
+            return
         with self.threads[rank].request() as thread:
             yield thread
             host = self.rank_hosts[rank]
-            if not self.shared[host]:  # a core of its own: no queueing, no slices
-                yield self.env.timeout(seconds)
-                return
             left = seconds
             while left > 0:
                 with self.cores[host].request() as core:
@@ -52,6 +53,18 @@ class Hosts:
                     ran = min(left, self.slice_s)
                     yield self.env.timeout(ran)
                     left -= ran
+
+    def _run_alone(self, rank: int, seconds: float) -> Generator[simpy.Event, Any, None]:
+        """A core of its own: the thread is a FIFO queue, so the task ends ``seconds`` after
+        the rank's earlier tasks (one event, no slices)."""
+        end = max(self.env.now, self.free_at[rank]) + seconds
+        self.free_at[rank] = end
+        try:
+            yield self.env.timeout(end - self.env.now)
+        except simpy.Interrupt:
+            if self.free_at[rank] == end:  # cancelled last task: the thread is free now
+                self.free_at[rank] = self.env.now
+            raise
 
     def wait(self, rank: int, event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
         """Wait for ``event``; a spinning rank on a shared host holds cores while it waits.

@@ -72,12 +72,13 @@ class ParameterServer:
         return transfer(self.network, self.hosts[owners], np.full(owners.sum(), host),
                         parts[owners])
 
-    def process(self, owners: np.ndarray, seconds: np.ndarray) -> simpy.Event:
+    def process(self, owners: np.ndarray, seconds: np.ndarray) -> simpy.Event | None:
         """Each owning shard spends its ``seconds`` of CPU on its thread (after the work
-        already queued there); fires when all have."""
+        already queued there); the event fires when all have. None: no CPU work at all (no
+        cores, or the ideal host), so there is nothing to wait for."""
+        if self.cores is None or not np.any(seconds > 0):
+            return None
         env = self.network.env
-        if self.cores is None:
-            return env.timeout(0)
         shards = np.flatnonzero(owners)
         return simpy.AllOf(env, [env.process(self.cores.run(self.first_rank + int(s), float(t)))
                                  for s, t in zip(shards, seconds, strict=True)])
@@ -95,8 +96,9 @@ class ParameterServer:
         """
         id_bytes = 0 if rows is None else rows.size * rows.itemsize
         yield self.push_range(host, 0.0, 1.0, REQUEST_BYTES * len(self.hosts) + id_bytes)
-        if serve_s is not None:
-            yield self.process(self.share > 0, serve_s)
+        served = None if serve_s is None else self.process(self.share > 0, serve_s)
+        if served is not None:
+            yield served
         version = self.store.read(out, rows)
         params = self.store.params
         nbytes = params.nbytes if rows is None else rows.size * params.itemsize

@@ -99,17 +99,17 @@ class Strategy(ABC):
 
 def cpu(ctx: Context, rank: int, kind: str,
         seconds: float) -> Generator[simpy.Event, Any, None]:
-    """``seconds`` of CPU work on ``rank``'s core, recorded as ``kind`` for a worker."""
-    if rank >= ctx.n:  # a server: its time is not a worker's
-        yield from ctx.hosts.run(rank, seconds)
-        return
+    """``seconds`` of CPU work on worker ``rank``'s core, recorded as ``kind``."""
     with ctx.recorder.span(rank, kind):
         yield from ctx.hosts.run(rank, seconds)
 
 
 def block(ctx: Context, rank: int, kind: str,
-          event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
-    """Wait for ``event`` (recorded as ``kind``: wire or wait); returns its value."""
+          event: simpy.Event | None) -> Generator[simpy.Event, Any, Any]:
+    """Wait for ``event`` (recorded as ``kind``: wire or wait); returns its value. None:
+    nothing to wait for."""
+    if event is None:
+        return None
     with ctx.recorder.span(rank, kind):
         return (yield from ctx.hosts.wait(rank, event))
 
@@ -129,10 +129,11 @@ def compute(ctx: Context, worker: Worker) -> Generator[simpy.Event, Any, float]:
 
 
 def push(ctx: Context, worker: Worker, nbytes: float,
-         apply_Bps: float) -> Generator[simpy.Event, Any, simpy.Event]:
+         apply_Bps: float) -> Generator[simpy.Event, Any, simpy.Event | None]:
     """``worker`` sends a gradient of ``nbytes`` to the shards; returns the event of the
-    shards having received and processed it (message CPU + bytes / ``apply_Bps`` each):
-    the worker does not wait for that, the update happens then."""
+    shards having received and processed it (message CPU + bytes / ``apply_Bps`` each;
+    None when that costs no CPU): the worker does not wait for that, the update happens
+    then."""
     server, costs = ctx.server, ctx.cpu
     parts = server.range_bytes(0.0, 1.0, nbytes)
     owners = parts > 0
