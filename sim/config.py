@@ -245,17 +245,11 @@ def _check_fabric(c: Config) -> None:
 def _check_hosts(c: Config) -> None:
     from sim.training.cpu import load_host
     from sim.training.rules import RULES
-    from sim.training.strategies import STRATEGIES
 
     try:
-        host = load_host(c.cluster.host)
+        load_host(c.cluster.host)
     except ValueError as exc:
         raise ValueError(f"cluster.host: {exc}") from None
-    strategy = STRATEGIES.get(c.strategy.kind)
-    if host.name != "ideal" and strategy is not None and not strategy.charges_cpu:
-        charging = sorted(n for n, s in STRATEGIES.items() if s.charges_cpu)
-        raise ValueError(f"cluster.host: {c.strategy.kind!r} does not charge host CPU costs "
-                         f"yet (only {', '.join(charging)}); use \"ideal\"")
     rules = RULES.get(c.strategy.kind)
     ranks = c.cluster.workers + (c.cluster.servers if rules and rules.uses_servers else 0)
     placed = len(c.cluster.rank_hosts)

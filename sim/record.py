@@ -129,13 +129,13 @@ class Recorder:
             self.slices.append((worker, kind, start, end, overlapped))
 
     @contextmanager
-    def span(self, worker: int, kind: str) -> Iterator[None]:
+    def span(self, worker: int, kind: str, overlapped: bool = False) -> Iterator[None]:
         """Time the enclosed SimPy waits as ``kind`` (also when interrupted)."""
         start = self.clock()
         try:
             yield
         finally:
-            self.add_span(worker, kind, start, self.clock())
+            self.add_span(worker, kind, start, self.clock(), overlapped)
 
     # ---- results --------------------------------------------------------------------
 

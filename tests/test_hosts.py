@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -9,6 +10,7 @@ import simpy
 
 from sim.cli import main
 from sim.config import load_config
+from sim.network.collectives import get_collective
 from sim.network.fabrics import get_fabric
 from sim.record import KINDS
 from sim.training.cpu import HOSTS, cpu_costs
@@ -143,7 +145,6 @@ def test_the_ideal_host_is_the_model_without_cpu_costs(tmp_path):
     ('cluster.rank_hosts=[0, 0, 1, 1]', "cluster.rank_hosts"),  # 2 workers + 1 server
     ('cluster.host="nonesuch"', "cluster.host"),
     ('cluster.cores=0', "cluster.cores"),
-    ('strategy.kind="bsp"', "cluster.host"),  # not host-aware yet
 ])
 def test_bad_host_descriptions_exit_2_naming_the_key(tmp_path, capsys, setting, key):
     path = tmp_path / "c.toml"
@@ -164,3 +165,93 @@ def test_a_host_profile_missing_a_parameter_exits_2_naming_it(tmp_path, capsys):
                  f'cluster.host="calibrated:{profile}"']) == 2
     err = capsys.readouterr().err
     assert "cluster.host" in err and "step_s" in err
+
+
+SYNC = """
+[cluster]
+workers = {workers}
+fabric = "ib-hdr"
+host = "{host}"
+[workload]
+features = 1999
+samples = 4000
+batch = 16
+[strategy]
+kind = "{kind}"
+[compute]
+{compute}
+[run]
+iterations = 20
+eval_every = 20
+"""
+
+
+def sync(kind: str, host: str, workers: int, compute: str = "time_s = 1e-4") -> str:
+    return SYNC.format(workers=workers, kind=kind, host=host, compute=compute)
+
+
+def step_s(tmp_path, kind: str, host: str, workers: int, compute: str = "time_s = 1e-4",
+           **extra: str) -> float:
+    path = tmp_path / f"{kind}-{host}-{workers}.toml"
+    path.write_text(sync(kind, host, workers, compute))
+    summary = simulate(load_config(path, [f"{k}={v}" for k, v in extra.items()])).summary
+    return summary["sim_time_s"] / summary["iterations"]
+
+
+def epyc() -> tuple:
+    fabric = get_fabric("ib-hdr")
+    return cpu_costs(HOSTS["epyc-core"], fabric), fabric.overhead_s
+
+
+N_BYTES = 2000 * 8  # logreg, 1,999 features + bias, float64
+BATCH_BYTES = 16 * 1999 * 8
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_a_bsp_step_pays_the_ring_cpu_of_thakur_et_al_and_every_replica_s_update(tmp_path, p):
+    """Ring allreduce: 2 (p - 1) rounds, each sending and receiving n / p bytes (LogGP o and
+    the copies at both ends), and p - 1 of them summing n / p (gamma); the wire is the ring's
+    closed form with o moved off it. (The flow network's ring is within 5 ns of its closed
+    form here.)"""
+    costs, _ = epyc()
+    chunk = N_BYTES / p
+    ring_cpu = 2 * (p - 1) * 2 * costs.message_s(chunk) + (p - 1) * chunk / costs.host.reduce_Bps
+    wire = dataclasses.replace(get_fabric("ib-hdr"), overhead_s=0.0)
+    ring = get_collective("ring").closed_form_s(p, N_BYTES, wire.alpha_s(), wire.beta_s_per_byte)
+    expected = (costs.step_s + costs.data_s(BATCH_BYTES) + 1e-4 + ring_cpu + ring
+                + costs.update_s(N_BYTES))
+    assert step_s(tmp_path, "bsp", "epyc-core", p) == pytest.approx(expected, abs=1e-8)
+
+
+def test_a_bsp_ps_step_with_one_worker_pays_every_cpu_activity_once_in_order(tmp_path):
+    """Push (worker), receive and sum (server), the step (server), answer the held pull
+    (server), receive (worker): all on the critical path, one message each way. The ideal
+    host pays 2 o per message on the wire instead."""
+    costs, o = epyc()
+    n = N_BYTES
+    expected = (costs.step_s + costs.data_s(BATCH_BYTES) + costs.message_s(n)
+                + costs.message_s(n) + costs.reduce_s(n) + costs.update_s(n)
+                + costs.message_s(64) + costs.message_s(n) + costs.message_s(n) - 2 * 2 * o)
+    extra = step_s(tmp_path, "bsp-ps", "epyc-core", 1) - step_s(tmp_path, "bsp-ps", "ideal", 1)
+    assert extra == pytest.approx(expected, abs=1e-8)
+
+
+@pytest.mark.parametrize("kind", ["bsp", "bsp-ps", "local-sgd", "easgd", "backup", "ssp"])
+def test_every_strategy_charges_the_host_and_its_breakdown_adds_up(tmp_path, kind):
+    path = tmp_path / f"{kind}.toml"
+    path.write_text(sync(kind, "epyc-core", 3))
+    summary = simulate(load_config(path)).summary
+    for worker in summary["workers"]:
+        assert sum(worker.values()) == pytest.approx(summary["sim_time_s"], rel=1e-9)
+    assert summary["data_s"] > 0 and summary["overhead_s"] > 0
+    assert summary["update_s"] > 0 or kind in ("bsp-ps", "backup", "ssp")  # servers update
+
+
+@pytest.mark.parametrize("kind", ["bsp", "bsp-ps"])
+def test_synchronous_ranks_sharing_cores_are_slower(tmp_path, kind):
+    """The gradient kernel runs on the host (no modelled time): 4 or 5 ranks on 2 cores."""
+    on_host = 'device = "cpu-core"'
+    own = step_s(tmp_path, kind, "epyc-core", 4, on_host)
+    shared = step_s(tmp_path, kind, "epyc-core", 4, on_host,
+                    **{"cluster.cores": 2, "cluster.ranks_per_host": 5})
+    assert shared > 1.3 * own

@@ -80,10 +80,18 @@ def test_calibrate_writes_profiles_the_simulator_reads(tmp_path, capsys):
     fabric = get_fabric(f"calibrated:{out / 'fabric.json'}")
     device = load_device(f"calibrated:{out / 'device.json'}")
     assert fabric.bandwidth_Bps > 1e6 and device.flops_per_s > 1e6
+    assert f'cluster.host = "calibrated:{out / "host.json"}"' in printed
+    host = json.loads((out / "host.json").read_text())
+    # the fabric's o is added to every message by the simulator: not counted twice
+    assert host["fabric_overhead_s"] == fabric.overhead_s
+    assert host["message_s"] == pytest.approx(
+        max(host["fits"]["message"]["constant_s"] - fabric.overhead_s, 0.0))
     run = tmp_path / "sim"
     assert main(["run", str(workload), "--out", str(run), "--set",
                  f'cluster.fabric="calibrated:{out / "fabric.json"}"', "--set",
-                 f'compute.device="calibrated:{out / "device.json"}"']) == 0
+                 f'compute.device="calibrated:{out / "device.json"}"', "--set",
+                 f'cluster.host="calibrated:{out / "host.json"}"']) == 0
+    assert json.loads((run / "summary.json").read_text())["data_s"] > 0
 
 
 def test_compare_reports_errors_spread_and_a_figure(tmp_path, capsys):

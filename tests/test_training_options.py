@@ -109,9 +109,9 @@ def test_sparse_asp_pulls_and_pushes_only_the_touched_features():
         pulled[hosts[host]].append(rows)
         return pull(host, out, rows, serve_s)
 
-    def pushing(host, nbytes):
+    def pushing(host, nbytes, keys=(0.0, 1.0)):
         pushed[hosts[host]].append(nbytes)
-        return push(host, nbytes)
+        return push(host, nbytes, keys)
 
     def drawing(w, draw):
         def batch():

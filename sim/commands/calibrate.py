@@ -1,7 +1,8 @@
 """``python -m sim calibrate --out DIR [--net ...]``: profiles of this machine for the simulator.
 
-Writes ``DIR/fabric.json`` (``cluster.fabric = "calibrated:DIR/fabric.json"``) and
-``DIR/device.json`` (``compute.device = "calibrated:DIR/device.json"``).
+Writes ``DIR/fabric.json`` (``cluster.fabric = "calibrated:DIR/fabric.json"``),
+``DIR/device.json`` (``compute.device = "calibrated:DIR/device.json"``) and
+``DIR/host.json`` (``cluster.host = "calibrated:DIR/host.json"``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from sim.errors import UserError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True,
-                        help="directory for fabric.json and device.json")
+                        help="directory for fabric.json, device.json and host.json")
     parser.add_argument("--net", default="shm",
                         help="network to measure: shm (default) or emulate:RATE")
     parser.add_argument("--ranks", default="2,4",
@@ -29,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "set of logreg, softmax and MLP sizes)")
     parser.add_argument("--concurrency", type=int, default=1,
                         help="time kernels in this many processes at once (default 1)")
-    parser.add_argument("--only", choices=["network", "compute"],
-                        help="measure only the network or only the kernels")
+    parser.add_argument("--only", choices=["network", "compute", "host"],
+                        help="measure only the network, the kernels or the host's CPU costs")
     parser.add_argument("--wait", default="auto", choices=["auto", "spin", "sleep"],
                         help="how ranks wait, as for `sim real` (default auto)")
     parser.add_argument("--quick", action="store_true",
@@ -63,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--concurrency must be at least 1")
     workloads = [load_config(p) for p in args.workloads] or C.default_workloads()
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.only != "network":
+    if args.only in (None, "compute"):
         points = C.measure_kernels(workloads, args.concurrency,
                                    0.05 if args.quick else 0.2)
         device = C.write_device(args.out / "device.json", points, args.concurrency)
@@ -73,7 +74,8 @@ def main(args: argparse.Namespace) -> int:
         for p in points:
             print(f"  {p['workload']:<34} {p['seconds'] * 1e6:9.1f} us  {p['error']:+.1%}")
         print(f'  compute.device = "calibrated:{args.out / "device.json"}"')
-    if args.only != "compute":
+    fabric_overhead_s = 0.0
+    if args.only in (None, "network"):
         try:
             with terminated_cleanly(), network(args.net, max(ranks)) as emulation:
                 measured = C.measure_network(emulation, ranks, args.wait, args.collective,
@@ -91,4 +93,15 @@ def main(args: argparse.Namespace) -> int:
         for p in fit["points"]:
             print(f"  {p['what']:<41} {p['measured_s'] * 1e6:11.1f} us  {p['error']:+.0%}")
         print(f'  cluster.fabric = "calibrated:{args.out / "fabric.json"}"')
+        fabric_overhead_s = fabric.overhead_s
+    if args.only in (None, "host"):
+        from sim.real.calibration.host import calibrate_host
+
+        try:
+            lines = calibrate_host(args.out / "host.json", args.quick, args.wait,
+                                   fabric_overhead_s)
+        except RunFailed as exc:
+            print(f"error: host measurement failed: {exc}", file=sys.stderr)
+            return 1
+        print("\n".join(lines))
     return 0

@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sim.record import read_profile, write_atomic
 
 CALIBRATED = "calibrated:"
@@ -141,11 +143,36 @@ class CpuCosts:
         return (self.host.message_s + self.stack_s + nbytes / self.host.copy_Bps
                 + nbytes / self.stack_Bps)
 
+    def collective_s(self, schedule: Any, itemsize: float) -> float:
+        """CPU seconds of a collective on its busiest path: in every round each endpoint
+        pays for the messages it sends and receives, and sums what it receives in ``SUM``
+        rounds (Thakur et al.'s gamma term: (p - 1) / p n gamma for the ring); a round ends
+        with its slowest endpoint. ``schedule``: :class:`sim.network.schedule.Schedule`,
+        ``itemsize``: bytes per element on the wire."""
+        if self.host is HOSTS["ideal"]:
+            return 0.0
+        total = 0.0
+        for r in range(schedule.n_rounds):
+            rnd = schedule.round(r)
+            if not len(rnd):
+                continue
+            nbytes = rnd.count * itemsize
+            per_message = self.host.message_s + self.stack_s
+            each = per_message + nbytes / self.host.copy_Bps + nbytes / self.stack_Bps
+            busy = (np.bincount(rnd.src, each, schedule.n_endpoints)
+                    + np.bincount(rnd.dst, each, schedule.n_endpoints))
+            if rnd.op == "sum":
+                busy += np.bincount(rnd.dst, nbytes / self.host.reduce_Bps,
+                                    schedule.n_endpoints)
+            total += float(busy.max())
+        return total
+
     @property
     def step_s(self) -> float:
         return self.host.step_s
 
     @property
-    def moves_overhead(self) -> bool:
-        """True: LogGP o is paid on the CPU, so the wire must not charge it again."""
+    def charged(self) -> bool:
+        """True: ranks pay CPU costs (any host but the ideal one); LogGP o is then paid on
+        the CPU, so the wire must not charge it again."""
         return self.host is not HOSTS["ideal"]

@@ -106,7 +106,7 @@ def build_simulation(config: Config) -> Simulation:
                **_topology_kwargs(config)}
     fabric = get_fabric(cluster.fabric)
     costs = cpu_costs(load_host(cluster.host), fabric)
-    if costs.moves_overhead:  # LogGP o is paid on the hosts' cores instead of the wire
+    if costs.charged:  # LogGP o is paid on the hosts' cores instead of the wire
         fabric = dataclasses.replace(fabric, overhead_s=0.0)
     network = build_network(env, fabric, cluster.workers + servers, **options)
     hosts = place(network.topology, cluster.workers + servers, cluster.placement)

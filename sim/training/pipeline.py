@@ -42,9 +42,17 @@ class Pipeline:
                  channel: AllreduceChannel | ParameterServerChannel,
                  costs: Callable[[int, int], StepCosts],
                  span: Callable[[int, str, float, float, bool], None],
-                 step_done: Callable[[int], None]) -> None:
+                 step_done: Callable[[int], None],
+                 busy: Callable[[int, float], Generator[simpy.Event, Any, None]] | None = None,
+                 prologue: Callable[[int], Generator[simpy.Event, Any, None]] | None = None,
+                 ) -> None:
         self.env, self.workers, self.messages, self.channel = env, workers, messages, channel
         self.costs, self.span, self.step_done = costs, span, step_done
+        # busy(worker, seconds): a layer's compute (on the worker's core, or a plain delay);
+        # prologue(worker): what a step does before its forward (the batch, the loop's code),
+        # once layer 0's message of the previous step is back
+        self.busy = busy or self._delay
+        self.prologue = prologue
         n_layers = messages[0].hi + 1 if messages else 0
         self.message_of = np.empty(n_layers, np.int64)
         for m, msg in enumerate(messages):
@@ -57,6 +65,9 @@ class Pipeline:
         self.stopped = False
         self.overlapped = len(messages) > 1
         channel.attach(self)
+
+    def _delay(self, w: int, seconds: float) -> Generator[simpy.Event, Any, None]:
+        yield self.env.timeout(seconds)
 
     def landed(self, w: int, m: int) -> None:
         """Message m is back at worker w: the layers it carries may run."""
@@ -83,12 +94,14 @@ class Pipeline:
                     # one message: idle until it started moving, the channel spans the rest
                     end = env.now if self.overlapped else max(start, self.comm_start[w, m])
                     self.span(w, "wait", start, end, False)
+                if layer == 0 and self.prologue is not None:  # once the parameters it reads
+                    yield from self.prologue(w)  # are in, as in the real runner
                 start = env.now
-                yield env.timeout(cost.forward_s[layer])
+                yield from self.busy(w, cost.forward_s[layer])
                 self.span(w, "compute", start, env.now, False)
             for layer in range(len(self.message_of) - 1, -1, -1):
                 start = env.now
-                yield env.timeout(cost.backward_s[layer])
+                yield from self.busy(w, cost.backward_s[layer])
                 self.span(w, "compute", start, env.now, False)
                 m = self.message_of[layer]
                 if self.messages[m].lo == layer:
@@ -97,7 +110,9 @@ class Pipeline:
 
 
 class AllreduceChannel:
-    """One global queue: message m is reduced once every worker has produced it."""
+    """One global queue: message m is reduced once every worker has produced it.
+
+    ``reduce(step, message)`` runs the collective and records every worker's spans."""
 
     def __init__(self, env: simpy.Environment, priority: bool,
                  reduce: Callable[[int, Message], Generator[simpy.Event, Any, Any]]) -> None:
@@ -130,10 +145,9 @@ class AllreduceChannel:
                     yield self.wakeup
                     self.wakeup = self.env.event()
                 m = self.next_message(pipe)
-                start = pipe.comm_start[:, m] = self.env.now
-                yield from self.reduce(step, pipe.messages[m])
+                pipe.comm_start[:, m] = self.env.now
+                yield from self.reduce(step, pipe.messages[m])  # records its spans
                 for w in range(pipe.workers):
-                    pipe.span(w, "wire", start, self.env.now, pipe.overlapped)
                     pipe.landed(w, m)
             pipe.step_done(step)
             if pipe.stopped:
@@ -142,7 +156,9 @@ class AllreduceChannel:
 
 class ParameterServerChannel:
     """Each worker pushes its ready messages one at a time; once every worker has pushed
-    message m the servers apply it and every worker pulls it back."""
+    message m the servers apply it and every worker pulls it back.
+
+    ``push(worker, message)`` and ``pull(worker, message)`` record the worker's spans."""
 
     def __init__(self, env: simpy.Environment, priority: bool,
                  push: Callable[[int, Message], Generator[simpy.Event, Any, Any]],
@@ -181,9 +197,8 @@ class ParameterServerChannel:
             queue = self.queues[w]
             m = min(queue, key=lambda k: pipe.messages[k].lo) if self.priority else queue[0]
             queue.remove(m)
-            start = pipe.comm_start[w, m] = self.env.now
-            yield from self.push(w, pipe.messages[m])
-            pipe.span(w, "wire", start, self.env.now, pipe.overlapped)
+            pipe.comm_start[w, m] = self.env.now
+            yield from self.push(w, pipe.messages[m])  # records its spans
             self.pushed_at[w, m] = self.env.now
             self.pushed[m] += 1
             if self.pushed[m] == pipe.workers:
@@ -195,6 +210,5 @@ class ParameterServerChannel:
         start = self.env.now
         if not pipe.overlapped:  # idle between its push and the others' (the barrier)
             pipe.span(w, "wait", float(self.pushed_at[w, m]), start, False)
-        yield from self.pull(w, pipe.messages[m])
-        pipe.span(w, "wire", start, self.env.now, pipe.overlapped)
+        yield from self.pull(w, pipe.messages[m])  # records its spans
         pipe.landed(w, m)

@@ -83,9 +83,11 @@ class ParameterServer:
         return simpy.AllOf(env, [env.process(self.cores.run(self.first_rank + int(s), float(t)))
                                  for s, t in zip(shards, seconds, strict=True)])
 
-    def push(self, host: int, nbytes: float) -> simpy.Event:
-        """A gradient of ``nbytes`` from ``host``; fires when every shard has its part."""
-        return self.push_range(host, 0.0, 1.0, nbytes)
+    def push(self, host: int, nbytes: float,
+             keys: tuple[float, float] = (0.0, 1.0)) -> simpy.Event:
+        """A gradient of ``nbytes`` for ``keys`` (fractions of the vector) from ``host``;
+        fires when every shard has its part."""
+        return self.push_range(host, *keys, nbytes)
 
     def pull(self, host: int, out: np.ndarray, rows: np.ndarray | None = None,
              serve_s: np.ndarray | None = None) -> Generator[simpy.Event, Any, int]:

@@ -176,9 +176,14 @@ def load_average() -> float:
         return 0.0
 
 
-def calibrate_host(path: Path, quick: bool = False, wait: str = "auto") -> list[str]:
+def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
+                   fabric_overhead_s: float = 0.0) -> list[str]:
     """Measure, fit and write the host profile to ``path``; the lines to print (fits with
-    their errors, warnings, and the config line)."""
+    their errors, warnings, and the config line).
+
+    ``fabric_overhead_s``: the o of the fabric profile calibrated with it, which the
+    simulator adds to every message's CPU (:func:`sim.training.cpu.cpu_costs`); the
+    measured per-message constant includes it, so ``message_s`` is the rest."""
     path.parent.mkdir(parents=True, exist_ok=True)
     load = load_average()
     min_time_s = 0.02 if quick else 0.1
@@ -191,7 +196,8 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto") -> list[
     step = measure_step(quick, wait)
     profile = HostProfile(f"calibrated-{platform.node()}", fits["copy"]["rate_Bps"],
                           fits["update"]["rate_Bps"], fits["reduce"]["rate_Bps"],
-                          fits["message"]["constant_s"], max(step["step_s"], 0.0), SLICE_S,
+                          max(fits["message"]["constant_s"] - fabric_overhead_s, 0.0),
+                          max(step["step_s"], 0.0), SLICE_S,
                           f"sim calibrate: host costs through the real runner's code paths; "
                           f"{time.strftime('%Y-%m-%d')}, {platform.node()}, "
                           f"{os.cpu_count()} CPUs")
@@ -206,8 +212,11 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto") -> list[
                 "worker's time between its timed spans"}
     lines = [f"host: copy {profile.copy_Bps / 1e9:.2f} GB/s, update "
              f"{profile.update_Bps / 1e9:.2f} GB/s, reduce {profile.reduce_Bps / 1e9:.2f} GB/s,"
-             f" message {profile.message_s * 1e6:.2f} us, step {profile.step_s * 1e6:.2f} us,"
-             f" slice {profile.slice_s * 1e3:.0f} ms (not measured)"]
+             f" message {profile.message_s * 1e6:.2f} us"
+             + (f" (+ the fabric's o {fabric_overhead_s * 1e6:.2f} us)" if fabric_overhead_s
+                else "")
+             + f", step {profile.step_s * 1e6:.2f} us, slice {profile.slice_s * 1e3:.0f} ms"
+               " (not measured)"]
     warnings = busy_warning(load, cpu_s, wall_s)
     for name, f in fits.items():
         lines.append(f"  {name:<8} {f['constant_s'] * 1e6:8.2f} us + bytes / "
@@ -223,5 +232,6 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto") -> list[
                  f"{step['iterations']} updates, {step['iteration_s'] * 1e6:.1f} us each)")
     save_host_profile(path, profile, fits=fits, step=step, measured_through=measured_through,
                       load_average=load, cpu_fraction=cpu_s / wall_s if wall_s else None,
+                      fabric_overhead_s=fabric_overhead_s,
                       quick=quick)
     return lines + warnings + [f'  cluster.host = "calibrated:{path}"']

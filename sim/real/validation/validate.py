@@ -32,6 +32,7 @@ from sim.real.launch.launcher import RunFailed
 from sim.real.validation.load import OtherLoad, wait_for_quiet
 from sim.record import write_atomic
 from sim.results import iteration_s
+from sim.training.rules import make_rules
 
 SPECIAL_AXES = ("workers", "strategy", "network")
 
@@ -131,7 +132,16 @@ def case_config(matrix: Matrix, case: Case, profiles: dict[str, Path]) -> Config
     sets = [f"{key}={json.dumps(value)}" for key, value in case.overrides.items()]
     sets += [f'cluster.fabric="calibrated:{profiles[case.net] / "fabric.json"}"',
              f'compute.device="calibrated:{profiles["device"] / "device.json"}"']
-    return validate(apply_overrides(matrix.base, sets), f"{matrix.path} case {case.name}")
+    where = f"{matrix.path} case {case.name}"
+    config = validate(apply_overrides(matrix.base, sets), where)
+    if not (profiles["host"] / "host.json").exists():
+        return config
+    # every real rank runs on this machine: one host with its cores
+    ranks = config.cluster.workers + (config.cluster.servers
+                                      if make_rules(config).uses_servers else 0)
+    sets += [f'cluster.host="calibrated:{profiles["host"] / "host.json"}"',
+             f"cluster.cores={os.cpu_count() or 1}", f"cluster.ranks_per_host={ranks}"]
+    return validate(apply_overrides(matrix.base, sets), where)
 
 
 # ---- the machine -----------------------------------------------------------------------
@@ -155,6 +165,7 @@ def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
                   retries: int = 0) -> dict:
     """Calibrate the device (the matrix's workloads) and each network the cases use."""
     from sim.real.calibration import calibrate as C
+    from sim.real.calibration.host import calibrate_host
     from sim.real.launch.runner import network
 
     profiles: dict[str, Path] = {"device": out / "device"}
@@ -183,6 +194,12 @@ def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
         C.write_fabric(place / "fabric.json", net, measured, fit)
         profiles[net] = place
         summary[net] = fit
+    say("calibrating the host's CPU costs")
+    profiles["host"] = out / "host"
+    o = json.loads((profiles["shm"] / "fabric.json").read_text())["overhead_s"] \
+        if "shm" in profiles else 0.0
+    summary["host"] = quietly(lambda: calibrate_host(profiles["host"] / "host.json", quick,
+                                                     fabric_overhead_s=o), quiet, retries)
     write_atomic(out / "calibration.json", json.dumps(summary, indent=2) + "\n")
     profiles["workloads"] = list(configs.values())  # type: ignore[assignment]
     return profiles
@@ -281,7 +298,7 @@ def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | Non
     if profiles_dir is None:
         profiles = calibrate_all(matrix, cases, out / "profiles", say, quick, quiet, retries)
     else:
-        profiles = {"device": profiles_dir / "device"}
+        profiles = {"device": profiles_dir / "device", "host": profiles_dir / "host"}
         profiles |= {c.net: profiles_dir / c.net.replace(":", "-") for c in cases}
     rows = []
     for i, case in enumerate(cases):

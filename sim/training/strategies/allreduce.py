@@ -23,20 +23,45 @@ from sim.network.runner import run_alone
 from sim.training.messages import Message
 from sim.training.pipeline import AllreduceChannel
 from sim.training.rules import SGD
-from sim.training.strategies.base import Strategy
+from sim.training.strategies.base import Strategy, compute, cpu, everyone
 from sim.training.strategies.pipelined import PipelinedStrategy
+from sim.workloads.workload import Worker
 
 
 class AllreduceMixin:
-    """Time one allreduce per step through the configured collective, in simulated time."""
+    """Time one allreduce per step through the configured collective, in simulated time:
+    each rank's CPU for it (posting and copying its messages, summing what arrives), then
+    its messages on the network."""
 
     def _setup_collective(self) -> None:
         self.collective = get_collective(self.ctx.config.strategy.collective)
         self.hosts = np.array([w.host for w in self.ctx.workers])
         self.elapsed_s: dict[int, float] = {}  # message bytes -> simulated allreduce time
+        self.cpu_s: dict[int, float] = {}  # message bytes -> CPU of a rank, busiest path
+
+    def allreduce_cpu_s(self, nbytes: int) -> float:
+        """CPU seconds of one allreduce of ``nbytes`` on a rank (its busiest path)."""
+        if nbytes not in self.cpu_s:
+            schedule = self.collective.schedule(self.ctx.n, int(nbytes))
+            self.cpu_s[nbytes] = self.ctx.cpu.collective_s(schedule, 1.0)
+        return self.cpu_s[nbytes]
+
+    def allreduce(self, nbytes: int,
+                  overlapped: bool = False) -> Generator[simpy.Event, Any, None]:
+        """Every worker allreduces ``nbytes``: their CPU, then the wire, both recorded.
+
+        The CPU part comes first as a lump: ring rounds alternate CPU and wire, and their
+        sum is the same in either order when the ranks are alike.
+        """
+        yield from everyone(self.ctx, "overhead", self.allreduce_cpu_s(nbytes), overlapped)
+        start = self.ctx.env.now
+        yield from self.allreduce_time(nbytes)
+        for w in self.ctx.workers:
+            self.ctx.recorder.add_span(w.index, "wire", start, self.ctx.env.now, overlapped)
 
     def allreduce_time(self, nbytes: int) -> Generator[simpy.Event, Any, float]:
-        """Wait while every worker allreduces ``nbytes``; returns the time taken (s).
+        """Wait while every worker's messages of an allreduce of ``nbytes`` cross the
+        network; returns the time taken (s).
 
         Nothing else ever uses the network in these strategies and one allreduce ends before
         the next starts, so each starts on an idle network and takes the same time as the
@@ -48,10 +73,6 @@ class AllreduceMixin:
         else:
             yield self.ctx.env.timeout(self.elapsed_s[nbytes])
         return self.elapsed_s[nbytes]
-
-    def record_comm(self, start: float) -> None:
-        for w in self.ctx.workers:
-            self.ctx.recorder.add_span(w.index, "wire", start, self.ctx.env.now)
 
 
 class BSP(AllreduceMixin, PipelinedStrategy):
@@ -81,7 +102,10 @@ class BSP(AllreduceMixin, PipelinedStrategy):
         return self.compressed_bytes if self.compressed_bytes is not None else msg.nbytes
 
     def reduce(self, step: int, msg: Message) -> Generator[simpy.Event, Any, None]:
-        yield from self.allreduce_time(self.message_bytes(msg))
+        """The message's allreduce, then every replica's SGD step over its layers."""
+        lapped = self.pipe.overlapped
+        yield from self.allreduce(self.message_bytes(msg), lapped)
+        yield from everyone(self.ctx, "update", self.ctx.cpu.update_s(msg.nbytes), lapped)
 
     def compute_gradients(self) -> None:
         super().compute_gradients()
@@ -95,12 +119,13 @@ class BSP(AllreduceMixin, PipelinedStrategy):
         return float(np.mean(self.losses))
 
     def alone_s(self, msg: Message) -> float:
+        """The message's allreduce alone on an idle network, with its CPU."""
         nbytes = self.message_bytes(msg)
         if nbytes not in self.elapsed_s:
             self.elapsed_s[nbytes], _ = run_alone(
                 self.collective, p=self.ctx.n, nbytes=nbytes, fabric=self.ctx.network.fabric,
                 **self.ctx.network_options)
-        return self.elapsed_s[nbytes]
+        return self.elapsed_s[nbytes] + self.allreduce_cpu_s(nbytes)
 
     def sum_gradients(self) -> int:
         """Sum the workers' gradients as received (decoded) into :attr:`total`, in rank order
@@ -144,33 +169,38 @@ class LocalSGD(AllreduceMixin, Strategy):
     def run(self) -> Generator[simpy.Event, Any, None]:
         ctx, rec, env = self.ctx, self.ctx.recorder, self.ctx.env
         period = ctx.config.strategy.local_steps
-        step = 0
+        self.step = 0
         while not rec.finished:
-            start = env.now
-            # each worker runs its H steps back to back; float: env.now starts as the int 0
-            busy_until = np.full(ctx.n, start, dtype=np.float64)
-            for h in range(period):
-                losses = []
-                for w in ctx.workers:
-                    losses.append(self.local_step(w.index))
-                    end = busy_until[w.index] + ctx.compute.duration(w.index,
-                                                                     busy_until[w.index])
-                    rec.add_span(w.index, "compute", busy_until[w.index], end)
-                    busy_until[w.index] = end
-                    w.clock += 1
-                yield env.timeout(busy_until.max() - env.now)
-                step += 1
-                rec.update(-1, step, step - 1, 0, float(np.mean(losses)),
-                           ctx.n * ctx.workers[0].batch)
-                if rec.finished and h < period - 1:
-                    return  # mid-period: the workers ahead are busy with their next step
-            for w in ctx.workers:  # the period is over: the fast wait for the slowest
-                rec.add_span(w.index, "wait", busy_until[w.index], env.now)
+            self.losses = np.zeros((period, ctx.n))  # step h's loss on each worker
+            self.taken = [0] * period  # workers that took local step h of this period
+            self.barrier = env.event()  # every worker took the period's last step
+            yield simpy.AllOf(env, [env.process(self.local_steps(w, period))
+                                    for w in ctx.workers])
             if rec.finished:
                 return
-            comm_start = env.now
-            yield from self.allreduce_time(self.average.nbytes)
-            self.record_comm(comm_start)
+            yield from self.allreduce(self.average.nbytes)
             mean = self.model_of_record()
             for replica in self.replicas:  # every worker ends with the mean, same bits
                 K.copy(replica, mean)
+
+    def local_steps(self, w: Worker, period: int) -> Generator[simpy.Event, Any, None]:
+        """``w``'s H local steps (batch, gradient, SGD step on its replica), then a wait for
+        the slowest worker; an update is recorded when every worker has taken step h."""
+        ctx, rec = self.ctx, self.ctx.recorder
+        for h in range(period):
+            self.losses[h, w.index] = self.local_step(w.index)
+            yield from compute(ctx, w)
+            yield from cpu(ctx, w.index, "update", ctx.cpu.update_s(self.average.nbytes))
+            w.clock += 1
+            self.taken[h] += 1
+            if self.taken[h] == ctx.n:
+                self.step += 1
+                rec.update(-1, self.step, self.step - 1, 0, float(np.mean(self.losses[h])),
+                           ctx.n * w.batch)
+            if rec.finished:
+                return  # mid-period: the workers ahead are busy with their next step
+        if self.taken[-1] == ctx.n:
+            self.barrier.succeed()
+            return
+        with rec.span(w.index, "wait"):
+            yield self.barrier

@@ -77,9 +77,6 @@ class Strategy(ABC):
     """A training strategy: starts its SimPy processes and names its model of record."""
 
     name: ClassVar[str]
-    # charges its ranks' CPU work (sim.training.cpu) on the hosts' cores; the others run on
-    # the ideal host only
-    charges_cpu: ClassVar[bool] = False
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -97,28 +94,46 @@ class Strategy(ABC):
         return {}
 
 
-def cpu(ctx: Context, rank: int, kind: str,
-        seconds: float) -> Generator[simpy.Event, Any, None]:
-    """``seconds`` of CPU work on worker ``rank``'s core, recorded as ``kind``."""
-    with ctx.recorder.span(rank, kind):
+def cpu(ctx: Context, rank: int, kind: str, seconds: float,
+        overlapped: bool = False) -> Generator[simpy.Event, Any, None]:
+    """``seconds`` of CPU work on worker ``rank``'s core, recorded as ``kind``
+    (``overlapped``: beside the worker's compute, as pipelined communication)."""
+    with ctx.recorder.span(rank, kind, overlapped):
         yield from ctx.hosts.run(rank, seconds)
 
 
-def block(ctx: Context, rank: int, kind: str,
-          event: simpy.Event | None) -> Generator[simpy.Event, Any, Any]:
+def everyone(ctx: Context, kind: str, seconds: float,
+             overlapped: bool = False) -> Generator[simpy.Event, Any, None]:
+    """Every worker spends ``seconds`` of CPU on ``kind`` (the parts of a collective that
+    run on each rank); ends when the last has."""
+    if seconds <= 0:
+        return
+    env = ctx.env
+    yield simpy.AllOf(env, [env.process(cpu(ctx, w.index, kind, seconds, overlapped))
+                            for w in ctx.workers])
+
+
+def block(ctx: Context, rank: int, kind: str, event: simpy.Event | None,
+          overlapped: bool = False) -> Generator[simpy.Event, Any, Any]:
     """Wait for ``event`` (recorded as ``kind``: wire or wait); returns its value. None:
     nothing to wait for."""
     if event is None:
         return None
-    with ctx.recorder.span(rank, kind):
+    with ctx.recorder.span(rank, kind, overlapped):
         return (yield from ctx.hosts.wait(rank, event))
 
 
-def compute(ctx: Context, worker: Worker) -> Generator[simpy.Event, Any, float]:
-    """One step of ``worker``'s loop: the framework's per-step code, gathering its batch and
-    its gradient; returns the gradient's duration (s)."""
+def prologue(ctx: Context, worker: Worker) -> Generator[simpy.Event, Any, None]:
+    """What ``worker`` does before each gradient: the framework's per-step code and
+    gathering its batch."""
     yield from cpu(ctx, worker.index, "overhead", ctx.cpu.step_s)
     yield from cpu(ctx, worker.index, "data", ctx.cpu.data_s(worker.batch_bytes))
+
+
+def compute(ctx: Context, worker: Worker) -> Generator[simpy.Event, Any, float]:
+    """One step of ``worker``'s loop: :func:`prologue`, then its gradient; returns the
+    gradient's duration (s)."""
+    yield from prologue(ctx, worker)
     duration = ctx.compute.duration(worker.index, ctx.env.now)
     if ctx.compute.on_host:
         yield from cpu(ctx, worker.index, "compute", duration)
@@ -128,18 +143,20 @@ def compute(ctx: Context, worker: Worker) -> Generator[simpy.Event, Any, float]:
     return duration
 
 
-def push(ctx: Context, worker: Worker, nbytes: float,
-         apply_Bps: float) -> Generator[simpy.Event, Any, simpy.Event | None]:
-    """``worker`` sends a gradient of ``nbytes`` to the shards; returns the event of the
-    shards having received and processed it (message CPU + bytes / ``apply_Bps`` each;
-    None when that costs no CPU): the worker does not wait for that, the update happens
-    then."""
+def push(ctx: Context, worker: Worker, nbytes: float, apply_Bps: float,
+         keys: tuple[float, float] = (0.0, 1.0),
+         overlapped: bool = False) -> Generator[simpy.Event, Any, simpy.Event | None]:
+    """``worker`` sends a gradient of ``nbytes`` (for ``keys``, fractions of the vector) to
+    the shards that own them; returns the event of the shards having received and
+    processed it (message CPU + bytes / ``apply_Bps`` each; None when that costs no CPU):
+    the worker does not wait for that, the update happens then."""
     server, costs = ctx.server, ctx.cpu
-    parts = server.range_bytes(0.0, 1.0, nbytes)
+    parts = server.range_bytes(*keys, nbytes)
     owners = parts > 0
     yield from cpu(ctx, worker.index, "overhead",
-                   sum(costs.message_s(p) for p in parts[owners]))
-    yield from block(ctx, worker.index, "wire", server.push(worker.host, nbytes))
+                   sum(costs.message_s(p) for p in parts[owners]), overlapped)
+    yield from block(ctx, worker.index, "wire", server.push(worker.host, nbytes, keys),
+                     overlapped)
     return server.process(owners, np.array([costs.message_s(p) + p / apply_Bps
                                             for p in parts[owners]]))
 

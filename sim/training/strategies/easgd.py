@@ -15,7 +15,7 @@ import simpy
 
 from sim import kernels as K
 from sim.training.rules import SGD
-from sim.training.strategies.base import Strategy, compute
+from sim.training.strategies.base import Strategy, block, compute, cpu, pull, push
 from sim.workloads.workload import Worker
 
 
@@ -44,6 +44,7 @@ class EASGD(Strategy):
             if rec.finished:
                 return
             self.sgd[w.index].step(w.grad, ctx.rules.lr(0))
+            yield from cpu(ctx, w.index, "update", ctx.cpu.update_s(x.nbytes))
             w.clock += 1
             rec.update(w.index, w.clock, server.store.version, 0, loss, w.batch)
             if w.clock % strategy.local_steps == 0:
@@ -52,11 +53,11 @@ class EASGD(Strategy):
     def exchange(self, w: Worker, x: np.ndarray,
                  center: np.ndarray) -> Generator[simpy.Event, Any, None]:
         """The elastic step: x -= alpha (x - center); the center gets the opposite push."""
-        ctx, rec, server = self.ctx, self.ctx.recorder, self.ctx.server
-        with rec.span(w.index, "wire"):
-            yield from server.pull(w.host, center)
+        ctx = self.ctx
+        yield from pull(ctx, w, center)
         diff = ctx.rules.elastic_difference(x, center)  # in center's buffer
         K.axpy(-1.0, diff, x)
-        with rec.span(w.index, "wire"):
-            yield server.push(w.host, diff.nbytes)
-        ctx.rules.move_center(server.store, diff)
+        yield from cpu(ctx, w.index, "update", ctx.cpu.update_s(x.nbytes))
+        processed = yield from push(ctx, w, diff.nbytes, ctx.cpu.host.update_Bps)
+        yield from block(ctx, w.index, "wire", processed)
+        ctx.rules.move_center(ctx.server.store, diff)

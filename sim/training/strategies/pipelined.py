@@ -17,11 +17,14 @@ whole-gradient allreduce, per step).
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 from typing import Any
+
+import simpy
 
 from sim.training.messages import Message, StepCosts, plan_messages
 from sim.training.pipeline import Pipeline
-from sim.training.strategies.base import Strategy
+from sim.training.strategies.base import Strategy, prologue
 
 UNBOUNDED = 1 << 62  # steps: the run stops on the recorder, not on a step count
 
@@ -37,11 +40,18 @@ class PipelinedStrategy(Strategy):
                                       strategy.bucket_bytes)
         self.slowest_compute_s = 0.0  # sum over steps of the slowest worker's compute
         self._step_max: dict[int, float] = {}
+        charged = ctx.cpu.charged  # a host with CPU costs (not the ideal one)
+        on_core = charged and ctx.compute.on_host
         self.pipe = Pipeline(ctx.env, ctx.n, self.messages, channel, self.costs,
-                             ctx.recorder.add_span, self.step_done)
+                             ctx.recorder.add_span, self.step_done,
+                             busy=ctx.hosts.run if on_core else None,
+                             prologue=self.prologue if charged else None)
         if ctx.numerics:
             self.compute_gradients()
         self.pipe.start(UNBOUNDED)
+
+    def prologue(self, worker: int) -> Generator[simpy.Event, Any, None]:
+        yield from prologue(self.ctx, self.ctx.workers[worker])
 
     def costs(self, worker: int, step: int) -> StepCosts:
         seconds = self.ctx.compute.duration(worker, self.ctx.env.now)

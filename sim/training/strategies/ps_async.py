@@ -24,7 +24,6 @@ class ASP(Strategy):
     clocks (one class for both: the gate is the rules')."""
 
     name = "asp"
-    charges_cpu = True
 
     def start(self) -> None:
         ctx = self.ctx

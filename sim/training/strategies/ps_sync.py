@@ -26,8 +26,8 @@ from sim.network.runner import build_network
 from sim.network.topology import place
 from sim.training.messages import Message, message_slice
 from sim.training.pipeline import ParameterServerChannel
-from sim.training.server import ParameterServer
-from sim.training.strategies.base import Strategy, block, compute, pull, push
+from sim.training.server import REQUEST_BYTES, ParameterServer
+from sim.training.strategies.base import Strategy, block, compute, cpu, pull, push
 from sim.training.strategies.pipelined import PipelinedStrategy
 from sim.workloads.workload import Worker
 
@@ -36,7 +36,6 @@ class Backup(Strategy):
     """Synchronous SGD with b backup workers: each step uses the first N - b gradients."""
 
     name = "backup"
-    charges_cpu = True
 
     def start(self) -> None:
         ctx = self.ctx
@@ -116,16 +115,39 @@ class BSPPS(PipelinedStrategy):
                 w.codec.decode(message, w.grad)
 
     def push(self, w: int, msg: Message) -> Generator[simpy.Event, Any, None]:
-        yield self.ctx.server.push_range(self.ctx.workers[w].host, *self.keys(msg),
-                                         self.message_bytes(msg))
+        """Worker ``w`` sends the message; each shard receives its part and adds it to the
+        step's sum (on its core, queued behind earlier work). After its last message of
+        the step the worker sends its (held) pull request."""
+        ctx, worker, lapped = self.ctx, self.ctx.workers[w], self.pipe.overlapped
+        yield from push(ctx, worker, self.message_bytes(msg), ctx.cpu.host.reduce_Bps,
+                        self.keys(msg), lapped)
+        if msg.lo == 0:
+            shards = int(np.count_nonzero(ctx.server.share))
+            yield from cpu(ctx, w, "overhead", shards * ctx.cpu.message_s(REQUEST_BYTES),
+                           lapped)
 
     def pull(self, w: int, msg: Message) -> Generator[simpy.Event, Any, None]:
-        yield self.ctx.server.send_range(self.ctx.workers[w].host, *self.keys(msg),
-                                         msg.nbytes)  # parameters come back uncompressed
+        """Each shard answers ``w``'s held request with its part of the message's layers
+        (uncompressed), after the work queued on its core; ``w`` receives them."""
+        ctx, server, costs = self.ctx, self.ctx.server, self.ctx.cpu
+        keys, lapped = self.keys(msg), self.pipe.overlapped
+        parts = server.range_bytes(*keys, msg.nbytes)
+        owners = parts > 0
+        with ctx.recorder.span(w, "wire", lapped):
+            served = server.process(owners, np.array(
+                [costs.message_s(REQUEST_BYTES) + costs.message_s(p) for p in parts[owners]]))
+            if served is not None:
+                yield served
+            yield server.send_range(ctx.workers[w].host, *keys, msg.nbytes)
+        yield from cpu(ctx, w, "overhead", sum(costs.message_s(p) for p in parts[owners]),
+                       lapped)
 
     def apply_message(self, step: int, msg: Message) -> None:
-        """The servers average the message's layers over the workers and step them."""
+        """The servers average the message's layers over the workers and step them (each
+        shard's update of its part is queued on its core before it answers pulls)."""
         ctx = self.ctx
+        parts = ctx.server.range_bytes(*self.keys(msg), msg.nbytes)
+        ctx.server.process(parts > 0, np.array([ctx.cpu.update_s(p) for p in parts[parts > 0]]))
         if not ctx.numerics:
             return
         keys = message_slice(msg, ctx.model)
