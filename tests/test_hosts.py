@@ -74,6 +74,38 @@ def test_a_spinning_waiter_takes_slices_from_a_computing_rank():
     assert computing_end(spin=True) == pytest.approx(20e-3, rel=0.1)  # half the core
 
 
+@pytest.mark.parametrize("spin", [True, False])
+def test_a_waiter_sees_a_condition_event_fire_after_its_first_slice_or_nap(spin):
+    """AllOf | timeout would drop the AllOf's own check when the timeout wins (SimPy)."""
+    env = simpy.Environment()
+    hosts = Hosts(env, [0, 0], 1, 1e-3, spin=spin, poll_spin_s=1e-4, poll_s=1e-4)
+    seen = []
+
+    def waiter():
+        yield from hosts.wait(0, simpy.AllOf(env, [env.timeout(5e-3)]))
+        seen.append(env.now)
+
+    env.process(waiter())
+    env.run()
+    assert seen == [pytest.approx(5e-3)]
+
+
+@pytest.mark.parametrize("fires,noticed", [(30e-6, 30e-6), (100e-6, 130e-6), (131e-6, 170e-6)])
+def test_a_sleeping_waiter_notices_at_the_end_of_its_nap(fires, noticed):
+    """Spin 50 us, then naps of 40 us: an event at 100 us is seen at 50 + 2 x 40 = 130 us."""
+    env = simpy.Environment()
+    hosts = Hosts(env, [0], 1, 3e-3, spin=False, poll_spin_s=50e-6, poll_s=40e-6)
+    seen = []
+
+    def waiter():
+        yield from hosts.wait(0, env.timeout(fires))
+        seen.append(env.now)
+
+    env.process(waiter())
+    env.run()
+    assert seen == [pytest.approx(noticed)]
+
+
 ASP = """
 [cluster]
 workers = {workers}

@@ -25,7 +25,9 @@ def test_calibrate_host_writes_a_profile_load_host_reads_with_every_fit_error(tm
     for f in data["fits"].values():
         assert f["max_error"] >= 0 and f["rms_error"] >= 0 and len(f["samples"]) >= 3
         assert all({"bytes", "seconds", "error"} <= set(s) for s in f["samples"])
-    assert set(data["measured_through"]) == {"copy", "update", "reduce", "message", "step"}
+    assert set(data["measured_through"]) == {"copy", "update", "reduce", "message", "step",
+                                             "poll"}
+    assert profile.poll_s >= 20e-6 and profile.poll_spin_s == 50e-6  # a nap takes what it asks
     assert data["step"]["step_s"] == pytest.approx(profile.step_s)
     assert lines[-1] == f'  cluster.host = "calibrated:{path}"'
     for name in data["fits"]:  # every fit printed with its error

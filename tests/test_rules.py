@@ -143,9 +143,9 @@ def simulated_sequence(config):
     pull = ctx.server.pull
     hosts = {w.host: w.index for w in ctx.workers}
 
-    def pulling(host, out, rows=None, serve_s=None):
+    def pulling(host, out, rows=None, serve_s=None, wait=None):
         ops_worker[0] = hosts[host]
-        return (yield from pull(host, out, rows, serve_s))
+        return (yield from pull(host, out, rows, serve_s, wait))
 
     store.read, store.push, ctx.server.pull = reading, pushing, pulling
     strategy.start()

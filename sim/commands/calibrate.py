@@ -8,6 +8,7 @@ Writes ``DIR/fabric.json`` (``cluster.fabric = "calibrated:DIR/fabric.json"``),
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -75,6 +76,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"  {p['workload']:<34} {p['seconds'] * 1e6:9.1f} us  {p['error']:+.1%}")
         print(f'  compute.device = "calibrated:{args.out / "device.json"}"')
     fabric_overhead_s = 0.0
+    if args.only == "host" and (args.out / "fabric.json").exists():  # calibrated before
+        fabric_overhead_s = json.loads((args.out / "fabric.json").read_text())["overhead_s"]
     if args.only in (None, "network"):
         try:
             with terminated_cleanly(), network(args.net, max(ranks)) as emulation:

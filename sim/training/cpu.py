@@ -48,6 +48,10 @@ class HostProfile:
     message_s: float  # framework and MPI-library code per message, at each end
     step_s: float  # framework code per update (loop, bookkeeping)
     slice_s: float  # the scheduler's time slice when ranks share a core
+    # a sleeping waiter (sim real --wait sleep) spins poll_spin_s, then naps: it notices what
+    # it waits for at the end of a nap, every poll_s (the nap and the wake-up after it)
+    poll_spin_s: float = 0.0
+    poll_s: float = 0.0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -55,7 +59,7 @@ class HostProfile:
             value = getattr(self, name)
             if not value > 0:  # also refuses NaN; inf: free
                 raise ValueError(f"host profile {self.name!r}: {name} must be > 0, got {value}")
-        for name in ("message_s", "step_s"):
+        for name in ("message_s", "step_s", "poll_spin_s", "poll_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "
@@ -66,7 +70,7 @@ INF = math.inf
 HOSTS: dict[str, HostProfile] = {
     # No CPU costs and a core for every rank: the model before hosts existed. Closed-form
     # network and strategy tests use it.
-    "ideal": HostProfile("ideal", INF, INF, INF, 0.0, 0.0, 3e-3, "no CPU costs"),
+    "ideal": HostProfile("ideal", INF, INF, INF, 0.0, 0.0, 3e-3, source="no CPU costs"),
     # Provisional, for one core of this machine (AMD EPYC): memcpy of L2-resident vectors
     # ~9 GB/s, an SGD step and a += b somewhat slower, ~12 us of Python and mpi4py per
     # message and ~25 us of loop per step (the gap between simulated and real asp per update
@@ -75,6 +79,7 @@ HOSTS: dict[str, HostProfile] = {
     # ~20 ms of work up, and run to completion in wake-up order below ~3 ms (measured here,
     # Linux 6.18 EEVDF).
     "epyc-core": HostProfile("epyc-core", 9.0e9, 6.0e9, 7.0e9, 12e-6, 25e-6, 3e-3,
+                             50e-6, 58e-6,
                              "provisional estimate for this machine; calibrate to replace"),
 }
 

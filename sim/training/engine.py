@@ -87,7 +87,8 @@ def build_hosts(env: simpy.Environment, config: Config, ranks: int,
     placed = rank_hosts(cluster, ranks)
     shared = any(placed.count(h) > cluster.cores for h in set(placed))
     spin = cluster.wait == "spin" or (cluster.wait == "auto" and not shared)
-    return Hosts(env, placed, cluster.cores, costs.host.slice_s, spin)
+    host = costs.host
+    return Hosts(env, placed, cluster.cores, host.slice_s, spin, host.poll_spin_s, host.poll_s)
 
 
 def build_simulation(config: Config) -> Simulation:

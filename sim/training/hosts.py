@@ -9,13 +9,17 @@ completion in wake-up order, and long ones end together as under processor shari
 tasks of T on c cores all end near k T / c). Round robin covers both; processor sharing is
 its limit for slices much shorter than the tasks.
 
-A waiting rank either sleeps (its core is free) or spins (MPI busy polling): a spinning
-rank stays runnable, so on a shared host it takes slices from the others until what it
-waits for has happened and it has had a slice to notice it.
+A waiting rank either spins (MPI busy polling) or sleeps, as ``sim real --wait`` chooses. A
+spinning rank stays runnable, so on a shared host it takes slices from the others until
+what it waits for has happened and it has had a slice to notice it. A sleeping rank polls
+as the real runner's waiter does (:class:`sim.real.executors.timing.Waiter`): it spins
+``poll_spin_s`` first (holding a core), then naps and checks, noticing the event only at
+the end of a nap, every ``poll_s`` (the nap plus the kernel's wake-up latency, measured).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Sequence
 from typing import Any
 
@@ -26,8 +30,10 @@ class Hosts:
     """Cores of each host and the thread of each rank. ``rank_hosts[r]`` is rank r's host."""
 
     def __init__(self, env: simpy.Environment, rank_hosts: Sequence[int], cores: int,
-                 slice_s: float, spin: bool) -> None:
+                 slice_s: float, spin: bool, poll_spin_s: float = 0.0,
+                 poll_s: float = 0.0) -> None:
         self.env, self.slice_s = env, slice_s
+        self.poll_spin_s, self.poll_s = poll_spin_s, poll_s
         self.rank_hosts = list(rank_hosts)
         ranks_on = {h: self.rank_hosts.count(h) for h in set(self.rank_hosts)}
         self.cores = {h: simpy.Resource(env, cores) for h in ranks_on}
@@ -36,10 +42,16 @@ class Hosts:
         self.free_at = [0.0] * len(self.rank_hosts)  # ranks with a core of their own
         self.spin = spin
 
-    def run(self, rank: int, seconds: float) -> Generator[simpy.Event, Any, None]:
-        """Run ``seconds`` of CPU work on ``rank``'s thread (after its earlier tasks)."""
+    def run(self, rank: int, seconds: float,
+            woken: bool = False) -> Generator[simpy.Event, Any, None]:
+        """Run ``seconds`` of CPU work on ``rank``'s thread (after its earlier tasks).
+        ``woken``: the work is handling a message that just arrived, which an idle sleeping
+        rank notices only when it next polls (:meth:`woken_at`)."""
         if seconds <= 0:
             return
+        if woken and (late := self.woken_at(rank) - self.env.now) > 0:
+            self.free_at[rank] = self.env.now + late  # asleep until then: nothing else runs
+            yield self.env.timeout(late)
         if not self.shared[self.rank_hosts[rank]]:
             yield from self._run_alone(rank, seconds)
             return
@@ -53,6 +65,7 @@ class Hosts:
                     ran = min(left, self.slice_s)
                     yield self.env.timeout(ran)
                     left -= ran
+            self.free_at[rank] = self.env.now
 
     def _run_alone(self, rank: int, seconds: float) -> Generator[simpy.Event, Any, None]:
         """A core of its own: the thread is a FIFO queue, so the task ends ``seconds`` after
@@ -67,14 +80,68 @@ class Hosts:
             raise
 
     def wait(self, rank: int, event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
-        """Wait for ``event``; a spinning rank on a shared host holds cores while it waits.
-        Returns the event's value."""
+        """Wait for ``event``; a spinning rank on a shared host holds cores while it waits,
+        a sleeping one polls. Returns the event's value."""
+        event = self._plain(event)
         host = self.rank_hosts[rank]
+        if not self.spin and self.poll_s > 0:
+            return (yield from self._poll(host, event))
         if not (self.spin and self.shared[host]):
             return (yield event)
         while True:
             with self.cores[host].request() as core:
                 yield core
                 yield event | self.env.timeout(self.slice_s)
-                if event.triggered:  # noticed during the slice it was spinning in
+                if event.processed:  # noticed during the slice it was spinning in
                     return event.value
+
+    def _plain(self, event: simpy.Event) -> simpy.Event:
+        """``event``, or a plain event that follows it if it is a condition (AllOf...):
+        ``condition | timeout`` would flatten it, and its own check would be dropped when
+        the timeout wins (SimPy removes nested conditions' callbacks)."""
+        if not isinstance(event, simpy.events.Condition) or event.callbacks is None:
+            return event
+        plain = self.env.event()
+
+        def follow(done: simpy.Event) -> None:
+            if done.ok:
+                plain.succeed(done.value)
+            else:
+                done.defused = True
+                plain.fail(done.value)
+
+        event.callbacks.append(follow)
+        return plain
+
+    def _poll(self, host: int, event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
+        """Spin ``poll_spin_s`` (on a core: a shared host's queue first), then nap until
+        the end of the nap in which ``event`` fires."""
+        if event.processed:  # (a timeout is "triggered" as soon as it is made)
+            return (yield event)
+        if self.shared[host]:
+            with self.cores[host].request() as core:
+                yield core
+                yield event | self.env.timeout(self.poll_spin_s)
+            napping_from = self.env.now
+        else:
+            napping_from = self.env.now + self.poll_spin_s
+        value = yield event
+        late = self._noticed(napping_from, self.env.now) - self.env.now
+        if late > 0:
+            yield self.env.timeout(late)
+        return value
+
+    def _noticed(self, napping_from: float, fired: float) -> float:
+        """When a waiter napping since ``napping_from`` notices what happened at ``fired``:
+        the end of that nap."""
+        if fired <= napping_from:
+            return fired
+        return napping_from + math.ceil((fired - napping_from) / self.poll_s) * self.poll_s
+
+    def woken_at(self, rank: int) -> float:
+        """When an idle ``rank`` that sleeps while it waits notices a message arriving now
+        (now, if it is busy, spinning or spins while it waits)."""
+        now = self.env.now
+        if self.spin or self.poll_s <= 0 or self.free_at[rank] >= now:
+            return now
+        return self._noticed(self.free_at[rank] + self.poll_spin_s, now)

@@ -8,7 +8,7 @@ update when the last shard has received its part.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
@@ -80,7 +80,8 @@ class ParameterServer:
             return None
         env = self.network.env
         shards = np.flatnonzero(owners)
-        return simpy.AllOf(env, [env.process(self.cores.run(self.first_rank + int(s), float(t)))
+        return simpy.AllOf(env, [env.process(self.cores.run(self.first_rank + int(s), float(t),
+                                                            woken=True))
                                  for s, t in zip(shards, seconds, strict=True)])
 
     def push(self, host: int, nbytes: float,
@@ -90,11 +91,14 @@ class ParameterServer:
         return self.push_range(host, *keys, nbytes)
 
     def pull(self, host: int, out: np.ndarray, rows: np.ndarray | None = None,
-             serve_s: np.ndarray | None = None) -> Generator[simpy.Event, Any, int]:
+             serve_s: np.ndarray | None = None,
+             wait: Callable[[simpy.Event], Generator[simpy.Event, Any, Any]] | None = None,
+             ) -> Generator[simpy.Event, Any, int]:
         """Copy the parameters (or only ``rows``) into ``out``; returns the version read.
 
         The copy is taken when the shards have served the request (``serve_s``: CPU seconds
-        of each owning shard, after the work queued on it); the data arrives later.
+        of each owning shard, after the work queued on it); the data arrives later, and the
+        puller notices it through ``wait`` (default: at once).
         """
         id_bytes = 0 if rows is None else rows.size * rows.itemsize
         yield self.push_range(host, 0.0, 1.0, REQUEST_BYTES * len(self.hosts) + id_bytes)
@@ -104,5 +108,9 @@ class ParameterServer:
         version = self.store.read(out, rows)
         params = self.store.params
         nbytes = params.nbytes if rows is None else rows.size * params.itemsize
-        yield self.send_range(host, 0.0, 1.0, nbytes)
+        reply = self.send_range(host, 0.0, 1.0, nbytes)
+        if wait is None:
+            yield reply
+        else:
+            yield from wait(reply)
         return version

@@ -156,6 +156,23 @@ def measure_step(quick: bool, wait: str) -> dict[str, Any]:
             "iteration_s": summary["sim_time_s"] / iterations, "per_update_s": per_update}
 
 
+def measure_poll(quick: bool) -> dict[str, Any]:
+    """How often a sleeping waiter polls: one nap of the real runner's waiter
+    (``time.sleep(POLL_SLEEP_S)`` with the timer slack real ranks set) and the wake-up after
+    it, as its median duration."""
+    from sim.real.executors.timing import POLL_SLEEP_S, SPIN_BEFORE_NAP_S, tighten_timer_slack
+
+    tighten_timer_slack()
+    naps = []
+    for _ in range(300 if quick else 2000):
+        start = time.perf_counter()
+        time.sleep(POLL_SLEEP_S)
+        naps.append(time.perf_counter() - start)
+    return {"poll_s": float(np.median(naps)), "poll_spin_s": SPIN_BEFORE_NAP_S,
+            "nap_requested_s": POLL_SLEEP_S, "p10_s": float(np.percentile(naps, 10)),
+            "p90_s": float(np.percentile(naps, 90))}
+
+
 def busy_warning(load: float, cpu_s: float, wall_s: float) -> list[str]:
     """Warnings when other processes were using the CPU."""
     out = []
@@ -194,10 +211,12 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
     cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
     fits["message"] = fit(*measure_messages(quick, wait))
     step = measure_step(quick, wait)
+    poll = measure_poll(quick)
     profile = HostProfile(f"calibrated-{platform.node()}", fits["copy"]["rate_Bps"],
                           fits["update"]["rate_Bps"], fits["reduce"]["rate_Bps"],
                           max(fits["message"]["constant_s"] - fabric_overhead_s, 0.0),
-                          max(step["step_s"], 0.0), SLICE_S,
+                          max(step["step_s"], 0.0), SLICE_S, poll["poll_spin_s"],
+                          poll["poll_s"],
                           f"sim calibrate: host costs through the real runner's code paths; "
                           f"{time.strftime('%Y-%m-%d')}, {platform.node()}, "
                           f"{os.cpu_count()} CPUs")
@@ -209,7 +228,10 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                    "sim.kernels.copy + Isend + wait as sim.real.executors.ps pushes, "
                    "Irecv + wait as its server receives",
         "step": "a real asp run (1 worker, 1 server): summary loop_s per update, the "
-                "worker's time between its timed spans"}
+                "worker's time between its timed spans",
+        "poll": "sim.real.executors.timing: one nap of a sleeping waiter (time.sleep of "
+                "POLL_SLEEP_S, timer slack tightened) and its wake-up, median; the spin "
+                "before napping is the waiter's SPIN_BEFORE_NAP_S"}
     lines = [f"host: copy {profile.copy_Bps / 1e9:.2f} GB/s, update "
              f"{profile.update_Bps / 1e9:.2f} GB/s, reduce {profile.reduce_Bps / 1e9:.2f} GB/s,"
              f" message {profile.message_s * 1e6:.2f} us"
@@ -230,7 +252,12 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                             f"(over {MAX_ERROR:.0%}); its rate is a rough one")
     lines.append(f"  step     {step['step_s'] * 1e6:8.2f} us per update (asp, "
                  f"{step['iterations']} updates, {step['iteration_s'] * 1e6:.1f} us each)")
-    save_host_profile(path, profile, fits=fits, step=step, measured_through=measured_through,
+    lines.append(f"  poll     {poll['poll_s'] * 1e6:8.2f} us per nap of a sleeping waiter "
+                 f"(asked {poll['nap_requested_s'] * 1e6:.0f} us; 10-90%: "
+                 f"{poll['p10_s'] * 1e6:.1f}-{poll['p90_s'] * 1e6:.1f} us), after "
+                 f"{poll['poll_spin_s'] * 1e6:.0f} us of spinning")
+    save_host_profile(path, profile, fits=fits, step=step, poll=poll,
+                      measured_through=measured_through,
                       load_average=load, cpu_fraction=cpu_s / wall_s if wall_s else None,
                       fabric_overhead_s=fabric_overhead_s,
                       quick=quick)

@@ -174,7 +174,8 @@ def pull(ctx: Context, worker: Worker, out: np.ndarray,
     yield from cpu(ctx, worker.index, "overhead", shards * costs.message_s(REQUEST_BYTES))
     with ctx.recorder.span(worker.index, "wire"):
         version = yield from server.pull(worker.host, out, rows, np.array(
-            [costs.message_s(REQUEST_BYTES) + costs.message_s(p) for p in parts[owners]]))
+            [costs.message_s(REQUEST_BYTES) + costs.message_s(p) for p in parts[owners]]),
+            lambda reply: ctx.hosts.wait(worker.index, reply))
     yield from cpu(ctx, worker.index, "overhead",
                    sum(costs.message_s(p) for p in parts[owners]))
     return version

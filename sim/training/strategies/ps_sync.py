@@ -138,7 +138,8 @@ class BSPPS(PipelinedStrategy):
                 [costs.message_s(REQUEST_BYTES) + costs.message_s(p) for p in parts[owners]]))
             if served is not None:
                 yield served
-            yield server.send_range(ctx.workers[w].host, *keys, msg.nbytes)
+            yield from ctx.hosts.wait(w, server.send_range(ctx.workers[w].host, *keys,
+                                                           msg.nbytes))
         yield from cpu(ctx, w, "overhead", sum(costs.message_s(p) for p in parts[owners]),
                        lapped)
 
