@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ from sim.network.fabrics import get_fabric
 from sim.real.calibration.calibrate import fit_device, fit_network
 from sim.real.executors.collective import rank_rounds
 from sim.real.validation.validate import expand, load_matrix
+from sim.real.validation.validate_report import pipelining_speedups
 from sim.record import KINDS
 from sim.training.compute import load_device
 
@@ -130,7 +133,8 @@ def test_the_shipped_matrix_covers_every_level_of_every_axis():
         [len(v) for v in matrix.axes.values()])
     for axis, levels in matrix.axes.items():
         assert {c.levels[axis] for c in cases} == set(levels)
-    assert len(cases) == 48  # the two blocks: no stragglers (32), small with stragglers (16)
+    # no stragglers (32), small with stragglers (16), real kernels on shm (8), pipelining (3)
+    assert len(cases) == 59
     full = expand(dataclasses.replace(matrix, blocks=[]))
     assert len(full) == int(np.prod([len(v) for v in matrix.axes.values()]))
     small = expand(matrix, ["workers=2", "strategy=bsp", "network=shm"])
@@ -153,3 +157,22 @@ def test_validate_runs_a_small_matrix_and_writes_the_readme(tmp_path, capsys):
     rows = json.loads((tmp_path / "runs" / "rows.json").read_text())
     assert [r["case"] for r in rows] == ["w2-bsp-shm-tiny", "w2-asp-shm-tiny"]
     assert all("report" in r for r in rows)
+    # simulated on the calibrated host, every rank on this machine's cores
+    host = tmp_path / "runs" / "profiles" / "host" / "host.json"
+    config = (tmp_path / "runs" / "cases" / "w2-asp-shm-tiny" / "sim" / "config.toml")
+    assert host.exists() and f'host = "calibrated:{host}"' in config.read_text()
+    assert f"cores = {os.cpu_count()}" in config.read_text()
+    assert "ranks_per_host = 3" in config.read_text()  # 2 workers and the server
+    row = next(line for line in text.splitlines() if line.startswith("| w2-asp-shm-tiny |"))
+    assert re.search(r"(compute|data|update|overhead|wire|wait) [+-]\d+", row)
+
+
+def test_pipelining_speedups_compare_each_case_with_its_unpipelined_twin():
+    def row(case, level, sim, real):
+        return {"case": case, "levels": {"pipelining": level},
+                "report": {"iteration_s": {"sim": sim, "real": {"mean": real}}}}
+
+    rows = [row("w2-bsp-none", "none", 1.0, 2.0), row("w2-bsp-wfbp", "wfbp", 0.5, 1.6)]
+    (speedup,) = pipelining_speedups(rows)
+    assert speedup["sim"] == 2.0 and speedup["real"] == 1.25
+    assert speedup["error"] == pytest.approx(2.0 / 1.25 - 1)
