@@ -58,7 +58,8 @@ def test_existing_results_are_never_replaced(tmp_path, capsys):
 def test_list_names_every_registry(capsys):
     assert main(["list"]) == 0
     printed = capsys.readouterr().out
-    for name in ("fabrics:", "strategies:", "ib-hdr", "ssp", "sparse-logreg", "quickstart"):
+    for name in ("fabrics:", "strategies:", "ib-hdr", "ssp", "sparse-logreg", "quickstart",
+                 "hosts:", "epyc-core"):
         assert name in printed
 
 

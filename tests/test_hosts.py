@@ -138,7 +138,7 @@ def server_cost_per_update(features: int) -> float:
     """h: a shard receives a push (message + update) and serves a pull (request + reply)."""
     costs = cpu_costs(HOSTS["epyc-core"], get_fabric("ib-hdr"))
     nbytes = (features + 1) * 8  # logreg: weights and bias, float64
-    return (costs.message_s(nbytes) + nbytes / costs.host.update_Bps
+    return (costs.message_s(nbytes) + costs.update_s(nbytes)
             + costs.message_s(64) + costs.message_s(nbytes))
 
 
@@ -247,7 +247,7 @@ def test_a_bsp_step_pays_the_ring_cpu_of_thakur_et_al_and_every_replica_s_update
     form here.)"""
     costs, _ = epyc()
     chunk = N_BYTES / p
-    ring_cpu = 2 * (p - 1) * 2 * costs.message_s(chunk) + (p - 1) * chunk / costs.host.reduce_Bps
+    ring_cpu = 2 * (p - 1) * 2 * costs.message_s(chunk) + (p - 1) * costs.reduce_s(chunk)
     wire = dataclasses.replace(get_fabric("ib-hdr"), overhead_s=0.0)
     ring = get_collective("ring").closed_form_s(p, N_BYTES, wire.alpha_s(), wire.beta_s_per_byte)
     expected = (costs.step_s + costs.data_s(BATCH_BYTES) + 1e-4 + ring_cpu + ring

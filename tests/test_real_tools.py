@@ -89,6 +89,8 @@ def test_calibrate_writes_profiles_the_simulator_reads(tmp_path, capsys):
     assert host["fabric_overhead_s"] == fabric.overhead_s
     assert host["message_s"] == pytest.approx(
         max(host["fits"]["message"]["constant_s"] - fabric.overhead_s, 0.0))
+    assert host["fabric_Bps"] == fabric.bandwidth_Bps  # and its bandwidth, per byte
+    assert host["message_Bps"] > host["fits"]["message"]["rate_Bps"]
     run = tmp_path / "sim"
     assert main(["run", str(workload), "--out", str(run), "--set",
                  f'cluster.fabric="calibrated:{out / "fabric.json"}"', "--set",
@@ -109,6 +111,9 @@ def test_compare_reports_errors_spread_and_a_figure(tmp_path, capsys):
     for kind in KINDS:  # a line per activity, with its error
         line = next(x for x in printed.splitlines() if x.strip().startswith(kind + " "))
         assert "sim" in line and "real" in line and "error" in line
+    # the simulation gave every rank its own ideal core: the report says how to match
+    assert "note: the real run had its 3 ranks on this machine" in printed  # 2 + server
+    assert "cluster.ranks_per_host = 3" in printed
     report = json.loads((tmp_path / "cmp" / "report.json").read_text())
     it = report["iteration_s"]
     assert report["repeats"] == 2 and it["real"]["n"] == 2

@@ -75,9 +75,10 @@ def main(args: argparse.Namespace) -> int:
         for p in points:
             print(f"  {p['workload']:<34} {p['seconds'] * 1e6:9.1f} us  {p['error']:+.1%}")
         print(f'  compute.device = "calibrated:{args.out / "device.json"}"')
-    fabric_overhead_s = 0.0
+    fabric_overhead_s, fabric_Bps = 0.0, float("inf")
     if args.only == "host" and (args.out / "fabric.json").exists():  # calibrated before
-        fabric_overhead_s = json.loads((args.out / "fabric.json").read_text())["overhead_s"]
+        data = json.loads((args.out / "fabric.json").read_text())
+        fabric_overhead_s, fabric_Bps = data["overhead_s"], data["bandwidth_Bps"]
     if args.only in (None, "network"):
         try:
             with terminated_cleanly(), network(args.net, max(ranks)) as emulation:
@@ -96,13 +97,13 @@ def main(args: argparse.Namespace) -> int:
         for p in fit["points"]:
             print(f"  {p['what']:<41} {p['measured_s'] * 1e6:11.1f} us  {p['error']:+.0%}")
         print(f'  cluster.fabric = "calibrated:{args.out / "fabric.json"}"')
-        fabric_overhead_s = fabric.overhead_s
+        fabric_overhead_s, fabric_Bps = fabric.overhead_s, fabric.bandwidth_Bps
     if args.only in (None, "host"):
         from sim.real.calibration.host import calibrate_host
 
         try:
             lines = calibrate_host(args.out / "host.json", args.quick, args.wait,
-                                   fabric_overhead_s)
+                                   fabric_overhead_s, fabric_Bps)
         except RunFailed as exc:
             print(f"error: host measurement failed: {exc}", file=sys.stderr)
             return 1

@@ -57,6 +57,17 @@ def devices() -> list[str]:
             f"({d.source})" for name, d in DEVICES.items()]
 
 
+def hosts() -> list[str]:
+    from sim.training.cpu import HOSTS
+
+    def rate(bps: float) -> str:
+        return "free" if bps == float("inf") else f"{bps / 1e9:.1f} GB/s"
+
+    return [f"{name:<10} copy {rate(h.copy_Bps)}, update {rate(h.update_Bps)}, reduce "
+            f"{rate(h.reduce_Bps)}, {h.message_s * 1e6:.1f} us/message, {h.step_s * 1e6:.1f} "
+            f"us/step ({h.source})" for name, h in HOSTS.items()]
+
+
 def experiments() -> list[str]:
     lines = []
     for path in sorted(EXPERIMENTS_DIR.glob("*.toml")):
@@ -68,7 +79,7 @@ def experiments() -> list[str]:
 LISTS: dict[str, Callable[[], list[str]]] = {
     "fabrics": fabrics, "strategies": strategies, "models": models, "datasets": datasets,
     "collectives": collectives, "topologies": topologies, "devices": devices,
-    "experiments": experiments,
+    "hosts": hosts, "experiments": experiments,
 }
 
 

@@ -9,10 +9,12 @@ server sums and applies every push it receives. Each costs CPU time on the rank'
     update   = parameter bytes / update_Bps            (an SGD step over those parameters)
     reduce   = bytes summed / reduce_Bps               (gamma of Thakur, Rabenseifner and
                                                         Gropp 2005: gamma = 1 / reduce_Bps)
-    message  = message_s + stack_s + bytes / copy_Bps (+ bytes / stack_Bps)  at each end
+    message  = message_s + stack_s + bytes / message_Bps (+ bytes / stack_Bps)  at each end
     step     = step_s                                  (the framework, once per update)
 
-``message_s`` and ``copy_Bps`` are the host's (Python, MPI library, buffer copies);
+``message_s`` and ``message_Bps`` are the host's (Python, MPI library, buffer copies beyond
+what the wire's bandwidth already charges); data, update and reduce also have a constant per
+call (``*_call_s``: Python around the kernel);
 ``stack_s`` and ``stack_Bps`` are the fabric's network stack on the CPU (LogGP's o:
 Alexandrov et al. 1995): a TCP socket costs a system call per message and a kernel copy per
 byte, RDMA verbs post a work request and copy nothing. The wire (alpha + n beta) stays the
@@ -52,14 +54,19 @@ class HostProfile:
     # it waits for at the end of a nap, every poll_s (the nap and the wake-up after it)
     poll_spin_s: float = 0.0
     poll_s: float = 0.0
+    message_Bps: float = math.inf  # a message's bytes on each end's CPU, beyond the wire
+    copy_call_s: float = 0.0  # the constant of each gather (a call into numpy)
+    update_call_s: float = 0.0  # the constant of each SGD step (Python around the kernel)
+    reduce_call_s: float = 0.0  # the constant of each sum
     source: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("copy_Bps", "update_Bps", "reduce_Bps", "slice_s"):
+        for name in ("copy_Bps", "update_Bps", "reduce_Bps", "slice_s", "message_Bps"):
             value = getattr(self, name)
             if not value > 0:  # also refuses NaN; inf: free
                 raise ValueError(f"host profile {self.name!r}: {name} must be > 0, got {value}")
-        for name in ("message_s", "step_s", "poll_spin_s", "poll_s"):
+        for name in ("message_s", "step_s", "poll_spin_s", "poll_s", "copy_call_s",
+                     "update_call_s", "reduce_call_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "
@@ -71,16 +78,22 @@ HOSTS: dict[str, HostProfile] = {
     # No CPU costs and a core for every rank: the model before hosts existed. Closed-form
     # network and strategy tests use it.
     "ideal": HostProfile("ideal", INF, INF, INF, 0.0, 0.0, 3e-3, source="no CPU costs"),
-    # Provisional, for one core of this machine (AMD EPYC): memcpy of L2-resident vectors
-    # ~9 GB/s, an SGD step and a += b somewhat slower, ~12 us of Python and mpi4py per
-    # message and ~25 us of loop per step (the gap between simulated and real asp per update
-    # in the host-model issue). Replace with `python -m sim calibrate` figures.
-    # The time slice: k busy processes on 2 cores end together (processor sharing) from
-    # ~20 ms of work up, and run to completion in wake-up order below ~3 ms (measured here,
-    # Linux 6.18 EEVDF).
-    "epyc-core": HostProfile("epyc-core", 9.0e9, 6.0e9, 7.0e9, 12e-6, 25e-6, 3e-3,
-                             50e-6, 58e-6,
-                             "provisional estimate for this machine; calibrate to replace"),
+    # One core of this machine (2-core AMD EPYC VM, Linux 6.18), measured here on
+    # 2026-11-23 by `sim calibrate` through the real runner's code paths (the profile
+    # `sim validate` calibrated, load 0.9, 99.9% of a core): batch gather 5.9 GB/s + 1.6 us
+    # (fit within 12%), SGD step 37.6 GB/s + 5.9 us (9%), sum 44.4 GB/s + 1.8 us (7%);
+    # a message 3.6 us, of which 1.9 us is the shared-memory fabric's o, and 5.2 GB/s per
+    # byte, of which 7.8 GB/s is that fabric's bandwidth (the rest: 15.9 GB/s); 9.1 us of
+    # loop per update (asp); a 20 us nap takes 41 us. The time slice: k busy processes on 2
+    # cores end together (processor sharing) from ~20 ms of work up, and run to completion
+    # in wake-up order below ~3 ms (measured here, EEVDF).
+    "epyc-core": HostProfile("epyc-core", copy_Bps=5.9e9, update_Bps=37.6e9,
+                             reduce_Bps=44.4e9, message_s=1.76e-6, step_s=9.1e-6,
+                             slice_s=3e-3, poll_spin_s=50e-6, poll_s=41e-6,
+                             message_Bps=15.9e9, copy_call_s=1.6e-6, update_call_s=5.9e-6,
+                             reduce_call_s=1.8e-6,
+                             source="measured here (sim calibrate, 2026-11-23, 2-core EPYC "
+                                    "VM)"),
 }
 
 
@@ -133,19 +146,19 @@ class CpuCosts:
 
     def data_s(self, nbytes: float) -> float:
         """Gathering ``nbytes`` of mini-batch rows."""
-        return nbytes / self.host.copy_Bps
+        return self.host.copy_call_s + nbytes / self.host.copy_Bps
 
     def update_s(self, nbytes: float) -> float:
         """An SGD step over ``nbytes`` of parameters."""
-        return nbytes / self.host.update_Bps
+        return self.host.update_call_s + nbytes / self.host.update_Bps
 
     def reduce_s(self, nbytes: float) -> float:
-        """Summing ``nbytes`` of gradient into an accumulator (gamma * n)."""
-        return nbytes / self.host.reduce_Bps
+        """Summing ``nbytes`` of gradient into an accumulator (gamma * n, plus the call)."""
+        return self.host.reduce_call_s + nbytes / self.host.reduce_Bps
 
     def message_s(self, nbytes: float) -> float:
         """Sending or receiving one message of ``nbytes`` (each end pays this)."""
-        return (self.host.message_s + self.stack_s + nbytes / self.host.copy_Bps
+        return (self.host.message_s + self.stack_s + nbytes / self.host.message_Bps
                 + nbytes / self.stack_Bps)
 
     def collective_s(self, schedule: Any, itemsize: float) -> float:
@@ -162,13 +175,11 @@ class CpuCosts:
             if not len(rnd):
                 continue
             nbytes = rnd.count * itemsize
-            per_message = self.host.message_s + self.stack_s
-            each = per_message + nbytes / self.host.copy_Bps + nbytes / self.stack_Bps
+            each = self.message_s(nbytes)
             busy = (np.bincount(rnd.src, each, schedule.n_endpoints)
                     + np.bincount(rnd.dst, each, schedule.n_endpoints))
             if rnd.op == "sum":
-                busy += np.bincount(rnd.dst, nbytes / self.host.reduce_Bps,
-                                    schedule.n_endpoints)
+                busy += np.bincount(rnd.dst, self.reduce_s(nbytes), schedule.n_endpoints)
             total += float(busy.max())
         return total
 

@@ -86,7 +86,10 @@ def build_hosts(env: simpy.Environment, config: Config, ranks: int,
     cluster = config.cluster
     placed = rank_hosts(cluster, ranks)
     shared = any(placed.count(h) > cluster.cores for h in set(placed))
-    spin = cluster.wait == "spin" or (cluster.wait == "auto" and not shared)
+    # auto, as `sim real` chooses: spin unless ranks share cores with real kernels (with
+    # compute.time_s a gradient is a sleep, and spinning waiters take no CPU from it)
+    kernels = config.compute.time_s is None
+    spin = cluster.wait == "spin" or (cluster.wait == "auto" and not (shared and kernels))
     host = costs.host
     return Hosts(env, placed, cluster.cores, host.slice_s, spin, host.poll_spin_s, host.poll_s)
 

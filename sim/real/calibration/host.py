@@ -156,6 +156,14 @@ def measure_step(quick: bool, wait: str) -> dict[str, Any]:
             "iteration_s": summary["sim_time_s"] / iterations, "per_update_s": per_update}
 
 
+def beyond_wire_Bps(message_Bps: float, fabric_Bps: float) -> float:
+    """The per-byte rate a message costs the CPU beyond the wire's ``fabric_Bps`` (a
+    back-to-back stream of messages runs at ``message_Bps`` overall); inf when the wire
+    explains it all."""
+    extra = 1.0 / message_Bps - 1.0 / fabric_Bps
+    return 1.0 / extra if extra > 0 else float("inf")
+
+
 def measure_poll(quick: bool) -> dict[str, Any]:
     """How often a sleeping waiter polls: one nap of the real runner's waiter
     (``time.sleep(POLL_SLEEP_S)`` with the timer slack real ranks set) and the wake-up after
@@ -194,13 +202,16 @@ def load_average() -> float:
 
 
 def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
-                   fabric_overhead_s: float = 0.0) -> list[str]:
+                   fabric_overhead_s: float = 0.0,
+                   fabric_Bps: float = float("inf")) -> list[str]:
     """Measure, fit and write the host profile to ``path``; the lines to print (fits with
     their errors, warnings, and the config line).
 
     ``fabric_overhead_s``: the o of the fabric profile calibrated with it, which the
     simulator adds to every message's CPU (:func:`sim.training.cpu.cpu_costs`); the
-    measured per-message constant includes it, so ``message_s`` is the rest."""
+    measured per-message constant includes it, so ``message_s`` is the rest. Likewise
+    ``fabric_Bps``, its bandwidth, is taken out of the messages' per-byte time: what is left
+    is ``message_Bps``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     load = load_average()
     min_time_s = 0.02 if quick else 0.1
@@ -212,11 +223,13 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
     fits["message"] = fit(*measure_messages(quick, wait))
     step = measure_step(quick, wait)
     poll = measure_poll(quick)
+    message_Bps = beyond_wire_Bps(fits["message"]["rate_Bps"], fabric_Bps)
     profile = HostProfile(f"calibrated-{platform.node()}", fits["copy"]["rate_Bps"],
                           fits["update"]["rate_Bps"], fits["reduce"]["rate_Bps"],
                           max(fits["message"]["constant_s"] - fabric_overhead_s, 0.0),
                           max(step["step_s"], 0.0), SLICE_S, poll["poll_spin_s"],
-                          poll["poll_s"],
+                          poll["poll_s"], message_Bps, fits["copy"]["constant_s"],
+                          fits["update"]["constant_s"], fits["reduce"]["constant_s"],
                           f"sim calibrate: host costs through the real runner's code paths; "
                           f"{time.strftime('%Y-%m-%d')}, {platform.node()}, "
                           f"{os.cpu_count()} CPUs")
@@ -234,7 +247,8 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                 "before napping is the waiter's SPIN_BEFORE_NAP_S"}
     lines = [f"host: copy {profile.copy_Bps / 1e9:.2f} GB/s, update "
              f"{profile.update_Bps / 1e9:.2f} GB/s, reduce {profile.reduce_Bps / 1e9:.2f} GB/s,"
-             f" message {profile.message_s * 1e6:.2f} us"
+             f" message {profile.message_s * 1e6:.2f} us + bytes / "
+             f"{profile.message_Bps / 1e9:.2f} GB/s"
              + (f" (+ the fabric's o {fabric_overhead_s * 1e6:.2f} us)" if fabric_overhead_s
                 else "")
              + f", step {profile.step_s * 1e6:.2f} us, slice {profile.slice_s * 1e3:.0f} ms"
@@ -259,6 +273,6 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
     save_host_profile(path, profile, fits=fits, step=step, poll=poll,
                       measured_through=measured_through,
                       load_average=load, cpu_fraction=cpu_s / wall_s if wall_s else None,
-                      fabric_overhead_s=fabric_overhead_s,
+                      fabric_overhead_s=fabric_overhead_s, fabric_Bps=fabric_Bps,
                       quick=quick)
     return lines + warnings + [f'  cluster.host = "calibrated:{path}"']

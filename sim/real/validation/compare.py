@@ -20,6 +20,8 @@ Figures compared (relative errors are (simulated - real mean) / real mean):
 
 from __future__ import annotations
 
+import os
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +116,8 @@ def compare(sim_dir: Path, real_dir: Path) -> dict[str, Any]:
                                     "real": _mean([r.summary.get("staleness_mean")
                                                    for r in reals])}}
     report["breakdown"] = _breakdown(sim, reals)
+    report["placement"] = placement_note(sim_dir, len(sim.summary.get("workers", [])),
+                                         reals[0].summary)
     return report
 
 
@@ -155,6 +159,30 @@ def _activity_line(kind: str, row: dict[str, Any]) -> str:
     return f"  {kind:<9} sim {s:9.4g} s  real {r:9.4g} s  error {error}{per}"
 
 
+def placement_note(sim_dir: Path, workers: int, real: dict[str, Any]) -> str | None:
+    """A warning when the simulation did not put the ranks where the real run had them (all
+    on this machine's cores, with its host costs); None when it did."""
+    from sim.config import validate
+    from sim.training.engine import rank_hosts
+    from sim.training.rules import make_rules
+
+    try:
+        config = validate(tomllib.loads((sim_dir / "config.toml").read_text()), str(sim_dir))
+    except (OSError, tomllib.TOMLDecodeError, UserError):
+        return None
+    cluster, cores = config.cluster, os.cpu_count() or 1
+    ranks = workers + (cluster.servers if make_rules(config).uses_servers else 0)
+    placed = rank_hosts(cluster, ranks)
+    if cluster.host != "ideal" and cluster.cores == cores and len(set(placed)) == 1:
+        return None
+    return (f"note: the real run had its {ranks} ranks on this machine's {cores} cores "
+            f"(waiting by {real.get('wait_mode', 'spin')}); the simulation used host "
+            f"{cluster.host!r} with {cluster.cores} core(s) per host and "
+            f"{len(set(placed))} host(s). To model the real run set cluster.host = "
+            f'"calibrated:DIR/host.json" (sim calibrate), cluster.cores = {cores} and '
+            f"cluster.ranks_per_host = {ranks}.")
+
+
 def format_report(report: dict[str, Any]) -> str:
     """The headline figures as text."""
     it = report["iteration_s"]
@@ -178,4 +206,6 @@ def format_report(report: dict[str, Any]) -> str:
     lines += [_activity_line(k, b[f"{k}_s"]) for k in b["kinds"]]
     st = report["staleness"]["mean"]
     lines.append(f"  staleness mean   sim {st['sim']:.3g}   real {st['real']:.3g}")
+    if report.get("placement"):
+        lines.append("  " + report["placement"])
     return "\n".join(lines)

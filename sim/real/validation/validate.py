@@ -196,10 +196,11 @@ def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
         summary[net] = fit
     say("calibrating the host's CPU costs")
     profiles["host"] = out / "host"
-    o = json.loads((profiles["shm"] / "fabric.json").read_text())["overhead_s"] \
-        if "shm" in profiles else 0.0
-    summary["host"] = quietly(lambda: calibrate_host(profiles["host"] / "host.json", quick,
-                                                     fabric_overhead_s=o), quiet, retries)
+    shm = json.loads((profiles["shm"] / "fabric.json").read_text()) if "shm" in profiles \
+        else {"overhead_s": 0.0, "bandwidth_Bps": float("inf")}
+    summary["host"] = quietly(lambda: calibrate_host(
+        profiles["host"] / "host.json", quick, fabric_overhead_s=shm["overhead_s"],
+        fabric_Bps=shm["bandwidth_Bps"]), quiet, retries)
     write_atomic(out / "calibration.json", json.dumps(summary, indent=2) + "\n")
     profiles["workloads"] = list(configs.values())  # type: ignore[assignment]
     return profiles

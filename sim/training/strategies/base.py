@@ -8,7 +8,7 @@ is its rules' (:mod:`sim.training.rules`), which the real executor follows too.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -143,12 +143,12 @@ def compute(ctx: Context, worker: Worker) -> Generator[simpy.Event, Any, float]:
     return duration
 
 
-def push(ctx: Context, worker: Worker, nbytes: float, apply_Bps: float,
+def push(ctx: Context, worker: Worker, nbytes: float, apply_s: Callable[[float], float],
          keys: tuple[float, float] = (0.0, 1.0),
          overlapped: bool = False) -> Generator[simpy.Event, Any, simpy.Event | None]:
     """``worker`` sends a gradient of ``nbytes`` (for ``keys``, fractions of the vector) to
     the shards that own them; returns the event of the shards having received and
-    processed it (message CPU + bytes / ``apply_Bps`` each; None when that costs no CPU):
+    processed it (message CPU + ``apply_s(bytes)`` each; None when that costs no CPU):
     the worker does not wait for that, the update happens then."""
     server, costs = ctx.server, ctx.cpu
     parts = server.range_bytes(*keys, nbytes)
@@ -157,7 +157,7 @@ def push(ctx: Context, worker: Worker, nbytes: float, apply_Bps: float,
                    sum(costs.message_s(p) for p in parts[owners]), overlapped)
     yield from block(ctx, worker.index, "wire", server.push(worker.host, nbytes, keys),
                      overlapped)
-    return server.process(owners, np.array([costs.message_s(p) + p / apply_Bps
+    return server.process(owners, np.array([costs.message_s(p) + apply_s(p)
                                             for p in parts[owners]]))
 
 

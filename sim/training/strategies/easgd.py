@@ -58,6 +58,6 @@ class EASGD(Strategy):
         diff = ctx.rules.elastic_difference(x, center)  # in center's buffer
         K.axpy(-1.0, diff, x)
         yield from cpu(ctx, w.index, "update", ctx.cpu.update_s(x.nbytes))
-        processed = yield from push(ctx, w, diff.nbytes, ctx.cpu.host.update_Bps)
+        processed = yield from push(ctx, w, diff.nbytes, ctx.cpu.update_s)
         yield from block(ctx, w.index, "wire", processed)
         ctx.rules.move_center(ctx.server.store, diff)

@@ -57,7 +57,7 @@ class ASP(Strategy):
             loss = w.gradient(replica)
             yield from compute(ctx, w)
             message, nbytes = w.codec.encode(w.grad)
-            processed = yield from push(ctx, w, nbytes, ctx.cpu.host.update_Bps)
+            processed = yield from push(ctx, w, nbytes, ctx.cpu.update_s)
             # applied once the servers have processed it; the worker's next pull would be
             # answered only after that (FIFO servers), so it waits as on a receive
             yield from block(ctx, w.index, "wire", processed)
@@ -75,7 +75,7 @@ class ASP(Strategy):
         version = yield from pull(ctx, w, replica, rows)
         loss, idx, val = ctx.model.sparse_loss_grad(replica, X, y)
         yield from compute(ctx, w)
-        processed = yield from push(ctx, w, idx.nbytes + val.nbytes, ctx.cpu.host.update_Bps)
+        processed = yield from push(ctx, w, idx.nbytes + val.nbytes, ctx.cpu.update_s)
         yield from block(ctx, w.index, "wire", processed)
         if rec.finished:
             return

@@ -68,7 +68,7 @@ class Backup(Strategy):
             loss = w.gradient(self.replicas[w.index])
             yield from compute(ctx, w)
             message, nbytes = w.codec.encode(w.grad)
-            processed = yield from push(ctx, w, nbytes, ctx.cpu.host.reduce_Bps)
+            processed = yield from push(ctx, w, nbytes, ctx.cpu.reduce_s)
             yield from block(ctx, w.index, "wait", processed)
             w.codec.decode(message, self.decoded)
             update = self.store.push(w.index, self.decoded, version, loss)
@@ -119,7 +119,7 @@ class BSPPS(PipelinedStrategy):
         step's sum (on its core, queued behind earlier work). After its last message of
         the step the worker sends its (held) pull request."""
         ctx, worker, lapped = self.ctx, self.ctx.workers[w], self.pipe.overlapped
-        yield from push(ctx, worker, self.message_bytes(msg), ctx.cpu.host.reduce_Bps,
+        yield from push(ctx, worker, self.message_bytes(msg), ctx.cpu.reduce_s,
                         self.keys(msg), lapped)
         if msg.lo == 0:
             shards = int(np.count_nonzero(ctx.server.share))
