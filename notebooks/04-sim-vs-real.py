@@ -61,7 +61,9 @@ def cli(*args) -> str:
 # `sim calibrate` times the gradient kernels of a few workloads (fitting FLOP rate and a
 # fixed per-gradient overhead) and the network between ranks, and prints each measurement
 # against the fitted model. The profiles it writes are used as
-# `cluster.fabric = "calibrated:PATH"` and `compute.device = "calibrated:PATH"`.
+# `cluster.fabric = "calibrated:PATH"` and `compute.device = "calibrated:PATH"`. It also
+# measures the hosts' CPU costs around them (gathering batches, updates, the code around each
+# message, how a waiting rank polls) for `cluster.host = "calibrated:PATH"`.
 
 # %%
 import matplotlib.pyplot as plt
@@ -73,6 +75,7 @@ calibration = RUNS / "calibration"
 print(cli("calibrate", "--out", calibration, "--net", NET, *(["--quick"] if QUICK else [])))
 FABRIC = f"calibrated:{calibration / 'fabric.json'}"
 DEVICE = f"calibrated:{calibration / 'device.json'}"
+HOST = f"calibrated:{calibration / 'host.json'}"
 device = json.loads((calibration / "device.json").read_text())
 print(f"device: {device['flops_per_s'] / 1e9:.1f} GFLOP/s + {device['overhead_s'] * 1e6:.1f} µs "
       "per gradient")
@@ -102,7 +105,8 @@ plt.show()
 # 1. simulated on the presets the config names (a 10 GbE fabric, the `cpu-core` device
 #    measured once by `sim bench`): what the simulator predicts knowing nothing about this
 #    machine;
-# 2. simulated on the calibrated profiles;
+# 2. simulated on the calibrated profiles, with every rank on this machine's cores (the
+#    calibrated host, `cluster.cores` = its cores, all ranks on one host), as the real run;
 # 3. run for real `REPEAT` times (`sim real --repeat`);
 #
 # and each simulation is compared with the real repeats (`sim compare`). Both kinds of run
@@ -122,7 +126,10 @@ for kind in STRATEGIES:
     base = [f"strategy.kind={kind}", "cluster.workers=2", f"run.iterations={ITERATIONS}",
             f"run.target_loss={TARGET_LOSS}"]
     calibrated = [*base, f"cluster.fabric={FABRIC}", f"compute.device={DEVICE}"]
-    for name, overrides in (("preset", base), ("calibrated", calibrated)):
+    ranks = 2 if kind == "bsp" else 3  # the parameter-server strategies add a server rank
+    on_this_machine = [*calibrated, f"cluster.host={HOST}", f"cluster.cores={os.cpu_count()}",
+                       f"cluster.ranks_per_host={ranks}"]
+    for name, overrides in (("preset", base), ("calibrated", on_this_machine)):
         out = RUNS / kind / f"sim-{name}"
         if not (out / "summary.json").exists():
             write_run(out, simulate_run(load_config(config_path, overrides)).files())
@@ -183,12 +190,11 @@ for kind in STRATEGIES:
 # %% [markdown]
 # **What to take away.** A real run's numerics are the simulator's own (bsp gives the same
 # loss per update, so its loss distance over updates is zero), so a comparison tests the
-# timing model alone; read each error together with the breakdown, which says whether
-# compute, communication or waiting is off. Calibration ties the device and fabric models to
-# measurements of this machine, but it measures the kernels and the network in isolation:
-# what a real step adds around them (the interpreter's and MPI's work around each message,
-# the operating system sharing two cores among more ranks, since the parameter-server
-# strategies also run a server rank) is not in the model. A preset can land closer only by
-# accident (a slower preset network standing in for overheads the model lacks). The full
+# timing model alone; read each error together with the breakdown by activity, which says
+# whether the gradient, the batch, the updates, the code around messages, the wire or waiting
+# is off. Calibration ties the device, fabric and host models to measurements of this
+# machine. What is left is mostly how ranks that outnumber the cores (the parameter-server
+# strategies add a server rank) wake each other up, which the model approximates. A preset
+# can land closer only by accident. The full
 # validation matrix (strategies × workers × network × model size × stragglers) is
 # `python -m sim validate`, which writes `experiments/validation/README.md`.
