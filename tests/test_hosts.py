@@ -224,7 +224,7 @@ def sync(kind: str, host: str, workers: int, compute: str = "time_s = 1e-4") -> 
 
 def step_s(tmp_path, kind: str, host: str, workers: int, compute: str = "time_s = 1e-4",
            **extra: str) -> float:
-    path = tmp_path / f"{kind}-{host}-{workers}.toml"
+    path = tmp_path / f"{kind}-{host.replace('/', '_')}-{workers}.toml"
     path.write_text(sync(kind, host, workers, compute))
     summary = simulate(load_config(path, [f"{k}={v}" for k, v in extra.items()])).summary
     return summary["sim_time_s"] / summary["iterations"]
@@ -251,18 +251,18 @@ def test_a_bsp_step_pays_the_ring_cpu_of_thakur_et_al_and_every_replica_s_update
     wire = dataclasses.replace(get_fabric("ib-hdr"), overhead_s=0.0)
     ring = get_collective("ring").closed_form_s(p, N_BYTES, wire.alpha_s(), wire.beta_s_per_byte)
     expected = (costs.step_s + costs.data_s(BATCH_BYTES) + 1e-4 + ring_cpu + ring
-                + costs.update_s(N_BYTES))
+                + costs.reduce_s(N_BYTES) + costs.update_s(N_BYTES))  # the mean, the step
     assert step_s(tmp_path, "bsp", "epyc-core", p) == pytest.approx(expected, abs=1e-8)
 
 
 def test_a_bsp_ps_step_with_one_worker_pays_every_cpu_activity_once_in_order(tmp_path):
-    """Push (worker), receive and sum (server), the step (server), answer the held pull
-    (server), receive (worker): all on the critical path, one message each way. The ideal
-    host pays 2 o per message on the wire instead."""
+    """Push (worker), receive and sum (server), the mean and the step (server), answer the
+    held pull (server), receive (worker): all on the critical path, one message each way.
+    The ideal host pays 2 o per message on the wire instead."""
     costs, o = epyc()
     n = N_BYTES
     expected = (costs.step_s + costs.data_s(BATCH_BYTES) + costs.message_s(n)
-                + costs.message_s(n) + costs.reduce_s(n) + costs.update_s(n)
+                + costs.message_s(n) + costs.reduce_s(n) + costs.reduce_s(n) + costs.update_s(n)
                 + costs.message_s(64) + costs.message_s(n) + costs.message_s(n) - 2 * 2 * o)
     extra = step_s(tmp_path, "bsp-ps", "epyc-core", 1) - step_s(tmp_path, "bsp-ps", "ideal", 1)
     assert extra == pytest.approx(expected, abs=1e-8)
@@ -287,3 +287,22 @@ def test_synchronous_ranks_sharing_cores_are_slower(tmp_path, kind):
     shared = step_s(tmp_path, kind, "epyc-core", 4, on_host,
                     **{"cluster.cores": 2, "cluster.ranks_per_host": 5})
     assert shared > 1.3 * own
+
+
+def test_a_bsp_step_on_shared_cores_runs_each_ring_round_on_them(tmp_path):
+    """4 ranks on 2 cores, waiting without polling: every CPU task of a round (4 equal ones,
+    shorter than a slice) takes two task times, the wire of a round is alpha + n / p beta."""
+    profile = tmp_path / "host.json"
+    data = {k: v for k, v in vars(HOSTS["epyc-core"]).items()}
+    profile.write_text(json.dumps({**data, "poll_s": 0.0, "poll_spin_s": 0.0}))
+    p, costs = 4, cpu_costs(HOSTS["epyc-core"], get_fabric("ib-hdr"))
+    chunk = N_BYTES / p
+    wire = dataclasses.replace(get_fabric("ib-hdr"), overhead_s=0.0)
+    rounds = 2 * (p - 1)
+    ring = (rounds * 2 * costs.message_s(chunk) + (p - 1) * costs.reduce_s(chunk)) * 2 \
+        + get_collective("ring").closed_form_s(p, N_BYTES, wire.alpha_s(), wire.beta_s_per_byte)
+    expected = (2 * (costs.step_s + costs.data_s(BATCH_BYTES)) + 1e-4 + ring
+                + 2 * (costs.reduce_s(N_BYTES) + costs.update_s(N_BYTES)))
+    got = step_s(tmp_path, "bsp", f"calibrated:{profile}", p,
+                 **{"cluster.cores": 2, "cluster.ranks_per_host": 4, "cluster.wait": '"sleep"'})
+    assert got == pytest.approx(expected, abs=1e-8)

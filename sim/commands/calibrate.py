@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time this config's gradient (repeatable; default: a built-in "
                              "set of logreg, softmax and MLP sizes)")
     parser.add_argument("--concurrency", type=int, default=1,
-                        help="time kernels in this many processes at once (default 1)")
+                        help="time kernels and the host's vector costs in this many "
+                             "processes at once (default 1)")
     parser.add_argument("--only", choices=["network", "compute", "host"],
                         help="measure only the network, the kernels or the host's CPU costs")
     parser.add_argument("--wait", default="auto", choices=["auto", "spin", "sleep"],
@@ -103,7 +104,7 @@ def main(args: argparse.Namespace) -> int:
 
         try:
             lines = calibrate_host(args.out / "host.json", args.quick, args.wait,
-                                   fabric_overhead_s, fabric_Bps)
+                                   fabric_overhead_s, fabric_Bps, args.concurrency)
         except RunFailed as exc:
             print(f"error: host measurement failed: {exc}", file=sys.stderr)
             return 1

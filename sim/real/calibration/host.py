@@ -23,6 +23,7 @@ The profile keeps every fit's parameters, its errors and the raw samples.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import platform
 import tempfile
@@ -201,9 +202,40 @@ def load_average() -> float:
         return 0.0
 
 
+def measure_vectors(quick: bool, min_time_s: float) -> dict[str, Any]:
+    """Gather, update and sum, one after another in this process: (bytes, seconds) each,
+    and the fraction of a core the process got."""
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    points = {"copy": measure_copy(quick, min_time_s),
+              "update": measure_update(quick, min_time_s),
+              "reduce": measure_reduce(quick, min_time_s)}
+    wall_s = time.perf_counter() - wall0
+    return {"points": points, "cpu_fraction": (time.process_time() - cpu0) / wall_s,
+            "wall_s": wall_s}
+
+
+def _measure_vectors_child(args: tuple[bool, float]) -> dict[str, Any]:
+    return measure_vectors(*args)
+
+
+def measure_vectors_together(quick: bool, min_time_s: float,
+                             concurrency: int) -> dict[str, Any]:
+    """:func:`measure_vectors` in ``concurrency`` processes at once (all cores busy, as in a
+    run with a rank per core: they share caches and memory bandwidth); times averaged over
+    the processes, the smallest core fraction kept."""
+    if concurrency <= 1:
+        return measure_vectors(quick, min_time_s)
+    with multiprocessing.get_context("fork").Pool(concurrency) as pool:
+        each = pool.map(_measure_vectors_child, [(quick, min_time_s)] * concurrency)
+    points = {name: (nbytes, np.mean([e["points"][name][1] for e in each], axis=0).tolist())
+              for name, (nbytes, _) in each[0]["points"].items()}
+    return {"points": points, "cpu_fraction": min(e["cpu_fraction"] for e in each),
+            "wall_s": max(e["wall_s"] for e in each)}
+
+
 def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
-                   fabric_overhead_s: float = 0.0,
-                   fabric_Bps: float = float("inf")) -> list[str]:
+                   fabric_overhead_s: float = 0.0, fabric_Bps: float = float("inf"),
+                   concurrency: int = 1) -> list[str]:
     """Measure, fit and write the host profile to ``path``; the lines to print (fits with
     their errors, warnings, and the config line).
 
@@ -211,15 +243,14 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
     simulator adds to every message's CPU (:func:`sim.training.cpu.cpu_costs`); the
     measured per-message constant includes it, so ``message_s`` is the rest. Likewise
     ``fabric_Bps``, its bandwidth, is taken out of the messages' per-byte time: what is left
-    is ``message_Bps``."""
+    is ``message_Bps``. ``concurrency``: gather, update and sum are timed in this many
+    processes at once (as ``sim calibrate --concurrency`` times the kernels)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     load = load_average()
     min_time_s = 0.02 if quick else 0.1
-    wall0, cpu0 = time.perf_counter(), time.process_time()
-    fits = {"copy": fit(*measure_copy(quick, min_time_s)),
-            "update": fit(*measure_update(quick, min_time_s)),
-            "reduce": fit(*measure_reduce(quick, min_time_s))}
-    cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
+    vectors = measure_vectors_together(quick, min_time_s, concurrency)
+    fits = {name: fit(*points) for name, points in vectors["points"].items()}
+    cpu_s, wall_s = vectors["cpu_fraction"] * vectors["wall_s"], vectors["wall_s"]
     fits["message"] = fit(*measure_messages(quick, wait))
     step = measure_step(quick, wait)
     poll = measure_poll(quick)
@@ -234,9 +265,11 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                           f"{time.strftime('%Y-%m-%d')}, {platform.node()}, "
                           f"{os.cpu_count()} CPUs")
     measured_through = {
-        "copy": "sim.workloads.workload.Worker.next_batch (numpy row gather), one process",
-        "update": "sim.training.rules.SGD.step -> sim.kernels.sgd_update, one process",
-        "reduce": "sim.kernels.sum_into, one process",
+        "copy": f"sim.workloads.workload.Worker.next_batch (numpy row gather), "
+                f"{concurrency} process(es) at once",
+        "update": f"sim.training.rules.SGD.step -> sim.kernels.sgd_update, {concurrency} "
+                  "process(es) at once",
+        "reduce": f"sim.kernels.sum_into, {concurrency} process(es) at once",
         "message": "2 MPI ranks (sim.real.calibration.netbench, mode message): pack + "
                    "sim.kernels.copy + Isend + wait as sim.real.executors.ps pushes, "
                    "Irecv + wait as its server receives",
@@ -274,5 +307,5 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                       measured_through=measured_through,
                       load_average=load, cpu_fraction=cpu_s / wall_s if wall_s else None,
                       fabric_overhead_s=fabric_overhead_s, fabric_Bps=fabric_Bps,
-                      quick=quick)
+                      quick=quick, concurrency=concurrency)
     return lines + warnings + [f'  cluster.host = "calibrated:{path}"']

@@ -200,7 +200,7 @@ def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
         else {"overhead_s": 0.0, "bandwidth_Bps": float("inf")}
     summary["host"] = quietly(lambda: calibrate_host(
         profiles["host"] / "host.json", quick, fabric_overhead_s=shm["overhead_s"],
-        fabric_Bps=shm["bandwidth_Bps"]), quiet, retries)
+        fabric_Bps=shm["bandwidth_Bps"], concurrency=concurrency), quiet, retries)
     write_atomic(out / "calibration.json", json.dumps(summary, indent=2) + "\n")
     profiles["workloads"] = list(configs.values())  # type: ignore[assignment]
     return profiles

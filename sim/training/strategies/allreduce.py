@@ -18,12 +18,13 @@ import numpy as np
 import simpy
 
 from sim import kernels as K
-from sim.network.collectives import get_collective
+from sim.network.collectives import Plan, get_collective
 from sim.network.runner import run_alone
+from sim.network.schedule import SUM, Schedule
 from sim.training.messages import Message
 from sim.training.pipeline import AllreduceChannel
 from sim.training.rules import SGD
-from sim.training.strategies.base import Strategy, compute, cpu, everyone
+from sim.training.strategies.base import Strategy, block, compute, cpu, everyone
 from sim.training.strategies.pipelined import PipelinedStrategy
 from sim.workloads.workload import Worker
 
@@ -51,13 +52,47 @@ class AllreduceMixin:
         """Every worker allreduces ``nbytes``: their CPU, then the wire, both recorded.
 
         The CPU part comes first as a lump: ring rounds alternate CPU and wire, and their
-        sum is the same in either order when the ranks are alike.
+        sum is the same in either order when the ranks are alike. Ranks that share cores
+        are not alike (they wait for a core, and to notice their messages): then round by
+        round (:meth:`allreduce_by_rounds`).
         """
+        if any(self.ctx.hosts.shared.values()):
+            yield from self.allreduce_by_rounds(nbytes, overlapped)
+            return
         yield from everyone(self.ctx, "overhead", self.allreduce_cpu_s(nbytes), overlapped)
         start = self.ctx.env.now
         yield from self.allreduce_time(nbytes)
         for w in self.ctx.workers:
             self.ctx.recorder.add_span(w.index, "wire", start, self.ctx.env.now, overlapped)
+
+    def allreduce_by_rounds(self, nbytes: int,
+                            overlapped: bool = False) -> Generator[simpy.Event, Any, None]:
+        """Each round of the schedule: every rank posts its sends on its core, the round's
+        messages cross the network, each rank notices them as it waits (spinning or
+        polling, :meth:`sim.training.hosts.Hosts.wait`) and receives, and sums, them on
+        its core."""
+        ctx, env, costs = self.ctx, self.ctx.env, self.ctx.cpu
+        schedule = self.collective.schedule(ctx.n, int(nbytes))
+        ranks = range(ctx.n)
+
+        def on_cores(seconds: np.ndarray) -> simpy.Event:
+            return simpy.AllOf(env, [env.process(cpu(ctx, w, "overhead", float(seconds[w]),
+                                                     overlapped)) for w in ranks])
+
+        for r in range(schedule.n_rounds):
+            rnd = schedule.round(r)
+            if not len(rnd):
+                continue
+            each = costs.message_s(rnd.count.astype(float))
+            received = each + (costs.reduce_s(rnd.count.astype(float)) if rnd.op == SUM
+                               else 0.0)
+            yield on_cores(np.bincount(rnd.src, each, schedule.n_endpoints))
+            plan = Plan(self.collective, ctx.n, int(nbytes),
+                        Schedule.of(schedule.n_endpoints, [rnd]), self.hosts, None, 1)
+            arrived = env.process(ctx.network.run_plan(plan))
+            yield simpy.AllOf(env, [env.process(block(ctx, w, "wire", arrived, overlapped))
+                                    for w in ranks])
+            yield on_cores(np.bincount(rnd.dst, received, schedule.n_endpoints))
 
     def allreduce_time(self, nbytes: int) -> Generator[simpy.Event, Any, float]:
         """Wait while every worker's messages of an allreduce of ``nbytes`` cross the
@@ -102,10 +137,12 @@ class BSP(AllreduceMixin, PipelinedStrategy):
         return self.compressed_bytes if self.compressed_bytes is not None else msg.nbytes
 
     def reduce(self, step: int, msg: Message) -> Generator[simpy.Event, Any, None]:
-        """The message's allreduce, then every replica's SGD step over its layers."""
-        lapped = self.pipe.overlapped
+        """The message's allreduce, then every replica's mean of the sum (a pass at the
+        summing rate) and SGD step over its layers."""
+        lapped, costs = self.pipe.overlapped, self.ctx.cpu
         yield from self.allreduce(self.message_bytes(msg), lapped)
-        yield from everyone(self.ctx, "update", self.ctx.cpu.update_s(msg.nbytes), lapped)
+        yield from everyone(self.ctx, "update",
+                            costs.reduce_s(msg.nbytes) + costs.update_s(msg.nbytes), lapped)
 
     def compute_gradients(self) -> None:
         super().compute_gradients()

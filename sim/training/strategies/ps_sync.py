@@ -148,7 +148,9 @@ class BSPPS(PipelinedStrategy):
         shard's update of its part is queued on its core before it answers pulls)."""
         ctx = self.ctx
         parts = ctx.server.range_bytes(*self.keys(msg), msg.nbytes)
-        ctx.server.process(parts > 0, np.array([ctx.cpu.update_s(p) for p in parts[parts > 0]]))
+        costs = ctx.cpu  # the mean (a pass at the summing rate), then the step
+        ctx.server.process(parts > 0, np.array([costs.reduce_s(p) + costs.update_s(p)
+                                                for p in parts[parts > 0]]))
         if not ctx.numerics:
             return
         keys = message_slice(msg, ctx.model)
