@@ -200,7 +200,8 @@ def _known(key: str, value: str, names: list[str]) -> None:
 def _check_names(c: Config) -> None:
     from sim.network.collectives import REGISTRY as COLLECTIVES
     from sim.network.topology import TOPOLOGIES
-    from sim.training.compute import CALIBRATED, DEVICES
+    from sim.record import CALIBRATED
+    from sim.training.compute import DEVICES
     from sim.training.strategies import STRATEGIES
     from sim.workloads.datasets import DATASETS
     from sim.workloads.models import MODELS

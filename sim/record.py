@@ -263,6 +263,20 @@ def atomic_dir(out: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+CALIBRATED = "calibrated:"
+
+
+def preset_or_path(spec: str, presets: dict[str, Any], what: str) -> tuple[Any, Path | None]:
+    """(the preset named ``spec``, None), or (None, PATH) for ``calibrated:PATH``. Raises
+    ValueError for an unknown name, listing the presets."""
+    if spec.startswith(CALIBRATED):
+        return None, Path(spec[len(CALIBRATED):])
+    if spec not in presets:
+        raise ValueError(f"unknown {what} {spec!r}; expected one of {', '.join(presets)} "
+                         f"or {CALIBRATED}PATH")
+    return presets[spec], None
+
+
 def read_profile(path: Path, fmt: str, what: str) -> dict[str, Any]:
     """A calibrated profile: a JSON object whose optional ``format`` is ``fmt``. Raises
     ValueError starting "``what`` PATH:"."""

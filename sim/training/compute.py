@@ -16,9 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.record import read_profile, write_atomic
+from sim.record import preset_or_path, read_profile, write_atomic
 
-CALIBRATED = "calibrated:"
 PROFILE_FORMAT = "sgd-lab.device-profile/1"
 
 
@@ -47,12 +46,9 @@ DEVICES: dict[str, Device] = {
 
 def load_device(spec: str) -> Device:
     """A preset name or ``calibrated:PATH`` (JSON: flops_per_s, overhead_s). Raises ValueError."""
-    if not spec.startswith(CALIBRATED):
-        if spec not in DEVICES:
-            raise ValueError(f"unknown device {spec!r}; expected one of {', '.join(DEVICES)} "
-                             f"or {CALIBRATED}PATH")
-        return DEVICES[spec]
-    path = Path(spec[len(CALIBRATED):])
+    preset, path = preset_or_path(spec, DEVICES, "device")
+    if path is None:
+        return preset
     data = read_profile(path, PROFILE_FORMAT, "device profile")
     try:
         rate, overhead = float(data["flops_per_s"]), float(data.get("overhead_s", 0.0))

@@ -33,9 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.record import read_profile, write_atomic
+from sim.record import preset_or_path, read_profile, write_atomic
 
-CALIBRATED = "calibrated:"
 PROFILE_FORMAT = "sgd-lab.host-profile/1"
 
 
@@ -99,12 +98,9 @@ HOSTS: dict[str, HostProfile] = {
 
 def load_host(spec: str) -> HostProfile:
     """A preset name or ``calibrated:PATH``. Raises ValueError naming the missing key."""
-    if not spec.startswith(CALIBRATED):
-        if spec not in HOSTS:
-            raise ValueError(f"unknown host profile {spec!r}; expected one of "
-                             f"{', '.join(HOSTS)} or {CALIBRATED}PATH")
-        return HOSTS[spec]
-    path = Path(spec[len(CALIBRATED):])
+    preset, path = preset_or_path(spec, HOSTS, "host profile")
+    if path is None:
+        return preset
     data = read_profile(path, PROFILE_FORMAT, "host profile")
     values: dict[str, Any] = {"name": str(data.get("name", path.stem)),
                               "source": str(data.get("source", path))}
