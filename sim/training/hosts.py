@@ -39,7 +39,7 @@ class Hosts:
         self.cores = {h: simpy.Resource(env, cores) for h in ranks_on}
         self.shared = {h: ranks_on[h] > cores for h in ranks_on}  # ranks outnumber cores
         self.threads = [simpy.Resource(env, 1) for _ in self.rank_hosts]
-        self.free_at = [0.0] * len(self.rank_hosts)  # ranks with a core of their own
+        self.free_at = [0.0] * len(self.rank_hosts)  # when each rank's thread is next idle
         self.spin = spin
 
     def run(self, rank: int, seconds: float,
