@@ -250,7 +250,7 @@ def test_a_bsp_step_pays_the_ring_cpu_of_thakur_et_al_and_every_replica_s_update
     ring_cpu = 2 * (p - 1) * 2 * costs.message_s(chunk) + (p - 1) * costs.reduce_s(chunk)
     wire = dataclasses.replace(get_fabric("ib-hdr"), overhead_s=0.0)
     ring = get_collective("ring").closed_form_s(p, N_BYTES, wire.alpha_s(), wire.beta_s_per_byte)
-    expected = (costs.step_s + costs.data_s(BATCH_BYTES) + 1e-4 + ring_cpu + ring
+    expected = (costs.step_s + costs.data_s(BATCH_BYTES, 16) + 1e-4 + ring_cpu + ring
                 + costs.reduce_s(N_BYTES) + costs.update_s(N_BYTES))  # the mean, the step
     assert step_s(tmp_path, "bsp", "epyc-core", p) == pytest.approx(expected, abs=1e-8)
 
@@ -261,7 +261,7 @@ def test_a_bsp_ps_step_with_one_worker_pays_every_cpu_activity_once_in_order(tmp
     The ideal host pays 2 o per message on the wire instead."""
     costs, o = epyc()
     n = N_BYTES
-    expected = (costs.step_s + costs.data_s(BATCH_BYTES) + costs.message_s(n)
+    expected = (costs.step_s + costs.data_s(BATCH_BYTES, 16) + costs.message_s(n)
                 + costs.message_s(n) + costs.reduce_s(n) + costs.reduce_s(n) + costs.update_s(n)
                 + costs.message_s(64) + costs.message_s(n) + costs.message_s(n) - 2 * 2 * o)
     extra = step_s(tmp_path, "bsp-ps", "epyc-core", 1) - step_s(tmp_path, "bsp-ps", "ideal", 1)
@@ -301,7 +301,7 @@ def test_a_bsp_step_on_shared_cores_runs_each_ring_round_on_them(tmp_path):
     rounds = 2 * (p - 1)
     ring = (rounds * 2 * costs.message_s(chunk) + (p - 1) * costs.reduce_s(chunk)) * 2 \
         + get_collective("ring").closed_form_s(p, N_BYTES, wire.alpha_s(), wire.beta_s_per_byte)
-    expected = (2 * (costs.step_s + costs.data_s(BATCH_BYTES)) + 1e-4 + ring
+    expected = (2 * (costs.step_s + costs.data_s(BATCH_BYTES, 16)) + 1e-4 + ring
                 + 2 * (costs.reduce_s(N_BYTES) + costs.update_s(N_BYTES)))
     got = step_s(tmp_path, "bsp", f"calibrated:{profile}", p,
                  **{"cluster.cores": 2, "cluster.ranks_per_host": 4, "cluster.wait": '"sleep"'})

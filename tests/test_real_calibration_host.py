@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sim.real.calibration.host import busy_warning, calibrate_host, fit
+from sim.real.calibration.host import busy_warning, calibrate_host, fit, fit_gather
 from sim.training.cpu import HostProfile, load_host
 
 pytest.importorskip("mpi4py")
@@ -49,3 +49,16 @@ def test_fit_recovers_a_line_and_busy_cpus_are_warned_about():
     assert busy_warning(0.1, 1.0, 1.0) == []
     assert all(w.startswith("warning:") for w in busy_warning(2.0, 0.5, 1.0))
     assert len(busy_warning(2.0, 0.5, 1.0)) == 2
+
+
+def test_fit_gather_recovers_a_constant_a_cost_per_row_and_a_rate():
+    rows = [16, 256, 4096, 4, 64, 256]
+    nbytes = [r * 2048 for r in rows[:3]] + [r * 32768 for r in rows[3:]]
+    seconds = [2e-6 + r * 0.25e-6 + n / 12e9 for r, n in zip(rows, nbytes, strict=True)]
+    f = fit_gather(rows, nbytes, seconds)
+    assert f["constant_s"] == pytest.approx(2e-6, rel=1e-6)
+    assert f["row_s"] == pytest.approx(0.25e-6, rel=1e-6)
+    assert f["rate_Bps"] == pytest.approx(12e9, rel=1e-6) and f["max_error"] < 1e-9
+    # no per-row cost in the data: none is found (and a term is never negative)
+    f = fit_gather(rows, nbytes, [1e-6 + n / 12e9 for n in nbytes])
+    assert 0 <= f["row_s"] < 1e-15 and f["rate_Bps"] == pytest.approx(12e9, rel=1e-6)

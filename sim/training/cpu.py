@@ -5,7 +5,7 @@ by CPU for this reason): it gathers its mini-batch rows, applies updates, copies
 and out of buffers, runs its framework's code around every message and every step, and a
 server sums and applies every push it receives. Each costs CPU time on the rank's core:
 
-    data     = batch bytes gathered / copy_Bps
+    data     = rows x copy_row_s + batch bytes gathered / copy_Bps
     update   = parameter bytes / update_Bps            (an SGD step over those parameters)
     reduce   = bytes summed / reduce_Bps               (gamma of Thakur, Rabenseifner and
                                                         Gropp 2005: gamma = 1 / reduce_Bps)
@@ -55,6 +55,7 @@ class HostProfile:
     poll_s: float = 0.0
     message_Bps: float = math.inf  # a message's bytes on each end's CPU, beyond the wire
     copy_call_s: float = 0.0  # the constant of each gather (a call into numpy)
+    copy_row_s: float = 0.0  # each row a gather fetches (a random access into the data set)
     update_call_s: float = 0.0  # the constant of each SGD step (Python around the kernel)
     reduce_call_s: float = 0.0  # the constant of each sum
     source: str = ""
@@ -65,7 +66,7 @@ class HostProfile:
             if not value > 0:  # also refuses NaN; inf: free
                 raise ValueError(f"host profile {self.name!r}: {name} must be > 0, got {value}")
         for name in ("message_s", "step_s", "poll_spin_s", "poll_s", "copy_call_s",
-                     "update_call_s", "reduce_call_s"):
+                     "copy_row_s", "update_call_s", "reduce_call_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "
@@ -78,19 +79,20 @@ HOSTS: dict[str, HostProfile] = {
     # network and strategy tests use it.
     "ideal": HostProfile("ideal", INF, INF, INF, 0.0, 0.0, 3e-3, source="no CPU costs"),
     # One core of this machine (2-core AMD EPYC VM, Linux 6.18), measured here on
-    # 2026-11-23 by `sim calibrate` through the real runner's code paths (the profile
-    # `sim validate` calibrated, load 0.9, 99.9% of a core): batch gather 5.9 GB/s + 1.6 us
-    # (fit within 12%), SGD step 37.6 GB/s + 5.9 us (9%), sum 44.4 GB/s + 1.8 us (7%);
-    # a message 3.6 us, of which 1.9 us is the shared-memory fabric's o, and 5.2 GB/s per
-    # byte, of which 7.8 GB/s is that fabric's bandwidth (the rest: 15.9 GB/s); 9.1 us of
-    # loop per update (asp); a 20 us nap takes 41 us. The time slice: k busy processes on 2
-    # cores end together (processor sharing) from ~20 ms of work up, and run to completion
-    # in wake-up order below ~3 ms (measured here, EEVDF).
-    "epyc-core": HostProfile("epyc-core", copy_Bps=5.9e9, update_Bps=37.6e9,
+    # 2026-11-23 by `sim calibrate --concurrency 2` through the real runner's code paths:
+    # batch gather 1.6 us + 0.25 us per row + bytes at 13.1 GB/s from data sets larger than
+    # the caches (fit within 19%); from an earlier run (load 0.9, 99.9% of a core): SGD step
+    # 37.6 GB/s + 5.9 us (9%), sum 44.4 GB/s + 1.8 us (7%); a message 3.6 us, of which
+    # 1.9 us is the shared-memory fabric's o, and 5.2 GB/s per byte, of which 7.8 GB/s is
+    # that fabric's bandwidth (the rest: 15.9 GB/s); 9.1 us of loop per update (asp); a
+    # 20 us nap takes 41 us. The message fit varies most between runs (up to 50% off under
+    # load). The time slice: k busy processes on 2 cores end together (processor sharing)
+    # from ~20 ms of work up, and run to completion in wake-up order below ~3 ms (EEVDF).
+    "epyc-core": HostProfile("epyc-core", copy_Bps=13.1e9, update_Bps=37.6e9,
                              reduce_Bps=44.4e9, message_s=1.76e-6, step_s=9.1e-6,
                              slice_s=3e-3, poll_spin_s=50e-6, poll_s=41e-6,
-                             message_Bps=15.9e9, copy_call_s=1.6e-6, update_call_s=5.9e-6,
-                             reduce_call_s=1.8e-6,
+                             message_Bps=15.9e9, copy_call_s=1.6e-6, copy_row_s=0.25e-6,
+                             update_call_s=5.9e-6, reduce_call_s=1.8e-6,
                              source="measured here (sim calibrate, 2026-11-23, 2-core EPYC "
                                     "VM)"),
 }
@@ -140,9 +142,9 @@ class CpuCosts:
     stack_s: float = 0.0  # the fabric's per-message CPU cost at each end
     stack_Bps: float = INF  # the fabric's per-byte CPU cost at each end, as a rate
 
-    def data_s(self, nbytes: float) -> float:
-        """Gathering ``nbytes`` of mini-batch rows."""
-        return self.host.copy_call_s + nbytes / self.host.copy_Bps
+    def data_s(self, nbytes: float, rows: int = 0) -> float:
+        """Gathering ``rows`` mini-batch rows of ``nbytes`` in all."""
+        return self.host.copy_call_s + rows * self.host.copy_row_s + nbytes / self.host.copy_Bps
 
     def update_s(self, nbytes: float) -> float:
         """An SGD step over ``nbytes`` of parameters."""

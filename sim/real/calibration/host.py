@@ -4,8 +4,9 @@
 Each cost is measured through the real runner's own code path, over several sizes, and
 ``time = constant + bytes / rate`` is fitted by least squares on relative errors:
 
-* copy: ``Worker.next_batch`` (the numpy row gather real ranks time as ``data``); bytes are
-  the rows' (``Worker.batch_bytes``, what the simulator charges);
+* copy: ``Worker.next_batch`` (the numpy row gather real ranks time as ``data``) for several
+  batch sizes and two row widths, from data sets larger than the caches, fitted as
+  ``constant + rows x row_s + bytes / rate`` (a random access per row, then streaming);
 * update: ``sim.training.rules.SGD.step`` (``sim.kernels.sgd_update``), the replicas' and the
   server's step; bytes are the parameters';
 * reduce: ``sim.kernels.sum_into``, what an allreduce round and a synchronous server do with
@@ -39,12 +40,14 @@ from sim.training.cpu import HostProfile, save_host_profile
 SLICE_S = 3e-3  # not measured (see sim.training.cpu's epyc-core preset)
 MAX_ERROR = 0.10  # a fit whose error is larger gets a warning
 BUSY_LOAD = 0.5  # 1-minute load average above which other processes use the CPU
-COPY_ROWS, COPY_ROWS_QUICK = [16, 64, 256, 1024, 4096], [16, 256, 2048]
+# gathers: row counts per row width (features), from data sets of GATHER_DATA_BYTES at least
+GATHER = {256: [16, 64, 256, 1024, 4096], 4096: [4, 16, 64, 256]}
+GATHER_QUICK = {256: [16, 256, 2048], 4096: [4, 64]}
+GATHER_DATA_BYTES = 64 << 20
 VECTOR_BYTES = [24_000, 96_000, 384_000, 1_536_000, 6_144_000]
 VECTOR_BYTES_QUICK = [24_000, 384_000, 1_536_000]
 MESSAGE_BYTES = [64, 4096, 65536, 393_216, 1_572_864]
 MESSAGE_BYTES_QUICK = [64, 65536, 1_048_576]
-FEATURES = 256  # columns of the data set the gather is timed on
 
 
 def median_s(call: Callable[[], Any], min_time_s: float) -> float:
@@ -83,22 +86,52 @@ def fit(nbytes: list[float], seconds: list[float]) -> dict[str, Any]:
                         for b, s, e in zip(n, t, errors, strict=True)]}
 
 
-def measure_copy(quick: bool, min_time_s: float) -> tuple[list[float], list[float]]:
-    """The gather of ``Worker.next_batch`` for several batch sizes."""
+def measure_copy(quick: bool, min_time_s: float) -> tuple[list[float], list[float],
+                                                         list[float]]:
+    """The gather of ``Worker.next_batch`` for several batch sizes and two row widths, from
+    data sets larger than the caches (as real ones are): (rows, bytes, seconds)."""
     from sim.config import validate
     from sim.workloads.workload import build_workload
 
-    rows = COPY_ROWS_QUICK if quick else COPY_ROWS
-    config = validate({"cluster": {"workers": 1}, "workload": {
-        "model": "logreg", "features": FEATURES, "samples": 2 * max(rows) + 1024,
-        "batch": max(rows)}}, "host calibration")
-    worker = build_workload(config).workers[0]
-    nbytes, seconds = [], []
-    for batch in rows:
-        worker.batch = batch
-        seconds.append(median_s(worker.next_batch, min_time_s))
-        nbytes.append(float(getattr(worker, "batch_bytes", batch * FEATURES * 8)))
-    return nbytes, seconds
+    rows, nbytes, seconds = [], [], []
+    for features, counts in (GATHER_QUICK if quick else GATHER).items():
+        samples = max(GATHER_DATA_BYTES // (features * 8), 2 * max(counts) + 1024)
+        config = validate({"cluster": {"workers": 1}, "workload": {
+            "model": "logreg", "features": features, "samples": samples,
+            "batch": max(counts)}}, "host calibration")
+        worker = build_workload(config).workers[0]
+        for batch in counts:
+            worker.batch = batch
+            seconds.append(median_s(worker.next_batch, min_time_s))
+            rows.append(float(batch))
+            nbytes.append(float(worker.batch_bytes))
+    return rows, nbytes, seconds
+
+
+def fit_gather(rows: list[float], nbytes: list[float],
+               seconds: list[float]) -> dict[str, Any]:
+    """``time = constant_s + rows x row_s + bytes / rate_Bps`` by least squares on relative
+    errors; a term that comes out negative is dropped and the rest fitted again."""
+    r, n, t = (np.array(x, float) for x in (rows, nbytes, seconds))
+    columns = {"constant_s": np.ones_like(t), "row_s": r, "inverse": n}
+    kept = list(columns)
+    while True:
+        A = np.column_stack([columns[k] for k in kept]) / t[:, None]
+        values = dict(zip(kept, np.linalg.lstsq(A, np.ones_like(t), rcond=None)[0],
+                          strict=True))
+        negative = [k for k in kept if values[k] < 0]
+        if not negative or len(kept) == 1:
+            break
+        kept.remove(min(negative, key=lambda k: values[k]))
+    coef = {k: max(float(values.get(k, 0.0)), 0.0) for k in columns}
+    predicted = coef["constant_s"] + r * coef["row_s"] + n * coef["inverse"]
+    errors = predicted / t - 1
+    return {"constant_s": coef["constant_s"], "row_s": coef["row_s"],
+            "rate_Bps": 1.0 / coef["inverse"] if coef["inverse"] > 0 else float("inf"),
+            "max_error": float(np.abs(errors).max()),
+            "rms_error": float(np.sqrt(np.mean(errors ** 2))),
+            "samples": [{"rows": int(k), "bytes": int(b), "seconds": float(s),
+                         "error": float(e)} for k, b, s, e in zip(r, n, t, errors, strict=True)]}
 
 
 def measure_update(quick: bool, min_time_s: float) -> tuple[list[float], list[float]]:
@@ -227,8 +260,8 @@ def measure_vectors_together(quick: bool, min_time_s: float,
         return measure_vectors(quick, min_time_s)
     with multiprocessing.get_context("fork").Pool(concurrency) as pool:
         each = pool.map(_measure_vectors_child, [(quick, min_time_s)] * concurrency)
-    points = {name: (nbytes, np.mean([e["points"][name][1] for e in each], axis=0).tolist())
-              for name, (nbytes, _) in each[0]["points"].items()}
+    points = {name: (*sizes, np.mean([e["points"][name][-1] for e in each], axis=0).tolist())
+              for name, (*sizes, _) in each[0]["points"].items()}
     return {"points": points, "cpu_fraction": min(e["cpu_fraction"] for e in each),
             "wall_s": max(e["wall_s"] for e in each)}
 
@@ -249,7 +282,8 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
     load = load_average()
     min_time_s = 0.02 if quick else 0.1
     vectors = measure_vectors_together(quick, min_time_s, concurrency)
-    fits = {name: fit(*points) for name, points in vectors["points"].items()}
+    fits = {name: (fit_gather if name == "copy" else fit)(*points)
+            for name, points in vectors["points"].items()}
     cpu_s, wall_s = vectors["cpu_fraction"] * vectors["wall_s"], vectors["wall_s"]
     fits["message"] = fit(*measure_messages(quick, wait))
     step = measure_step(quick, wait)
@@ -260,7 +294,8 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                           max(fits["message"]["constant_s"] - fabric_overhead_s, 0.0),
                           max(step["step_s"], 0.0), SLICE_S, poll["poll_spin_s"],
                           poll["poll_s"], message_Bps, fits["copy"]["constant_s"],
-                          fits["update"]["constant_s"], fits["reduce"]["constant_s"],
+                          fits["copy"]["row_s"], fits["update"]["constant_s"],
+                          fits["reduce"]["constant_s"],
                           f"sim calibrate: host costs through the real runner's code paths; "
                           f"{time.strftime('%Y-%m-%d')}, {platform.node()}, "
                           f"{os.cpu_count()} CPUs")
@@ -288,11 +323,13 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                " (not measured)"]
     warnings = busy_warning(load, cpu_s, wall_s)
     for name, f in fits.items():
-        lines.append(f"  {name:<8} {f['constant_s'] * 1e6:8.2f} us + bytes / "
+        per_row = f" + rows x {f['row_s'] * 1e6:.3f} us" if "row_s" in f else ""
+        lines.append(f"  {name:<8} {f['constant_s'] * 1e6:8.2f} us{per_row} + bytes / "
                      f"{f['rate_Bps'] / 1e9:6.2f} GB/s   fit error max {f['max_error']:.1%}"
                      f" rms {f['rms_error']:.1%}")
         for s in f["samples"]:
-            lines.append(f"    {s['bytes']:>10} B {s['seconds'] * 1e6:11.2f} us  "
+            rows = f" ({s['rows']} rows)" if "rows" in s else ""
+            lines.append(f"    {s['bytes']:>10} B{rows} {s['seconds'] * 1e6:11.2f} us  "
                          f"{s['error']:+.1%}")
         if f["max_error"] > MAX_ERROR:
             warnings.append(f"warning: the {name} fit is off by up to {f['max_error']:.0%} "

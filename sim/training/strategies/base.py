@@ -127,7 +127,8 @@ def prologue(ctx: Context, worker: Worker) -> Generator[simpy.Event, Any, None]:
     """What ``worker`` does before each gradient: the framework's per-step code and
     gathering its batch."""
     yield from cpu(ctx, worker.index, "overhead", ctx.cpu.step_s)
-    yield from cpu(ctx, worker.index, "data", ctx.cpu.data_s(worker.batch_bytes))
+    yield from cpu(ctx, worker.index, "data",
+                   ctx.cpu.data_s(worker.batch_bytes, worker.batch))
 
 
 def compute(ctx: Context, worker: Worker) -> Generator[simpy.Event, Any, float]:
