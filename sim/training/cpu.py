@@ -159,26 +159,31 @@ class CpuCosts:
         return (self.host.message_s + self.stack_s + nbytes / self.host.message_Bps
                 + nbytes / self.stack_Bps)
 
+    def round_s(self, rnd: Any, endpoints: int,
+                itemsize: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """CPU seconds of each endpoint in one round of a collective (a
+        :class:`sim.network.schedule.Round` of ``itemsize``-byte elements): posting what it
+        sends, and receiving what it gets, plus summing it in ``SUM`` rounds (Thakur et
+        al.'s gamma term)."""
+        nbytes = rnd.count * itemsize
+        each = self.message_s(nbytes)
+        received = each + (self.reduce_s(nbytes) if rnd.op == "sum" else 0.0)
+        return (np.bincount(rnd.src, each, endpoints),
+                np.bincount(rnd.dst, received, endpoints))
+
     def collective_s(self, schedule: Any, itemsize: float) -> float:
-        """CPU seconds of a collective on its busiest path: in every round each endpoint
-        pays for the messages it sends and receives, and sums what it receives in ``SUM``
-        rounds (Thakur et al.'s gamma term: (p - 1) / p n gamma for the ring); a round ends
-        with its slowest endpoint. ``schedule``: :class:`sim.network.schedule.Schedule`,
-        ``itemsize``: bytes per element on the wire."""
+        """CPU seconds of a collective on its busiest path: a round ends with its slowest
+        endpoint (:meth:`round_s`; (p - 1) / p n gamma of summing for the ring).
+        ``schedule``: :class:`sim.network.schedule.Schedule`, ``itemsize``: bytes per
+        element on the wire."""
         if self.host is HOSTS["ideal"]:
             return 0.0
         total = 0.0
         for r in range(schedule.n_rounds):
             rnd = schedule.round(r)
-            if not len(rnd):
-                continue
-            nbytes = rnd.count * itemsize
-            each = self.message_s(nbytes)
-            busy = (np.bincount(rnd.src, each, schedule.n_endpoints)
-                    + np.bincount(rnd.dst, each, schedule.n_endpoints))
-            if rnd.op == "sum":
-                busy += np.bincount(rnd.dst, self.reduce_s(nbytes), schedule.n_endpoints)
-            total += float(busy.max())
+            if len(rnd):
+                sent, received = self.round_s(rnd, schedule.n_endpoints, itemsize)
+                total += float((sent + received).max())
         return total
 
     @property

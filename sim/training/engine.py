@@ -123,7 +123,7 @@ def build_simulation(config: Config) -> Simulation:
     cores = build_hosts(env, config, cluster.workers + servers, costs)
     server = ParameterServer(network, hosts[cluster.workers:],
                              ParameterStore(rules, workload.params.copy(), config.workload),
-                             cores, costs, cluster.workers) if servers else None
+                             cores, cluster.workers) if servers else None
     ctx = Context(env, config, network, workload, rules, recorder, done, server,
                   {**options, "placement": cluster.placement}, cores, costs)
     strategy = strategy_cls(ctx)

@@ -40,11 +40,11 @@ class ParameterServer:
     (the parameters of record and the strategy's rules)."""
 
     def __init__(self, network: Any, hosts: np.ndarray, store: ParameterStore,
-                 cores: Any = None, costs: Any = None, first_rank: int = 0) -> None:
+                 cores: Any = None, first_rank: int = 0) -> None:
         self.network, self.hosts, self.store = network, np.asarray(hosts), store
-        # shard s is rank first_rank + s on ``cores`` (sim.training.hosts.Hosts); ``costs``:
-        # sim.training.cpu.CpuCosts. Without them (a network-only copy) shards cost no CPU.
-        self.cores, self.costs, self.first_rank = cores, costs, first_rank
+        # shard s is rank first_rank + s on ``cores`` (sim.training.hosts.Hosts); without
+        # them (a network-only copy) shards cost no CPU
+        self.cores, self.first_rank = cores, first_rank
         sizes = np.array([len(part) for part in np.array_split(store.params, len(self.hosts))])
         # of any message, per shard (equal key ranges when there are no numbers to hold)
         self.share = sizes / sizes.sum() if sizes.sum() else np.full(len(self.hosts),

@@ -20,7 +20,7 @@ import simpy
 from sim import kernels as K
 from sim.network.collectives import Plan, get_collective
 from sim.network.runner import run_alone
-from sim.network.schedule import SUM, Schedule
+from sim.network.schedule import Schedule
 from sim.training.messages import Message
 from sim.training.pipeline import AllreduceChannel
 from sim.training.rules import SGD
@@ -83,16 +83,14 @@ class AllreduceMixin:
             rnd = schedule.round(r)
             if not len(rnd):
                 continue
-            each = costs.message_s(rnd.count.astype(float))
-            received = each + (costs.reduce_s(rnd.count.astype(float)) if rnd.op == SUM
-                               else 0.0)
-            yield on_cores(np.bincount(rnd.src, each, schedule.n_endpoints))
+            sent, received = costs.round_s(rnd, schedule.n_endpoints)
+            yield on_cores(sent)
             plan = Plan(self.collective, ctx.n, int(nbytes),
                         Schedule.of(schedule.n_endpoints, [rnd]), self.hosts, None, 1)
             arrived = env.process(ctx.network.run_plan(plan))
             yield simpy.AllOf(env, [env.process(block(ctx, w, "wire", arrived, overlapped))
                                     for w in ranks])
-            yield on_cores(np.bincount(rnd.dst, received, schedule.n_endpoints))
+            yield on_cores(received)
 
     def allreduce_time(self, nbytes: int) -> Generator[simpy.Event, Any, float]:
         """Wait while every worker's messages of an allreduce of ``nbytes`` cross the

@@ -155,7 +155,7 @@ def push(ctx: Context, worker: Worker, nbytes: float, apply_s: Callable[[float],
     parts = server.range_bytes(*keys, nbytes)
     owners = parts > 0
     yield from cpu(ctx, worker.index, "overhead",
-                   sum(costs.message_s(p) for p in parts[owners]), overlapped)
+                   float(costs.message_s(parts[owners]).sum()), overlapped)
     yield from block(ctx, worker.index, "wire", server.push(worker.host, nbytes, keys),
                      overlapped)
     return server.process(owners, np.array([costs.message_s(p) + apply_s(p)
@@ -174,9 +174,14 @@ def pull(ctx: Context, worker: Worker, out: np.ndarray,
     shards = int(owners.sum())
     yield from cpu(ctx, worker.index, "overhead", shards * costs.message_s(REQUEST_BYTES))
     with ctx.recorder.span(worker.index, "wire"):
-        version = yield from server.pull(worker.host, out, rows, np.array(
-            [costs.message_s(REQUEST_BYTES) + costs.message_s(p) for p in parts[owners]]),
-            lambda reply: ctx.hosts.wait(worker.index, reply))
-    yield from cpu(ctx, worker.index, "overhead",
-                   sum(costs.message_s(p) for p in parts[owners]))
+        version = yield from server.pull(worker.host, out, rows,
+                                         answer_s(costs, parts[owners]),
+                                         lambda reply: ctx.hosts.wait(worker.index, reply))
+    yield from cpu(ctx, worker.index, "overhead", float(costs.message_s(parts[owners]).sum()))
     return version
+
+
+def answer_s(costs: CpuCosts, parts: np.ndarray) -> np.ndarray:
+    """Each shard's CPU to answer a pull of ``parts`` bytes from it: receiving the request,
+    then copying out and sending its part."""
+    return costs.message_s(REQUEST_BYTES) + costs.message_s(parts)

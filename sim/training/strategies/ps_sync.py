@@ -27,7 +27,7 @@ from sim.network.topology import place
 from sim.training.messages import Message, message_slice
 from sim.training.pipeline import ParameterServerChannel
 from sim.training.server import REQUEST_BYTES, ParameterServer
-from sim.training.strategies.base import Strategy, block, compute, cpu, pull, push
+from sim.training.strategies.base import Strategy, answer_s, block, compute, cpu, pull, push
 from sim.training.strategies.pipelined import PipelinedStrategy
 from sim.workloads.workload import Worker
 
@@ -134,13 +134,12 @@ class BSPPS(PipelinedStrategy):
         parts = server.range_bytes(*keys, msg.nbytes)
         owners = parts > 0
         with ctx.recorder.span(w, "wire", lapped):
-            served = server.process(owners, np.array(
-                [costs.message_s(REQUEST_BYTES) + costs.message_s(p) for p in parts[owners]]))
+            served = server.process(owners, answer_s(costs, parts[owners]))
             if served is not None:
                 yield served
             yield from ctx.hosts.wait(w, server.send_range(ctx.workers[w].host, *keys,
                                                            msg.nbytes))
-        yield from cpu(ctx, w, "overhead", sum(costs.message_s(p) for p in parts[owners]),
+        yield from cpu(ctx, w, "overhead", float(costs.message_s(parts[owners]).sum()),
                        lapped)
 
     def apply_message(self, step: int, msg: Message) -> None:
