@@ -181,7 +181,8 @@ class Sweep:
     """A sweep directory: results.csv (one row per run) and runs/<name>/."""
 
     path: Path
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)  # the finished runs
+    failed: dict[str, str] = field(default_factory=dict)  # run name -> why it failed
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
@@ -190,7 +191,10 @@ class Sweep:
         if not is_sweep_dir(self.path):
             raise UserError(f"{self.path}: not a sweep directory (no {RESULTS})")
         raw = read_csv(self.path / RESULTS)
-        self.rows = [{k: cell(v or "") for k, v in row.items() if k} for row in raw]
+        rows = [{k: cell(v or "") for k, v in row.items() if k} for row in raw]
+        self.failed = {str(r["run"]): str(r["error"]) for r in rows if r.get("error")}
+        self.rows = [{k: v for k, v in r.items() if k != "error"} for r in rows
+                     if not r.get("error")]
 
     @property
     def swept(self) -> list[str]:

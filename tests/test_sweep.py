@@ -17,6 +17,7 @@ import pytest
 from sim.cli import main
 from sim.config import validate
 from sim.errors import UserError
+from sim.results import Sweep
 from sim.sweep import MAX_NAME, flatten, format_value, grid, load_sweep, point_names, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -248,10 +249,16 @@ def test_a_failing_point_is_reported_and_the_rest_kept(tmp_path, monkeypatch, ca
     assert sweep_cli(config, out, "--jobs", "1") == 1
     err = capsys.readouterr().err
     assert f"failed: {NAMES[3]}: RuntimeError: boom" in err
-    assert [r["run"] for r in read_results(out / "results.csv")] == NAMES[:3]
+    rows = read_results(out / "results.csv")  # every point, the failure with its reason
+    assert [r["run"] for r in rows] == NAMES
+    assert [r["error"] for r in rows[:3]] == ["", "", ""] and "boom" in rows[3]["error"]
+    assert rows[3]["cluster.workers"] == "4" and rows[3]["sim_time_s"] == ""
+    assert [r["run"] for r in Sweep(out).rows] == NAMES[:3]  # readers see finished runs
+    assert list(Sweep(out).failed) == [NAMES[3]]
     monkeypatch.setattr(engine, "simulate", real)
     assert sweep_cli(config, out, "--jobs", "1") == 0  # the same command finishes it
-    assert [r["run"] for r in read_results(out / "results.csv")] == NAMES
+    rows = read_results(out / "results.csv")
+    assert [r["run"] for r in rows] == NAMES and not any(r["error"] for r in rows)
 
 
 @pytest.mark.parametrize("sweep, named", [

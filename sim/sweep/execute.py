@@ -239,21 +239,28 @@ def _csv_value(value: Any) -> Any:
     return repr(value) if isinstance(value, float) else value
 
 
-def write_results(out: Path, sweep: Sweep) -> tuple[Path, list[dict[str, Any]]]:
-    """DIR/results.csv from the complete run directories, in point order: the run's name,
-    the swept keys, run.seed and the summary's scalars. Returns its path and rows."""
-    columns = ["run", *(k for k in sweep.keys if k != "run.seed"), "run.seed"]
-    rows = []
+def write_results(out: Path, sweep: Sweep,
+                  failed: dict[str, str] | None = None) -> tuple[Path, list[dict[str, Any]]]:
+    """DIR/results.csv in point order: the run's name, the swept keys, run.seed, ``error``
+    (blank, or why the point failed: ``failed`` maps names to messages) and the summary's
+    scalars of the complete run directories. Returns its path and the finished rows."""
+    failed = failed or {}
+    columns = ["run", *(k for k in sweep.keys if k != "run.seed"), "run.seed", "error"]
+    rows, lines = [], []
     for point in sweep.points:
+        keys = {"run": point.name, **point.values, "run.seed": point.seed}
         if is_complete(out, point.name):
             summary = json.loads((out / "runs" / point.name / "summary.json").read_text())
             scalars = {k: v for k, v in summary.items() if not isinstance(v, list | dict)}
             columns += [k for k in scalars if k not in columns]
-            rows.append({"run": point.name, **point.values, "run.seed": point.seed, **scalars})
+            rows.append({**keys, **scalars})
+            lines.append(rows[-1])
+        elif point.name in failed:
+            lines.append({**keys, "error": failed[point.name]})
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(columns)
-    writer.writerows([_csv_value(row.get(c)) for c in columns] for row in rows)
+    writer.writerows([_csv_value(line.get(c)) for c in columns] for line in lines)
     write_atomic(out / "results.csv", text.getvalue())
     return out / "results.csv", rows
 
@@ -286,7 +293,7 @@ def run_sweep(path: str | Path, out: str | Path, overrides: list[str] | None = N
                 outcomes = (_dask(tasks, client) if client
                             else _local(tasks, jobs or default_jobs()))
                 _consume(out, outcomes, report, len(sweep.points), progress)
-            report.results_csv, report.rows = write_results(out, sweep)
+            report.results_csv, report.rows = write_results(out, sweep, report.failed)
         finally:
             lock.close()
     finally:

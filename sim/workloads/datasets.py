@@ -1,13 +1,15 @@
 """Datasets: seeded synthetic dense and sparse data, and digits shipped by scikit-learn.
 
 Every generator takes a :class:`DatasetSpec` and a ``numpy.random.Generator`` and
-returns a :class:`Dataset` with a held-out split. Nothing is downloaded.
+returns a :class:`Dataset` with a held-out split. Labels are class ids (int32); the model
+that trains on them says which label type its kernels take (:meth:`Dataset.labelled_as`).
+Nothing is downloaded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -43,6 +45,12 @@ class Dataset:
     def n_train(self) -> int:
         return len(self.y_train)
 
+    def labelled_as(self, dtype: np.dtype) -> Dataset:
+        """This data set with its labels as ``dtype`` (float64 0/1 for binary models,
+        int32 class ids for multiclass ones); the rows are shared, not copied."""
+        return replace(self, y_train=self.y_train.astype(dtype, copy=False),
+                       y_test=self.y_test.astype(dtype, copy=False))
+
 
 def _split(n: int, test_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
     order = rng.permutation(n)
@@ -53,7 +61,7 @@ def _split(n: int, test_fraction: float, rng: np.random.Generator) -> tuple[np.n
 def _dense(X: np.ndarray, y: np.ndarray, classes: int, spec: DatasetSpec,
            rng: np.random.Generator) -> Dataset:
     train, test = _split(len(y), spec.test_fraction, rng)
-    labels = y.astype(np.int32) if classes > 2 else y.astype(np.float64)
+    labels = y.astype(np.int32)
     return Dataset(np.ascontiguousarray(X[train]), labels[train], np.ascontiguousarray(X[test]),
                    labels[test], X.shape[1], classes)
 
@@ -92,7 +100,7 @@ def sparse_powerlaw(spec: DatasetSpec, rng: np.random.Generator) -> Dataset:
     data = np.ones(len(indices))
     w_true = rng.standard_normal(d) * spec.separation / np.sqrt(k)
     margin = np.add.reduceat(w_true[indices], indptr[:-1])
-    y = (rng.random(spec.samples) < 1 / (1 + np.exp(-margin))).astype(np.float64)
+    y = (rng.random(spec.samples) < 1 / (1 + np.exp(-margin))).astype(np.int32)
     train, test = _split(spec.samples, spec.test_fraction, rng)
     return Dataset(csr_rows((indptr, indices, data), train), y[train],
                    csr_rows((indptr, indices, data), test), y[test], d, 2, sparse=True)

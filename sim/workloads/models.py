@@ -32,6 +32,11 @@ class Model:
     layers: list[Layer]
 
     @property
+    def label_dtype(self) -> np.dtype:
+        """The labels the model's kernels take: float64 0/1 if binary, else int32 ids."""
+        return np.dtype(np.float64 if self.binary else np.int32)
+
+    @property
     def size(self) -> int:
         return self.layers[-1].params.stop
 

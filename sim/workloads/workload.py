@@ -120,4 +120,4 @@ def _data_and_model(config: Any, rng: np.random.Generator) -> tuple[Any, Any]:
     model = make_model(workload.model, data.features, data.classes,
                        hidden=tuple(workload.hidden), l2=workload.l2,
                        nnz_per_row=workload.nnz_per_row)
-    return data, model
+    return data.labelled_as(model.label_dtype), model
