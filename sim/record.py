@@ -140,6 +140,8 @@ class Recorder:
     # ---- results --------------------------------------------------------------------
 
     def summary(self, seed: int, wall_s: float, events: int, **extra: Any) -> dict[str, Any]:
+        """The run's summary.json: the common keys, then ``extra`` (a strategy's or a
+        runner's own keys). Raises ValueError if ``extra`` would replace a common key."""
         staleness = np.array(self.staleness or [0])
         sim_time = float(self.clock())
         # a worker that stopped before the run's end waited for it
@@ -164,6 +166,9 @@ class Recorder:
             "workers": [dict(zip(KINDS, map(float, row), strict=True))
                         for row in breakdown],
         }
+        replaced = sorted(set(extra) & set(result))
+        if replaced:
+            raise ValueError(f"summary extras would replace the common keys {replaced}")
         result.update(extra)
         return result
 

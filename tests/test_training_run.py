@@ -148,3 +148,22 @@ def test_each_worker_time_is_split_into_compute_comm_and_wait(kind):
         else:  # the iteration in flight at the end is not
             assert 0.8 * s["sim_time_s"] < accounted <= s["sim_time_s"] * (1 + 1e-12)
     assert s["compute_s"] == pytest.approx(np.mean([w["compute"] for w in s["workers"]]))
+
+
+@pytest.mark.parametrize("kind, pipelining", [(k, "none") for k in sorted(STRATEGIES)]
+                         + [("bsp", "wfbp"), ("bsp-ps", "bucket")])
+def test_strategy_extras_keep_the_common_summary_keys(kind, pipelining):
+    """``comm_s`` is the measured message time (overhead + wire) for every strategy: a
+    strategy's own keys never replace a common one (bsp and bsp-ps replaced it before)."""
+    s = simulate(make(strategy__kind=kind, strategy__backup=1,
+                      strategy__pipelining=pipelining)).summary
+    assert s["comm_s"] == pytest.approx(s["overhead_s"] + s["wire_s"], rel=1e-12)
+    assert s["compute_s"] == np.mean([w["compute"] for w in s["workers"]])
+
+
+def test_summary_refuses_extras_that_replace_common_keys():
+    from sim.record import Recorder
+
+    recorder = Recorder(lambda: 1.0, 2, 10, lambda i: False, None)
+    with pytest.raises(ValueError, match="comm_s"):
+        recorder.summary(0, 0.0, 0, comm_s=1.0)

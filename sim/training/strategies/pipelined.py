@@ -97,7 +97,7 @@ class PipelinedStrategy(Strategy):
                 "priority": self.ctx.config.strategy.priority,
                 "messages_per_step": len(self.messages),
                 "timing": self.layers.source + ("" if self.ctx.numerics else " (timing only)"),
-                "comm_s": M,
+                "comm_alone_s": M,
                 "iter_s": T / steps,
                 "exposed_comm_s": (T - C) / steps,
                 "pipelining_ratio": M / C if C > 0 else None,
