@@ -4,7 +4,8 @@ A run directory holds ``config.toml`` (the resolved config), ``summary.json``,
 ``metrics.csv`` (tidy rows: one per update and one per evaluation, each with
 ``time_s``) and ``trace.json`` (Chrome trace event format, one track per worker).
 :func:`write_run` writes them into a temporary directory beside the target and
-renames it into place, so a killed run leaves nothing that looks complete.
+renames it into place, so a killed run leaves nothing half-written; a run stopped on purpose
+(Ctrl-C, SIGTERM) is written with ``"complete": false``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ METRIC_COLUMNS = ("kind", "time_s", "iteration", "worker", "clock", "version_rea
 SUMMARY_KEYS = ("sim_time_s", "iterations", "final_loss", "final_accuracy", "time_to_target_s",
                 "samples_per_s", "staleness_mean", "staleness_max", "compute_s", "comm_s",
                 "wait_s", "events", "wall_s", "seed", "data_s", "update_s", "overhead_s",
-                "wire_s")
+                "wire_s", "complete")
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class Recorder:
         self.final = (math.nan, math.nan)
         self.time_to_target_s: float | None = None
         self.diverged = False
-        self.on_eval: Callable[[int, int], None] | None = None  # (updates done, of total)
+        self.on_update: Callable[[int, float], None] | None = None  # (updates, clock now)
 
     @property
     def finished(self) -> bool:
@@ -91,6 +92,8 @@ class Recorder:
         self.samples += samples
         if self.evaluates_after(self.iteration):
             self.evaluate_now()
+        if self.on_update is not None:
+            self.on_update(self.iteration, self.clock())
         if self.iteration == self.iterations:
             self.on_done()
 
@@ -101,8 +104,6 @@ class Recorder:
 
     def evaluate_now(self) -> None:
         """Held-out loss and accuracy of the model of record, now."""
-        if self.on_eval is not None:
-            self.on_eval(self.iteration, self.iterations)
         loss, accuracy = self.evaluate()
         now = self.clock()
         self.rows.append(("eval", now, self.iteration, None, None, None, None, None,
@@ -139,9 +140,12 @@ class Recorder:
 
     # ---- results --------------------------------------------------------------------
 
-    def summary(self, seed: int, wall_s: float, events: int, **extra: Any) -> dict[str, Any]:
+    def summary(self, seed: int, wall_s: float, events: int, complete: bool = True,
+                **extra: Any) -> dict[str, Any]:
         """The run's summary.json: the common keys, then ``extra`` (a strategy's or a
-        runner's own keys). Raises ValueError if ``extra`` would replace a common key."""
+        runner's own keys). ``complete``: false for a run stopped early (interrupted), whose
+        figures cover what it reached. Raises ValueError if ``extra`` would replace a
+        common key."""
         staleness = np.array(self.staleness or [0])
         sim_time = float(self.clock())
         # a worker that stopped before the run's end waited for it
@@ -163,6 +167,7 @@ class Recorder:
             "wall_s": wall_s,
             "seed": seed,
             "diverged": self.diverged,
+            "complete": complete,
             "workers": [dict(zip(KINDS, map(float, row), strict=True))
                         for row in breakdown],
         }
@@ -242,30 +247,50 @@ def _finite_or_none(x: float) -> float | None:
 
 # ---- the run directory --------------------------------------------------------------------
 
-def check_out_dir(out: Path) -> None:
-    """Refuse to run into a directory that already holds files (results are never replaced)."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out}: already exists and is not empty; choose another --out")
+RUN_FILES = ("config.toml", "summary.json")  # what makes a directory a run directory
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether ``path`` holds a run's files (config.toml and summary.json)."""
+    return all((path / name).is_file() for name in RUN_FILES)
+
+
+def check_out_dir(out: Path, replace: bool = False) -> None:
+    """Refuse to run into a directory that already holds files (results are never replaced)
+    unless ``replace`` and it holds a run (never an arbitrary directory)."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return
+    if not replace:
+        raise UserError(f"{out}: already exists and is not empty; choose another --out "
+                        "(or --force to replace the run there)")
+    if not out.is_dir() or not is_run_dir(out):
+        raise UserError(f"{out}: --force replaces only a run directory (config.toml and "
+                        "summary.json); this is not one")
 
 
 @contextmanager
-def atomic_dir(out: Path) -> Iterator[Path]:
+def atomic_dir(out: Path, replace: bool = False) -> Iterator[Path]:
     """A temporary directory beside ``out``, renamed to ``out`` when the block ends well.
 
-    Raises UserError when ``out`` already holds files; on an error nothing is left.
+    Raises UserError when ``out`` already holds files (with ``replace``: unless it holds a
+    run, which is removed only once the new one is in place); on an error nothing is left.
     """
-    check_out_dir(out)
+    check_out_dir(out, replace)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
         yield tmp
-        if out.exists():
-            out.rmdir()  # empty (checked above); rename needs the name free
+        if out.exists() and any(out.iterdir()):
+            os.replace(out, old)  # a run (checked above): kept until the new one is in
+        elif out.exists():
+            out.rmdir()  # empty: rename needs the name free
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 CALIBRATED = "calibrated:"
@@ -311,12 +336,12 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
     return path
 
 
-def write_run(out: Path, files: dict[str, str]) -> None:
+def write_run(out: Path, files: dict[str, str], replace: bool = False) -> None:
     """Write ``files`` (name -> text) as the run directory ``out``, atomically.
 
-    Raises UserError when ``out`` already holds files.
+    Raises UserError when ``out`` already holds files (with ``replace``: other than a run).
     """
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, replace) as tmp:
         for name, text in files.items():
             (tmp / name).write_text(text)
 

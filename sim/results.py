@@ -23,9 +23,8 @@ from typing import Any
 import numpy as np
 
 from sim.errors import UserError
-from sim.record import KINDS
+from sim.record import KINDS, RUN_FILES, is_run_dir
 
-RUN_FILES = ("config.toml", "summary.json")  # what makes a directory a run directory
 RESULTS = "results.csv"  # what makes a directory a sweep directory
 _WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\((.*)\)$")  # e.g. np.float64(0.5)
 
@@ -90,10 +89,6 @@ def iteration_s(summary: Mapping[str, Any]) -> float | None:
     if not summary.get("iterations"):
         return None
     return summary["sim_time_s"] / summary["iterations"]
-
-
-def is_run_dir(path: Path) -> bool:
-    return all((path / name).is_file() for name in RUN_FILES)
 
 
 def is_sweep_dir(path: Path) -> bool:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from tqdm import tqdm
-
 from sim.config import load_config
+from sim.progress import Progress, Stopped, shielded, stop_on_signals
 from sim.record import check_out_dir, write_run
 
 SHOWN = ("sim_time_s", "iterations", "final_loss", "final_accuracy", "time_to_target_s",
@@ -21,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="run directory (default: runs/<config name>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="override a config key, e.g. cluster.workers=8")
+    parser.add_argument("--force", action="store_true",
+                        help="replace OUT if it holds an earlier run (the old run stays until "
+                             "the new one is written)")
 
 
 def default_out(config_path: Path) -> Path:
@@ -41,6 +42,8 @@ def format_summary(summary: dict) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run it; Ctrl-C or SIGTERM stops it and keeps what it reached (``complete: false``),
+    exiting 128 + the signal's number."""
     from sim.training.engine import simulate
 
     config = load_config(args.config, args.overrides)
@@ -48,13 +51,28 @@ def main(args: argparse.Namespace) -> int:
         print(f"note: {args.config} has a [sweep] table; this runs its base point only "
               f"(`python -m sim sweep {args.config}` runs the grid)")
     out = args.out or default_out(args.config)
-    check_out_dir(out)  # before spending time on the run
-    with tqdm(total=config.run.iterations, unit="update", file=sys.stderr, disable=None,
-              leave=False) as bar:
-        result = simulate(config, lambda done, _: bar.update(done - bar.n))
-    write_run(out, result.files())
+    check_out_dir(out, replace=args.force)  # before spending time on the run
+    progress = Progress(config.run.iterations, config.run.time_limit_s)
+    try:
+        with stop_on_signals():
+            result = simulate(config, progress)
+    except Stopped as stop:  # after the simulation, before its results were gathered
+        progress.close()
+        print(f"stopped by {stop.signal_name} before the results were gathered; "
+              f"nothing written", flush=True)
+        return stop.exit_status
+    finally:
+        progress.close()
+    with shielded():  # a second Ctrl-C waits until the run directory is whole
+        write_run(out, result.files(), replace=args.force)
+    summary = result.summary
     print(f"{config.strategy.kind} on {config.cluster.workers} workers, "
           f"{config.workload.model}/{config.workload.dataset}:")
-    print(format_summary(result.summary))
+    print(format_summary(summary))
     print(f"results: {out}/ (config.toml, summary.json, metrics.csv, trace.json)")
-    return 0
+    if summary["complete"]:
+        return 0
+    stop = Stopped(summary["stopped_by"])
+    print(f"INCOMPLETE: stopped by {stop.signal_name} after {summary['iterations']} of "
+          f"{config.run.iterations} updates; the run directory says \"complete\": false")
+    return stop.exit_status

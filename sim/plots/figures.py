@@ -21,7 +21,8 @@ RunDirs = Sequence[Path | str | Run]
 
 
 def labelled(runs: list[Run]) -> dict[str, list[Run]]:
-    """Legend label -> its runs; a group of several seeds says so, a diverged run too."""
+    """Legend label -> its runs; a group of several seeds says so, a diverged run and an
+    incomplete (interrupted) one too."""
     labels = run_labels([r.config for r in runs], [r.name for r in runs])
     out = {}
     for label, idx in groups(labels).items():
@@ -31,6 +32,8 @@ def labelled(runs: list[Run]) -> dict[str, list[Run]]:
             label += f" ({len(members)} {'seeds' if len(seeds) == len(members) else 'runs'})"
         if any(r.summary.get("diverged") for r in members):
             label += " (diverged)"
+        if any(r.summary.get("complete") is False for r in members):
+            label += " (incomplete)"
         out[label] = members
     return out
 

@@ -56,6 +56,8 @@ def run_point(task: dict[str, Any]) -> dict[str, Any]:
         from sim.training.engine import simulate
 
         result = simulate(validate(task["data"], task["source"]))
+        if not result.summary["complete"]:  # Ctrl-C in this process: the sweep stops, and
+            raise KeyboardInterrupt  # the point is not kept (a rerun does it whole)
         files = result.files()
         if task.get("runs_dir"):
             write_run(Path(task["runs_dir"]) / name, files)

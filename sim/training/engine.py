@@ -134,33 +134,41 @@ def build_simulation(config: Config) -> Simulation:
     return Simulation(env, ctx, strategy)
 
 
-def simulate(config: Config, progress: Callable[[int, int], None] | None = None) -> Result:
+def simulate(config: Config, progress: Callable[[int, float], None] | None = None) -> Result:
     """Run the experiment; a diverged run (NaN/Inf) stops early with ``diverged: true``.
 
-    ``progress(updates_done, updates_total)`` is called at every evaluation.
+    ``progress(updates_done, simulated_s)`` is called after every update. A
+    KeyboardInterrupt (Ctrl-C; :class:`sim.progress.Stopped` for SIGTERM too) stops the run
+    where it is: the result is what it reached, with ``complete: false`` and ``stopped_by``.
     """
     env, ctx, strategy = build_simulation(config)
     recorder = ctx.recorder
-    recorder.on_eval = progress
+    recorder.on_update = progress
     ctx.network.start_log(TRACE_FLOWS)
     started = time.perf_counter()
-    strategy.start()
-    recorder.evaluate_now()
-    limit = config.run.time_limit_s
-    until = ctx.done if limit is None else simpy.AnyOf(env, [ctx.done, env.timeout(limit)])
+    stopped_by = None
     try:
+        strategy.start()
+        recorder.evaluate_now()
+        limit = config.run.time_limit_s
+        until = ctx.done if limit is None else simpy.AnyOf(env, [ctx.done, env.timeout(limit)])
         env.run(until=until)
         if not recorder.finished:  # stopped by the time limit: evaluate where it stopped
             recorder.evaluate_now()
     except NonFiniteError:
         recorder.diverge()
+    except KeyboardInterrupt as exc:  # the metrics so far are kept; no evaluation now
+        stopped_by = getattr(exc, "signal_name", "SIGINT")
     except RuntimeError as exc:  # SimPy: no events left before `done`
         raise RuntimeError(f"simulation stalled at t={env.now:.6g} s after "
                            f"{recorder.iteration} updates: {exc}") from None
     wall_s = time.perf_counter() - started
+    extra = {} if stopped_by is None else {"stopped_by": stopped_by}
     summary = recorder.summary(config.run.seed, wall_s, env.events_processed,
+                               complete=stopped_by is None,
                                strategy=config.strategy.kind, fabric=ctx.network.fabric.name,
                                workers_n=ctx.n, stragglers=ctx.compute.stragglers,
-                               compute_time_s=ctx.compute.base_s, **strategy.summary_extra())
+                               compute_time_s=ctx.compute.base_s, **extra,
+                               **strategy.summary_extra())
     trace = recorder.trace(ctx.network.flow_log, ctx.network.topology.link_name)
     return Result(summary, recorder.metrics_csv(), trace, dump_config(config))

@@ -118,6 +118,8 @@ def compare(sim_dir: Path, real_dir: Path) -> dict[str, Any]:
     report["breakdown"] = _breakdown(sim, reals)
     report["placement"] = placement_note(sim_dir, len(sim.summary.get("workers", [])),
                                          reals[0].summary)
+    report["incomplete"] = [str(r.path) for r in [sim, *reals]
+                            if r.summary.get("complete") is False]
     return report
 
 
@@ -208,4 +210,7 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(f"  staleness mean   sim {st['sim']:.3g}   real {st['real']:.3g}")
     if report.get("placement"):
         lines.append("  " + report["placement"])
+    for path in report.get("incomplete", []):
+        lines.append(f"  note: {path} is incomplete (stopped early); its figures cover the "
+                     "updates it reached")
     return "\n".join(lines)

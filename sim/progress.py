@@ -1,0 +1,130 @@
+"""A long run and its user: progress reports, and stopping early on Ctrl-C or SIGTERM.
+
+A run ends at ``run.iterations`` updates or at ``run.time_limit_s`` simulated seconds,
+whichever comes first, so its progress is the larger of the two fractions; the estimate of
+the time left extrapolates the wall time spent so far. On a terminal one line is rewritten
+in place; in a log (not a terminal) a line is printed every ``every_s`` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+
+class Stopped(KeyboardInterrupt):
+    """The run was asked to stop (SIGINT or SIGTERM); ``signal_name`` says which."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+    @property
+    def exit_status(self) -> int:
+        """The shell's convention: 128 + the signal's number."""
+        return 128 + int(getattr(signal, self.signal_name))
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise :class:`Stopped` (so the caller can keep
+    what was computed); outside it, and while the caller writes results, they are as before.
+    Does nothing outside the main thread (signals can only be caught there)."""
+    def stop(signum: int, frame: Any) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    try:
+        previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def shielded() -> Iterator[None]:
+    """Within the block SIGINT and SIGTERM wait (e.g. while a run directory is written);
+    a signal that came meanwhile is delivered when it ends."""
+    pending: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        pending.append(signum)
+
+    try:
+        previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for signum in pending[:1]:
+            signal.raise_signal(signum)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+class Progress:
+    """Call with (updates done, simulated time now) as often as you like; reports are
+    throttled by wall time. ``close()`` ends the terminal line."""
+
+    def __init__(self, iterations: int, time_limit_s: float | None,
+                 stream: TextIO | None = None, every_s: float | None = None) -> None:
+        self.iterations, self.time_limit_s = iterations, time_limit_s
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.every_s = every_s if every_s is not None else (0.2 if self.tty else 5.0)
+        self.started = time.perf_counter()
+        self.last = self.started
+        self.shown = False
+
+    def fraction(self, updates: int, sim_time_s: float) -> float:
+        """How far the run is, 0..1: the larger of its two limits' fractions."""
+        done = updates / self.iterations if self.iterations else 0.0
+        if self.time_limit_s:
+            done = max(done, sim_time_s / self.time_limit_s)
+        return min(1.0, done)
+
+    def line(self, updates: int, sim_time_s: float, now: float) -> str:
+        fraction = self.fraction(updates, sim_time_s)
+        elapsed = now - self.started
+        limit = f" of {self.time_limit_s:.4g} s" if self.time_limit_s else ""
+        left = (f", about {_duration(elapsed * (1 - fraction) / fraction)} left"
+                if fraction > 0 else "")
+        return (f"progress: {fraction:6.1%}  {updates}/{self.iterations} updates, "
+                f"simulated {sim_time_s:.4g} s{limit}, {_duration(elapsed)} elapsed{left}")
+
+    def __call__(self, updates: int, sim_time_s: float) -> None:
+        now = time.perf_counter()
+        if now - self.last < self.every_s:
+            return
+        self.last = now
+        text = self.line(updates, sim_time_s, now)
+        if self.tty:
+            self.stream.write("\r" + text + "\x1b[K")
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.tty and self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
