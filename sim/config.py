@@ -155,6 +155,18 @@ class Run(Section):
     time_limit_s: Positive | None = doc(None, "also stop at this simulated time (s): "
                                         "compares strategies over the same time span")
     seeds: list[NonNegativeInt] = doc([], "sweeps repeat every point for each seed")
+    trace_flows: NonNegativeInt = doc(100_000, "link flows kept on trace.json's link tracks "
+                                      "(the first ones in the window; a cut is marked)")
+    trace_window_s: list[NonNegative] = doc([], "[start, end]: only the link flows of this "
+                                            "simulated span go on the trace (empty: all)")
+
+    @field_validator("trace_window_s")
+    @classmethod
+    def _window(cls, window: list[float]) -> list[float]:
+        if window and (len(window) != 2 or window[0] >= window[1]):
+            raise ValueError(f"run.trace_window_s: expected [start, end] in simulated seconds "
+                             f"with start < end, got {window}")
+        return window
 
 
 class Config(Section):

@@ -188,12 +188,13 @@ class Recorder:
                                                    else v) for v in row])
         return out.getvalue()
 
-    def trace(self, flows: list[tuple[float, float, float, tuple[int, ...]]] | None = None,
-              link_name: Callable[[int], str] = str) -> dict[str, Any]:
+    def trace(self, flows: Any = None, link_name: Callable[[int], str] = str) -> dict[str, Any]:
         """Chrome trace events in microseconds: pid 0 has one thread per worker; pid 1 the
         workers' communication that overlaps their compute (pipelined runs); pid 2 the
-        network links with the flows that crossed them, from ``flows`` = (start s, end s,
-        bytes, links). Slices that overlap in time go to extra lanes of their track."""
+        network links with the flows that crossed them, from ``flows`` (a
+        :class:`~sim.network.flow.FlowLog`: (start s, end s, bytes, links) each, and what it
+        left out, which ``otherData.link_flows`` and a global instant event mark). Slices
+        that overlap in time go to extra lanes of their track."""
         workers = len(self.breakdown)
         events: list[dict[str, Any]] = [
             {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "workers"}}]
@@ -206,11 +207,29 @@ class Recorder:
                       if lapped]
         events += _lane_events(1, "overlapped communication", overlapped,
                                lambda w: f"worker {w}")
+        kept = flows.flows if flows is not None else []
         events += _lane_events(2, "network links (flows)",
                                [(start, end, path, f"flow {i}: {nbytes:.0f} B")
-                                for i, (start, end, nbytes, path) in enumerate(flows or [])],
+                                for i, (start, end, nbytes, path) in enumerate(kept)],
                                link_name)
-        return {"traceEvents": events, "displayTimeUnit": "ms"}
+        trace: dict[str, Any] = {"traceEvents": events, "displayTimeUnit": "ms"}
+        if flows is not None:
+            trace["otherData"] = {"link_flows": link_flows_note(flows)}
+            if flows.left_out:
+                events.append({"ph": "i", "s": "g", "pid": 2, "tid": 0,
+                               "ts": flows.first_left_out_s * 1e6,
+                               "name": f"trace cut: {flows.left_out} of {flows.finished} "
+                                       "link flows left out from here (run.trace_flows, "
+                                       "run.trace_window_s)"})
+        return trace
+
+
+def link_flows_note(flows: Any) -> dict[str, Any]:
+    """What the trace's link tracks hold: flows finished, kept, left out, and the limits."""
+    window = [float(w) for w in flows.window_s]
+    return {"finished": flows.finished, "kept": len(flows.flows), "left_out": flows.left_out,
+            "limit": flows.limit, "window_s": [window[0], window[1] if math.isfinite(window[1])
+                                               else None]}
 
 
 def _lane_events(pid: int, process: str, items: list[tuple[float, float, tuple[int, ...], str]],

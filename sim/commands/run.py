@@ -70,6 +70,13 @@ def main(args: argparse.Namespace) -> int:
           f"{config.workload.model}/{config.workload.dataset}:")
     print(format_summary(summary))
     print(f"results: {out}/ (config.toml, summary.json, metrics.csv, trace.json)")
+    flows = result.trace.get("otherData", {}).get("link_flows")
+    if flows and flows["left_out"]:
+        start, end = flows["window_s"]
+        window = f"{start:g} s to {'the end' if end is None else f'{end:g} s'}"
+        print(f"trace: {flows['left_out']} of {flows['finished']} link flows left out "
+              f"(run.trace_flows = {flows['limit']}, window {window}); trace.json marks "
+              "the cut")
     if summary["complete"]:
         return 0
     stop = Stopped(summary["stopped_by"])

@@ -9,6 +9,8 @@ of the flow model. The topology is kept only so placements work the same way.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +41,7 @@ class AnalyticalNetwork:
         """Time of one message of nbytes bytes (s)."""
         return self.alpha_s + nbytes * self.beta_s
 
-    def start_log(self, limit: int) -> None:
+    def start_log(self, limit: int, window_s: tuple[float, float] = (0.0, math.inf)) -> None:
         """Nothing to log (see :meth:`FlowNetwork.start_log`)."""
 
     send = FlowNetwork.send  # one message through send_many: the same for both models

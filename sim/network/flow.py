@@ -20,7 +20,9 @@ new flows (max-min splits into independent parts over disjoint links).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -52,6 +54,23 @@ class _EndOfInstant(simpy.Event):
         self._ok = True  # triggered on creation, like simpy.Timeout
         self._value = None
         env.schedule(self, _LAST)
+
+
+@dataclass
+class FlowLog:
+    """The finished flows kept for the trace, (start s, end s, bytes, directed links): the
+    first ``limit`` that lie within ``window_s``. Every finished flow is counted, so what
+    was left out is known (:attr:`left_out`, from :attr:`first_left_out_s` on)."""
+
+    limit: int
+    window_s: tuple[float, float] = (0.0, math.inf)
+    flows: list[tuple[float, float, float, tuple[int, ...]]] = field(default_factory=list)
+    finished: int = 0
+    first_left_out_s: float | None = None
+
+    @property
+    def left_out(self) -> int:
+        return self.finished - len(self.flows)
 
 
 class FlowNetwork:
@@ -88,8 +107,7 @@ class FlowNetwork:
         self._route_cache: dict[tuple[bytes, bytes], Paths] = {}
         self.flows_started = 0
         self.messages_delivered = 0
-        self.flow_log: list[tuple[float, float, float, tuple[int, ...]]] | None = None
-        self.log_limit = 0
+        self.flow_log: FlowLog | None = None
 
     # ---- sending ---------------------------------------------------------------------
 
@@ -194,16 +212,22 @@ class FlowNetwork:
         elif not self._settling:
             self._set_timer()  # nothing else changes at this instant: rates stand as they are
 
-    def start_log(self, limit: int) -> None:
-        """Record the first ``limit`` finished flows in :attr:`flow_log` as
-        (start s, end s, bytes, directed links) for the trace's link tracks."""
-        self.flow_log, self.log_limit = [], limit
+    def start_log(self, limit: int, window_s: tuple[float, float] = (0.0, math.inf)) -> None:
+        """Keep finished flows for the trace's link tracks in :attr:`flow_log` (a
+        :class:`FlowLog`: the first ``limit`` that lie within ``window_s``)."""
+        self.flow_log = FlowLog(limit, window_s)
 
     def _log(self, done: np.ndarray) -> None:
-        for row in np.flatnonzero(done)[:self.log_limit - len(self.flow_log)]:
+        log, now = self.flow_log, float(self.env.now)
+        rows = np.flatnonzero(done)
+        log.finished += len(rows)
+        inside = rows[(self._started[rows] >= log.window_s[0]) & (now <= log.window_s[1])]
+        kept = inside[:log.limit - len(log.flows)]
+        for row in kept:
             links = tuple(self._pair_link[self._pair_flow == row].tolist())
-            self.flow_log.append((float(self._started[row]), float(self.env.now),
-                                  float(self._size[row]), links))
+            log.flows.append((float(self._started[row]), now, float(self._size[row]), links))
+        if len(kept) < len(rows) and log.first_left_out_s is None:
+            log.first_left_out_s = now
 
     def _advance(self) -> None:
         """Bring every flow's remaining bytes up to now."""
@@ -255,7 +279,7 @@ class FlowNetwork:
         with np.errstate(divide="ignore"):
             done |= self.env.now + self._left / self._rate <= self.env.now
         if done.any():
-            if self.flow_log is not None and len(self.flow_log) < self.log_limit:
+            if self.flow_log is not None:
                 self._log(done)
             self._deliver_later(self._batch[done], self._index[done], self._hops[done])
             self._remove(done)

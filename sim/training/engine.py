@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +31,6 @@ from sim.training.store import ParameterStore
 from sim.training.strategies import STRATEGIES, Context, Strategy
 from sim.workloads.workload import build_workload
 
-TRACE_FLOWS = 2000  # flows shown on the trace's link tracks (the first ones of the run)
 
 
 class CountingEnvironment(simpy.Environment):
@@ -144,7 +144,8 @@ def simulate(config: Config, progress: Callable[[int, float], None] | None = Non
     env, ctx, strategy = build_simulation(config)
     recorder = ctx.recorder
     recorder.on_update = progress
-    ctx.network.start_log(TRACE_FLOWS)
+    ctx.network.start_log(config.run.trace_flows, tuple(config.run.trace_window_s or
+                                                        (0.0, math.inf)))
     started = time.perf_counter()
     stopped_by = None
     try:
