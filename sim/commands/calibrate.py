@@ -56,6 +56,7 @@ def main(args: argparse.Namespace) -> int:
     from sim.real.calibration import calibrate as C
     from sim.real.launch.launcher import RunFailed
     from sim.real.launch.runner import network, terminated_cleanly
+    from sim.real.validation.load import OtherLoad
 
     ranks = parse_ranks(args.ranks)
     if args.collective not in REGISTRY or REGISTRY[args.collective].kind != "allreduce" \
@@ -67,14 +68,17 @@ def main(args: argparse.Namespace) -> int:
     workloads = [load_config(p) for p in args.workloads] or C.default_workloads()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.only in (None, "compute"):
-        points = C.measure_kernels(workloads, args.concurrency,
-                                   0.05 if args.quick else 0.2)
+        with OtherLoad() as load:
+            points = C.measure_kernels(workloads, args.concurrency,
+                                       0.05 if args.quick else 0.2)
+        warn_load("compute", load.fraction)
         device = C.write_device(args.out / "device.json", points, args.concurrency)
         print(f"compute: {device['flops_per_s'] / 1e9:.2f} GFLOP/s + "
               f"{device['overhead_s'] * 1e6:.1f} us per gradient "
               f"(fit errors {min(device['errors']):+.1%} .. {max(device['errors']):+.1%})")
         for p in points:
             print(f"  {p['workload']:<34} {p['seconds'] * 1e6:9.1f} us  {p['error']:+.1%}")
+        warn_fit("compute", [(p["workload"], p["error"]) for p in points])
         print(f'  compute.device = "calibrated:{args.out / "device.json"}"')
     fabric_overhead_s, fabric_Bps = 0.0, float("inf")
     if args.only == "host" and (args.out / "fabric.json").exists():  # calibrated before
@@ -82,12 +86,14 @@ def main(args: argparse.Namespace) -> int:
         fabric_overhead_s, fabric_Bps = data["overhead_s"], data["bandwidth_Bps"]
     if args.only in (None, "network"):
         try:
-            with terminated_cleanly(), network(args.net, max(ranks)) as emulation:
+            with terminated_cleanly(), network(args.net, max(ranks)) as emulation, \
+                    OtherLoad() as load:
                 measured = C.measure_network(emulation, ranks, args.wait, args.collective,
                                              args.quick)
         except RunFailed as exc:
             print(f"error: network measurement failed: {exc}", file=sys.stderr)
             return 1
+        warn_load("network", load.fraction)
         fit = C.fit_network(measured)
         fabric = C.write_fabric(args.out / "fabric.json", args.net, measured, fit)
         errors = [p["error"] for p in fit["points"] if "not fitted" not in p["what"]]
@@ -97,6 +103,8 @@ def main(args: argparse.Namespace) -> int:
               f"(fit errors {min(errors):+.0%} .. {max(errors):+.0%})")
         for p in fit["points"]:
             print(f"  {p['what']:<41} {p['measured_s'] * 1e6:11.1f} us  {p['error']:+.0%}")
+        warn_fit("network", [(p["what"], p["error"]) for p in fit["points"]
+                             if "not fitted" not in p["what"]])
         print(f'  cluster.fabric = "calibrated:{args.out / "fabric.json"}"')
         fabric_overhead_s, fabric_Bps = fabric.overhead_s, fabric.bandwidth_Bps
     if args.only in (None, "host"):
@@ -110,3 +118,24 @@ def main(args: argparse.Namespace) -> int:
             return 1
         print("\n".join(lines))
     return 0
+
+
+def warn_fit(name: str, errors: list[tuple[str, float]]) -> None:
+    """A warning on stderr when a fit misses a measured point by more than ``MAX_ERROR``."""
+    from sim.real.calibration.host import MAX_ERROR
+
+    what, worst = max(errors, key=lambda e: abs(e[1]), default=("", 0.0))
+    if abs(worst) > MAX_ERROR:
+        print(f"warning: the {name} fit is off by {worst:+.0%} at {what} (more than "
+              f"{MAX_ERROR:.0%}): the machine may have been busy, or the model does not "
+              "fit this machine; rerun (without --quick) before trusting it", file=sys.stderr)
+
+
+def warn_load(name: str, other: float) -> None:
+    """A warning on stderr when other processes took more than ``MAX_OTHER_LOAD`` of the
+    CPUs while ``name`` was measured (their time would be measured as this machine's)."""
+    from sim.real.validation.load import MAX_OTHER_LOAD
+
+    if other > MAX_OTHER_LOAD:
+        print(f"warning: other processes used {other:.0%} of the CPUs while the {name} "
+              "costs were measured; rerun on a quiet machine", file=sys.stderr)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from sim.config import load_config
+from sim.real.validation.load import MAX_OTHER_LOAD
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,4 +62,15 @@ def main(args: argparse.Namespace) -> int:
     print(format_summary(summaries[-1]))
     shown = "r0 ... " if args.repeat > 1 else ""
     print(f"results: {out}/ {shown}(config.toml, summary.json, metrics.csv, trace.json)")
+    for line in load_warnings(summaries):
+        print(line, file=sys.stderr)
     return 0
+
+
+def load_warnings(summaries: list[dict]) -> list[str]:
+    """A warning per repeat during which other processes took more than
+    ``MAX_OTHER_LOAD`` of the CPUs: the real times then include waiting for them."""
+    return [f"warning: other processes used {s['other_load']:.0%} of the CPUs during "
+            f"{'the run' if len(summaries) == 1 else f'repeat {i}'}; its times include "
+            "waiting for them (rerun on a quiet machine, or compare with --repeat)"
+            for i, s in enumerate(summaries) if s.get("other_load", 0.0) > MAX_OTHER_LOAD]

@@ -10,7 +10,6 @@ of the flow model. The topology is kept only so placements work the same way.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 

@@ -32,7 +32,6 @@ from sim.training.strategies import STRATEGIES, Context, Strategy
 from sim.workloads.workload import build_workload
 
 
-
 class CountingEnvironment(simpy.Environment):
     """A SimPy environment that counts the events it processes."""
 

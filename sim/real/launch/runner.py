@@ -26,6 +26,7 @@ from sim.real.executors.registry import check_supported
 from sim.real.executors.timing import WAIT_MODES
 from sim.real.launch.emulate import Emulation, EmulationError, parse_rate
 from sim.real.launch.launcher import Job, launch
+from sim.real.validation.load import OtherLoad
 from sim.record import atomic_dir, check_out_dir, write_run
 from sim.results import iteration_s
 
@@ -159,7 +160,12 @@ def run_real(config: Config, out: Path, options: RealOptions,
     runs = []
     with terminated_cleanly(), network(options.net, ranks) as emulation:
         for repeat in range(options.repeat):
-            runs.append(run_once(config, ranks, options, emulation, repeat))
+            with OtherLoad() as load:
+                files = run_once(config, ranks, options, emulation, repeat)
+            summary = json.loads(files["summary.json"])
+            summary["other_load"] = load.fraction  # CPU share other processes took meanwhile
+            files["summary.json"] = json.dumps(summary, indent=2) + "\n"
+            runs.append(files)
             if progress:
                 progress(repeat, json.loads(runs[-1]["summary.json"]))
     if options.repeat == 1:

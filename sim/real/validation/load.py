@@ -14,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+MAX_OTHER_LOAD = 0.10  # other processes' CPU share above which timings get a warning
 
 
 def _stat() -> tuple[int, int]:
