@@ -91,3 +91,19 @@ def test_executors_do_not_branch_on_strategy_names():
     hits = [f"{p.relative_to(ROOT)}:{n}" for p in places
             for n, line in enumerate(p.read_text().splitlines(), 1) if STRATEGY_BRANCH.search(line)]
     assert hits == []
+
+
+def test_readme_points_only_inside_the_repository():
+    """A clone has no ../shared: the README's links and paths stay inside the repository,
+    and every repository path it names in backquotes exists."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "README.md").read_text()
+    assert "../" not in text
+    for link in re.findall(r"\]\(([^)#][^)]*)\)", text):
+        assert link.startswith("http") or (root / link).exists(), link
+    named = set(re.findall(r"`((?:sim|native|notebooks|experiments|tests)/[\w./-]*)`", text))
+    missing = [p for p in named if "*" not in p and "<" not in p
+               and not any((root / f"{p}{ext}").exists() for ext in ("", ".py"))]
+    assert not missing, missing
