@@ -2,8 +2,10 @@
 
 Every call checks dtype, shape, C-contiguity and writability first and raises
 ``TypeError`` / ``ValueError`` naming the argument, because cffi would happily
-pass a float64 buffer as ``float *``. Kernel status codes become exceptions:
-``SGD_EINVAL`` -> ``ValueError``, ``SGD_EINDEX`` -> ``ValueError``,
+pass a float64 buffer as ``float *``. The C pointers are ``restrict``, so an array
+a kernel writes may share no memory with any other array of the call (``ValueError``
+naming both; inputs that are only read may alias each other). Kernel status codes
+become exceptions: ``SGD_EINVAL`` -> ``ValueError``, ``SGD_EINDEX`` -> ``ValueError``,
 ``SGD_ENONFINITE`` -> :class:`NonFiniteError` (NaN/Inf in an input or a
 diverged result). Float kernels dispatch on the dtype of their first array
 (float32 or float64); optional ``out=`` arguments avoid allocation on hot paths.
@@ -61,17 +63,33 @@ def _ndim(name: str, a: np.ndarray, ndim: int) -> np.ndarray:
     return a
 
 
+# np.may_share_memory without the __array_function__ dispatch (half its cost on a hot path)
+_may_share = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
+
+
+def _disjoint(name: str, a: np.ndarray, other: str, b: np.ndarray | None) -> None:
+    """Refuse ``a`` if it shares memory with ``b`` (named ``other``; None is skipped).
+
+    The kernels' pointers are ``restrict``: a written array that overlaps another gives
+    silently wrong results, so every array a kernel writes is checked here against every
+    other array of the call. Comparing bounds is exact, not a heuristic: both arrays were
+    checked C-contiguous, and a contiguous array owns every byte between its bounds
+    (whatever the dtypes). ``name`` comes first: the argument to replace by a separate
+    array. About 0.1 us a pair.
+    """
+    if b is not None and _may_share(a, b):
+        raise ValueError(f"{name}: shares memory with {other}; pass a separate array")
+
+
 def _out(name: str, out: np.ndarray | None, dtype: np.dtype, shape: tuple,
          inputs: dict[str, Any] | None = None) -> np.ndarray:
     """A fresh output array, or ``out`` checked as writable with that dtype and shape and
-    sharing no memory with ``inputs`` (the kernels' pointers are ``restrict``: an output
-    that aliases an input gives silently wrong results)."""
+    sharing no memory with ``inputs`` (:func:`_disjoint`)."""
     if out is None:
         return np.empty(shape, dtype)
     out = _array(name, out, dtype, shape, writable=True)
     for other, a in (inputs or {}).items():
-        if a is not None and np.may_share_memory(out, a):
-            raise ValueError(f"{name}: shares memory with {other}; pass a separate array")
+        _disjoint(name, out, other, a)
     return out
 
 
@@ -264,8 +282,12 @@ def sparse_logreg_grad(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray
     w = _ndim("w", _array("w", w, dtype), 1)
     d = len(w)
     ws = workspace if workspace is not None else SparseWorkspace(d, dtype)
-    _array("workspace.acc", ws.acc, dtype, (d,), writable=True)
-    _array("workspace.mark", ws.mark, _UINT64, ((d + 63) // 64,), writable=True)
+    acc = _array("workspace.acc", ws.acc, dtype, (d,), writable=True)
+    mark = _array("workspace.mark", ws.mark, _UINT64, ((d + 63) // 64,), writable=True)
+    for other, a in {"indptr": indptr, "indices": indices, "data": data, "y": y, "w": w}.items():
+        _disjoint("workspace.acc", acc, other, a)
+        _disjoint("workspace.mark", mark, other, a)
+    _disjoint("workspace.mark", mark, "workspace.acc", acc)
     out_idx = np.empty(len(indices), np.int64)
     out_val = np.empty(len(indices), dtype)
     count, loss = ffi.new("int64_t *"), _float_out(dtype)
@@ -277,8 +299,12 @@ def sparse_logreg_grad(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray
 # ---- 5. vector ops ------------------------------------------------------------------
 
 def _pair(dst_name: str, dst: Any, src_name: str, src: Any) -> tuple[np.ndarray, np.ndarray]:
+    """An in-place kernel's (written, read) arrays: same dtype and shape, no shared memory
+    (not even ``src is dst``: the C loops are ``restrict``, and no caller needs it)."""
     dst = _array(dst_name, dst, writable=True)
-    return dst, _array(src_name, src, dst.dtype, dst.shape)
+    src = _array(src_name, src, dst.dtype, dst.shape)
+    _disjoint(src_name, src, dst_name, dst)
+    return dst, src
 
 
 def sum_into(dst: np.ndarray, src: np.ndarray) -> np.ndarray:
@@ -313,16 +339,19 @@ def sgd_update(w: np.ndarray, g: np.ndarray, v: np.ndarray | None, lr: float,
                momentum: float = 0.0, weight_decay: float = 0.0) -> np.ndarray:
     """In-place SGD step, PyTorch semantics: v = mu v + (g + wd w); w -= lr v. Returns w.
 
-    v (the momentum buffer) may be None when momentum is 0.
+    v (the momentum buffer) may be None when momentum is 0; given, it shares no memory
+    with w or g.
     """
     w, g = _pair("w", w, "g", g)
     momentum = _scalar("momentum", momentum)
     if v is None:
         if momentum != 0:
             raise ValueError("v: a momentum buffer is required when momentum > 0")
-        v = w  # never read or written by the kernel when momentum == 0
+        v = w  # never read or written by the kernel when momentum == 0: restrict holds
     else:
-        _array("v", v, w.dtype, w.shape, writable=True)
+        v = _array("v", v, w.dtype, w.shape, writable=True)
+        _disjoint("v", v, "w", w)
+        _disjoint("v", v, "g", g)
     _call("sgd_update", w.dtype, w, g, v, w.size, _scalar("lr", lr), momentum,
           _scalar("weight_decay", weight_decay))
     return w
@@ -392,6 +421,8 @@ def scatter_add(idx: np.ndarray, val: np.ndarray, out: np.ndarray) -> np.ndarray
     if idx.ndim != 1:
         raise ValueError(f"idx: expected a 1-D array, got shape {idx.shape}")
     val = _array("val", val, out.dtype, idx.shape)
+    _disjoint("idx", idx, "out", out)
+    _disjoint("val", val, "out", out)
     _call("scatter_add", out.dtype, idx, val, idx.size, out, out.size)
     return out
 
