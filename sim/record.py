@@ -72,6 +72,7 @@ class Recorder:
         self.staleness: list[int] = []
         self.samples = 0
         self.breakdown = np.zeros((workers, len(KINDS)))
+        self.overlapped_s = np.zeros(workers)  # communication beside compute, per worker
         self.slices: list[tuple[int, str, float, float]] = []
         self.final = (math.nan, math.nan)
         self.time_to_target_s: float | None = None
@@ -123,10 +124,14 @@ class Recorder:
         """Worker spent [start, end) seconds on ``kind`` (one of :data:`KINDS`).
 
         ``overlapped`` spans run alongside the worker's compute (pipelined communication):
-        the trace shows them on the worker's own network track.
+        the trace shows them on the worker's own network track, and they are summed apart
+        (:attr:`overlapped_s`), not into the worker's time, which they do not take.
         """
         if end > start:
-            self.breakdown[worker, KINDS.index(kind)] += end - start
+            if overlapped:
+                self.overlapped_s[worker] += end - start
+            else:
+                self.breakdown[worker, KINDS.index(kind)] += end - start
             self.slices.append((worker, kind, start, end, overlapped))
 
     @contextmanager

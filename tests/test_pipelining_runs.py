@@ -89,3 +89,52 @@ def test_a_profile_can_time_a_small_model_that_trains():
     s = simulate(validate(data)).summary
     assert s["timing"] == "profile:vgg16" and s["final_loss"] is not None
     assert s["messages_per_step"] == 5  # VGG-16's 553 MB in >= 25 MB buckets, fc6 alone
+
+
+NOISY = {"distribution": "lognormal", "sigma": 0.5, "straggler_fraction": 0.25,
+         "straggler_slowdown": 3.0}
+
+
+def noisy(kind, mode, **strategy):
+    data = {**MLP, "compute": NOISY, "strategy": {"kind": kind, "pipelining": mode, **strategy}}
+    return simulate(validate(data)).summary
+
+
+@pytest.mark.parametrize("kind", ["bsp", "bsp-ps"])
+def test_none_has_speedup_one_and_no_overlap_even_with_stragglers(kind):
+    """(It reported speedup_vs_none 1.04 for a none run: C was the mean worker's compute,
+    T_none the slowest's.)"""
+    s = noisy(kind, "none")
+    assert s["speedup_vs_none"] == 1.0 and 0.0 <= s["overlap_efficiency"] <= 1.0
+    assert s["straggler_wait_s"] > 0  # reported apart, not in C
+    if kind == "bsp":  # the allreduce starts once the slowest worker is done: no overlap
+        assert s["overlap_efficiency"] == 0.0
+        assert s["sim_time_s"] == pytest.approx(s["compute_s"] + s["straggler_wait_s"]
+                                                + s["comm_alone_s"], rel=1e-9)
+    else:  # the early workers' pushes overlap the slowest worker's compute
+        assert s["sim_time_s"] < s["compute_s"] + s["straggler_wait_s"] + s["comm_alone_s"]
+
+
+@pytest.mark.parametrize("kind, mode, extra", [
+    ("bsp", "wfbp", {}), ("bsp", "bucket", {"bucket_bytes": 4e4}),
+    ("bsp", "wfbp", {"priority": True}), ("bsp-ps", "wfbp", {}),
+    ("bsp-ps", "bucket", {"bucket_bytes": 4e4, "priority": True})])
+def test_pipelined_metrics_are_bounded_and_workers_add_up(kind, mode, extra):
+    """(Overlap efficiencies of -1.7 and -2.1 and compute + comm + wait above the run's
+    time before: overlapped messages were counted in the worker's time.)"""
+    s = noisy(kind, mode, **extra)
+    assert 0.0 <= s["overlap_efficiency"] <= 1.0
+    assert s["speedup_vs_none"] > 0 and s["overlapped_comm_s"] > 0
+    assert s["comm_s"] == pytest.approx(s["overhead_s"] + s["wire_s"], rel=1e-12)
+    for worker in s["workers"]:
+        assert sum(worker.values()) == pytest.approx(s["sim_time_s"], rel=1e-9)
+
+
+def test_priority_does_not_count_the_next_steps_early_forward():
+    """C covers the completed steps only (it took 2.08 for 2.25 with priority)."""
+    plain = summary("bsp", "wfbp")
+    per_step = plain["compute_s"] / plain["iterations"]  # constant compute, no early forward
+    s = summary("bsp", "wfbp", priority=True)
+    assert s["compute_s"] > s["iterations"] * per_step * (1 + 1e-6)  # it did start early
+    assert s["pipelining_ratio"] == pytest.approx(
+        s["comm_alone_s"] / (s["iterations"] * per_step), rel=1e-12)

@@ -33,8 +33,10 @@ class Pipeline:
     ``span(worker, kind, start, end, overlapped)`` receives its compute, wait and
     communication intervals. With one message per step, a worker's time splits exactly
     into compute, communication and wait. With several, communication runs beside compute
-    (``overlapped``) and ``wait`` is the time a forward layer sits idle for its message:
-    compute + wait is the worker's whole time;
+    (``overlapped``: shown, not counted in the worker's time) and the time a forward layer
+    sits idle for its message is split: waiting for the other workers (``wait``: they had
+    not yet produced or pushed it, :attr:`blocked`) and exposed communication (``wire``).
+    Either way the worker's activities add up to its time.
     ``step_done(step)`` is called when every message of the step has been delivered.
     """
 
@@ -62,12 +64,23 @@ class Pipeline:
                                                           for _ in range(workers)]
         # when each worker's latest copy of message m started to communicate
         self.comm_start = np.zeros((workers, len(messages)))
+        # [from, until) in which worker w's latest message m waited for the other workers
+        # (the channel fills it in)
+        self.blocked = np.zeros((workers, len(messages), 2))
         self.stopped = False
         self.overlapped = len(messages) > 1
         channel.attach(self)
 
     def _delay(self, w: int, seconds: float) -> Generator[simpy.Event, Any, None]:
         yield self.env.timeout(seconds)
+
+    def idle_spans(self, w: int, m: int, start: float, end: float) -> None:
+        """Worker ``w`` sat idle in [start, end) for message ``m``: ``wait`` while the
+        message waited for the other workers, ``wire`` (exposed communication) otherwise."""
+        a, b = np.clip(self.blocked[w, m], start, end)
+        self.span(w, "wire", start, a, False)
+        self.span(w, "wait", a, b, False)
+        self.span(w, "wire", b, end, False)
 
     def landed(self, w: int, m: int) -> None:
         """Message m is back at worker w: the layers it carries may run."""
@@ -91,9 +104,10 @@ class Pipeline:
                 if waiting is not None and not waiting.processed:
                     start = env.now
                     yield waiting
-                    # one message: idle until it started moving, the channel spans the rest
-                    end = env.now if self.overlapped else max(start, self.comm_start[w, m])
-                    self.span(w, "wait", start, end, False)
+                    if self.overlapped:
+                        self.idle_spans(w, m, start, env.now)
+                    else:  # idle until it started moving; the channel spans the rest
+                        self.span(w, "wait", start, max(start, self.comm_start[w, m]), False)
                 if layer == 0 and self.prologue is not None:  # once the parameters it reads
                     yield from self.prologue(w)  # are in, as in the real runner
                 start = env.now
@@ -126,7 +140,9 @@ class AllreduceChannel:
 
     def ready(self, pipe: Pipeline, worker: int, step: int, m: int) -> None:
         self.waiting[m] = self.waiting.get(m, 0) + 1
+        pipe.blocked[worker, m, 0] = self.env.now  # produced here: waits for the others
         if self.waiting[m] == pipe.workers:
+            pipe.blocked[:, m, 1] = self.env.now
             del self.waiting[m]
             self.queue.append(m)
             if not self.wakeup.triggered:
@@ -200,8 +216,10 @@ class ParameterServerChannel:
             pipe.comm_start[w, m] = self.env.now
             yield from self.push(w, pipe.messages[m])  # records its spans
             self.pushed_at[w, m] = self.env.now
+            pipe.blocked[w, m, 0] = self.env.now  # pushed: waits for the others' pushes
             self.pushed[m] += 1
             if self.pushed[m] == pipe.workers:
+                pipe.blocked[:, m, 1] = self.env.now
                 self.apply(step, pipe.messages[m])
                 self.pulls += [self.env.process(self.pull_to(pipe, v, m))
                                for v in range(pipe.workers)]

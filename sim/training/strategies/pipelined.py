@@ -6,12 +6,20 @@ pipeline decides when each layer's compute and each message happen. This is exac
 because a step's backward cannot start before all of the previous step's messages
 have landed (its forward needs every layer).
 
-Summary metrics (issue 6): C = compute_s, M = comm_s (each message alone on the network,
-one after another), T = sim_time_s, all per worker over the run; iter_s = T / steps;
-exposed_comm_s = (T - C) / steps; pipelining_ratio = M / C; overlap_efficiency =
-(C + M - T) / min(C, M); speedup_vs_none = T_none / T, where T_none is the same steps with
-one message after the whole backward (the slowest worker's compute plus the
-whole-gradient allreduce, per step).
+Summary metrics, over the steps the run completed: C = the slowest worker's compute of
+each step, summed (so waiting for stragglers is not in it: ``straggler_wait_s`` is the mean
+worker's compute short of C); M = ``comm_alone_s``, each message alone on the network, one
+after another, per step, summed; T = ``sim_time_s``. ``iter_s`` = T / steps;
+``exposed_comm_s`` = (T - C) / steps; ``pipelining_ratio`` = M / C;
+``overlap_efficiency`` = (C + M - T) / min(C, M), the share of the shorter of compute and
+communication hidden behind the other, in [0, 1] (clipped: CPU costs of messages beyond
+the wire can make T exceed C + M); ``speedup_vs_none`` = T_none / T, with T_none = C plus
+the whole-gradient message alone per step (1 exactly for ``none``; exact for an allreduce,
+which starts when the slowest worker is done, and an upper bound for parameter servers with
+stragglers, whose early pushes overlap the slowest worker's compute even without
+pipelining). ``comm_s`` stays the
+measured exposed communication of the mean worker, as for every strategy;
+``overlapped_comm_s`` is the communication that ran beside its compute.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import math
 from collections.abc import Generator
 from typing import Any
 
+import numpy as np
 import simpy
 
 from sim.training.messages import Message, StepCosts, plan_messages
@@ -39,7 +48,8 @@ class PipelinedStrategy(Strategy):
         self.messages = plan_messages(self.layers.grad_bytes, strategy.pipelining,
                                       strategy.bucket_bytes)
         self.slowest_compute_s = 0.0  # sum over steps of the slowest worker's compute
-        self._step_max: dict[int, float] = {}
+        self.worker_compute_s = np.zeros(ctx.n)  # each worker's, over the same steps
+        self._step_compute: dict[int, np.ndarray] = {}
         charged = ctx.cpu.charged  # a host with CPU costs (not the ideal one)
         on_core = charged and ctx.compute.on_host
         self.pipe = Pipeline(ctx.env, ctx.n, self.messages, channel, self.costs,
@@ -55,11 +65,13 @@ class PipelinedStrategy(Strategy):
 
     def costs(self, worker: int, step: int) -> StepCosts:
         seconds = self.ctx.compute.duration(worker, self.ctx.env.now)
-        self._step_max[step] = max(self._step_max.get(step, 0.0), seconds)
+        self._step_compute.setdefault(step, np.zeros(self.ctx.n))[worker] = seconds
         return self.layers.split(seconds)
 
     def step_done(self, step: int) -> None:
-        self.slowest_compute_s += self._step_max.pop(step, 0.0)
+        compute = self._step_compute.pop(step, np.zeros(self.ctx.n))
+        self.slowest_compute_s += float(compute.max())
+        self.worker_compute_s += compute
         loss = self.apply_step(step) if self.ctx.numerics else math.nan
         for w in self.ctx.workers:
             w.clock = step + 1
@@ -88,19 +100,22 @@ class PipelinedStrategy(Strategy):
 
     def summary_extra(self) -> dict[str, Any]:
         rec, steps = self.ctx.recorder, max(1, self.ctx.recorder.iteration)
-        C = float(rec.breakdown[:, 0].mean())
+        C = self.slowest_compute_s
         M = steps * sum(self.alone_s(m) for m in self.messages)
         T = float(self.ctx.env.now)
+        mode = self.ctx.config.strategy.pipelining
         whole = plan_messages(self.layers.grad_bytes, "none", 0)[0]
-        T_none = self.slowest_compute_s + steps * self.alone_s(whole)
-        return {"pipelining": self.ctx.config.strategy.pipelining,
+        T_none = T if mode == "none" else C + steps * self.alone_s(whole)
+        hidden = (C + M - T) / min(C, M) if min(C, M) > 0 else None
+        return {"pipelining": mode,
                 "priority": self.ctx.config.strategy.priority,
                 "messages_per_step": len(self.messages),
                 "timing": self.layers.source + ("" if self.ctx.numerics else " (timing only)"),
                 "comm_alone_s": M,
+                "overlapped_comm_s": float(rec.overlapped_s.mean()),
+                "straggler_wait_s": C - float(self.worker_compute_s.mean()),
                 "iter_s": T / steps,
                 "exposed_comm_s": (T - C) / steps,
                 "pipelining_ratio": M / C if C > 0 else None,
-                "overlap_efficiency": (C + M - T) / min(C, M) if min(C, M) > 0 else None,
+                "overlap_efficiency": None if hidden is None else min(1.0, max(0.0, hidden)),
                 "speedup_vs_none": T_none / T if T > 0 else None}
-
