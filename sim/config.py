@@ -136,9 +136,12 @@ class Compute(Section):
     device: str = doc("cpu-core", "a preset (`python -m sim list devices`) or "
                       "`calibrated:PATH`")
     time_s: Positive | None = doc(None, "fixed seconds per gradient instead of FLOPs / rate")
-    distribution: Literal["constant", "exponential", "lognormal"] = doc(
+    distribution: Literal["constant", "exponential", "shifted-exponential", "lognormal"] = doc(
         "constant", "noise factor on each gradient's time, mean 1")
     sigma: Positive = doc(0.5, "lognormal: shape")
+    shift: float = doc(0.5, "shifted-exponential: the fixed minimum, as a fraction of the "
+                       "mean time (Dutta et al. 2018); 0 is exponential, 1 constant",
+                       ge=0, le=1, allow_inf_nan=False)
     straggler_fraction: Fraction = doc(0.0, "share of workers that are always slow")
     straggler_slowdown: float = doc(1.0, "their compute time multiplier", ge=1,
                                     allow_inf_nan=False)

@@ -60,7 +60,8 @@ def test_a_worker_draws_its_shard_without_replacement_each_epoch():
     assert not other & set(first)
 
 
-@pytest.mark.parametrize("distribution", ["constant", "exponential", "lognormal"])
+@pytest.mark.parametrize("distribution", ["constant", "exponential", "shifted-exponential",
+                                          "lognormal"])
 def test_compute_noise_has_mean_one_and_is_per_worker_deterministic(distribution):
     cfg = make(compute__distribution=distribution, compute__time_s=2.0).compute
     model = ComputeModel(cfg, 1e6, workers=3, seed=11)
@@ -71,6 +72,21 @@ def test_compute_noise_has_mean_one_and_is_per_worker_deterministic(distribution
     # another worker's draws do not depend on how often this one drew
     fresh = ComputeModel(cfg, 1e6, workers=3, seed=11)
     assert fresh.duration(2, 0.0) == model.duration(2, 0.0)
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.3, 0.8])
+def test_shifted_exponential_never_beats_its_minimum_and_has_an_exponential_tail(shift):
+    """Dutta et al. 2018: time = shift x mean + Exp(mean (1 - shift)); plain exponential
+    noise (shift 0) lets a gradient take almost no time."""
+    cfg = make(compute__distribution="shifted-exponential", compute__shift=shift,
+               compute__time_s=2.0).compute
+    model = ComputeModel(cfg, 1e6, workers=1, seed=3)
+    draws = np.array([model.duration(0, 0.0) for _ in range(40000)])
+    assert draws.min() >= 2.0 * shift
+    tail = draws - 2.0 * shift  # exponential of mean 2 (1 - shift): sd = mean, median ln 2
+    assert tail.mean() == pytest.approx(2.0 * (1 - shift), rel=0.02)
+    assert tail.std() == pytest.approx(2.0 * (1 - shift), rel=0.03)
+    assert np.median(tail) == pytest.approx(np.log(2) * 2.0 * (1 - shift), rel=0.03)
 
 
 def test_compute_time_is_flops_over_the_device_rate():

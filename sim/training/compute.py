@@ -1,7 +1,8 @@
 """Compute-time model: how long a worker takes for one gradient, in simulated seconds.
 
 time = (FLOPs / device rate + per-call overhead), or a fixed ``compute.time_s``;
-times a noise factor of mean 1 (constant, exponential or lognormal), times the
+times a noise factor of mean 1 (constant, exponential, shifted exponential or lognormal),
+times the
 straggler slowdown of the worker, times any named slowdown active when the
 gradient starts. Every worker draws from its own generator, spawned from the
 run's seed, so a worker's draws do not depend on how events interleave.
@@ -13,6 +14,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -68,10 +70,16 @@ def save_device_profile(path: str | Path, flops_per_s: float, overhead_s: float,
     write_atomic(Path(path), json.dumps(data, indent=2) + "\n")
 
 
-NOISE: dict[str, Callable[[np.random.Generator, float], float]] = {
-    "constant": lambda rng, sigma: 1.0,
-    "exponential": lambda rng, sigma: rng.exponential(1.0),
-    "lognormal": lambda rng, sigma: rng.lognormal(-sigma * sigma / 2, sigma),  # mean 1
+# name -> factor(rng, compute config), each of mean 1
+NOISE: dict[str, Callable[[np.random.Generator, Any], float]] = {
+    "constant": lambda rng, cfg: 1.0,
+    # can take almost no time: below the FLOP limit of the device
+    "exponential": lambda rng, cfg: rng.exponential(1.0),
+    # a fixed minimum (the work itself) plus an exponential tail (interference): Dutta et
+    # al. 2018, "Slow and stale gradients can win the race", Sec. 5
+    "shifted-exponential": lambda rng, cfg: cfg.shift + rng.exponential(1.0 - cfg.shift)
+    if cfg.shift < 1 else 1.0,
+    "lognormal": lambda rng, cfg: rng.lognormal(-cfg.sigma ** 2 / 2, cfg.sigma),
 }
 
 
@@ -82,7 +90,7 @@ class ComputeModel:
         self.device = load_device(cfg.device)
         self.base_s = cfg.time_s if cfg.time_s is not None else (
             self.device.overhead_s + flops_per_gradient / self.device.flops_per_s)
-        self.noise, self.sigma = NOISE[cfg.distribution], cfg.sigma
+        self.noise, self.cfg = NOISE[cfg.distribution], cfg
         streams = np.random.SeedSequence([seed, 0xC0FFEE]).spawn(workers + 1)
         self.rngs = [np.random.default_rng(s) for s in streams[:workers]]
         chooser = np.random.default_rng(streams[-1])
@@ -100,7 +108,7 @@ class ComputeModel:
 
     def duration(self, worker: int, now: float) -> float:
         """Seconds for worker's next gradient, starting at simulated time ``now``."""
-        t = self.base_s * self.noise(self.rngs[worker], self.sigma) * self.factor[worker]
+        t = self.base_s * self.noise(self.rngs[worker], self.cfg) * self.factor[worker]
         for slow in self.slowdowns:
             if slow.worker == worker and slow.start_s <= now and (
                     slow.end_s is None or now < slow.end_s):
