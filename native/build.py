@@ -1,17 +1,28 @@
-"""The cffi builder (API mode, out of line) for ``sim._native``.
+"""The cffi builder (API mode, out of line) for ``sim._native``, and the setuptools commands.
 
-``python native/build.py`` compiles the kernels in place (``sim/_native*.so``);
-``pip install .`` compiles them through ``BuildPyWithNative``, which
-``pyproject.toml`` registers as the ``build_py`` command.
-Extra compiler flags come from ``SGD_CFLAGS`` (default ``-march=native``:
-the kernels are built on the machine that runs them).
+Two ways to build, with different default compiler flags:
+
+- ``python native/build.py`` (what ``make`` runs) compiles the kernels in place
+  (``sim/_native*.so``) for the machine that runs them: ``-march=native``.
+- ``pip install .`` / ``pip wheel .`` compile them through ``BuildPyWithNative`` (registered
+  as ``build_py`` in ``pyproject.toml``) with portable flags: no ``-march``, so the library
+  runs on any CPU of the platform (x86-64: SSE2 only), as a wheel that may be copied to another
+  machine (a Dask worker) must. ``PlatformWheel`` (registered as ``bdist_wheel``) tags that
+  wheel with the interpreter, ABI and platform (e.g. ``cp311-cp311-linux_x86_64``), not
+  ``py3-none-any``: it holds a compiled library.
+
+``SGD_CFLAGS``, when set (even empty), replaces those defaults in both ways, e.g.
+``SGD_CFLAGS=-march=native pip install .`` for a fast install on the machine that runs it.
+The flags used are recorded in the library itself (``build_flags(path)`` reads them back).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
+from functools import cache
 from pathlib import Path
 
 from cffi import FFI
@@ -26,6 +37,19 @@ SOURCES = ["kernels_f32.c", "kernels_f64.c"]
 # no reassociation).
 CFLAGS = ["-O3", "-std=c99", "-fopenmp-simd", "-ffp-contract=fast", "-Wall", "-Wextra",
           "-Wno-unknown-pragmas"]
+#: Extra flags of a local build (``python native/build.py``): this machine's instruction set.
+LOCAL_CFLAGS = ["-march=native"]
+#: Extra flags of a package build (pip install / pip wheel): none, the platform's baseline.
+PORTABLE_CFLAGS: list[str] = []
+#: Prefix of the string the library carries with the flags it was compiled with.
+FLAGS_MARKER = "sgd-lab-cflags:"
+
+
+def extra_cflags(portable: bool) -> list[str]:
+    """``SGD_CFLAGS`` when set (even empty), else the local or the portable defaults."""
+    if "SGD_CFLAGS" in os.environ:
+        return os.environ["SGD_CFLAGS"].split()
+    return list(PORTABLE_CFLAGS if portable else LOCAL_CFLAGS)
 
 
 def _cdef_text() -> str:
@@ -34,24 +58,39 @@ def _cdef_text() -> str:
     return "\n".join(line for line in lines if not line.lstrip().startswith("#"))
 
 
-def make_builder() -> FFI:
+def _c_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def make_builder(portable: bool = False) -> FFI:
+    flags = CFLAGS + extra_cflags(portable)
     builder = FFI()
     builder.cdef(_cdef_text())
     builder.set_source(
         "sim._native",
-        '#include "kernels.h"',
+        '#include "kernels.h"\n'
+        # the flags, readable in the binary (build_flags); `used` keeps it at -O3
+        "__attribute__((used)) static const char sgd_lab_cflags[] = "
+        f"{_c_string(FLAGS_MARKER + ' ' + ' '.join(flags))};\n",
         # absolute: cffi compiles from inside its tmpdir
         sources=[str(NATIVE / s) for s in SOURCES],
         include_dirs=[str(NATIVE)],
-        extra_compile_args=CFLAGS + os.environ.get("SGD_CFLAGS", "-march=native").split(),
+        extra_compile_args=flags,
         libraries=["m"],
     )
     return builder
 
 
-def compile_into(package_parent: Path, tmpdir: Path) -> Path:
+def build_flags(library: Path) -> str | None:
+    """The compiler flags a built ``sim/_native*.so`` records, or None if it records none."""
+    found = re.search(re.escape(FLAGS_MARKER.encode()) + rb" ([^\0]*)\0",
+                      Path(library).read_bytes())
+    return found.group(1).decode() if found else None
+
+
+def compile_into(package_parent: Path, tmpdir: Path, portable: bool = False) -> Path:
     """Compile the extension and copy it to ``package_parent/sim/``; returns its path."""
-    built = Path(make_builder().compile(tmpdir=str(tmpdir)))
+    built = Path(make_builder(portable).compile(tmpdir=str(tmpdir)))
     target = package_parent / "sim" / built.name
     target.parent.mkdir(parents=True, exist_ok=True)
     if built.resolve() != target.resolve():
@@ -63,15 +102,54 @@ def compile_into(package_parent: Path, tmpdir: Path) -> Path:
 
 
 class BuildPyWithNative(build_py):
-    """setuptools build_py that also compiles the kernels into the built package."""
+    """setuptools build_py that also compiles the kernels, portably, into the built package.
+
+    An editable install (``pip install -e .``) imports ``sim`` from the checkout: the kernels
+    are then compiled in place, for this machine, as ``python native/build.py`` does.
+    """
 
     def run(self) -> None:
         super().run()
-        compile_into(Path(self.build_lib), Path(self.build_temp if hasattr(self, "build_temp")
-                                                 else "build") / "native")
+        if getattr(self, "editable_mode", False):
+            compile_into(ROOT, ROOT / "build" / "native")
+            return
+        build_temp = Path(self.get_finalized_command("build").build_temp)
+        compile_into(Path(self.build_lib), build_temp / "native-portable", portable=True)
 
+
+@cache
+def _platform_wheel() -> type:
+    # setuptools >= 70.1 (pyproject's build requirement) has bdist_wheel; imported only when
+    # setuptools asks for it, so `python native/build.py` works with any setuptools
+    from setuptools.command.bdist_wheel import bdist_wheel
+
+    class PlatformWheel(bdist_wheel):
+        """bdist_wheel for a package that carries a compiled library (``sim/_native*.so``).
+
+        The extension is built by ``build_py``, not declared as an ``ext_module``, so
+        setuptools would take the package for pure Python and tag it ``py3-none-any``. This
+        says the distribution has an extension, as it has: the wheel is tagged
+        ``cpXY-cpXY-<platform>`` (``get_tag`` derives them once ``root_is_pure`` is false)
+        and its files go to platlib.
+        """
+
+        def finalize_options(self) -> None:
+            # before the build and install commands are finalized: they pick platlib from this
+            self.distribution.has_ext_modules = lambda: True
+            super().finalize_options()
+            self.root_is_pure = False
+
+    PlatformWheel.__module__ = __name__
+    return PlatformWheel
+
+
+def __getattr__(name: str) -> type:
+    """``PlatformWheel``, the ``bdist_wheel`` that pyproject.toml registers (made on demand)."""
+    if name == "PlatformWheel":
+        return _platform_wheel()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 if __name__ == "__main__":
     os.chdir(ROOT)
     path = compile_into(ROOT, ROOT / "build" / "native")
-    print(f"built {path.relative_to(ROOT)}", file=sys.stderr)
+    print(f"built {path.relative_to(ROOT)} ({build_flags(path)})", file=sys.stderr)
