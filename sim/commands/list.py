@@ -69,11 +69,15 @@ def hosts() -> list[str]:
 
 
 def experiments() -> list[str]:
+    """The configs of ./experiments (else the checkout's): an installed package has none."""
+    here = Path("experiments")
+    folder = here if here.is_dir() else EXPERIMENTS_DIR
     lines = []
-    for path in sorted(EXPERIMENTS_DIR.glob("*.toml")):
+    for path in sorted(folder.glob("*.toml")):
         first = path.read_text().splitlines()[0] if path.stat().st_size else ""
         lines.append(f"{path.stem:<16} {first.lstrip('# ').strip()}")
-    return lines
+    return lines or ["(none here: the experiment configs are in the repository's "
+                     "experiments/; run from a clone)"]
 
 
 LISTS: dict[str, Callable[[], list[str]]] = {
