@@ -157,6 +157,10 @@ class Run(Section):
     target_loss: Positive | None = doc(None, "held-out loss that defines time_to_target_s")
     time_limit_s: Positive | None = doc(None, "also stop at this simulated time (s): "
                                         "compares strategies over the same time span")
+    samples: PositiveInt | None = doc(None, "also stop once the updates have used this many "
+                                      "training samples (a bsp step uses every worker's "
+                                      "batch, an asp gradient one): compares strategies at "
+                                      "equal work")
     seeds: list[NonNegativeInt] = doc([], "sweeps repeat every point for each seed")
     trace_flows: NonNegativeInt = doc(100_000, "link flows kept on trace.json's link tracks "
                                       "(the first ones in the window; a cut is marked)")

@@ -1,7 +1,8 @@
 """A long run and its user: progress reports, and stopping early on Ctrl-C or SIGTERM.
 
-A run ends at ``run.iterations`` updates or at ``run.time_limit_s`` simulated seconds,
-whichever comes first, so its progress is the larger of the two fractions; the estimate of
+A run ends at ``run.iterations`` updates, ``run.time_limit_s`` simulated seconds or
+``run.samples`` training samples, whichever comes first, so its progress is the largest of
+those fractions; the estimate of
 the time left extrapolates the wall time spent so far. On a terminal one line is rewritten
 in place; in a log (not a terminal) a line is printed every ``every_s`` seconds.
 """
@@ -82,12 +83,13 @@ def _duration(seconds: float) -> str:
 
 
 class Progress:
-    """Call with (updates done, simulated time now) as often as you like; reports are
-    throttled by wall time. ``close()`` ends the terminal line."""
+    """Call with (updates done, simulated time now, samples used) as often as you like;
+    reports are throttled by wall time. ``close()`` ends the terminal line."""
 
     def __init__(self, iterations: int, time_limit_s: float | None,
-                 stream: TextIO | None = None, every_s: float | None = None) -> None:
-        self.iterations, self.time_limit_s = iterations, time_limit_s
+                 stream: TextIO | None = None, every_s: float | None = None,
+                 samples: int | None = None) -> None:
+        self.iterations, self.time_limit_s, self.samples = iterations, time_limit_s, samples
         self.stream = stream or sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.every_s = every_s if every_s is not None else (0.2 if self.tty else 5.0)
@@ -95,15 +97,17 @@ class Progress:
         self.last = self.started
         self.shown = False
 
-    def fraction(self, updates: int, sim_time_s: float) -> float:
-        """How far the run is, 0..1: the larger of its two limits' fractions."""
+    def fraction(self, updates: int, sim_time_s: float, samples: int = 0) -> float:
+        """How far the run is, 0..1: the largest of its limits' fractions."""
         done = updates / self.iterations if self.iterations else 0.0
         if self.time_limit_s:
             done = max(done, sim_time_s / self.time_limit_s)
+        if self.samples:
+            done = max(done, samples / self.samples)
         return min(1.0, done)
 
-    def line(self, updates: int, sim_time_s: float, now: float) -> str:
-        fraction = self.fraction(updates, sim_time_s)
+    def line(self, updates: int, sim_time_s: float, now: float, samples: int = 0) -> str:
+        fraction = self.fraction(updates, sim_time_s, samples)
         elapsed = now - self.started
         limit = f" of {self.time_limit_s:.4g} s" if self.time_limit_s else ""
         left = (f", about {_duration(elapsed * (1 - fraction) / fraction)} left"
@@ -111,12 +115,12 @@ class Progress:
         return (f"progress: {fraction:6.1%}  {updates}/{self.iterations} updates, "
                 f"simulated {sim_time_s:.4g} s{limit}, {_duration(elapsed)} elapsed{left}")
 
-    def __call__(self, updates: int, sim_time_s: float) -> None:
+    def __call__(self, updates: int, sim_time_s: float, samples: int = 0) -> None:
         now = time.perf_counter()
         if now - self.last < self.every_s:
             return
         self.last = now
-        text = self.line(updates, sim_time_s, now)
+        text = self.line(updates, sim_time_s, now, samples)
         if self.tty:
             self.stream.write("\r" + text + "\x1b[K")
         else:

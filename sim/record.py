@@ -57,13 +57,17 @@ class Recorder:
     ``clock()`` is the time now (s): simulated, or a real run's replayed one.
     ``evaluates_after(iteration)`` says when the model of record is evaluated (the strategy
     rules' :meth:`~sim.training.rules.Rules.evaluates_after`). ``on_done()`` is called when
-    ``iterations`` updates have been applied; strategies stop applying updates once
+    ``iterations`` updates have been applied, or once the updates have used
+    ``sample_budget`` training samples (the same work for every strategy: a bsp step uses
+    every worker's batch, an asp gradient one batch); strategies stop applying updates once
     :attr:`finished` is true.
     """
 
     def __init__(self, clock: Callable[[], float], workers: int, iterations: int,
-                 evaluates_after: Callable[[int], bool], target_loss: float | None) -> None:
+                 evaluates_after: Callable[[int], bool], target_loss: float | None,
+                 sample_budget: int | None = None) -> None:
         self.clock, self.iterations, self.evaluates_after = clock, iterations, evaluates_after
+        self.sample_budget = sample_budget  # also done once this many samples were used
         self.target_loss = target_loss
         self.evaluate: Callable[[], tuple[float, float]] = lambda: (math.nan, math.nan)
         self.on_done: Callable[[], None] = lambda: None
@@ -77,11 +81,15 @@ class Recorder:
         self.final = (math.nan, math.nan)
         self.time_to_target_s: float | None = None
         self.diverged = False
-        self.on_update: Callable[[int, float], None] | None = None  # (updates, clock now)
+        # (updates, clock now, samples used) after every update
+        self.on_update: Callable[[int, float, int], None] | None = None
 
     @property
     def finished(self) -> bool:
-        return self.iteration >= self.iterations or self.diverged
+        return self.iteration >= self.iterations or self.diverged or self._spent(self.samples)
+
+    def _spent(self, samples: int) -> bool:
+        return self.sample_budget is not None and samples >= self.sample_budget
 
     def update(self, worker: int, clock: int, version_read: int, staleness: int, loss: float,
                samples: int, clock_gap: int | None = None) -> None:
@@ -90,12 +98,13 @@ class Recorder:
         self.rows.append(("update", self.clock(), self.iteration, worker, clock, version_read,
                           staleness, clock_gap, loss, None))
         self.staleness.append(staleness)
+        spent = self._spent(self.samples + samples) and not self._spent(self.samples)
         self.samples += samples
-        if self.evaluates_after(self.iteration):
+        if self.evaluates_after(self.iteration) or spent:
             self.evaluate_now()
         if self.on_update is not None:
-            self.on_update(self.iteration, self.clock())
-        if self.iteration == self.iterations:
+            self.on_update(self.iteration, self.clock(), self.samples)
+        if self.iteration == self.iterations or (spent and self.iteration < self.iterations):
             self.on_done()
 
     def record(self, update: UpdateRecord) -> None:

@@ -26,7 +26,7 @@ LONG = ["--set", "run.iterations=10000000", "--set", "strategy.kind=asp"]
 
 def stop_at(updates: int, name: str = "SIGTERM"):
     """A progress callback that stops the run after ``updates`` updates, as a signal does."""
-    def progress(done: int, now: float) -> None:
+    def progress(done: int, now: float, samples: int) -> None:
         if done >= updates:
             raise Stopped(name)
     return progress

@@ -303,3 +303,10 @@ def test_refuses_to_resume_a_different_sweep(tmp_path, capsys):
     (tmp_path / "other" / "notes.txt").write_text("mine\n")
     assert sweep_cli(config, tmp_path / "other") == 2
     assert "holds no sweep.json" in capsys.readouterr().err
+
+
+def test_the_sweep_table_shows_time_to_target(tmp_path, capsys):
+    config = write_config(tmp_path)
+    assert sweep_cli(config, tmp_path / "out", "--jobs", "1") == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert header.split()[:3] == ["run", "final_loss", "time_to_target_s"]

@@ -167,3 +167,24 @@ def test_summary_refuses_extras_that_replace_common_keys():
     recorder = Recorder(lambda: 1.0, 2, 10, lambda i: False, None)
     with pytest.raises(ValueError, match="comm_s"):
         recorder.summary(0, 0.0, 0, comm_s=1.0)
+
+
+@pytest.mark.parametrize("kind, per_update", [("bsp", 4 * 8), ("bsp-ps", 4 * 8),
+                                              ("backup", 3 * 8), ("asp", 8), ("ssp", 8)])
+def test_a_sample_budget_gives_every_strategy_the_same_work(kind, per_update):
+    """run.iterations counts steps for bsp and gradients for asp: a budget in samples
+    stops every strategy after the same work (4 workers, batch 8)."""
+    result = simulate(make(strategy__kind=kind, strategy__backup=1, run__iterations=10**6,
+                           run__samples=960, workload__batch=8))
+    s = result.summary
+    assert s["iterations"] == -(-960 // per_update)  # the update that reaches the budget
+    assert s["samples_per_s"] * s["sim_time_s"] == pytest.approx(s["iterations"] * per_update)
+    evals = rows(result.metrics_csv, "eval")
+    assert int(evals[-1]["iteration"]) == s["iterations"]  # evaluated where it stopped
+
+
+def test_real_runs_refuse_a_sample_budget(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text("[run]\nsamples = 100\n")
+    assert cli_main(["real", str(config), "--out", str(tmp_path / "r")]) == 2
+    assert "run.samples" in capsys.readouterr().err

@@ -52,7 +52,8 @@ def main(args: argparse.Namespace) -> int:
               f"(`python -m sim sweep {args.config}` runs the grid)")
     out = args.out or default_out(args.config)
     check_out_dir(out, replace=args.force)  # before spending time on the run
-    progress = Progress(config.run.iterations, config.run.time_limit_s)
+    progress = Progress(config.run.iterations, config.run.time_limit_s,
+                        samples=config.run.samples)
     try:
         with stop_on_signals():
             result = simulate(config, progress)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sim.sweep import SweepReport
 
-SHOWN = ("final_loss", "sim_time_s", "samples_per_s")
+SHOWN = ("final_loss", "time_to_target_s", "sim_time_s", "samples_per_s")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -116,7 +116,7 @@ def build_simulation(config: Config) -> Simulation:
     for w in workload.workers:
         w.host = int(hosts[w.index])
     recorder = Recorder(lambda: env.now, cluster.workers, run.iterations,
-                        rules.evaluates_after, run.target_loss)
+                        rules.evaluates_after, run.target_loss, run.samples)
     done = env.event()
     recorder.on_done = done.succeed
     cores = build_hosts(env, config, cluster.workers + servers, costs)
@@ -133,10 +133,11 @@ def build_simulation(config: Config) -> Simulation:
     return Simulation(env, ctx, strategy)
 
 
-def simulate(config: Config, progress: Callable[[int, float], None] | None = None) -> Result:
+def simulate(config: Config,
+             progress: Callable[[int, float, int], None] | None = None) -> Result:
     """Run the experiment; a diverged run (NaN/Inf) stops early with ``diverged: true``.
 
-    ``progress(updates_done, simulated_s)`` is called after every update. A
+    ``progress(updates_done, simulated_s, samples_used)`` is called after every update. A
     KeyboardInterrupt (Ctrl-C; :class:`sim.progress.Stopped` for SIGTERM too) stops the run
     where it is: the result is what it reached, with ``complete: false`` and ``stopped_by``.
     """

@@ -81,9 +81,10 @@ def check_supported(config: Config, source: str = "config") -> RealStrategy:
         raise UserError(f"{source}: strategy.pipelining {config.strategy.pipelining!r}: "
                         f"real runs pipeline {pipelined} only ({kind} pipelining is "
                         "simulated only)")
-    if config.run.time_limit_s is not None:
-        raise UserError(f"{source}: run.time_limit_s: real runs stop after run.iterations "
-                        "updates; drop the time limit")
+    for key in ("time_limit_s", "samples"):
+        if getattr(config.run, key) is not None:
+            raise UserError(f"{source}: run.{key}: real runs stop after run.iterations "
+                            f"updates; drop run.{key}")
     if config.strategy.priority:
         raise UserError(f"{source}: strategy.priority: not run for real (the ranks would "
                         "have to agree which ready message goes next)")
