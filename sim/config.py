@@ -106,6 +106,9 @@ class Strategy(Section):
         "none", "gradient compression on the wire (shrinks simulated messages)")
     topk_ratio: float = doc(0.01, "topk: share of entries sent", gt=0, le=1)
     qsgd_levels: int = doc(16, "qsgd: quantisation levels s", strict=True, ge=1, le=2**30)
+    async_lr: Literal["per-worker", "full"] = doc(
+        "per-worker", "asp/ssp: lr / N per gradient (N gradients move the model as far as "
+        "one bsp step) or the full lr per gradient (Downpour, Dean et al. 2012)")
     staleness_lr: bool = doc(False, "divide the lr by the gradient's staleness "
                              "(Zhang et al. 2016)")
     local_steps: PositiveInt = doc(4, "local-sgd: steps H between averages; easgd: period tau")
@@ -350,6 +353,34 @@ def _fill_derived_defaults(c: Config) -> None:
 CHECKS = [_check_names, _check_topology, _check_fabric, _check_hosts, _check_pipelining,
           _check_workload,
           _check_strategy, _fill_derived_defaults]
+
+
+# ---- warnings: valid settings that do nothing here (said before a run, never refused) ----
+
+def _one_leaf(c: Config) -> str | None:
+    cluster = c.cluster
+    hosts = cluster.workers + (cluster.servers if _uses_servers(c) else 0)
+    if cluster.topology in ("leaf-spine", "fat-tree") and cluster.oversubscription != 1 \
+            and hosts <= cluster.hosts_per_leaf:
+        return (f"cluster.oversubscription = {cluster.oversubscription:g} has no effect: "
+                f"all {hosts} hosts sit under one leaf (cluster.hosts_per_leaf = "
+                f"{cluster.hosts_per_leaf}); lower hosts_per_leaf to spread them over leaves")
+    return None
+
+
+def _uses_servers(c: Config) -> bool:
+    from sim.training.rules import RULES  # (it imports sim.config: not at module level)
+
+    rules = RULES.get(c.strategy.kind)
+    return bool(rules and rules.uses_servers)
+
+
+WARNINGS = [_one_leaf]
+
+
+def config_warnings(config: Config) -> list[str]:
+    """What in ``config`` is valid but has no effect, one line each."""
+    return [text for check in WARNINGS if (text := check(config))]
 
 
 # ---- loading, overrides, dumping -----------------------------------------------------

@@ -134,3 +134,20 @@ def test_readme_config_reference_is_generated_from_the_schema():
 
     text = README.read_text()
     assert f"{BEGIN}\n{config_reference()}{END}" in text, "run `make docs`"
+
+
+def test_oversubscription_under_one_leaf_is_said_to_have_no_effect(tmp_path, capsys):
+    from sim.config import config_warnings
+
+    def warnings(**cluster):
+        return config_warnings(validate({"cluster": {"workers": 8, **cluster}}))
+
+    (line,) = warnings(topology="leaf-spine", oversubscription=3.0)
+    assert "oversubscription = 3 has no effect" in line and "all 8 hosts" in line
+    assert warnings(topology="leaf-spine", oversubscription=3.0, hosts_per_leaf=4) == []
+    assert warnings(topology="leaf-spine") == [] and warnings() == []
+    config = tmp_path / "c.toml"
+    config.write_text('[cluster]\ntopology = "fat-tree"\noversubscription = 2.0\n'
+                      '[run]\niterations = 3\n')
+    assert main(["run", str(config), "--out", str(tmp_path / "run")]) == 0
+    assert "warning: cluster.oversubscription = 2 has no effect" in capsys.readouterr().err

@@ -46,6 +46,17 @@ def test_learning_rate_for_a_staleness(kind, workers, staleness_lr, staleness, e
     assert rules.lr(staleness) == expected
 
 
+@pytest.mark.parametrize("kind", ["asp", "ssp"])
+def test_async_lr_is_per_worker_by_default_or_full_as_downpour(kind):
+    """lr / N makes N gradients one synchronous step; Dean et al. 2012 apply each at lr."""
+    def lr(mode, staleness=0, staleness_lr=False):
+        return make_rules(make(strategy__kind=kind, cluster__workers=8, workload__lr=0.4,
+                               strategy__async_lr=mode,
+                               strategy__staleness_lr=staleness_lr)).lr(staleness)
+    assert lr("per-worker") == pytest.approx(0.05) and lr("full") == 0.4
+    assert lr("full", 4, staleness_lr=True) == pytest.approx(0.1)  # the two compose
+
+
 def test_the_model_is_evaluated_every_eval_every_updates_and_at_the_end():
     rules = make_rules(make(run__iterations=45, run__eval_every=20))
     assert [i for i in range(1, 60) if rules.evaluates_after(i)] == [20, 40, 45]

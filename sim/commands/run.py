@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from sim.config import load_config
+from sim.config import config_warnings, load_config
 from sim.progress import Progress, Stopped, shielded, stop_on_signals
 from sim.record import check_out_dir, write_run
 
@@ -52,6 +53,8 @@ def main(args: argparse.Namespace) -> int:
               f"(`python -m sim sweep {args.config}` runs the grid)")
     out = args.out or default_out(args.config)
     check_out_dir(out, replace=args.force)  # before spending time on the run
+    for line in config_warnings(config):
+        print(f"warning: {line}", file=sys.stderr)
     progress = Progress(config.run.iterations, config.run.time_limit_s,
                         samples=config.run.samples)
     try:

@@ -65,6 +65,8 @@ def main(args: argparse.Namespace) -> int:
     report = run_sweep(args.config, out, args.overrides, jobs=args.jobs,
                        scheduler=args.scheduler, plots=args.plots)
     done = len(report.rows)
+    for line in report.sweep.warnings:
+        print(f"warning: {line}", file=sys.stderr)
     print(f"sweep {args.config}: {len(report.sweep.points)} runs "
           f"({len(report.ran)} ran, {len(report.skipped)} already done, "
           f"{len(report.failed)} failed)")

@@ -11,11 +11,11 @@ import hashlib
 import itertools
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.config import Config, apply_overrides, dump_config, read_toml, validate
+from sim.config import Config, apply_overrides, config_warnings, dump_config, read_toml, validate
 from sim.errors import UserError
 
 FORMAT = "sgd-lab.sweep/1"
@@ -38,6 +38,7 @@ class Sweep:
     definition: dict[str, Any]  # the file after --set, [sweep] flattened to dotted keys
     keys: list[str]  # columns of the grid, in order
     points: list[Point]
+    warnings: list[str] = field(default_factory=list)  # valid settings with no effect
 
     def manifest(self) -> dict[str, Any]:
         return {"format": FORMAT, "source": self.source, "keys": self.keys,
@@ -163,6 +164,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
                         f"(`python -m sim run` runs a single config)")
     values_list = grid(table, seeds)
     points: list[Point] = []
+    warnings: list[str] = []
     seen: dict[str, str] = {}
     for name, values in zip(point_names(values_list), values_list, strict=True):
         point_data = copy.deepcopy(data)
@@ -175,9 +177,10 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
                             f"(their values resolve to one config)")
         seen[sha] = name
         points.append(Point(name, values, point_data, config.run.seed, sha))
+        warnings += [w for w in config_warnings(config) if w not in warnings]
     definition = {**copy.deepcopy(data), "sweep": table}
     if seeds:
         definition.setdefault("run", {})["seeds"] = seeds
-    return Sweep(source, definition, list(values_list[0]), points)
+    return Sweep(source, definition, list(values_list[0]), points, warnings)
 
 

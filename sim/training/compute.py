@@ -34,9 +34,11 @@ class Device:
 
 DEVICES: dict[str, Device] = {
     # Measured here: `python -m sim bench kernels`, fused logistic regression, n=64, d=1000,
-    # float64: 4 n d = 256 kFLOP in 8.8 us = 29 GFLOP/s on one AMD EPYC (Zen 4) core,
-    # 2026-11-22; the per-call cost is the Python wrapper's ~3.5 us.
-    "cpu-core": Device("cpu-core", 29e9, 3.5e-6, "measured here (bench kernels)", True),
+    # float64 (the simulator's dtype): 4 n d = 256 kFLOP in 12.2 us = 21 GFLOP/s on one AMD
+    # EPYC (Zen 4) core, 2026-11-22 (8.7 us in float32); the per-call cost is the Python
+    # wrapper's ~3.5 us.
+    "cpu-core": Device("cpu-core", 21e9, 3.5e-6, "measured here (bench kernels, float64)",
+                       True),
     # NVIDIA V100 SXM2 datasheet: 15.7 TFLOP/s FP32 peak; ~10 us of kernel launches per step.
     "v100": Device("v100", 15.7e12, 10e-6, "NVIDIA V100 datasheet (FP32 peak)"),
     # NVIDIA A100 SXM datasheet: 19.5 TFLOP/s FP32 peak (156 TF32 with tensor cores).

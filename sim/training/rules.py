@@ -18,7 +18,7 @@ Strategies are a registry (:data:`RULES`, name -> class); nothing branches on na
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -168,15 +168,26 @@ class EASGD(Rules):
         store.version += 1
 
 
+# strategy.async_lr -> the factor on lr for one asynchronous gradient of N workers
+ASYNC_LR: dict[str, Callable[[int], float]] = {
+    # the lab's default: N gradients move the model as far as one synchronous step of N
+    # (bsp's lr per sample), so strategies compare at one learning rate
+    "per-worker": lambda n: 1.0 / n,
+    # Downpour (Dean et al. 2012): each gradient at the full rate (Downpour also adapted it
+    # per parameter with Adagrad, which the lab does not)
+    "full": lambda n: 1.0,
+}
+
+
 class ASP(Rules):
-    """Asynchronous SGD (Dean et al. 2012): every gradient applied on arrival, lr / N, so
-    that N gradients move the model as far as one synchronous step."""
+    """Asynchronous SGD (Dean et al. 2012): every gradient applied on arrival, at lr / N
+    (``strategy.async_lr = "per-worker"``) or lr (``"full"``, as Downpour)."""
 
     name = "asp"
     uses_servers = True
 
     def lr(self, staleness: int = 0) -> float:
-        return super().lr(staleness) / self.n
+        return super().lr(staleness) * ASYNC_LR[self.config.strategy.async_lr](self.n)
 
     def push(self, store: ParameterStore, worker: int, grad: np.ndarray, version_read: int,
              loss: float, rows: np.ndarray | None = None) -> UpdateRecord:
