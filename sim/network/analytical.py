@@ -1,10 +1,40 @@
-"""Analytical network: closed-form alpha-beta costs, no contention, the flow model's API.
+"""Analytical network: alpha-beta costs, each host's link a queue, the flow model's API.
 
-Every message costs alpha + n beta with alpha = 2 o + 2 L (one non-blocking switch, see
-:mod:`sim.network.fabrics`), whatever else is in flight; a collective costs its textbook
-closed form (Thakur, Rabenseifner and Gropp 2005), computed in O(1). The data still
-moves: the schedule's rounds are applied in order, so the results are bit-for-bit those
-of the flow model. The topology is kept only so placements work the same way.
+A message of n bytes from host a to host b takes n beta on a's link to the switch (its
+NIC's send side) and n beta on b's link from the switch (the receive side). Each side
+serves what it is given in the order it was sent (FIFO), behind what it still has to
+carry, and the two sides are booked independently (the switch buffers what the receiver
+cannot take yet). The message arrives alpha after both sides are through:
+
+    arrival = now + alpha + max(send backlog + n beta, receive backlog + n beta)
+
+with alpha = 2 o + 2 L (one non-blocking switch, see :mod:`sim.network.fabrics`). This is
+LogGP's gap per byte G paid at the sending and at the receiving NIC (Alexandrov, Ionescu,
+Schauser and Scheiman 1995), with o and L folded into alpha. So:
+
+* alone, a message costs alpha + n beta; messages that share no host do not interact;
+* k messages of n bytes sent at one instant to one host arrive at alpha + i n beta,
+  i = 1..k, the last at alpha + k n beta: the incast closed form of
+  :class:`sim.network.collectives.ParameterServer` (the flow model shares the link
+  fairly and delivers all k at that last instant);
+* p workers each sending n / S bytes to each of S servers are through at
+  alpha + max(p, S) n / S beta, again its closed form. Booking both sides of a message
+  at one start time instead would add a pipeline fill of (S - 1) n / S beta.
+
+Booking the sides independently can be optimistic: a receive side may be booked while the
+sender is still busy, so a later message to that host can pass (by at most the sender's
+backlog). A batch sent on idle links ends at alpha + beta x the bytes on its busiest link
+side, which no schedule can beat. A message from a host to itself queues on that host's
+two sides like any other (the flow model uses no link for it).
+
+The switch fabric's core is ignored: the topology is kept for placements only, so an
+oversubscribed leaf-spine uplink or a ring's multi-hop path costs nothing extra here (the
+flow model charges them), and each host has one link of the fabric's rate.
+
+A collective costs its textbook closed form (Thakur, Rabenseifner and Gropp 2005),
+computed in O(1): it starts once its hosts' links are free and holds them that long. The
+data still moves: the schedule's rounds are applied in order, so the results are
+bit-for-bit those of the flow model.
 """
 
 from __future__ import annotations
@@ -24,8 +54,45 @@ if TYPE_CHECKING:
     from sim.network.collectives import Plan
 
 
+class _Side:
+    """One direction of every host's link, a FIFO queue: what it has left to carry.
+
+    A host's queue is kept as the start of its busy period (s) and the bytes booked since,
+    not as one finishing time: messages sent at one instant then end at exactly
+    now + (total bytes) beta, as the closed forms compute it.
+    """
+
+    def __init__(self, n_hosts: int, beta_s: float) -> None:
+        self.beta_s = beta_s
+        self.since_s = np.zeros(n_hosts)  # start of each host's busy period, s
+        self.bytes = np.zeros(n_hosts)  # bytes booked on it since then
+        self.latest_s = 0.0  # by then every host's queue is empty, s
+
+    def free_s(self, hosts: np.ndarray, now: float) -> float:
+        """When the last of ``hosts`` has carried everything booked on it (s, >= now)."""
+        if self.latest_s <= now:  # all idle (as between collectives): skip the O(p) gather
+            return now
+        return max(float((self.since_s[hosts] + self.bytes[hosts] * self.beta_s).max()), now)
+
+    def hold(self, hosts: np.ndarray, until_s: float) -> None:
+        """Nothing else crosses these hosts' links until ``until_s`` (s)."""
+        self.since_s[hosts], self.bytes[hosts] = until_s, 0.0
+        self.latest_s = max(self.latest_s, until_s)
+
+    def book(self, host: int, nbytes: float, now: float) -> float:
+        """Queue one message; seconds from now until its last byte has crossed."""
+        since, booked = self.since_s.item(host), self.bytes.item(host)
+        if since + booked * self.beta_s <= now:  # idle: a new busy period starts now
+            since, booked = now, 0.0
+            self.since_s[host] = now
+        booked += nbytes
+        self.bytes[host] = booked
+        self.latest_s = max(self.latest_s, since + booked * self.beta_s)
+        return (since - now) + booked * self.beta_s
+
+
 class AnalyticalNetwork:
-    """Hosts exchanging messages at alpha + n beta each, independently of one another."""
+    """Hosts exchanging messages at alpha + n beta, queued on each host's own link."""
 
     model = "analytical"
 
@@ -33,11 +100,13 @@ class AnalyticalNetwork:
         self.env, self.fabric, self.topology = env, fabric, topology
         self.alpha_s = fabric.alpha_s()
         self.beta_s = fabric.beta_s_per_byte
+        self.sending = _Side(topology.n_hosts, self.beta_s)  # host -> switch
+        self.receiving = _Side(topology.n_hosts, self.beta_s)  # switch -> host
         self.messages_delivered = 0
-        self.flow_log = None  # no flows to log: messages do not share links here
+        self.flow_log = None  # no flows to log: the trace's link tracks are the flow model's
 
     def message_s(self, nbytes: float) -> float:
-        """Time of one message of nbytes bytes (s)."""
+        """Time of one message of nbytes bytes on idle links (s)."""
         return self.alpha_s + nbytes * self.beta_s
 
     def start_log(self, limit: int, window_s: tuple[float, float] = (0.0, math.inf)) -> None:
@@ -47,27 +116,52 @@ class AnalyticalNetwork:
 
     def send_many(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
                   on_delivered: Delivered) -> None:
-        """Messages src[i] -> dst[i]; ``on_delivered(indices)`` at each arrival instant."""
-        first = nbytes[0]
-        if (nbytes == first).all():  # the common case (a push or pull to equal shards)
-            timer = self.env.timeout(self.message_s(float(first)))
-            every = np.arange(len(nbytes))
-            timer.callbacks.append(lambda _: self._deliver(every, on_delivered))
+        """Messages src[i] -> dst[i] (hosts) of nbytes[i] bytes, all sent now, queued in
+        array order behind what the links already carry.
+
+        ``on_delivered(indices)`` is called at each instant some of them arrive.
+        Raises ValueError for a host outside the topology.
+        """
+        # plain Python per message: batches here are a few shards, where numpy's per-call
+        # cost would dominate (a numpy range check alone costs more than a message)
+        src_l, dst_l = np.asarray(src).tolist(), np.asarray(dst).tolist()
+        if not src_l:
             return
-        for size in np.unique(nbytes):
-            which = np.flatnonzero(nbytes == size)
-            timer = self.env.timeout(self.message_s(float(size)))
-            timer.callbacks.append(lambda _, which=which: self._deliver(which, on_delivered))
+        hosts = self.topology.n_hosts
+        if min(min(src_l), min(dst_l)) < 0 or max(max(src_l), max(dst_l)) >= hosts:
+            raise ValueError(f"hosts must be in [0, {hosts}), got src {src} dst {dst}")
+        now, alpha = self.env.now, self.alpha_s
+        sending, receiving = self.sending.book, self.receiving.book
+        arrivals: dict[float, list[int]] = {}  # delay (s) -> messages, in index order
+        for i, (a, b, size) in enumerate(zip(src_l, dst_l, np.asarray(nbytes).tolist(),
+                                             strict=True)):
+            delay = alpha + max(sending(a, size, now), receiving(b, size, now))
+            arrivals.setdefault(delay, []).append(i)
+        for delay, which in arrivals.items():
+            self._deliver_after(delay, np.array(which), on_delivered)
+
+    def _deliver_after(self, delay_s: float, which: np.ndarray, on_delivered: Delivered) -> None:
+        timer = self.env.timeout(delay_s)
+        timer.callbacks.append(lambda _: self._deliver(which, on_delivered))
 
     def _deliver(self, which: np.ndarray, on_delivered: Delivered) -> None:
         self.messages_delivered += len(which)
         on_delivered(which)
 
     def run_plan(self, plan: Plan) -> Generator[simpy.Event, Any, float]:
-        """Apply the schedule's data, then wait the collective's closed-form time (s)."""
+        """Apply the schedule's data, then wait for the hosts' links and the collective's
+        closed-form time; returns both together (s)."""
         if plan.buffers is not None:
             for r in range(plan.schedule.n_rounds):
                 plan.buffers.run_round(plan.schedule.round(r))
-        elapsed = plan.collective.closed_form_s(plan.p, plan.nbytes, self.alpha_s, self.beta_s)
+        now = self.env.now
+        # on idle links (as in every allreduce strategy: nothing else is on the network)
+        # the wait is 0 and the time is exactly the closed form
+        start = max(self.sending.free_s(plan.hosts, now),
+                    self.receiving.free_s(plan.hosts, now))
+        elapsed = (start - now) + plan.collective.closed_form_s(plan.p, plan.nbytes,
+                                                                 self.alpha_s, self.beta_s)
+        self.sending.hold(plan.hosts, now + elapsed)
+        self.receiving.hold(plan.hosts, now + elapsed)
         yield self.env.timeout(elapsed)
         return elapsed
