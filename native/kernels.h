@@ -123,18 +123,22 @@ int topk_ef_f32(const float *g, float *residual, int64_t n, int64_t k,
 int topk_ef_f64(const double *g, double *residual, int64_t n, int64_t k,
                 int64_t *out_idx, double *out_val, double *scratch);
 
-/* QSGD (Alistarh et al. 2017) with s levels: level_i in [-s, s] with
- * E[norm * level_i / s] = v_i. Random draws come from a counter-based
- * generator keyed by (seed, i), so output depends on the seed only. */
-int qsgd_quantize_f32(const float *v, int64_t n, int32_t s, uint64_t seed,
-                      int32_t *levels, float *norm);
-int qsgd_quantize_f64(const double *v, int64_t n, int32_t s, uint64_t seed,
-                      int32_t *levels, double *norm);
-/* out_i = (norm / s) * levels_i */
-int qsgd_dequantize_f32(const int32_t *levels, int64_t n, int32_t s, float norm,
-                        float *out);
-int qsgd_dequantize_f64(const int32_t *levels, int64_t n, int32_t s, double norm,
-                        double *out);
+/* QSGD (Alistarh et al. 2017) with s levels, in buckets of `bucket` entries
+ * (the last one may be shorter): norms[b] = |v restricted to bucket b|, one per
+ * bucket ((n + bucket - 1) / bucket of them), and level_i in [-s, s] with
+ * E[norms[b] * level_i / s] = v_i for i in bucket b. Random draws come from a
+ * counter-based generator keyed by (seed, i), so output depends on the seed
+ * only, and bucket >= n is the single-norm quantiser. */
+int qsgd_quantize_f32(const float *v, int64_t n, int32_t s, int64_t bucket,
+                      uint64_t seed, int32_t *levels, float *norms);
+int qsgd_quantize_f64(const double *v, int64_t n, int32_t s, int64_t bucket,
+                      uint64_t seed, int32_t *levels, double *norms);
+/* out_i = (norms[b] / s) * levels_i for i in bucket b; every norm must be
+ * finite and >= 0 (checked before anything is written). */
+int qsgd_dequantize_f32(const int32_t *levels, int64_t n, int32_t s, int64_t bucket,
+                        const float *norms, float *out);
+int qsgd_dequantize_f64(const int32_t *levels, int64_t n, int32_t s, int64_t bucket,
+                        const double *norms, double *out);
 /* out[idx_j] += val_j for each j (each idx_j in [0, n)); nothing is written
  * when an index is out of range. */
 int scatter_add_f32(const int64_t *idx, const float *val, int64_t nnz, float *out,

@@ -389,28 +389,44 @@ def topk_ef(g: np.ndarray, residual: np.ndarray, k: int,
     return idx, val
 
 
-def qsgd_quantize(v: np.ndarray, s: int, seed: int,
-                  out: np.ndarray | None = None) -> tuple[np.ndarray, float]:
-    """QSGD with s levels: (int32 levels in [-s, s], the L2 norm); reproducible per seed."""
+def _qsgd_buckets(bucket: Any, n: int) -> tuple[int, int]:
+    """(entries per bucket, number of buckets) for n entries; bucket None is one bucket."""
+    bucket = max(n, 1) if bucket is None else _int("bucket", bucket, 1, 2**63 - 1)
+    return bucket, -(-n // bucket)
+
+
+def qsgd_quantize(v: np.ndarray, s: int, seed: int, out: np.ndarray | None = None, *,
+                  bucket: int | None = None,
+                  norms: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """QSGD with s levels in buckets of ``bucket`` consecutive entries of v (the last may be
+    shorter; None: one bucket, the whole vector): (int32 levels in [-s, s] shaped like v,
+    each bucket's L2 norm as an array (ceil(v.size / bucket),) of v's dtype), reproducible
+    per seed; ``out`` and ``norms`` receive them when given. Entry i in bucket b stands for
+    norms[b] * levels[i] / s, unbiased (Alistarh et al. 2017)."""
     v = _array("v", v)
+    bucket, count = _qsgd_buckets(bucket, v.size)
     levels = _out("out", out, _INT32, v.shape, {"v": v})
-    norm = _float_out(v.dtype)
-    _call("qsgd_quantize", v.dtype, v, v.size, _int("s", s, 1, 2**30), _int("seed", seed, 0,
-          2**64 - 1), levels, norm)
-    return levels, float(norm[0])
+    norms = _out("norms", norms, v.dtype, (count,), {"v": v, "out": levels})
+    _call("qsgd_quantize", v.dtype, v, v.size, _int("s", s, 1, 2**30), bucket,
+          _int("seed", seed, 0, 2**64 - 1), levels, norms)
+    return levels, norms
 
 
-def qsgd_dequantize(levels: np.ndarray, norm: float, s: int, dtype: Any = np.float64,
-                    out: np.ndarray | None = None) -> np.ndarray:
-    """(norm / s) * levels, as an array of ``dtype`` (or into ``out``)."""
+def qsgd_dequantize(levels: np.ndarray, norms: np.ndarray, s: int,
+                    out: np.ndarray | None = None, *, bucket: int | None = None) -> np.ndarray:
+    """(norms[b] / s) * levels in each bucket b of ``bucket`` entries (None: one bucket), as
+    an array of the norms' dtype (or into ``out``); levels, norms and bucket as
+    :func:`qsgd_quantize` takes and returns them."""
     levels = _array("levels", levels, _INT32)
-    dtype = np.dtype(out.dtype if isinstance(out, np.ndarray) else dtype)
-    if dtype not in _SUFFIX:
-        source = "out" if isinstance(out, np.ndarray) else "dtype"  # the one the caller gave
-        raise TypeError(f"{source}: expected float32 or float64, got {dtype}")
-    out = _out("out", out, dtype, levels.shape, {"levels": levels})
-    _call("qsgd_dequantize", dtype, levels, levels.size, _int("s", s, 1, 2**30),
-          _scalar("norm", norm), out)
+    bucket, count = _qsgd_buckets(bucket, levels.size)
+    norms = _array("norms", norms, shape=(count,))
+    out = _out("out", out, norms.dtype, levels.shape, {"levels": levels, "norms": norms})
+    s = _int("s", s, 1, 2**30)
+    try:
+        _call("qsgd_dequantize", norms.dtype, levels, levels.size, s, bucket, norms, out)
+    except ValueError:  # sizes, s and bucket are checked above: only a norm is left
+        raise ValueError("norms: expected finite norms >= 0 (checked before any write)") \
+            from None
     return out
 
 

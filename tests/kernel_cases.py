@@ -154,18 +154,25 @@ def build(name: str, dtype: Any, n: int = 5, d: int = 6, k: int = 3) -> Case:
                     ("residual", "scratch"), ("g", "residual"), ("residual",),
                     ("g", "residual", "scratch"),
                     {"k": [-1, d + 1, 2.0, np.nan, None, True, "1"]})
-    if name == "qsgd_quantize":
-        return Case(name, {"v": f(d), "s": 4, "seed": 7, "out": np.empty(d, np.int32)},
-                    lambda a: K.qsgd_quantize(a["v"], a["s"], a["seed"], out=a["out"]),
-                    ("out",), ("v",), ("v",), ("v", "out"),
-                    {"s": [0, -1, 2**30 + 1, 1.5, None, "4"],
-                     "seed": [-1, 2**64, 0.5, np.nan, None, "7"]})
-    if name == "qsgd_dequantize":
-        return Case(name, {"levels": rng.integers(-4, 5, d).astype(np.int32), "norm": 2.0,
-                           "s": 4, "out": np.empty(d, dtype)},
-                    lambda a: K.qsgd_dequantize(a["levels"], a["norm"], a["s"], out=a["out"]),
-                    ("out",), (), ("levels",), ("levels", "out"),
-                    {"norm": F_BAD, "s": [0, -3, 2**31, 2.0, None]})
+    if name in ("qsgd_quantize", "qsgd_dequantize"):
+        bucket = 4  # several buckets from d = 5 on; the last one shorter unless 4 divides d
+        norms = -(-d // bucket)
+        if name == "qsgd_quantize":
+            return Case(name, {"v": f(d), "s": 4, "seed": 7, "bucket": bucket,
+                               "out": np.empty(d, np.int32), "norms": np.empty(norms, dtype)},
+                        lambda a: K.qsgd_quantize(a["v"], a["s"], a["seed"], out=a["out"],
+                                                  bucket=a["bucket"], norms=a["norms"]),
+                        ("out", "norms"), ("v",), ("v",), ("v", "out", "norms"),
+                        {"s": [0, -1, 2**30 + 1, 1.5, None, "4"],
+                         "seed": [-1, 2**64, 0.5, np.nan, None, "7"],
+                         "bucket": [0, -1, 2**63, 4.0, np.nan, True, "4"]})
+        return Case(name, {"levels": rng.integers(-4, 5, d).astype(np.int32),
+                           "norms": np.abs(f(norms)) + 0.5, "s": 4, "bucket": bucket,
+                           "out": np.empty(d, dtype)},
+                    lambda a: K.qsgd_dequantize(a["levels"], a["norms"], a["s"], out=a["out"],
+                                                bucket=a["bucket"]),
+                    ("out",), (), ("levels", "norms"), ("levels", "norms", "out"),
+                    {"s": [0, -3, 2**31, 2.0, None], "bucket": [0, -4, 2**63, 4.0, True, "4"]})
     if name == "scatter_add":
         return Case(name, {"idx": rng.integers(0, d, n).astype(np.int64), "val": f(n),
                            "out": f(d)},

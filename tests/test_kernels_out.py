@@ -26,6 +26,7 @@ def _out_cases(dtype):
     bufs = [rng.standard_normal(d).astype(dtype) for _ in range(3)]
     indptr, indices, data, A = random_csr(rng, n, d, 0.4, dtype)
     levels = rng.integers(-4, 5, d).astype(np.int32)
+    norms = np.array([2.0, 1.0, 4.0], dtype)  # buckets of 4: entries 0-3, 4-7 and 8
     return [
         ("logreg", lambda o: K.logreg_loss_grad(X, y, w, out=o)[1], logreg_ref(X, y, w, 0)[1],
          (d,)),
@@ -36,8 +37,8 @@ def _out_cases(dtype):
         ("softmax_xent", lambda o: K.softmax_xent(logits, labels, out=o)[1],
          xent_ref(logits, labels)[1], (n, k)),
         ("average", lambda o: K.average(bufs, out=o), sum(wide(q) for q in bufs) / 3, (d,)),
-        ("qsgd_dequantize", lambda o: K.qsgd_dequantize(levels, 2.0, 4, out=o),
-         0.5 * levels, (d,)),
+        ("qsgd_dequantize", lambda o: K.qsgd_dequantize(levels, norms, 4, out=o, bucket=4),
+         np.repeat(wide(norms) / 4, 4)[:d] * levels, (d,)),
         ("csr_matvec", lambda o: K.csr_matvec(indptr, indices, data, w, out=o),
          A @ wide(w), (n,)),
         ("dense_matvec", lambda o: K.dense_matvec(X, w, out=o), wide(X) @ wide(w), (n,)),
@@ -56,8 +57,7 @@ def test_out_is_filled_in_place_and_checked(dtype, case):
     np.testing.assert_allclose(out, ref, **tol(dtype, 3.0))
     other = np.float64 if dtype == np.float32 else np.float32
     bad = {
-        "wrong dtype": (np.empty(shape, np.int64 if case == "qsgd_dequantize" else other),
-                        TypeError),
+        "wrong dtype": (np.empty(shape, other), TypeError),
         "wrong shape": (np.empty((shape[0] + 1,) + shape[1:], dtype), ValueError),
         "not contiguous": (np.empty((2 * shape[0],) + shape[1:], dtype)[::2], ValueError),
         "list": (np.empty(shape, dtype).tolist(), TypeError),
@@ -68,8 +68,7 @@ def test_out_is_filled_in_place_and_checked(dtype, case):
     for why, (o, exc) in bad.items():
         with pytest.raises(exc) as info:
             call(o)
-        # qsgd_dequantize takes its dtype from out, and says so
-        assert "out" in str(info.value) or case == "qsgd_dequantize", why
+        assert "out" in str(info.value), why
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
