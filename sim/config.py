@@ -100,12 +100,22 @@ class Strategy(Section):
     kind: str = doc("bsp", "bsp, bsp-ps, backup, asp, ssp, local-sgd or easgd")
     staleness: NonNegativeInt = doc(2, "ssp: the bound s on clock differences")
     backup: NonNegativeInt = doc(0, "backup: gradients dropped per step (first N - b used)")
+    late_gradients: Literal["drop", "cancel"] = doc(
+        "drop", "backup: a worker still computing when its step closes finishes, pushes, "
+        "its gradient is dropped on arrival and it then pulls (drop: Chen et al. 2016, "
+        "TensorFlow's SyncReplicasOptimizer) or it stops at once and pulls (cancel)")
     collective: str = doc("ring", "bsp / local-sgd allreduce: ring, rabenseifner, "
                           "recursive-doubling or tree")
+    allgather: str = doc("ring-allgather", "bsp with compression: the allgather of every "
+                         "worker's compressed gradient (their sum would not stay compressed): "
+                         "ring-allgather or recursive-doubling-allgather")
     compression: Literal["none", "topk", "qsgd"] = doc(
         "none", "gradient compression on the wire (shrinks simulated messages)")
     topk_ratio: float = doc(0.01, "topk: share of entries sent", gt=0, le=1)
     qsgd_levels: int = doc(16, "qsgd: quantisation levels s", strict=True, ge=1, le=2**30)
+    qsgd_bucket: PositiveInt = doc(512, "qsgd: entries per bucket, each with its own norm "
+                                   "(Alistarh et al. 2017 use 512; the model's size or "
+                                   "more: one norm)")
     async_lr: Literal["per-worker", "full"] = doc(
         "per-worker", "asp/ssp: lr / N per gradient (N gradients move the model as far as "
         "one bsp step) or the full lr per gradient (Downpour, Dean et al. 2012)")
@@ -233,7 +243,14 @@ def _check_names(c: Config) -> None:
     _known("workload.dataset", c.workload.dataset, list(DATASETS))
     _known("cluster.topology", c.cluster.topology, list(TOPOLOGIES))
     allreduce = [n for n, cls in COLLECTIVES.items() if cls.kind == "allreduce" and n != "ps"]
+    gathers = [n for n, cls in COLLECTIVES.items() if cls.kind == "allgather"]
+    if c.strategy.collective in gathers:
+        raise ValueError(f"strategy.collective: {c.strategy.collective!r} is an allgather; "
+                         "strategy.collective names the allreduce of dense gradients "
+                         f"({', '.join(allreduce)}), strategy.allgather the allgather of "
+                         "compressed ones")
     _known("strategy.collective", c.strategy.collective, allreduce)
+    _known("strategy.allgather", c.strategy.allgather, gathers)
     if not c.compute.device.startswith(CALIBRATED):
         _known("compute.device", c.compute.device, list(DEVICES))
     else:
@@ -375,7 +392,16 @@ def _uses_servers(c: Config) -> bool:
     return bool(rules and rules.uses_servers)
 
 
-WARNINGS = [_one_leaf]
+def _unused_allgather(c: Config) -> str | None:
+    s = c.strategy
+    if s.allgather != Strategy().allgather and (s.kind != "bsp" or s.compression == "none"):
+        return (f"strategy.allgather = {s.allgather!r} has no effect: only bsp with "
+                f"strategy.compression gathers compressed gradients (here {s.kind!r} with "
+                f"compression {s.compression!r})")
+    return None
+
+
+WARNINGS = [_one_leaf, _unused_allgather]
 
 
 def config_warnings(config: Config) -> list[str]:

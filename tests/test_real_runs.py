@@ -83,6 +83,8 @@ def check_activities(summary: dict, kind: str, overlapped: bool = False) -> None
         assert worker["wire"] > 0 or overlapped
         if kind == "bsp":
             assert worker["update"] > 0  # each rank steps its replica
+        elif kind == "ssp":  # TINY's s = 1: each worker steps its cache (read-my-writes)
+            assert worker["update"] > 0
         else:
             assert worker["update"] == 0  # the server applies: not a worker's time
     if kind != "bsp":
@@ -116,9 +118,41 @@ def test_a_straggler_sleeps_and_backup_steps_go_without_it(tmp_path):
     assert all(int(row["worker"]) == -1 and row["staleness"] == "0" for row in rows)
     summary = json.loads((tmp_path / "real" / "summary.json").read_text())
     straggler = summary["stragglers"][0]
-    # each step takes the fast worker's gradient (N - b = 1); the straggler's are cancelled
+    # each step takes the fast worker's gradient (N - b = 1); the straggler's are dropped
     assert summary["workers"][straggler]["compute"] > 0
     assert summary["sim_time_s"] >= 20 * 2e-3  # sleeps are never shorter than asked
+
+
+@pytest.mark.parametrize("late", ["drop", "cancel"])
+def test_late_backup_gradients_are_dropped_on_arrival_or_cancelled(tmp_path, late):
+    config = tiny(tmp_path, "backup")
+    out = tmp_path / "real"
+    slow = ["--set", "cluster.workers=3", "--set", "compute.time_s=5e-3",
+            "--set", "compute.straggler_fraction=0.34", "--set", "compute.straggler_slowdown=4.0",
+            "--set", f'strategy.late_gradients="{late}"']
+    assert main(["real", str(config), "--out", str(out), *slow]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(updates(out)) == 20 and summary["final_loss"] < 0.69
+    # each ~5 ms step takes the two fast workers' gradients; drop: the straggler finishes
+    # each of its 20 ms gradients and pushes it, to be dropped as stale; cancel: it is
+    # cancelled while it sleeps out its compute time and never pushes
+    if late == "drop":
+        assert summary["dropped_pushes"] >= 2
+    else:
+        assert summary["dropped_pushes"] == 0
+
+
+def test_ssp_reads_its_cache_and_pulls_less_than_once_per_update(tmp_path):
+    runs = {}
+    for kind in ("asp", "ssp"):
+        out = tmp_path / kind
+        assert main(["real", str(tiny(tmp_path, kind)), "--out", str(out), "--set",
+                     "strategy.staleness=2"]) == 0
+        runs[kind] = json.loads((out / "summary.json").read_text())
+    assert runs["asp"]["pulls_per_update"] == 1.0
+    # s = 2: a pull is fresh for up to s + 1 gradients
+    assert 1 / 3 <= runs["ssp"]["pulls_per_update"] < 1.0
+    assert runs["ssp"]["final_loss"] < 0.69
 
 
 def test_bsp_waits_for_the_real_straggler(tmp_path):

@@ -15,7 +15,7 @@ from training_cases import make
 from sim.real.executors.ps import PARAMS, ServerProtocol
 from sim.training.engine import build_simulation
 from sim.training.rules import RULES, make_rules
-from sim.training.store import ParameterStore
+from sim.training.store import ParameterCache, ParameterStore
 from sim.workloads.workload import build_workload
 
 
@@ -116,6 +116,46 @@ def test_a_worker_that_pushed_waits_for_its_step_to_close():
     assert store.may_pull(0) and not store.may_pull(1)
 
 
+def test_an_ssp_cache_is_read_while_within_the_bound_with_the_workers_own_updates():
+    """SSPTable (Ho et al. 2013): worker 0, alone ahead, pulls once and then reads its cache
+    for s more gradients, each holding its own updates; the servers count the same gaps."""
+    config = make(strategy__kind="ssp", strategy__staleness=2, cluster__workers=2,
+                  workload__lr=0.5)
+    rules = make_rules(config)
+    store = ParameterStore(rules, np.zeros(3), config.workload)
+    cache = ParameterCache(rules, np.empty(3), config.workload)
+    assert not cache.fresh  # nothing pulled yet
+    cache.pulled(store.read(cache.params), store.admit(0))
+    grads = [np.array([1.0, 2.0, 3.0]) * k for k in (1, 2, 3)]
+    recorded = []
+    for grad in grads:
+        assert cache.fresh and store.may_pull(0)  # a fresh cache implies an open gate
+        recorded.append(store.push(0, grad, cache.version, 0.0))
+        cache.pushed(grad)
+    assert not cache.fresh and not store.may_pull(0)  # 3 clocks ahead of worker 1: s = 2
+    assert [u.clock_gap for u in recorded] == [0, 1, 2] and cache.gap == store.gaps[0] == 3
+    assert [u.staleness for u in recorded] == [0, 0, 0]  # it held all updates: its own
+    np.testing.assert_array_equal(cache.params, store.params)  # read-my-writes, exactly
+    np.testing.assert_allclose(store.params, -0.5 / 2 * sum(grads))
+    assert rules.summary(store) == {"pulls_per_update": 1 / 3}
+
+
+@pytest.mark.parametrize("kind", ["asp", "ssp"])
+def test_without_a_usable_cache_every_read_pulls(kind):
+    """asp never reads a cache; ssp with s = 0 cannot: a push moves the worker's clock past
+    what it pulled (so SSP with s = 0 stays BSP)."""
+    config = make(strategy__kind=kind, strategy__staleness=0)
+    rules = make_rules(config)
+    store = ParameterStore(rules, np.zeros(2), config.workload)
+    cache = ParameterCache(rules, np.empty(2), config.workload)
+    for _ in range(3):
+        assert not cache.fresh
+        cache.pulled(store.read(cache.params), store.admit(0))
+        store.push(0, np.ones(2), cache.version, 0.0)
+        cache.pushed(np.ones(2))
+    assert not cache.fresh and rules.summary(store) == {"pulls_per_update": 1.0}
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3)), min_size=1, max_size=25))
 def test_one_async_rule_set_equals_sequential_sgd_on_the_numbers(pushes):
@@ -185,9 +225,11 @@ def replay_on_the_real_server(config, ops):
     return protocol.store.params, rows
 
 
-@pytest.mark.parametrize("kind", ["asp", "ssp", "backup"])
-def test_the_simulated_and_the_real_server_follow_the_same_rules_bit_for_bit(kind):
+@pytest.mark.parametrize("kind, late", [("asp", "drop"), ("ssp", "drop"), ("backup", "drop"),
+                                        ("backup", "cancel")])
+def test_the_simulated_and_the_real_server_follow_the_same_rules_bit_for_bit(kind, late):
     config = make(strategy__kind=kind, strategy__staleness=1, strategy__backup=1,
+                  strategy__late_gradients=late,
                   strategy__staleness_lr=True, workload__momentum=0.9,
                   compute__distribution="exponential", compute__time_s=1e-3,
                   run__iterations=30)
@@ -196,9 +238,17 @@ def test_the_simulated_and_the_real_server_follow_the_same_rules_bit_for_bit(kin
     real_params, real_rows = replay_on_the_real_server(config, ops)
     np.testing.assert_array_equal(real_params, params)
     assert real_rows == rows
-    if kind == "backup":  # every worker pulls each step; the step closes with N - b pushes
-        pushes = sum(op[0] == "push" for op in ops)
-        assert pushes == 3 * len(rows) and len(ops) - pushes >= 4 * len(rows)
+    if kind == "backup":  # each step closes with N - b pushes read at its version
+        step, accepted, late_pushes = 0, 0, 0
+        for op in ops:
+            if op[0] == "push" and op[2] < step:
+                late_pushes += 1
+            elif op[0] == "push":
+                accepted += 1
+                step, accepted = (step + 1, 0) if accepted == 3 else (step, accepted)
+        assert step == len(rows)
+        # drop: late workers finish and push (dropped); cancel: they never push
+        assert (late_pushes > 0) == (late == "drop")
 
 
 # ---- layering ---------------------------------------------------------------------------------

@@ -6,8 +6,9 @@ import math
 
 import numpy as np
 import pytest
-from training_cases import MODELS, count_pushes, make, rows, update_table
+from training_cases import BASE, MODELS, count_pushes, make, rows, update_table
 
+from sim.errors import UserError
 from sim.training.engine import build_simulation, simulate
 
 WIDE = {"workload.features": 1000, "workload.samples": 2048, "workload.batch": 16}
@@ -19,8 +20,9 @@ def message_bytes(compression: str, d: int) -> int:
     """One worker's gradient message for a d-entry model, as the codecs size it."""
     if compression == "topk":  # k = 1% of d (index, value) pairs: 4 + 8 bytes each
         return math.ceil(0.01 * d) * 12
-    if compression == "qsgd":  # a float32 norm and ceil(log2(2 * 16 + 1)) = 6 bits an entry
-        return 4 + math.ceil(d * 6 / 8)
+    if compression == "qsgd":  # a float32 norm per bucket of 512 entries (the default) and
+        # ceil(log2(2 * 16 + 1)) = 6 bits an entry (a sign bit + 5 bits for levels 0..16)
+        return 4 * math.ceil(d / 512) + math.ceil(d * 6 / 8)
     return 8 * d
 
 
@@ -36,15 +38,32 @@ def test_compression_sets_the_pushed_message_size(compression):
     assert set(pushed) == {message_bytes(compression, 1000)}
 
 
-def test_compression_shrinks_allreduce_time_in_proportion_to_the_bytes():
-    # no latency or overheads: an allreduce takes 2 (p - 1) / p * bytes / bandwidth
+@pytest.mark.parametrize("bucket, norms", [(1, 1000), (100, 10), (512, 2), (999, 2), (1000, 1),
+                                           (10**9, 1)])
+def test_qsgd_message_carries_a_float32_norm_per_bucket(bucket, norms):
+    config = make(WIDE, strategy__kind="asp", strategy__compression="qsgd",
+                  strategy__qsgd_bucket=bucket, run__iterations=5)
+    env, ctx, asp = build_simulation(config)
+    pushed = count_pushes(ctx)
+    asp.start()
+    env.run(until=ctx.done)
+    assert set(pushed) == {4 * norms + 1000 * 6 // 8}  # the levels: 6 bits for each entry
+    with pytest.raises(UserError, match="strategy.qsgd_bucket"):
+        make(WIDE, strategy__compression="qsgd", strategy__qsgd_bucket=0)
+
+
+def test_compression_shrinks_communication_in_proportion_to_the_bytes():
+    # no latency or overheads: a ring allreduce of the dense gradient N takes
+    # 2 (p - 1) / p * N / bandwidth, the ring allgather of compressed messages n that replaces
+    # it (p - 1) * n / bandwidth
     bandwidth_only = {"cluster.fabric": {"base": "eth-10g", "latency_s": 0.0,
                                          "overhead_s": 0.0}}
+    p = BASE["cluster.workers"]
     comm = {c: simulate(make(WIDE, bandwidth_only, strategy__compression=c,
                              run__iterations=5)).summary["comm_s"]
             for c in ("none", "topk", "qsgd")}
     for c in ("topk", "qsgd"):
-        ratio = message_bytes(c, 1000) / message_bytes("none", 1000)
+        ratio = message_bytes(c, 1000) / message_bytes("none", 1000) * p / 2
         assert comm[c] / comm["none"] == pytest.approx(ratio, rel=0.01)
 
 

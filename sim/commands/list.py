@@ -41,7 +41,9 @@ def datasets() -> list[str]:
 def collectives() -> list[str]:
     from sim.network.collectives import REGISTRY
 
-    return [f"{name:<19} {_first_line(cls)}" for name, cls in REGISTRY.items()]
+    # the kind says where a name goes: strategy.collective takes an allreduce,
+    # strategy.allgather an allgather
+    return [f"{name:<28} {cls.kind:<9} {_first_line(cls)}" for name, cls in REGISTRY.items()]
 
 
 def topologies() -> list[str]:

@@ -1,9 +1,12 @@
 """``python -m sim collective``: the time of one collective on a simulated fabric.
 
 Prints the simulated time, the closed-form alpha-beta time, algorithm bandwidth
-(algbw = n / t) and bus bandwidth (busbw = algbw * 2(p-1)/p for allreduce, nccl-tests'
-definitions), and the bandwidth lower bound busbw-factor * n / B, where B is what one
-host can inject (one NIC's link on a switched topology).
+(algbw = S / t) and bus bandwidth (busbw = algbw * 2(p-1)/p for allreduce, (p-1)/p for
+allgather, 1 for broadcast: nccl-tests' doc/PERFORMANCE.md), and the bandwidth lower bound
+busbw-factor * S / B, where B is what one host can inject (one NIC's link on a switched
+topology). ``--bytes`` is each rank's vector n; for an allgather that is each rank's
+contribution (MPI_Allgather's sendcount), and S = p n is the gathered vector (nccl-tests'
+size); otherwise S = n.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fabric", default="ib-hdr",
                         help=f"preset ({', '.join(FABRICS)}) or calibrated:PATH (default ib-hdr)")
     parser.add_argument("--algo", default="ring",
-                        help="ring, rabenseifner, recursive-doubling, tree, broadcast or ps "
-                             "(default ring)")
+                        help="ring, rabenseifner, recursive-doubling, tree, broadcast, ps, "
+                             "ring-allgather or recursive-doubling-allgather (default ring)")
     parser.add_argument("--workers", type=int, default=64, help="ranks p (default 64)")
     parser.add_argument("--bytes", dest="size", default="100MB",
-                        help="size of the vector, e.g. 100MB, 1GiB, 4096, 1e6 (default 100MB)")
+                        help="size of the vector, e.g. 100MB, 1GiB, 4096, 1e6; an allgather: "
+                             "each rank's contribution (default 100MB)")
     parser.add_argument("--topology", default="star",
                         help="star, leaf-spine (= fat-tree) or ring (default star)")
     parser.add_argument("--oversubscription", type=float,
@@ -83,12 +87,14 @@ def calculate(args: argparse.Namespace) -> dict[str, Any]:
     time_s, network = run_alone(algo, p=p, nbytes=nbytes, fabric=fabric, topology=args.topology,
                                 model=args.model, placement=args.placement, **options)
     closed_s = algo.closed_form_s(p, nbytes, fabric.alpha_s(), fabric.beta_s_per_byte)
-    algbw = nbytes / time_s if time_s > 0 else None
+    total = algo.total_bytes(p, nbytes)  # nccl-tests' S: p n for an allgather
+    algbw = total / time_s if time_s > 0 else None
     return {
         "algo": algo.name, "collective": algo.kind, "workers": p,
         "servers": getattr(algo, "servers", None),
-        "bytes": nbytes, "fabric": describe(fabric), "topology": args.topology,
-        "topology_options": options, "placement": args.placement, "model": args.model,
+        "bytes": nbytes, "total_bytes": total, "fabric": describe(fabric),
+        "topology": args.topology, "topology_options": options, "placement": args.placement,
+        "model": args.model,
         "time_s": time_s, "closed_form_s": closed_s,
         "lower_bound_s": algo.lower_bound_s(p, nbytes, network.topology.injection_Bps()),
         "algbw_Bps": algbw,
@@ -105,20 +111,24 @@ def render(result: dict[str, Any]) -> str:
     where = result["topology"] + "".join(f", {k}={v}" for k, v in
                                          result["topology_options"].items())
     servers = f" and {result['servers']} servers" if result["servers"] else ""
+    size = format_bytes(result["bytes"])
+    if result["total_bytes"] != result["bytes"]:  # an allgather: n from each rank, S = p n
+        size += f" from each rank ({format_bytes(result['total_bytes'])} gathered)"
 
     def rate(value: float | None) -> str:
         return "n/a (zero time)" if value is None else format_rate(value)
 
     return "\n".join([
-        f"{result['algo']} {result['collective']} of {format_bytes(result['bytes'])} over "
+        f"{result['algo']} {result['collective']} of {size} over "
         f"{result['workers']} workers{servers}",
         f"  fabric {fabric['name']}: {format_rate(fabric['bandwidth_Bps'])} per link, "
         f"alpha {format_seconds(fabric['alpha_s'])}; {where}, {result['model']} model",
         f"  simulated time   {format_seconds(result['time_s'])}",
         f"  closed form      {format_seconds(result['closed_form_s'])}  (alpha-beta, one switch)",
         f"  lower bound      {format_seconds(result['lower_bound_s'])}  "
-        f"({result['bus_factor']:.4g} n / B)",
-        f"  algbw            {rate(result['algbw_Bps'])}",
+        f"({result['bus_factor']:.4g} S / B)",
+        f"  algbw            {rate(result['algbw_Bps'])}  (S / t, S = "
+        f"{format_bytes(result['total_bytes'])})",
         f"  busbw            {rate(result['busbw_Bps'])}",
         f"  messages         {result['messages']} simulated (none in the analytical model)",
     ])

@@ -1,4 +1,5 @@
-"""Collectives on real buffers: ring, Rabenseifner, recursive doubling, tree, broadcast, PS.
+"""Collectives on real buffers: ring, Rabenseifner, recursive doubling, tree, broadcast, PS,
+and the ring and recursive-doubling allgathers.
 
 Each algorithm is a :class:`~sim.network.schedule.Schedule` of rounds (what moves where,
 and whether the receiver adds or overwrites) plus its closed-form time. Running one inside
@@ -11,12 +12,18 @@ a SimPy process, on either network model::
 or ``env.process(ring.run(...))`` for an event. Afterwards every rank's buffer holds the
 sum (allreduce) or rank 0's vector (broadcast); all ranks hold the same bits.
 
+An allgather's ``nbytes`` is each rank's contribution n (MPI_Allgather's sendcount, and what a
+compressed gradient is); each rank's buffer holds p blocks of n, its own at offset rank x n,
+and ends with every rank's block. nccl-tests' size S (for algbw) is then p n
+(:meth:`Collective.total_bytes`).
+
 Closed forms use alpha (one message, :meth:`Fabric.alpha_s`) and beta (s/byte); they are
 exact for the flow model on one switch when every chunk has the same size (p, or the
 power of two below p, divides the element count). Non-powers of two: recursive doubling
 and Rabenseifner fold the extra ranks in and out as MPICH does (the first 2r ranks pair
 up; evens hand their vector to the odd neighbour before, and get the result after), which
-adds 2 (alpha + n beta); ring, tree and broadcast take any p natively.
+adds 2 (alpha + n beta); ring, tree and broadcast take any p natively. The
+recursive-doubling allgather folds the same way (see its class).
 """
 
 from __future__ import annotations
@@ -33,11 +40,13 @@ from sim.network.schedule import COPY, SUM, Buffers, Round, Schedule, check_buff
 if TYPE_CHECKING:
     import simpy  # the simulated network's events; real ranks use the schedules only
 
-# busbw = algbw * factor (nccl-tests' definitions); the bandwidth lower bound is
-# factor * n / B for the same reason: factor * n is what the busiest NIC must carry.
+# busbw = algbw * factor (nccl-tests' doc/PERFORMANCE.md, with algbw = S / t and S the
+# result's size on a rank); the bandwidth lower bound is factor * S / B for the same reason:
+# factor * S is what the busiest NIC must carry (an allgather's rank receives (p - 1) n).
 BUS_FACTORS: dict[str, Callable[[int], float]] = {
     "allreduce": lambda p: 2 * (p - 1) / p,
     "broadcast": lambda p: 1.0 if p > 1 else 0.0,
+    "allgather": lambda p: (p - 1) / p,
 }
 
 
@@ -72,12 +81,20 @@ class Collective(ABC):
     def closed_form_s(self, p: int, nbytes: float, alpha_s: float, beta_s: float) -> float:
         """Time on one uncontended switch, alpha s per message and beta s per byte."""
 
+    def blocks(self, p: int) -> int:
+        """Blocks of ``nbytes`` in each rank's buffer: 1 here, p for an allgather."""
+        return 1
+
+    def total_bytes(self, p: int, nbytes: float) -> float:
+        """nccl-tests' size S of a collective of ``nbytes``: the result on one rank (bytes)."""
+        return self.blocks(p) * nbytes
+
     def bus_factor(self, p: int) -> float:
         return BUS_FACTORS[self.kind](p)
 
     def lower_bound_s(self, p: int, nbytes: float, bandwidth_Bps: float) -> float:
         """No schedule can beat this on hosts injecting at most bandwidth_Bps (s)."""
-        return self.bus_factor(p) * nbytes / bandwidth_Bps
+        return self.bus_factor(p) * self.total_bytes(p, nbytes) / bandwidth_Bps
 
     def plan(self, buffers: Sequence[np.ndarray] | None = None, *, p: int | None = None,
              nbytes: int | None = None, hosts: np.ndarray | None = None) -> Plan:
@@ -87,7 +104,11 @@ class Collective(ABC):
                 raise ValueError("give either buffers or p and nbytes, not both")
             p = len(buffers)
             check_buffers(buffers, p)
-            itemsize, count = buffers[0].itemsize, len(buffers[0])
+            itemsize = buffers[0].itemsize
+            count, rest = divmod(len(buffers[0]), self.blocks(p))
+            if rest:
+                raise ValueError(f"{self.name}: each buffer holds p = {p} equal blocks (rank "
+                                 f"i's at i x count), got {len(buffers[0])} elements")
             nbytes = count * itemsize
         elif p is None or nbytes is None:
             raise ValueError("timing only needs both p and nbytes")
@@ -108,9 +129,10 @@ class Collective(ABC):
             hosts: np.ndarray | None = None) -> Generator[simpy.Event, Any, float]:
         """SimPy process body: run on ``network`` and return the elapsed simulated time (s).
 
-        With ``buffers`` (one float32/float64 vector per rank, reduced in place) the data
-        moves; with ``p`` and ``nbytes`` instead only the time is simulated. ``hosts[e]`` is
-        the host of endpoint e (default: endpoint e on host e). Raises ValueError.
+        With ``buffers`` (one float32/float64 vector per rank, reduced or gathered in place)
+        the data moves; with ``p`` and ``nbytes`` instead only the time is simulated.
+        ``hosts[e]`` is the host of endpoint e (default: endpoint e on host e). Raises
+        ValueError.
         """
         plan = self.plan(buffers, p=p, nbytes=nbytes, hosts=hosts)
         return (yield from network.run_plan(plan))
@@ -241,9 +263,76 @@ class ParameterServer(Collective):
         return 2 * (alpha_s + max(1.0, p / self.servers) * nbytes * beta_s)
 
 
+class Allgather(Collective):
+    """Every rank ends with every rank's block; ``nbytes`` is one rank's block n."""
+
+    kind = "allgather"
+
+    def blocks(self, p: int) -> int:
+        return p
+
+
+class RingAllgather(Allgather):
+    """Allgather in p - 1 rounds: in round r rank i passes block i - r to rank i + 1."""
+
+    name = "ring-allgather"
+
+    def schedule(self, p: int, count: int) -> Schedule:
+        ranks = np.arange(p)
+        right = (ranks + 1) % p
+        return Schedule(p, p - 1, lambda r: Round.aligned(ranks, right, (ranks - r) % p * count,
+                                                          count, COPY))
+
+    def closed_form_s(self, p: int, nbytes: float, alpha_s: float, beta_s: float) -> float:
+        # Thakur, Rabenseifner and Gropp 2005, sec. 4.1: (p - 1) alpha + (p - 1) / p (p n) beta
+        return (p - 1) * (alpha_s + nbytes * beta_s)
+
+
+class RecursiveDoublingAllgather(Allgather):
+    """Allgather in lg p rounds: in round k rank i swaps all it holds with rank i xor 2^k.
+
+    Non-powers of two fold as :class:`RecursiveDoubling` does (MPICH does not: it uses
+    ring or Bruck there): the first 2r ranks pair up, each even hands its block to its odd
+    neighbour, the pof2 survivors double (a survivor that took a block holds two, so the
+    groups' sizes differ; survivor 0's pair moves the most), and each odd sends the
+    whole gathered vector, p n (the even's own block included: one message), back.
+    """
+
+    name = "recursive-doubling-allgather"
+
+    def schedule(self, p: int, count: int) -> Schedule:
+        pof2, extra, real = _fold(p)
+        new = np.arange(pof2)
+        # survivor j holds the contiguous blocks [first[j], end[j]); groups stay contiguous
+        first = np.where(new < extra, 2 * new, new + extra)
+        end = first + np.where(new < extra, 2, 1)
+        rounds = []
+        for mask in _masks(pof2):
+            group = new - new % mask  # the first survivor of j's group of mask survivors
+            lo, hi = first[group], end[group + mask - 1]
+            rounds.append(Round.aligned(real[new], real[new ^ mask], lo * count,
+                                        (hi - lo) * count, COPY))
+        if extra:
+            evens = 2 * np.arange(extra)
+            rounds = ([Round.aligned(evens, evens + 1, evens * count, count, COPY)] + rounds
+                      + [Round.aligned(evens + 1, evens, 0, p * count, COPY)])
+        return Schedule.of(p, rounds)
+
+    def closed_form_s(self, p: int, nbytes: float, alpha_s: float, beta_s: float) -> float:
+        # powers of two: lg p alpha + (p - 1) n beta (Thakur, Rabenseifner and Gropp 2005,
+        # sec. 4.1). Folded: each round ends with its largest exchange, the group of
+        # survivor 0 (mask blocks, plus one for each folded survivor among them), and the
+        # fold adds alpha + n beta in and alpha + p n beta out.
+        pof2 = 1 << _lg(p)
+        extra = p - pof2
+        blocks = sum(mask + min(extra, mask) for mask in _masks(pof2))
+        fold = 2 * alpha_s + (1 + p) * nbytes * beta_s if extra else 0.0
+        return _lg(pof2) * alpha_s + blocks * nbytes * beta_s + fold
+
+
 REGISTRY: dict[str, type[Collective]] = {
     cls.name: cls for cls in (Ring, Rabenseifner, RecursiveDoubling, Tree, Broadcast,
-                              ParameterServer)
+                              ParameterServer, RingAllgather, RecursiveDoublingAllgather)
 }
 
 

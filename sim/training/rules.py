@@ -8,6 +8,10 @@ executor (:mod:`sim.training.strategies`) decides *when* things happen and the M
   it as stale (:meth:`Rules.push`, on a :class:`~sim.training.store.ParameterStore`);
 * when a pull may be answered (:meth:`Rules.may_pull`: the SSP clock bound, the step
   barrier) and the clock gap it is answered at;
+* when a worker may read its cached parameters instead of pulling (:meth:`Rules.cache_fresh`:
+  SSPTable's cache, Ho et al. 2013; :class:`~sim.training.store.ParameterCache`);
+* whether a worker still computing when its step closes is cancelled or finishes and has
+  its gradient dropped (:attr:`Rules.cancels_late`);
 * when a synchronous step closes (:attr:`Rules.needed` gradients) and how its gradients are
   combined (:meth:`Rules.mean`: summed in worker order, then divided);
 * the learning rate for a gradient of a given staleness (:meth:`Rules.lr`);
@@ -38,6 +42,10 @@ class ParameterStore(Protocol):
     arrived: dict[int, tuple[np.ndarray, float]]
     last_step: list[int]
     total: np.ndarray
+    dropped: int
+    fetched_updates: int
+
+    def close_read(self, worker: int) -> int | None: ...
 
     def accept(self, worker: int, grad: np.ndarray, loss: float) -> None: ...
 
@@ -115,8 +123,25 @@ class Rules:
 
     @property
     def leaves_workers_out(self) -> bool:
-        """Whether a step may close without some workers (they are then cancelled)."""
+        """Whether a step may close without some workers."""
         return self.needed < self.n
+
+    @property
+    def cancels_late(self) -> bool:
+        """Whether a worker still computing when its step closes is cancelled (and pulls at
+        once) rather than left to finish and push a gradient that is dropped on arrival
+        (``strategy.late_gradients``)."""
+        return self.leaves_workers_out and self.config.strategy.late_gradients == "cancel"
+
+    @property
+    def caches(self) -> bool:
+        """Whether a worker's cached parameters can ever be read instead of pulled."""
+        return False
+
+    def cache_fresh(self, gap: int | None) -> bool:
+        """Whether a worker may read its cached parameters, ``gap`` clocks behind its own
+        clock, instead of pulling."""
+        return False
 
     def may_pull(self, store: ParameterStore, worker: int) -> bool:
         """Whether ``worker``'s pull may be answered now."""
@@ -130,6 +155,10 @@ class Rules:
              loss: float, rows: np.ndarray | None = None) -> UpdateRecord | None:
         """What the servers do with a (decoded) gradient; the update it made, if any."""
         raise NotImplementedError(f"{self.name} does not push to parameter servers")
+
+    def summary(self, store: ParameterStore) -> dict[str, Any]:
+        """The strategy's own summary keys, from its servers' state (both executors)."""
+        return {}
 
 
 class BSP(Rules):
@@ -195,14 +224,33 @@ class ASP(Rules):
         store.apply(grad, self.lr(staleness), rows)
         store.clocks[worker] += 1
         return UpdateRecord(worker, int(store.clocks[worker]), version_read, staleness, loss,
-                            self.batch, store.gaps[worker])
+                            self.batch, store.close_read(worker))
+
+    def summary(self, store: ParameterStore) -> dict[str, Any]:
+        """``pulls_per_update``: the share of updates whose gradient was taken on parameters
+        pulled for it (1 for asp; below 1 where workers read their cache)."""
+        return {"pulls_per_update": store.fetched_updates / store.version
+                if store.version else None}
 
 
 class SSP(ASP):
     """Stale synchronous parallel (Ho et al. 2013): a worker more than ``staleness`` clocks
-    ahead of the slowest waits."""
+    ahead of the slowest waits.
+
+    As in SSPTable, a worker at clock c reads its cache while the cache holds every update
+    of clocks up to c - s - 1 (its gap, c minus the slowest clock at the fetch, is at most
+    s) and its own updates since (read-my-writes); only then does it pull. With s = 0 the
+    cache is never fresh (a push moves the worker's clock past it), so every read pulls.
+    """
 
     name = "ssp"
+
+    @property
+    def caches(self) -> bool:
+        return self.config.strategy.staleness > 0
+
+    def cache_fresh(self, gap: int | None) -> bool:
+        return gap is not None and gap <= self.config.strategy.staleness
 
     def may_pull(self, store: ParameterStore, worker: int) -> bool:
         return self.clock_gap(store, worker) <= self.config.strategy.staleness
@@ -224,6 +272,7 @@ class BSPPS(Rules):
     def push(self, store: ParameterStore, worker: int, grad: np.ndarray, version_read: int,
              loss: float, rows: np.ndarray | None = None) -> UpdateRecord | None:
         if version_read != store.version:
+            store.dropped += 1
             return None  # a late gradient of a closed step: dropped on arrival
         store.accept(worker, grad, loss)
         if len(store.arrived) < self.needed:
@@ -244,13 +293,19 @@ class BSPPS(Rules):
 
 class Backup(BSPPS):
     """Synchronous SGD with b backup workers (Chen et al. 2016): a step closes with the
-    first N - b gradients."""
+    first N - b gradients; a late worker finishes its gradient, which is dropped on arrival,
+    then pulls (or, with ``strategy.late_gradients = "cancel"``, stops when the step
+    closes)."""
 
     name = "backup"
 
     @property
     def needed(self) -> int:
         return self.n - self.config.strategy.backup
+
+    def summary(self, store: ParameterStore) -> dict[str, Any]:
+        """``dropped_pushes``: late gradients dropped on arrival."""
+        return {"dropped_pushes": store.dropped}
 
 
 RULES: dict[str, type[Rules]] = {

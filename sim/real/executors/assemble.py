@@ -45,6 +45,7 @@ class RankLog:
     messages: int = 0
     diverged: bool = False
     steps: list[tuple] = field(default_factory=list)  # strategy-specific, for its combine()
+    extra: dict[str, Any] = field(default_factory=dict)  # the strategy's own summary keys
     cursor: float = 0.0  # where the last span ended
     loop_s: float = 0.0  # gaps between timed spans (logged as overhead)
 
@@ -144,6 +145,8 @@ def assemble(workload: Workload, rules: Rules, logs: list[RankLog], wall_s: floa
         extra = {**extra, "server_breakdown": server}
     workers = [log for log in logs if log.rank < workload.n]
     extra = {**extra, "loop_s": float(np.mean([log.loop_s for log in workers]))}
+    for log in logs:
+        extra.update(log.extra)
     if any(log.diverged for log in logs):
         rec.diverged = True
         rec.final = (math.nan, math.nan)

@@ -104,6 +104,9 @@ class ScheduleAllreduce(Allreduce):
 
     def __init__(self, comm: Any, algorithm: str, count: int, waiter: Waiter) -> None:
         super().__init__(comm, algorithm, count, waiter)
+        if get_collective(algorithm).kind != "allreduce":  # an allgather leaves no sum
+            raise ValueError(f"allreduce: {algorithm!r} is not an allreduce (real runs send "
+                             "dense gradients only)")
         self.rounds = rank_rounds(algorithm, comm.Get_size(), count, comm.Get_rank())
         self.scratch = [[np.empty(n) for _, _, n in rnd.recvs] for rnd in self.rounds]
         self.buf: np.ndarray | None = None

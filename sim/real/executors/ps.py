@@ -3,13 +3,16 @@
 Ranks 0..N-1 are the workers, rank N the server, as in the simulator (servers after the
 workers). Every message is one float64 array: an 8-value header (64 bytes, the simulator's
 pull-request size) followed by the payload, all on one tag, so messages between two ranks
-arrive in the order they were sent. A worker loops: pull (request, then the parameters),
-gradient, push. What the server does is the strategy's rules
-(:mod:`sim.training.rules`) on a :class:`~sim.training.store.ParameterStore`, the same as
-the simulated servers': a push is applied, accumulated for a synchronous step or dropped
-as stale; a pull is answered at once or held (the SSP clock bound, the step barrier); when
-a step closes without some workers (backup), they are sent a cancel and drop their
-gradient, as the simulator interrupts them.
+arrive in the order they were sent. A worker loops: pull (request, then the parameters,
+with the clock gap the server admitted it at), gradient, push; it reads its
+:class:`~sim.training.store.ParameterCache` instead of pulling while the rules say it is
+fresh (SSP). What the server does is the strategy's rules (:mod:`sim.training.rules`) on a
+:class:`~sim.training.store.ParameterStore`, the same as the simulated servers': a push is
+applied, accumulated for a synchronous step or dropped as stale; a pull is answered at
+once or held (the SSP clock bound, the step barrier). When a step closes without some
+workers (backup), they finish and push, and their stale gradients are dropped on arrival;
+if the rules cancel late workers (``strategy.late_gradients = "cancel"``) they are sent a
+cancel instead and drop their gradient, as the simulator interrupts them.
 
 :class:`ServerProtocol` is that server without MPI (pulls and pushes in, replies out), so
 a test can drive it with the simulator's own sequence of pushes and pulls; :func:`serve`
@@ -37,10 +40,10 @@ from sim.real.executors.assemble import RankLog
 from sim.real.executors.compute import RealCompute
 from sim.real.executors.context import RankContext
 from sim.training.rules import Rules
-from sim.training.store import ParameterStore
+from sim.training.store import ParameterCache, ParameterStore
 from sim.workloads.workload import Workload
 
-HEADER = 8  # type, worker, version, loss, arrival_s, grant_s, clock_gap, held
+HEADER = 8  # type, worker, version, loss, arrival_s, grant_s, clock_gap (NaN: none), held
 PULL, PARAMS, PUSH, STOP, CANCEL, WARM = 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
 TAG = 77
 
@@ -61,14 +64,15 @@ def work(ctx: RankContext) -> RankLog:
     worker = ctx.workload.workers[w]
     inbox, outbox = np.zeros(HEADER + size), np.zeros(HEADER + size)
     request, note = np.zeros(HEADER), np.zeros(HEADER)
-    params = inbox[HEADER:]
+    cache = ParameterCache(ctx.rules, inbox[HEADER:], ctx.config.workload)  # pulls land there
+    params = cache.params
     ctx.warm_kernels(ctx.workload.params)
     outbox[0], outbox[1] = WARM, w  # warm-up: a full-size round trip with the server
     ctx.waiter.one(comm.Isend([outbox, MPI.DOUBLE], dest=server, tag=TAG))
     ctx.waiter.one(comm.Irecv([inbox, MPI.DOUBLE], source=server, tag=TAG))
     ctx.start_clock()
     compute = RealCompute(ctx.workload, w, ctx.t0)
-    cancellable = ctx.rules.leaves_workers_out
+    cancellable = ctx.rules.cancels_late
     log = RankLog(ctx.rank)
 
     def send(message: np.ndarray) -> None:
@@ -90,23 +94,26 @@ def work(ctx: RankContext) -> RankLog:
         return False
 
     while True:
-        request[:] = 0
-        request[0], request[1] = PULL, w
-        send(request)
-        asked = ctx.now()
-        while True:  # the answer; a cancel of an earlier step may come first
-            ctx.waiter.one(comm.Irecv([inbox, MPI.DOUBLE], source=server, tag=TAG))
-            if inbox[0] != CANCEL:
+        if not cache.fresh:
+            request[:] = 0
+            request[0], request[1] = PULL, w
+            send(request)
+            asked = ctx.now()
+            while True:  # the answer; a cancel of an earlier step may come first
+                ctx.waiter.one(comm.Irecv([inbox, MPI.DOUBLE], source=server, tag=TAG))
+                if inbox[0] != CANCEL:
+                    break
+            got = ctx.now()
+            if inbox[0] == STOP:
+                log.span(w, "wire", asked, got)
                 break
-        got = ctx.now()
-        if inbox[0] == STOP:
-            log.span(w, "wire", asked, got)
-            break
-        arrival, grant, version = inbox[4], inbox[5], inbox[2]
-        log.span(w, "wire", asked, min(arrival, got))
-        # held by the server (step barrier, clock bound): waiting; else serving it: wire
-        log.span(w, "wait" if inbox[7] else "wire", arrival, min(grant, got))
-        log.span(w, "wire", max(grant, asked), got)
+            arrival, grant = inbox[4], inbox[5]
+            log.span(w, "wire", asked, min(arrival, got))
+            # held by the server (step barrier, clock bound): waiting; else serving it: wire
+            log.span(w, "wait" if inbox[7] else "wire", arrival, min(grant, got))
+            log.span(w, "wire", max(grant, asked), got)
+            cache.pulled(int(inbox[2]), None if np.isnan(inbox[6]) else int(inbox[6]))
+        version = cache.version
         loss, dropped = compute.gradient(
             params, (lambda v=version: cancelled(v)) if cancellable else None)
         dropped = dropped or (cancellable and cancelled(version))
@@ -121,6 +128,9 @@ def work(ctx: RankContext) -> RankLog:
         K.copy(outbox[HEADER:], worker.grad)  # codec "none": the message is the gradient
         log.span(w, "overhead", packing, ctx.now())
         send(outbox)
+        writing = ctx.now()
+        if cache.pushed(worker.grad):  # read-my-writes: an SGD step on the worker's cache
+            log.span(w, "update", writing, ctx.now())
     log.kernel_s = compute.kernel_s
     return log
 
@@ -135,6 +145,7 @@ class Reply:
     kind: float
     arrival_s: float  # when the pull arrived
     held: bool  # whether it could not be answered on arrival
+    gap: int | None = None  # PARAMS: the clock gap the pull was admitted at
 
 
 class ServerProtocol:
@@ -183,8 +194,8 @@ class ServerProtocol:
                 out.append(Reply(w, STOP, self.pending[w], w in self.held))
                 self.stopped.add(w)
             elif self.store.may_pull(w):
-                self.store.admit(w)
-                out.append(Reply(w, PARAMS, self.pending[w], w in self.held))
+                gap = self.store.admit(w)
+                out.append(Reply(w, PARAMS, self.pending[w], w in self.held, gap))
             else:
                 self.held.add(w)
                 continue
@@ -216,6 +227,7 @@ def serve(ctx: RankContext) -> RankLog:
         message[0], message[1] = r.kind, r.worker
         message[2] = protocol.store.version
         message[4], message[5], message[7] = r.arrival_s, ctx.now(), r.held
+        message[6] = np.nan if r.gap is None else r.gap
         count = HEADER
         if r.kind == PARAMS:
             message[2] = protocol.store.read(message[HEADER:])
@@ -255,4 +267,5 @@ def serve(ctx: RankContext) -> RankLog:
             reply(r)
         ctx.heartbeat.beat()
     ctx.waiter.all([r for r in sending if r is not None] + [r for _, r in notes])
+    log.extra.update(ctx.rules.summary(protocol.store))
     return log

@@ -7,6 +7,12 @@ The network decides *when* an allreduce ends, the kernels *what* it yields: the 
 runs on the simulated network at the message size (timing only) and the sum is taken here,
 in rank order, with :func:`sim.kernels.sum_into`. Moving the real vectors through the
 schedule would give the same sum up to rounding at O(p^2) small kernel calls per step.
+
+Compressed ``bsp`` gathers instead of reducing: a sum of top-k vectors is not k-sparse and a
+sum of quantised ones needs wider integers, so every worker's compressed message goes to
+every worker (``strategy.allgather``: (p - 1) messages of the compressed size per worker
+on the ring) and each decodes and adds the p - 1 it received, as QSGD (Alistarh et al.
+2017) and SparCML (Renggli et al. 2019) exchange them.
 """
 
 from __future__ import annotations
@@ -32,20 +38,26 @@ from sim.workloads.workload import Worker
 class AllreduceMixin:
     """Time one allreduce per step through the configured collective, in simulated time:
     each rank's CPU for it (posting and copying its messages, summing what arrives), then
-    its messages on the network."""
+    its messages on the network. (An allgather, for compressed gradients, goes the same way;
+    ``nbytes`` is then each rank's message.)"""
 
-    def _setup_collective(self) -> None:
-        self.collective = get_collective(self.ctx.config.strategy.collective)
+    def _setup_collective(self, name: str | None = None) -> None:
+        """``name``: the collective (default ``strategy.collective``)."""
+        self.collective = get_collective(name or self.ctx.config.strategy.collective)
         self.hosts = np.array([w.host for w in self.ctx.workers])
         self.elapsed_s: dict[int, float] = {}  # message bytes -> simulated allreduce time
         self.cpu_s: dict[int, float] = {}  # message bytes -> CPU of a rank, busiest path
+        # CPU s of a rank after the collective, decoding and adding what it received (an
+        # allgather's p - 1 messages); an allreduce's sums are in its rounds already
+        self.decode_s = 0.0
 
     def allreduce_cpu_s(self, nbytes: int) -> float:
-        """CPU seconds of one allreduce of ``nbytes`` on a rank (its busiest path)."""
+        """CPU seconds of one allreduce of ``nbytes`` on a rank (its busiest path, then the
+        decoding)."""
         if nbytes not in self.cpu_s:
             schedule = self.collective.schedule(self.ctx.n, int(nbytes))
             self.cpu_s[nbytes] = self.ctx.cpu.collective_s(schedule, 1.0)
-        return self.cpu_s[nbytes]
+        return self.cpu_s[nbytes] + self.decode_s
 
     def allreduce(self, nbytes: int,
                   overlapped: bool = False) -> Generator[simpy.Event, Any, None]:
@@ -91,6 +103,8 @@ class AllreduceMixin:
             yield simpy.AllOf(env, [env.process(block(ctx, w, "wire", arrived, overlapped))
                                     for w in ranks])
             yield on_cores(received)
+        if self.decode_s:
+            yield on_cores(np.full(ctx.n, self.decode_s))
 
     def allreduce_time(self, nbytes: int) -> Generator[simpy.Event, Any, float]:
         """Wait while every worker's messages of an allreduce of ``nbytes`` cross the
@@ -113,14 +127,20 @@ class BSP(AllreduceMixin, PipelinedStrategy):
 
     Steps run through :mod:`sim.training.pipeline`: with ``strategy.pipelining = "none"``
     each step is compute, then one allreduce of the whole gradient; ``wfbp`` and ``bucket``
-    overlap per-layer (or per-bucket) allreduces with backprop.
+    overlap per-layer (or per-bucket) allreduces with backprop. Compressed gradients are
+    allgathered (``strategy.allgather``) and each worker decodes the p - 1 it receives.
     """
 
     name = "bsp"
 
     def start(self) -> None:
-        self._setup_collective()
         ctx = self.ctx
+        strategy = ctx.config.strategy
+        if strategy.compression == "none":
+            self._setup_collective()
+        else:
+            self._setup_collective(strategy.allgather)
+            self.decode_s = (ctx.n - 1) * ctx.cpu.reduce_s(ctx.workers[0].codec.decode_bytes)
         self.sgd = SGD(ctx.params.copy(), ctx.config.workload)
         self.total = np.zeros(ctx.params.size)  # the sum, then the mean, of the gradients
         self.decoded = np.zeros(ctx.params.size)
@@ -164,8 +184,8 @@ class BSP(AllreduceMixin, PipelinedStrategy):
 
     def sum_gradients(self) -> int:
         """Sum the workers' gradients as received (decoded) into :attr:`total`, in rank order
-        (what the allreduce computes). Returns the bytes of one worker's message (the
-        largest, if compressed sizes differ)."""
+        (what the allreduce computes, or each worker after the allgather). Returns the bytes
+        of one worker's message (the largest, if compressed sizes differ)."""
         sizes = []
         for i, w in enumerate(self.ctx.workers):
             message, nbytes = w.codec.encode(w.grad)

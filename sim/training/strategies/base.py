@@ -90,8 +90,9 @@ class Strategy(ABC):
         """The parameters that evaluations measure."""
 
     def summary_extra(self) -> dict[str, Any]:
-        """Strategy-specific summary keys."""
-        return {}
+        """Strategy-specific summary keys (by default the rules', from the servers' state)."""
+        server = self.ctx.server
+        return {} if server is None else self.ctx.rules.summary(server.store)
 
 
 def cpu(ctx: Context, rank: int, kind: str, seconds: float,

@@ -1,9 +1,11 @@
 """Asynchronous training through parameter servers: ``asp`` and ``ssp``, in simulated time.
 
 Each worker loops on its own: pull, compute, push. What the servers do with a push (apply
-it at once, lr / N for its staleness) and when a pull may go (the SSP clock bound: Ho et
-al. 2013) are the rules' (:class:`sim.training.rules.ASP`, :class:`~sim.training.rules.SSP`);
-here a worker waits at the gate until the rules let it through.
+it at once, lr / N for its staleness), when a pull may go (the SSP clock bound: Ho et
+al. 2013) and when a worker reads its cache instead of pulling (SSPTable's cache) are the
+rules' (:class:`sim.training.rules.ASP`, :class:`~sim.training.rules.SSP`); here a worker
+reads its :class:`~sim.training.store.ParameterCache` while it is fresh, else waits at the
+gate until the rules let its pull through.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import numpy as np
 import simpy
 
 from sim.record import UpdateRecord
-from sim.training.strategies.base import Strategy, block, compute, pull, push
+from sim.training.store import ParameterCache
+from sim.training.strategies.base import Strategy, block, compute, cpu, pull, push
 from sim.workloads.workload import Worker
 
 
@@ -36,25 +39,27 @@ class ASP(Strategy):
     def model_of_record(self) -> np.ndarray:
         return self.store.params
 
-    def gate(self, w: Worker) -> Generator[simpy.Event, Any, None]:
-        """Wait until the rules let ``w`` pull (the store notes its clock gap then)."""
+    def gate(self, w: Worker) -> Generator[simpy.Event, Any, int | None]:
+        """Wait until the rules let ``w`` pull; returns its clock gap (the store notes it)."""
         with self.ctx.recorder.span(w.index, "wait"):
             while not self.store.may_pull(w.index) and not self.ctx.recorder.finished:
                 yield self.advanced
-        self.store.admit(w.index)
+        return self.store.admit(w.index)
 
     def work(self, w: Worker) -> Generator[simpy.Event, Any, None]:
         ctx, rec = self.ctx, self.ctx.recorder
-        replica = np.zeros(ctx.model.size)
+        cache = ParameterCache(ctx.rules, np.zeros(ctx.model.size), ctx.config.workload)
         while not rec.finished:
-            yield from self.gate(w)
-            if rec.finished:
-                return
-            if ctx.model.sparse and ctx.config.strategy.sparse_comm:
-                yield from self.sparse_iteration(w, replica)
-                continue
-            version = yield from pull(ctx, w, replica)
-            loss = w.gradient(replica)
+            if not cache.fresh:  # pull (the cache is never filled with sparse rows)
+                gap = yield from self.gate(w)
+                if rec.finished:
+                    return
+                if ctx.model.sparse and ctx.config.strategy.sparse_comm:
+                    yield from self.sparse_iteration(w, cache.params)
+                    continue
+                cache.pulled((yield from pull(ctx, w, cache.params)), gap)
+            version = cache.version
+            loss = w.gradient(cache.params)
             yield from compute(ctx, w)
             message, nbytes = w.codec.encode(w.grad)
             processed = yield from push(ctx, w, nbytes, ctx.cpu.update_s)
@@ -65,6 +70,8 @@ class ASP(Strategy):
                 return
             w.codec.decode(message, self.decoded)
             self.finish(w, self.store.push(w.index, self.decoded, version, loss))
+            if cache.pushed(self.decoded):  # read-my-writes: an SGD step on the worker
+                yield from cpu(ctx, w.index, "update", ctx.cpu.update_s(cache.params.nbytes))
 
     def sparse_iteration(self, w: Worker,
                          replica: np.ndarray) -> Generator[simpy.Event, Any, None]:

@@ -6,12 +6,16 @@ them back, and the next step's forward begins. It runs through the layer-wise pi
 (:mod:`sim.training.pipeline`), so ``strategy.pipelining`` can push each layer or bucket
 as soon as backprop has produced it.
 
-``backup`` (Chen et al. 2016, "Revisiting distributed synchronous SGD"): each step every
-worker pulls, computes and pushes; the step closes as soon as N - b gradients have
-arrived: the workers still computing are cancelled and late gradients are dropped.
+``backup`` (Chen et al. 2016, "Revisiting distributed synchronous SGD"): each worker loops
+pull, compute, push; a step closes as soon as N - b gradients read at its version have
+arrived, and the workers whose gradients it used pull once it has. A worker still
+computing then finishes and pushes (its gradient is dropped on arrival as stale) before it
+pulls, as TensorFlow's SyncReplicasOptimizer does; with ``strategy.late_gradients =
+"cancel"`` it is interrupted when the step closes and pulls at once.
 
-When a step closes and how its gradients are combined are the rules'
-(:class:`sim.training.rules.BSPPS`, :class:`~sim.training.rules.Backup`).
+When a step closes, how its gradients are combined, what happens to late ones and when a
+worker may pull are the rules' (:class:`sim.training.rules.BSPPS`,
+:class:`~sim.training.rules.Backup`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import simpy
 
 from sim.network.runner import build_network
 from sim.network.topology import place
+from sim.record import UpdateRecord
 from sim.training.messages import Message, message_slice
 from sim.training.pipeline import ParameterServerChannel
 from sim.training.server import REQUEST_BYTES, ParameterServer
@@ -42,44 +47,52 @@ class Backup(Strategy):
         self.store = ctx.server.store
         self.replicas = [np.zeros(ctx.model.size) for _ in ctx.workers]
         self.decoded = np.zeros(ctx.model.size)  # the store keeps its own copy
-        ctx.env.process(self.run())
+        self.closed = ctx.env.event()  # fires when the step in progress closes
+        self.loops = [ctx.env.process(self.work(w)) for w in ctx.workers]
 
     def model_of_record(self) -> np.ndarray:
         return self.store.params
 
-    def run(self) -> Generator[simpy.Event, Any, None]:
-        ctx, env, rec = self.ctx, self.ctx.env, self.ctx.recorder
-        while not rec.finished:
-            self.closed = env.event()
-            step = self.store.version
-            rounds = [env.process(self.worker_step(w, step)) for w in ctx.workers]
-            update = yield self.closed
-            for process in rounds:
-                if process.is_alive:
-                    process.interrupt("step closed")
-            for w in ctx.workers:
-                w.clock = int(self.store.clocks[w.index])
-            rec.record(update)
+    def work(self, w: Worker) -> Generator[simpy.Event, Any, None]:
+        """``w``'s loop, one gradient (or one wait for its step to close) a round."""
+        while not self.ctx.recorder.finished:
+            try:
+                yield from self.round(w)
+            except simpy.Interrupt:
+                pass  # cancelled: the step closed without this worker; it pulls again
 
-    def worker_step(self, w: Worker, step: int) -> Generator[simpy.Event, Any, None]:
+    def round(self, w: Worker) -> Generator[simpy.Event, Any, None]:
         ctx, rec = self.ctx, self.ctx.recorder
-        try:
-            version = yield from pull(ctx, w, self.replicas[w.index])
-            loss = w.gradient(self.replicas[w.index])
-            yield from compute(ctx, w)
-            message, nbytes = w.codec.encode(w.grad)
-            processed = yield from push(ctx, w, nbytes, ctx.cpu.reduce_s)
-            yield from block(ctx, w.index, "wait", processed)
-            w.codec.decode(message, self.decoded)
-            update = self.store.push(w.index, self.decoded, version, loss)
-            if update is not None:  # this gradient closed the step
-                self.closed.succeed(update)
-            elif w.index not in self.store.arrived:
-                return  # another gradient arrived first at this instant and closed the step
+        if not self.store.may_pull(w.index):  # its gradient waits in the open step
             with rec.span(w.index, "wait"):
                 yield self.closed
-        except simpy.Interrupt:
-            pass  # the step closed without this worker: its work is dropped
+            return
+        version = yield from pull(ctx, w, self.replicas[w.index])
+        loss = w.gradient(self.replicas[w.index])
+        yield from compute(ctx, w)
+        message, nbytes = w.codec.encode(w.grad)
+        processed = yield from push(ctx, w, nbytes, ctx.cpu.reduce_s)
+        yield from block(ctx, w.index, "wait", processed)
+        if rec.finished:
+            return
+        w.codec.decode(message, self.decoded)
+        update = self.store.push(w.index, self.decoded, version, loss)  # None: kept or dropped
+        if update is not None:  # this gradient closed the step
+            self.close(update)
+
+    def close(self, update: UpdateRecord) -> None:
+        """The step closed: the workers left out are cancelled if the rules say so, the
+        ones waiting go on, and the update is recorded."""
+        ctx = self.ctx
+        for w in ctx.workers:
+            w.clock = int(self.store.clocks[w.index])
+        if ctx.rules.cancels_late:
+            for w in ctx.workers:
+                if w.index not in self.store.last_step:
+                    self.loops[w.index].interrupt("step closed")
+        closed, self.closed = self.closed, ctx.env.event()
+        closed.succeed(update)
+        ctx.recorder.record(update)
 
 
 class BSPPS(PipelinedStrategy):
