@@ -50,7 +50,8 @@ class Cluster(Section):
         "block", "how ranks map to hosts (round-robin spreads neighbours over leaves)")
     servers: PositiveInt = doc(1, "parameter-server shards (key ranges), each on its own host")
     network: Literal["flow", "analytical"] = doc(
-        "flow", "flow: max-min fair sharing of links; analytical: alpha-beta, no contention")
+        "flow", "flow: max-min fair sharing of links; analytical: alpha-beta with each host's "
+        "link a FIFO queue (incast serialises), no contention in the switch core")
     host: str = doc("ideal", "CPU profile of a host's cores (`python -m sim list hosts`) "
                     "or `calibrated:PATH`; ideal: no CPU costs, a core per rank")
     cores: PositiveInt = doc(1, "cores on each host")

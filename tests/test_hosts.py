@@ -289,9 +289,11 @@ def test_synchronous_ranks_sharing_cores_are_slower(tmp_path, kind):
     assert shared > 1.3 * own
 
 
-def test_a_bsp_step_on_shared_cores_runs_each_ring_round_on_them(tmp_path):
+@pytest.mark.parametrize("network", ["flow", "analytical"])
+def test_a_bsp_step_on_shared_cores_runs_each_ring_round_on_them(tmp_path, network):
     """4 ranks on 2 cores, waiting without polling: every CPU task of a round (4 equal ones,
-    shorter than a slice) takes two task times, the wire of a round is alpha + n / p beta."""
+    shorter than a slice) takes two task times, the wire of a round is alpha + n / p beta
+    (on the analytical network too: each round was charged the whole ring before)."""
     profile = tmp_path / "host.json"
     data = {k: v for k, v in vars(HOSTS["epyc-core"]).items()}
     profile.write_text(json.dumps({**data, "poll_s": 0.0, "poll_spin_s": 0.0}))
@@ -304,5 +306,6 @@ def test_a_bsp_step_on_shared_cores_runs_each_ring_round_on_them(tmp_path):
     expected = (2 * (costs.step_s + costs.data_s(BATCH_BYTES, 16)) + 1e-4 + ring
                 + 2 * (costs.reduce_s(N_BYTES) + costs.update_s(N_BYTES)))
     got = step_s(tmp_path, "bsp", f"calibrated:{profile}", p,
-                 **{"cluster.cores": 2, "cluster.ranks_per_host": 4, "cluster.wait": '"sleep"'})
+                 **{"cluster.cores": 2, "cluster.ranks_per_host": 4, "cluster.wait": '"sleep"',
+                    "cluster.network": f'"{network}"'})
     assert got == pytest.approx(expected, abs=1e-8)

@@ -24,12 +24,12 @@ import numpy as np
 import simpy
 
 from sim import kernels as K
-from sim.network.collectives import Plan, get_collective
+from sim.network.collectives import get_collective
 from sim.network.runner import run_alone
-from sim.network.schedule import Schedule
 from sim.training.messages import Message
 from sim.training.pipeline import AllreduceChannel
 from sim.training.rules import SGD
+from sim.training.server import transfer
 from sim.training.strategies.base import Strategy, block, compute, cpu, everyone
 from sim.training.strategies.pipelined import PipelinedStrategy
 from sim.workloads.workload import Worker
@@ -97,9 +97,10 @@ class AllreduceMixin:
                 continue
             sent, received = costs.round_s(rnd, schedule.n_endpoints)
             yield on_cores(sent)
-            plan = Plan(self.collective, ctx.n, int(nbytes),
-                        Schedule.of(schedule.n_endpoints, [rnd]), self.hosts, None, 1)
-            arrived = env.process(ctx.network.run_plan(plan))
+            # the round's messages alone (a collective's plan would be charged whole by the
+            # analytical network's closed form)
+            arrived = transfer(ctx.network, self.hosts[rnd.src], self.hosts[rnd.dst],
+                               rnd.count.astype(float))
             yield simpy.AllOf(env, [env.process(block(ctx, w, "wire", arrived, overlapped))
                                     for w in ranks])
             yield on_cores(received)
