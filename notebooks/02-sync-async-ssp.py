@@ -4,13 +4,15 @@
 # Loss against simulated time and against updates for the parameter-server strategies:
 #
 # - **bsp-ps**: synchronous; every step waits for all N gradients (push, barrier, pull).
-# - **backup**: synchronous with b backup workers; each step uses the first N − b gradients
-#   and drops the rest (Chen et al., *Revisiting distributed synchronous SGD*, 2016).
+# - **backup**: synchronous with b backup workers; each step uses the first N − b gradients;
+#   a late worker finishes its gradient, which is dropped on arrival as stale, then pulls
+#   the new model (Chen et al., *Revisiting distributed synchronous SGD*, 2016).
 # - **asp**: asynchronous (Downpour, Dean et al., NIPS 2012); nobody waits, gradients are
 #   computed on stale models.
 # - **ssp**: stale synchronous parallel (Ho et al., *More effective distributed ML via a stale
 #   synchronous parallel parameter server*, NIPS 2013); a worker may run at most s clocks
-#   ahead of the slowest.
+#   ahead of the slowest, and reads its local cache while it is fresh enough for that bound
+#   (pulling only when not: `pulls_per_update` in the summaries).
 #
 # All runs come from the experiment configs in `experiments/`, run as sweeps through
 # `sim.sweep.run_sweep`; figures are drawn by `sim.plots` from the result files.
@@ -21,13 +23,13 @@ import os
 
 QUICK = os.environ.get("SGD_LAB_QUICK") == "1"
 NOTEBOOK = "02-sync-async-ssp"
-ITERATIONS = 160 if QUICK else 800       # sync-async-ssp.toml: updates per run
+SAMPLES = 10240 if QUICK else 51200      # sync-async-ssp.toml: training samples per run
 EVAL_EVERY = 4                           # held-out loss every 4 updates: resolves the target
 SEEDS = [1] if QUICK else [1, 2, 3]      # repeats of every point (same seeds for every kind)
 KINDS = ["bsp-ps", "backup", "asp", "ssp"]
 BACKUP = 2                               # backup workers of the 16 (no fixed stragglers)
 STALENESS = [0, 2, 8] if QUICK else [0, 1, 2, 4, 8, 16]   # the ssp bounds s compared
-STRAGGLER_ITERATIONS = 150 if QUICK else 600              # stragglers.toml
+STRAGGLER_SAMPLES = 30720 if QUICK else 153600           # stragglers.toml
 STRAGGLER_EVAL_EVERY = 3
 TARGET_SLACK = 1.05      # target loss: 5% above the worst best-loss among a seed's runs
 
@@ -46,11 +48,12 @@ ROOT, EXPERIMENTS, RUNS = setup_notebook(NOTEBOOK, QUICK)
 # ## 1. Four strategies on one cluster
 #
 # `experiments/sync-async-ssp.toml`: softmax regression on a 10-class Gaussian mixture,
-# 16 workers with lognormal compute-time noise, two parameter-server shards on 25 GbE.
-# An *update* is what changes the model of record: one aggregated step of N (bsp-ps) or
-# N − b (backup) gradients, or one gradient (asp, ssp). asp applies each gradient at lr / N,
-# so per gradient every strategy takes the same step. Every strategy runs the same number
-# of updates, so the synchronous runs process 16 times more data and last far longer.
+# 16 workers with shifted-exponential compute-time noise (a fixed minimum plus an
+# exponential tail, Dutta et al. 2018), two parameter-server shards on 25 GbE. An *update*
+# is what changes the model of record: one aggregated step of N (bsp-ps) or N − b (backup)
+# gradients, or one gradient (asp, ssp). asp applies each gradient at lr / N, so per
+# gradient every strategy takes the same step. Every run stops after the same number of
+# training samples (`run.samples`): equal work, so a synchronous step counts N gradients.
 
 # %%
 import matplotlib.pyplot as plt
@@ -58,7 +61,7 @@ import numpy as np
 
 from sim.plots import plot_breakdown, plot_loss_time, plot_loss_updates, plot_staleness
 
-common = [override("run.iterations", ITERATIONS), override("run.eval_every", EVAL_EVERY),
+common = [override("run.samples", SAMPLES), override("run.eval_every", EVAL_EVERY),
           override("run.seeds", SEEDS)]
 kinds_dir = cached_sweep(EXPERIMENTS / "sync-async-ssp.toml", RUNS / "kinds",
                          [override("sweep.strategy.kind", KINDS),
@@ -152,16 +155,17 @@ for s, rows in load_results(ssp_dir).groupby("strategy.staleness", sort=False):
 # %% [markdown]
 # ## 3. Stragglers
 #
-# `experiments/stragglers.toml`: 16 workers, logistic regression, Infiniband, exponential
-# compute-time noise; in the straggler runs a quarter of the workers (4) are also 4× slower
-# on every gradient. Synchronous SGD runs at the pace of its slowest worker; 4 backup workers
-# drop exactly the stragglers' gradients; ssp lets the fast workers run s clocks ahead; asp
-# ignores the stragglers altogether.
+# `experiments/stragglers.toml`: 16 workers, logistic regression, Infiniband,
+# shifted-exponential compute-time noise; in the straggler runs a quarter of the workers (4)
+# are also 4× slower on every gradient. Synchronous SGD runs at the pace of its slowest
+# worker; with 4 backup workers a step closes without the stragglers, whose late gradients
+# are dropped when they arrive; ssp lets the fast workers run s clocks ahead; asp ignores
+# the stragglers altogether.
 
 # %%
 straggler_dir = cached_sweep(EXPERIMENTS / "stragglers.toml", RUNS / "stragglers",
                              [override("sweep.compute.straggler_fraction", [0.0, 0.25]),
-                              override("run.iterations", STRAGGLER_ITERATIONS),
+                              override("run.samples", STRAGGLER_SAMPLES),
                               override("run.eval_every", STRAGGLER_EVAL_EVERY),
                               override("run.seeds", SEEDS)])
 straggler_runs = load_runs(straggler_dir)
@@ -217,7 +221,7 @@ def draw_tradeoff(ax, points: pd.DataFrame, title: str) -> None:
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), layout="constrained")
 draw_tradeoff(axes[0], tradeoff(efficiency(load_runs(kinds_dir, ssp_dir), slack=TARGET_SLACK)),
-              "sync-async-ssp.toml (lognormal noise)")
+              "sync-async-ssp.toml (shifted-exponential noise)")
 draw_tradeoff(axes[1], tradeoff(efficiency(with_stragglers, slack=TARGET_SLACK)),
               "stragglers.toml (4 of 16 workers 4× slower)")
 axes[0].set_ylabel("samples to the target loss  (statistical efficiency)")
@@ -230,7 +234,7 @@ plt.show()
 # time to target is decided by hardware efficiency: asp and ssp with s ≥ 2 are fastest,
 # ssp with s = 0 waits almost as much as bsp-ps, and the synchronous strategies pay for
 # every barrier and for the servers' incast. With persistent stragglers synchronous SGD
-# loses most, and backup workers, which drop exactly the stragglers' gradients, recover
+# loses most, and backup workers, which close each step without the stragglers, recover
 # much of it while staying synchronous. Staleness is reported to cost more on non-convex
 # models and with larger steps (Zhang et al., *Staleness-aware async-SGD*, IJCAI 2016);
 # the points then spread vertically, and the same picture tells which effect wins
