@@ -31,23 +31,31 @@ class Stopped(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Within the block, SIGINT and SIGTERM raise :class:`Stopped` (so the caller can keep
-    what was computed); outside it, and while the caller writes results, they are as before.
-    Does nothing outside the main thread (signals can only be caught there)."""
-    def stop(signum: int, frame: Any) -> None:
-        raise Stopped(signal.Signals(signum).name)
-
+def handled(signals: tuple[int, ...], handler: Any) -> Iterator[None]:
+    """Within the block ``signals`` call ``handler``; as before after it. Does nothing
+    outside the main thread (signals can only be caught there)."""
     try:
-        previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {s: signal.signal(s, handler) for s in signals}
     except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        for s, old in previous.items():
+            signal.signal(s, old)
+
+
+STOPPING = (signal.SIGINT, signal.SIGTERM)
+
+
+def stop_on_signals() -> contextlib.AbstractContextManager[None]:
+    """Within the block, SIGINT and SIGTERM raise :class:`Stopped` (so the caller can keep
+    what was computed); outside it, and while the caller writes results, they are as before."""
+    def stop(signum: int, frame: Any) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    return handled(STOPPING, stop)
 
 
 @contextlib.contextmanager
@@ -55,22 +63,10 @@ def shielded() -> Iterator[None]:
     """Within the block SIGINT and SIGTERM wait (e.g. while a run directory is written);
     a signal that came meanwhile is delivered when it ends."""
     pending: list[int] = []
-
-    def hold(signum: int, frame: Any) -> None:
-        pending.append(signum)
-
-    try:
-        previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:
+    with handled(STOPPING, lambda signum, frame: pending.append(signum)):
         yield
-        return
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        for signum in pending[:1]:
-            signal.raise_signal(signum)
+    for signum in pending[:1]:
+        signal.raise_signal(signum)
 
 
 def _duration(seconds: float) -> str:

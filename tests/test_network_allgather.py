@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_network_collectives import FABRIC_CHOICES, TOPOLOGIES
 
 from sim.cli import main
 from sim.config import config_warnings, load_config
@@ -144,17 +145,6 @@ def test_kind_keeps_allgathers_out_of_allreduce_lists() -> None:
 
 
 # ---- nothing beats the bandwidth lower bound ----------------------------------------------
-
-TOPOLOGIES = st.sampled_from([
-    {"topology": "star"},
-    {"topology": "ring"},
-    {"topology": "leaf-spine", "hosts_per_leaf": 4, "oversubscription": 1},
-    {"topology": "leaf-spine", "hosts_per_leaf": 3, "oversubscription": 2.5,
-     "placement": "round-robin"},
-])
-FABRIC_CHOICES = st.sampled_from(list(FABRICS.values())
-                                 + [Fabric("no-alpha", 8e10, latency_s=0.0, overhead_s=0.0)])
-
 
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(algo=st.sampled_from(ALLGATHERS), p=st.integers(1, 40), nbytes=st.integers(1, 10**7),

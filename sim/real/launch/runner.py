@@ -22,6 +22,7 @@ from typing import Any
 
 from sim.config import Config, dump_config
 from sim.errors import UserError
+from sim.progress import handled
 from sim.real.executors.registry import check_supported
 from sim.real.executors.timing import WAIT_MODES
 from sim.real.launch.emulate import Emulation, EmulationError, parse_rate
@@ -94,21 +95,12 @@ def network(net: str, ranks: int) -> Iterator[Emulation | None]:
         emulation.close()
 
 
-@contextlib.contextmanager
-def terminated_cleanly() -> Iterator[None]:
+def terminated_cleanly() -> contextlib.AbstractContextManager[None]:
     """Turn SIGTERM into SystemExit, so that cleanup (finally blocks) runs."""
     def handler(signum: int, frame: Any) -> None:
         raise SystemExit(128 + signum)
 
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return handled((signal.SIGTERM,), handler)
 
 
 def run_once(config: Config, ranks: int, options: RealOptions, emulation: Emulation | None,
