@@ -235,7 +235,11 @@ plt.show()
 # ssp with s = 0 waits almost as much as bsp-ps, and the synchronous strategies pay for
 # every barrier and for the servers' incast. With persistent stragglers synchronous SGD
 # loses most, and backup workers, which close each step without the stragglers, recover
-# much of it while staying synchronous. Staleness is reported to cost more on non-convex
+# much of it while staying synchronous. Without fixed stragglers backup workers do not pay
+# off here: a late worker still finishes its stale gradient (dropped on arrival) before it
+# joins the next step, as in Chen et al. 2016, so each step uses fewer gradients without
+# being shorter. ssp is faster than asp on the first problem because its workers read their
+# caches instead of pulling every time (`pulls_per_update` about 0.6 at s = 2). Staleness is reported to cost more on non-convex
 # models and with larger steps (Zhang et al., *Staleness-aware async-SGD*, IJCAI 2016);
 # the points then spread vertically, and the same picture tells which effect wins
 # (try `workload.model="mlp"`, `workload.dataset="digits"` in the sweeps above).
