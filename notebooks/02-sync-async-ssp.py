@@ -239,7 +239,8 @@ plt.show()
 # off here: a late worker still finishes its stale gradient (dropped on arrival) before it
 # joins the next step, as in Chen et al. 2016, so each step uses fewer gradients without
 # being shorter. ssp is faster than asp on the first problem because its workers read their
-# caches instead of pulling every time (`pulls_per_update` about 0.6 at s = 2). Staleness is reported to cost more on non-convex
-# models and with larger steps (Zhang et al., *Staleness-aware async-SGD*, IJCAI 2016);
-# the points then spread vertically, and the same picture tells which effect wins
-# (try `workload.model="mlp"`, `workload.dataset="digits"` in the sweeps above).
+# caches instead of pulling every time (`pulls_per_update` about 0.6 at s = 2). Staleness
+# is reported to cost more on non-convex models and with larger steps (Zhang et al.,
+# *Staleness-aware async-SGD*, IJCAI 2016); the points then spread vertically, and the same
+# picture tells which effect wins (try `workload.model="mlp"`, `workload.dataset="digits"`
+# in the sweeps above).

@@ -21,7 +21,8 @@ from sim.training.engine import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "experiments" / "sync-async-ssp.toml"
-LONG = ["--set", "run.iterations=10000000", "--set", "strategy.kind=asp"]
+LONG = ["--set", "run.iterations=10000000", "--set", "run.samples=10000000000",
+        "--set", "strategy.kind=asp"]
 
 
 def stop_at(updates: int, name: str = "SIGTERM"):
