@@ -238,3 +238,15 @@ def test_priority_ordering_is_refused_for_real(tmp_path, capsys):
     config.write_text(PIPELINED.format(mode="wfbp") + "priority = true\n")
     assert main(["real", str(config), "--out", str(tmp_path / "out")]) == 2
     assert "strategy.priority" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["bsp", "bsp-ps", "asp", "ssp", "backup"])
+def test_a_diverging_real_run_stops_and_says_so_as_the_simulator_does(tmp_path, kind):
+    """(asp and ssp crashed rank 0 before: the worker's copy of a NaN gradient into its
+    message raised.)"""
+    config = tmp_path / "diverge.toml"
+    config.write_text(TINY.format(kind=kind).replace("lr = 0.5", "lr = 1e200"))
+    for command, out in (("run", tmp_path / "sim"), ("real", tmp_path / "real")):
+        assert main([command, str(config), "--out", str(out)]) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["diverged"] is True and summary["final_loss"] is None

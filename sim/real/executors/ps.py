@@ -125,7 +125,10 @@ def work(ctx: RankContext) -> RankLog:
         packing = ctx.now()
         outbox[:HEADER] = 0
         outbox[0], outbox[1], outbox[2], outbox[3] = PUSH, w, version, loss
-        K.copy(outbox[HEADER:], worker.grad)  # codec "none": the message is the gradient
+        try:
+            K.copy(outbox[HEADER:], worker.grad)  # codec "none": the message is the gradient
+        except NonFiniteError:  # copied anyway: the server sees the NaNs and stops the run
+            pass
         log.span(w, "overhead", packing, ctx.now())
         send(outbox)
         writing = ctx.now()
