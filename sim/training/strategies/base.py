@@ -163,6 +163,23 @@ def push(ctx: Context, worker: Worker, nbytes: float, apply_s: Callable[[float],
                                             for p in parts[owners]]))
 
 
+def gradient_pushed(ctx: Context, worker: Worker, params: np.ndarray,
+                    apply_s: Callable[[float], float], waits_as: str,
+                    decoded: np.ndarray) -> Generator[simpy.Event, Any, float | None]:
+    """``worker``'s gradient at ``params``: computed, pushed, waited for (as ``waits_as``)
+    until the servers have processed it, then decoded into ``decoded``. Returns its
+    mini-batch loss, or None when the run finished meanwhile (nothing decoded)."""
+    loss = worker.gradient(params)
+    yield from compute(ctx, worker)
+    message, nbytes = worker.codec.encode(worker.grad)
+    processed = yield from push(ctx, worker, nbytes, apply_s)
+    yield from block(ctx, worker.index, waits_as, processed)
+    if ctx.recorder.finished:
+        return None
+    worker.codec.decode(message, decoded)
+    return loss
+
+
 def pull(ctx: Context, worker: Worker, out: np.ndarray,
          rows: np.ndarray | None = None) -> Generator[simpy.Event, Any, int]:
     """``worker`` asks the shards for the parameters (or ``rows``) and copies them into

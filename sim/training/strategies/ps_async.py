@@ -18,7 +18,7 @@ import simpy
 
 from sim.record import UpdateRecord
 from sim.training.store import ParameterCache
-from sim.training.strategies.base import Strategy, block, compute, cpu, pull, push
+from sim.training.strategies.base import Strategy, block, compute, cpu, gradient_pushed, pull, push
 from sim.workloads.workload import Worker
 
 
@@ -59,16 +59,12 @@ class ASP(Strategy):
                     continue
                 cache.pulled((yield from pull(ctx, w, cache.params)), gap)
             version = cache.version
-            loss = w.gradient(cache.params)
-            yield from compute(ctx, w)
-            message, nbytes = w.codec.encode(w.grad)
-            processed = yield from push(ctx, w, nbytes, ctx.cpu.update_s)
             # applied once the servers have processed it; the worker's next pull would be
             # answered only after that (FIFO servers), so it waits as on a receive
-            yield from block(ctx, w.index, "wire", processed)
-            if rec.finished:
+            loss = yield from gradient_pushed(ctx, w, cache.params, ctx.cpu.update_s, "wire",
+                                              self.decoded)
+            if loss is None:
                 return
-            w.codec.decode(message, self.decoded)
             self.finish(w, self.store.push(w.index, self.decoded, version, loss))
             if cache.pushed(self.decoded):  # read-my-writes: an SGD step on the worker
                 yield from cpu(ctx, w.index, "update", ctx.cpu.update_s(cache.params.nbytes))

@@ -32,7 +32,14 @@ from sim.record import UpdateRecord
 from sim.training.messages import Message, message_slice
 from sim.training.pipeline import ParameterServerChannel
 from sim.training.server import REQUEST_BYTES, ParameterServer
-from sim.training.strategies.base import Strategy, answer_s, block, compute, cpu, pull, push
+from sim.training.strategies.base import (
+    Strategy,
+    answer_s,
+    cpu,
+    gradient_pushed,
+    pull,
+    push,
+)
 from sim.training.strategies.pipelined import PipelinedStrategy
 from sim.workloads.workload import Worker
 
@@ -68,14 +75,10 @@ class Backup(Strategy):
                 yield self.closed
             return
         version = yield from pull(ctx, w, self.replicas[w.index])
-        loss = w.gradient(self.replicas[w.index])
-        yield from compute(ctx, w)
-        message, nbytes = w.codec.encode(w.grad)
-        processed = yield from push(ctx, w, nbytes, ctx.cpu.reduce_s)
-        yield from block(ctx, w.index, "wait", processed)
-        if rec.finished:
+        loss = yield from gradient_pushed(ctx, w, self.replicas[w.index], ctx.cpu.reduce_s,
+                                          "wait", self.decoded)
+        if loss is None:
             return
-        w.codec.decode(message, self.decoded)
         update = self.store.push(w.index, self.decoded, version, loss)  # None: kept or dropped
         if update is not None:  # this gradient closed the step
             self.close(update)
