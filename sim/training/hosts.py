@@ -10,8 +10,9 @@ tasks of T on c cores all end near k T / c). Round robin covers both; processor 
 its limit for slices much shorter than the tasks.
 
 A waiting rank either spins (MPI busy polling) or sleeps, as ``sim real --wait`` chooses. A
-spinning rank stays runnable, so on a shared host it takes slices from the others until
-what it waits for has happened and it has had a slice to notice it. A sleeping rank polls
+spinning rank yields between polls (MPICH's blocking wait calls sched_yield), so it holds no
+core against work: it notices what it waits for at once while a core is free of work, else
+when one frees. A sleeping rank polls
 as the real runner's waiter does (:class:`sim.real.executors.timing.Waiter`): it spins
 ``poll_spin_s`` first (holding a core), then naps and checks, noticing the event only at
 the end of a nap, every ``poll_s`` (the nap plus the kernel's wake-up latency, measured).
@@ -86,14 +87,19 @@ class Hosts:
         host = self.rank_hosts[rank]
         if not self.spin and self.poll_s > 0:
             return (yield from self._poll(host, event))
-        if not (self.spin and self.shared[host]):
-            return (yield event)
-        while True:
+        value = yield event
+        if self.spin and self.shared[host] and self._all_cores_working(host):
+            # MPICH's blocking wait calls sched_yield between polls (strace: ~10^4 per
+            # 0.5 s), so spinners pass cores among themselves at once and hold none
+            # against work; the spinner notices once a core is free of work
             with self.cores[host].request() as core:
                 yield core
-                yield event | self.env.timeout(self.slice_s)
-                if event.processed:  # noticed during the slice it was spinning in
-                    return event.value
+        return value
+
+    def _all_cores_working(self, host: int) -> bool:
+        """Whether every core of ``host`` runs a rank's work (spinners hold no cores)."""
+        cores = self.cores[host]
+        return cores.count >= cores.capacity
 
     def _plain(self, event: simpy.Event) -> simpy.Event:
         """``event``, or a plain event that follows it if it is a condition (AllOf...):
