@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 EXT_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 NATIVE_LIB := sim/_native$(EXT_SUFFIX)
-NATIVE_SRC := native/build.py native/kernels.h $(wildcard native/*.c native/*.inc native/real.h)
+NATIVE_SRC := native/build.py $(wildcard native/*.c native/*.inc native/*.h)
 
 .PHONY: run test bench lint docs native clean
 

@@ -14,6 +14,16 @@ Two ways to build, with different default compiler flags:
 ``SGD_CFLAGS``, when set (even empty), replaces those defaults in both ways, e.g.
 ``SGD_CFLAGS=-march=native pip install .`` for a fast install on the machine that runs it.
 The flags used are recorded in the library itself (``build_flags(path)`` reads them back).
+
+BLAS: the dense layers, softmax and dense mat-vec call the OpenBLAS of the PyPI wheel
+``scipy-openblas64`` (64-bit integers, symbols ``scipy_cblas_*64_``; a build and a run-time
+dependency). It dispatches on the CPU at run time, so a portable build is not slower there.
+The library is found at run time without ``LD_LIBRARY_PATH`` in two ways: ``sim.kernels``
+imports ``scipy_openblas64`` first (which loads it; the dynamic linker then matches our
+library's DT_NEEDED to it by soname, wherever the package lives), and the library carries an
+rpath for an ``import sim._native`` on its own: the wheel's lib directory as an absolute path
+in a local build, ``$ORIGIN/../scipy_openblas64/lib`` (its place beside ``sim/`` in
+site-packages) in a package build, whose build environment may be a temporary one.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ from setuptools.command.build_py import build_py
 
 NATIVE = Path(__file__).resolve().parent
 ROOT = NATIVE.parent
-SOURCES = ["kernels_f32.c", "kernels_f64.c"]
+SOURCES = ["kernels_f32.c", "kernels_f64.c", "blas.c"]
 # -fopenmp-simd honours '#pragma omp simd' (vectorised reductions) without
 # -ffast-math and without the OpenMP runtime. -std=c99 would switch FMA
 # contraction off; -ffp-contract=fast turns it back on (one rounding per a*b+c,
@@ -62,8 +72,20 @@ def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def blas_link(portable: bool) -> dict[str, list[str]]:
+    """Compiler and linker arguments for scipy-openblas64 (see the module docstring)."""
+    import scipy_openblas64 as openblas
+
+    rpath = "$ORIGIN/../scipy_openblas64/lib" if portable else openblas.get_lib_dir()
+    return {"include_dirs": [openblas.get_include_dir()],
+            "library_dirs": [openblas.get_lib_dir()],
+            "libraries": [openblas.get_library()],
+            "extra_link_args": [f"-Wl,-rpath,{rpath}"]}
+
+
 def make_builder(portable: bool = False) -> FFI:
     flags = CFLAGS + extra_cflags(portable)
+    blas = blas_link(portable)
     builder = FFI()
     builder.cdef(_cdef_text())
     builder.set_source(
@@ -74,9 +96,11 @@ def make_builder(portable: bool = False) -> FFI:
         f"{_c_string(FLAGS_MARKER + ' ' + ' '.join(flags))};\n",
         # absolute: cffi compiles from inside its tmpdir
         sources=[str(NATIVE / s) for s in SOURCES],
-        include_dirs=[str(NATIVE)],
+        include_dirs=[str(NATIVE), *blas["include_dirs"]],
         extra_compile_args=flags,
-        libraries=["m"],
+        libraries=[*blas["libraries"], "m"],
+        library_dirs=blas["library_dirs"],
+        extra_link_args=blas["extra_link_args"],
     )
     return builder
 

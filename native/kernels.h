@@ -23,8 +23,17 @@ enum sgd_status {
     SGD_ENONFINITE = 3  /* NaN or Inf in an output */
 };
 
-/* Rows of a batch processed together (they share every load of the weights). */
-enum { SGD_ROW_BLOCK = 8 };
+/* Rows of a batch processed together: SGD_ROW_BLOCK by the logistic-regression
+ * kernel (they share every load of the weights), SGD_SOFTMAX_BLOCK by softmax
+ * regression (one BLAS product each, re-read from cache for the gradient). */
+enum { SGD_ROW_BLOCK = 8, SGD_SOFTMAX_BLOCK = 256 };
+
+/* ---- 0. BLAS -------------------------------------------------------------
+ * Dense layers, softmax regression and dense mat-vec call OpenBLAS (the PyPI
+ * wheel scipy-openblas64). Its thread count is process-wide: set it (n >= 1,
+ * else SGD_EINVAL) and read it back. */
+int sgd_blas_set_threads(int n);
+int sgd_blas_threads(void);
 
 /* ---- 1. binary logistic regression, fused loss + gradient --------------
  * X: n x d, y: n labels in {0, 1}, w: d. grad: d (overwritten).
@@ -38,7 +47,8 @@ int logreg_loss_grad_f64(const double *X, const double *y, int64_t n, int64_t d,
 
 /* ---- 2. softmax regression, fused loss + gradient -----------------------
  * X: n x d, labels: n in [0, k), W: k x d (one row per class).
- * grad: k x d (overwritten), scratch: SGD_ROW_BLOCK * k. loss = mean cross-entropy + l2/2 |W|^2. */
+ * grad: k x d (overwritten), scratch: min(n, SGD_SOFTMAX_BLOCK) * k.
+ * loss = mean cross-entropy + l2/2 |W|^2. */
 int softmax_loss_grad_f32(const float *X, const int32_t *labels, int64_t n,
                           int64_t d, int64_t k, const float *W, float l2,
                           float *grad, float *loss, float *scratch);
@@ -146,14 +156,23 @@ int scatter_add_f32(const int64_t *idx, const float *val, int64_t nnz, float *ou
 int scatter_add_f64(const int64_t *idx, const double *val, int64_t nnz, double *out,
                 int64_t n);
 
-/* ---- 7. matrix-vector, CSR and dense ------------------------------------
- * y = A x with A m x n. */
+/* ---- 7. matrix-vector and matrix-matrix, CSR and dense ------------------
+ * y = A x with A m x n in CSR. */
 int csr_matvec_f32(const int64_t *indptr, const int64_t *indices,
                    const float *data, int64_t m, int64_t n, const float *x,
                    float *y);
 int csr_matvec_f64(const int64_t *indptr, const int64_t *indices,
                    const double *data, int64_t m, int64_t n, const double *x,
                    double *y);
+/* Y = A B with A m x n in CSR, B n x k and Y m x k (row-major); the row
+ * pointer and every index are checked before anything is written. */
+int csr_matmat_f32(const int64_t *indptr, const int64_t *indices,
+                   const float *data, int64_t m, int64_t n, const float *B,
+                   int64_t k, float *Y);
+int csr_matmat_f64(const int64_t *indptr, const int64_t *indices,
+                   const double *data, int64_t m, int64_t n, const double *B,
+                   int64_t k, double *Y);
+/* y = A x with A dense (BLAS gemv). */
 int dense_matvec_f32(const float *A, int64_t m, int64_t n, const float *x,
                      float *y);
 int dense_matvec_f64(const double *A, int64_t m, int64_t n, const double *x,

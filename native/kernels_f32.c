@@ -11,4 +11,5 @@
  * accumulators hide the FMA latency without reassociating across -ffast-math. */
 #define LANES 32
 #define VL 16 /* elements in one 512-bit vector */
+#define BLAS(name) SGD_CBLAS(s##name) /* cblas_sgemm etc. */
 #include "real.h"

@@ -9,4 +9,5 @@
 #define R_FLOOR floor
 #define LANES 16
 #define VL 8 /* elements in one 512-bit vector */
+#define BLAS(name) SGD_CBLAS(d##name) /* cblas_dgemm etc. */
 #include "real.h"

@@ -9,16 +9,28 @@ become exceptions: ``SGD_EINVAL`` -> ``ValueError``, ``SGD_EINDEX`` -> ``ValueEr
 ``SGD_ENONFINITE`` -> :class:`NonFiniteError` (NaN/Inf in an input or a
 diverged result). Float kernels dispatch on the dtype of their first array
 (float32 or float64); optional ``out=`` arguments avoid allocation on hot paths.
+
+Dense layers, softmax regression and dense mat-vec call OpenBLAS (the PyPI wheel
+``scipy-openblas64``, linked by native/build.py). It runs on one thread unless the
+environment variable ``SGD_BLAS_THREADS`` says otherwise when this module is imported, or
+:func:`set_blas_threads` changes it: a simulated worker is one core, and results are then
+independent of the thread count.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
 import numpy as np
+
+# Loads libscipy_openblas64_.so (the package's documented preloading) before sim._native,
+# whose DT_NEEDED entry the dynamic linker then matches by soname: no LD_LIBRARY_PATH, and
+# no dependence on the rpath that native/build.py also records.
+import scipy_openblas64  # noqa: F401  (isort keeps it before sim._native)
 
 from sim._native import ffi, lib
 
@@ -160,6 +172,35 @@ def _float_out(dtype: np.dtype) -> Any:
     return ffi.new("float *" if dtype == np.float32 else "double *")
 
 
+# ---- 0. BLAS threads ------------------------------------------------------------------
+
+def set_blas_threads(n: int) -> None:
+    """Run the kernels' BLAS calls on ``n`` >= 1 threads (process-wide; ValueError or
+    TypeError otherwise). More threads change the summation order inside a product, so
+    results are reproducible for a given thread count."""
+    if lib.sgd_blas_set_threads(_int("n", n, 1, 1 << 16)):
+        raise ValueError(f"n: expected an integer >= 1, got {n}")
+
+
+def blas_threads() -> int:
+    """The number of threads the kernels' BLAS calls run on."""
+    return int(lib.sgd_blas_threads())
+
+
+def _threads_from_env() -> int:
+    value = os.environ.get("SGD_BLAS_THREADS", "1")
+    try:
+        threads = int(value)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise ValueError(f"SGD_BLAS_THREADS: expected an integer >= 1, got {value!r}")
+    return threads
+
+
+set_blas_threads(_threads_from_env())
+
+
 # ---- 1-2. logistic and softmax regression ---------------------------------------
 
 def logreg_loss_grad(X: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 0.0,
@@ -193,7 +234,7 @@ def softmax_loss_grad(X: np.ndarray, labels: np.ndarray, W: np.ndarray, l2: floa
         raise ValueError(f"W: expected shape (k >= 2, {d}), got {W.shape}")
     grad = _out("out", out, X.dtype, (k, d), {"X": X, "labels": labels, "W": W})
     loss = _float_out(X.dtype)
-    scratch = np.empty(lib.SGD_ROW_BLOCK * k, X.dtype)
+    scratch = np.empty(min(n, lib.SGD_SOFTMAX_BLOCK) * k, X.dtype)
     _call("softmax_loss_grad", X.dtype, X, labels, n, d, k, W, _scalar("l2", l2), grad, loss,
           scratch)
     return float(loss[0]), grad
@@ -443,7 +484,7 @@ def scatter_add(idx: np.ndarray, val: np.ndarray, out: np.ndarray) -> np.ndarray
     return out
 
 
-# ---- 7. matrix-vector -----------------------------------------------------------------
+# ---- 7. matrix-vector and matrix-matrix ------------------------------------------------
 
 def csr_matvec(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.ndarray,
                out: np.ndarray | None = None) -> np.ndarray:
@@ -457,8 +498,22 @@ def csr_matvec(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.
     return y
 
 
+def csr_matmat(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, B: np.ndarray,
+               out: np.ndarray | None = None) -> np.ndarray:
+    """Y = A B for A in CSR with B.shape[0] columns and B (n, k) row-major; returns Y (m, k).
+
+    Bad indices or row pointer: ValueError, raised before anything is written."""
+    indptr, indices, data = _csr(indptr, indices, data)
+    B = _ndim("B", _array("B", B, data.dtype), 2)
+    m, (n, k) = len(indptr) - 1, B.shape
+    Y = _out("out", out, data.dtype, (m, k),
+             {"indptr": indptr, "indices": indices, "data": data, "B": B})
+    _call("csr_matmat", data.dtype, indptr, indices, data, m, n, B, k, Y)
+    return Y
+
+
 def dense_matvec(A: np.ndarray, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """y = A x for A (m, n) row-major; returns y (m,)."""
+    """y = A x for A (m, n) row-major (BLAS gemv); returns y (m,)."""
     A = _ndim("A", _array("A", A), 2)
     m, n = A.shape
     x = _array("x", x, A.dtype, (n,))

@@ -99,9 +99,16 @@ def build(name: str, dtype: Any, n: int = 5, d: int = 6, k: int = 3) -> Case:
                                                db=a["db"], delta_in=a["delta_in"]),
                     ("dW", "db", "delta_in"), ("x", "delta"), ("x", "delta"),
                     ("x", "delta", "W", "dW", "db", "delta_in"))
-    if name in ("sparse_logreg_grad", "csr_matvec"):
+    if name in ("sparse_logreg_grad", "csr_matvec", "csr_matmat"):
         indptr, indices, data = _csr_args(rng, n, d, dtype)
         args = {"indptr": indptr, "indices": indices, "data": data}
+        if name == "csr_matmat":  # B: d rows (A's columns) of k columns; Y: n x k
+            args |= {"B": f(d, k), "out": np.empty((n, k), dtype)}
+            return Case(name, args,
+                        lambda a: K.csr_matmat(a["indptr"], a["indices"], a["data"], a["B"],
+                                               out=a["out"]),
+                        ("out",), ("data",), ("indptr", "data"),
+                        ("indptr", "indices", "data", "out"), csr=("indptr", "indices", d))
         if name == "csr_matvec":
             args |= {"x": f(d), "out": np.empty(n, dtype)}
             return Case(name, args,
@@ -188,7 +195,7 @@ def build(name: str, dtype: Any, n: int = 5, d: int = 6, k: int = 3) -> Case:
 NAMES = ["logreg_loss_grad", "softmax_loss_grad", "dense_forward", "softmax_xent",
          "dense_backward", "sparse_logreg_grad", "sum_into", "axpy", "scale", "copy",
          "sgd_update", "average", "topk_ef", "qsgd_quantize", "qsgd_dequantize", "scatter_add",
-         "csr_matvec", "dense_matvec"]
+         "csr_matvec", "csr_matmat", "dense_matvec"]
 
 
 def names_arg(msg: str, name: str) -> bool:

@@ -8,6 +8,11 @@ the vectorised bodies and the scalar tails run.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from numpy_ref import logreg_ref, random_csr, softmax_ref, tol, wide, xent_ref
@@ -299,3 +304,84 @@ def test_csr_and_dense_matvec(dtype, m, n, density):
     y_dense = K.dense_matvec(A.astype(dtype), x)
     np.testing.assert_allclose(y_dense, ref, **tol(dtype, np.sqrt(n)))
     assert y.dtype == y_dense.dtype == dtype
+
+
+# k: below, at and past the register chunks (VL = 8 or 16 elements, up to 4 vectors per
+# pass) and the row-in-L1 path (from 16 vectors: 128 float64, 256 float32)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n,density", [(1, 1, 1.0), (20, 37, 0.2), (33, 300, 0.01),
+                                         (9, 40, 0.0)])
+@pytest.mark.parametrize("k", [1, 3, 16, 40, 64, 129, 300])
+def test_csr_matmat_matches_numpy(dtype, m, n, density, k):
+    rng = np.random.default_rng(m + n + k)
+    indptr, indices, data, A = random_csr(rng, m, n, density, dtype, duplicates=True)
+    B = rng.standard_normal((n, k)).astype(dtype)
+    Y = K.csr_matmat(indptr, indices, data, B)
+    assert Y.dtype == dtype and Y.shape == (m, k)
+    np.testing.assert_allclose(Y, A @ wide(B), **tol(dtype, np.sqrt(n)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_csr_matmat_columns_do_not_depend_on_k(dtype):
+    """Every element is the same sum in the same order (the row's non-zeros, from 0),
+    whichever path the width k takes (register chunks or a row in L1): bitwise equal."""
+    rng = np.random.default_rng(1)
+    indptr, indices, data, _ = random_csr(rng, 25, 60, 0.3, dtype)
+    B = rng.standard_normal((60, 300)).astype(dtype)
+    wide = K.csr_matmat(indptr, indices, data, B)
+    for k in (1, 5, 8, 16, 40, 64, 100, 129):
+        narrow = K.csr_matmat(indptr, indices, data, np.ascontiguousarray(B[:, :k]))
+        np.testing.assert_array_equal(narrow, wide[:, :k], err_msg=f"k={k}")
+    x = np.ascontiguousarray(B[:, 0])
+    np.testing.assert_allclose(wide[:, 0], K.csr_matvec(indptr, indices, data, x),
+                               **tol(dtype, np.sqrt(60)))
+
+
+# ---- BLAS: threads, and the library found without LD_LIBRARY_PATH ---------------------------
+
+def test_blas_threads_default_to_one_and_can_be_set():
+    assert K.blas_threads() == 1  # SGD_BLAS_THREADS unset: one thread, as a simulated worker
+    rng = np.random.default_rng(0)
+    x, W, b = rng.standard_normal((300, 200)), rng.standard_normal((150, 200)), np.zeros(150)
+    one = K.dense_forward(x, W, b, False)
+    try:
+        K.set_blas_threads(2)
+        assert K.blas_threads() == 2
+        np.testing.assert_allclose(K.dense_forward(x, W, b, False), one, rtol=1e-12,
+                                   atol=1e-12)
+    finally:
+        K.set_blas_threads(1)
+    assert K.blas_threads() == 1
+
+
+@pytest.mark.parametrize("bad,exc", [(0, ValueError), (-3, ValueError), (1.5, TypeError),
+                                     ("2", TypeError), (True, TypeError)])
+def test_set_blas_threads_refuses_bad_counts(bad, exc):
+    with pytest.raises(exc, match="^n: "):
+        K.set_blas_threads(bad)
+    assert K.blas_threads() == 1
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    root = Path(__file__).resolve().parents[1]
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("LD_LIBRARY_PATH", "LD_PRELOAD", "SGD_BLAS_THREADS")}
+    return subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                          text=True, timeout=120, env={**clean, **env})
+
+
+def test_library_finds_openblas_without_ld_library_path():
+    """Both ways in: sim.kernels (which preloads the wheel's OpenBLAS) and sim._native alone
+    (its rpath)."""
+    for code in ("import sim.kernels as K; print(K.blas_threads())",
+                 "import sim._native as n; print(n.lib.sgd_blas_threads() >= 1)"):
+        done = _python(code)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip() in ("1", "True"), done.stdout
+
+
+def test_sgd_blas_threads_environment_variable():
+    done = _python("import sim.kernels as K; print(K.blas_threads())", SGD_BLAS_THREADS="2")
+    assert (done.returncode, done.stdout.strip()) == (0, "2"), done.stderr[-2000:]
+    done = _python("import sim.kernels", SGD_BLAS_THREADS="none")
+    assert done.returncode != 0 and "SGD_BLAS_THREADS: expected an integer >= 1" in done.stderr

@@ -137,7 +137,8 @@ def test_nan_and_inf_inputs_raise_non_finite_error(case, rnd):
 
 @SETTINGS
 @given(st.builds(build, st.sampled_from(["softmax_loss_grad", "softmax_xent",
-                                          "sparse_logreg_grad", "csr_matvec", "scatter_add"]),
+                                          "sparse_logreg_grad", "csr_matvec", "csr_matmat",
+                                          "scatter_add"]),
                  st.sampled_from(DTYPES)), rnds)
 def test_out_of_range_labels_and_indices_raise_value_error(case, rnd):
     args = bad_index(case, rnd)
@@ -146,7 +147,7 @@ def test_out_of_range_labels_and_indices_raise_value_error(case, rnd):
         case.run(args)
     assert not isinstance(info.value, K.NonFiniteError)
     assert "out of range" in str(info.value) or "indptr" in str(info.value)
-    if case.name == "scatter_add":  # checked before any write
+    if case.name in ("scatter_add", "csr_matmat"):  # checked before any write
         np.testing.assert_array_equal(args["out"], before["out"])
     if case.name == "sparse_logreg_grad":  # scratch untouched: still all zero
         assert not args["workspace.acc"].any() and not args["workspace.mark"].any()
@@ -197,6 +198,9 @@ def test_outputs_that_alias_inputs_are_rejected():
     A = rng.standard_normal((8, 8))
     with pytest.raises(ValueError, match="^out: shares memory with A"):
         K.dense_matvec(A, rng.standard_normal(8), out=A[2])
+    indptr, indices = np.array([0, 1, 2], np.int64), np.array([0, 3], np.int64)
+    with pytest.raises(ValueError, match="^out: shares memory with B"):
+        K.csr_matmat(indptr, indices, np.ones(2), A, out=A[:2])
 
 
 def run_child(code: str) -> subprocess.CompletedProcess:

@@ -132,3 +132,27 @@ def test_mlp_gradients_finite_differences(sizes):
         assert dW.shape == params[layer][0].shape and db.shape == params[layer][1].shape
         assert_grad_close(dW, numeric[2 * layer])
         assert_grad_close(db, numeric[2 * layer + 1])
+
+
+@pytest.mark.parametrize("k", [1, 3, 20])
+def test_csr_matmat_gradients_finite_differences(k):
+    """f = sum(G * (A B)) for a fixed G: df/dB = A^T G, and df/d data[p] = G[i] . B[j] for
+    the non-zero p = (i, j); the kernel's own products, perturbed entry by entry."""
+    rng = np.random.default_rng(k)
+    m, n = 6, 9
+    rows = [np.sort(rng.choice(n, size=1 + i % 4, replace=False)) for i in range(m)]
+    indptr = np.cumsum([0] + [len(r) for r in rows]).astype(np.int64)
+    indices = np.concatenate(rows).astype(np.int64)
+    data = rng.standard_normal(len(indices))
+    B = rng.standard_normal((n, k))
+    G = rng.standard_normal((m, k))
+
+    def f():
+        return float(np.sum(G * K.csr_matmat(indptr, indices, data, B)))
+
+    A = np.zeros((m, n))
+    A[np.repeat(np.arange(m), np.diff(indptr)), indices] = data
+    row_of = np.repeat(np.arange(m), np.diff(indptr))
+    d_data, d_B = central_diff(f, [data, B])
+    assert_grad_close(np.einsum("pk,pk->p", G[row_of], B[indices]), d_data)
+    assert_grad_close(A.T @ G, d_B)

@@ -41,6 +41,8 @@ def _out_cases(dtype):
          np.repeat(wide(norms) / 4, 4)[:d] * levels, (d,)),
         ("csr_matvec", lambda o: K.csr_matvec(indptr, indices, data, w, out=o),
          A @ wide(w), (n,)),
+        ("csr_matmat", lambda o: K.csr_matmat(indptr, indices, data, W.T.copy(), out=o),
+         A @ wide(W).T, (n, k)),
         ("dense_matvec", lambda o: K.dense_matvec(X, w, out=o), wide(X) @ wide(w), (n,)),
     ]
 

@@ -87,6 +87,9 @@ def numpy_reference(name: str, a: dict) -> dict:
     if name == "csr_matvec":
         dense = csr_dense(a["indptr"], a["indices"], a["data"], len(a["x"]))
         return {"out": dense @ wide(a["x"])}
+    if name == "csr_matmat":
+        dense = csr_dense(a["indptr"], a["indices"], a["data"], len(a["B"]))
+        return {"out": dense @ wide(a["B"])}
     if name == "dense_forward":  # kernel_cases calls it with relu=True
         return {"out": np.maximum(wide(a["x"]) @ wide(a["W"]).T + wide(a["b"]), 0)}
     if name == "dense_backward":  # relu_in=True
