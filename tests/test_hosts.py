@@ -331,3 +331,54 @@ def test_a_bsp_step_on_shared_cores_runs_each_ring_round_on_them(tmp_path, netwo
                  **{"cluster.cores": 2, "cluster.ranks_per_host": 4, "cluster.wait": '"sleep"',
                     "cluster.network": f'"{network}"'})
     assert got == pytest.approx(expected, abs=1e-8)
+
+
+@pytest.mark.parametrize("ranks,cores,noticed", [(3, 2, 1.1e-3), (5, 2, 1.3e-3),
+                                                 (2, 2, 1.01e-3)])
+def test_a_napping_rank_on_a_shared_host_notices_notice_s_late_per_rank_beyond_the_cores(
+        ranks, cores, noticed):
+    """notice_s = 100 us per rank beyond the cores; with a core each, the nap grid (50 us
+    of spinning, then naps of 40 us: an event at 1 ms is seen at 1.01 ms)."""
+    env = simpy.Environment()
+    hosts = Hosts(env, [0] * ranks, cores, 3e-3, spin=False, poll_spin_s=50e-6,
+                  poll_s=40e-6, notice_s=100e-6)
+    seen = []
+
+    def waiter():
+        yield from hosts.wait(0, env.timeout(1e-3))
+        seen.append(env.now)
+
+    env.process(waiter())
+    env.run()
+    assert seen == [pytest.approx(noticed)]
+
+
+def test_a_rendezvous_costs_rendezvous_s_per_rank_beyond_the_cores_where_an_end_naps():
+    def hosts(spin: bool, ranks: int) -> Hosts:
+        return Hosts(simpy.Environment(), [0] * ranks, 2, 3e-3, spin=spin, poll_spin_s=50e-6,
+                     poll_s=40e-6, notice_s=60e-6, rendezvous_bytes=8192,
+                     rendezvous_s=100e-6)
+
+    assert hosts(False, 5).handshake_s(0, 4, 24_000) == pytest.approx(300e-6)
+    assert hosts(False, 3).handshake_s(0, 2, 24_000) == pytest.approx(100e-6)
+    assert hosts(False, 5).handshake_s(0, 4, 8192) == 0.0  # eager: no handshake
+    assert hosts(True, 5).handshake_s(0, 4, 24_000) == 0.0  # spinning ends answer at once
+    assert hosts(False, 2).handshake_s(0, 1, 24_000) == 0.0  # a core each
+
+
+def test_a_shard_receiving_beyond_the_eager_limit_is_held_before_its_work():
+    """The shard's thread waits the handshake on no core, then works; work queued on the
+    same thread waits behind both, while another rank computes meanwhile."""
+    env = simpy.Environment()
+    hosts = Hosts(env, [0, 0, 0], 1, 3e-3, spin=False, poll_spin_s=0.0, poll_s=1e-6)
+    ends = {}
+
+    def task(name, rank, seconds, handshake_s=0.0):
+        yield from hosts.run(rank, seconds, handshake_s=handshake_s)
+        ends[name] = env.now
+
+    env.process(task("received", 2, 1e-4, handshake_s=5e-4))
+    env.process(task("next", 2, 1e-4))
+    env.process(task("worker", 0, 4e-4))
+    env.run()
+    assert ends == pytest.approx({"worker": 4e-4, "received": 6e-4, "next": 7e-4})

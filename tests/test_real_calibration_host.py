@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from sim.real.calibration.host import busy_warning, calibrate_host, fit, fit_gather
+from sim.real.calibration.host import (
+    busy_warning,
+    calibrate_host,
+    eager_limit,
+    fit,
+    fit_gather,
+)
 from sim.training.cpu import HostProfile, load_host
 
 pytest.importorskip("mpi4py")
@@ -26,7 +32,10 @@ def test_calibrate_host_writes_a_profile_load_host_reads_with_every_fit_error(tm
         assert f["max_error"] >= 0 and f["rms_error"] >= 0 and len(f["samples"]) >= 3
         assert all({"bytes", "seconds", "error"} <= set(s) for s in f["samples"])
     assert set(data["measured_through"]) == {"copy", "update", "reduce", "message", "step",
-                                             "poll"}
+                                             "poll", "rendezvous"}
+    assert profile.notice_s >= 0 and profile.rendezvous_s >= 0
+    noticed = data["rendezvous"]["noticed_s"]  # per level of ranks, per message size
+    assert len(noticed) == 2 and all(len(n) == 2 and min(n) > 0 for n in noticed)
     assert profile.poll_s >= 20e-6 and profile.poll_spin_s == 50e-6  # a nap takes what it asks
     assert data["step"]["step_s"] == pytest.approx(profile.step_s)
     assert lines[-1] == f'  cluster.host = "calibrated:{path}"'
@@ -40,6 +49,16 @@ def test_a_profile_missing_a_key_is_refused_naming_it(tmp_path):
                                 "message_s": 1e-6, "slice_s": 3e-3}))
     with pytest.raises(ValueError, match="step_s"):
         load_host(f"calibrated:{path}")
+
+
+def test_the_eager_limit_is_the_last_size_before_the_ping_pong_steps_up():
+    sizes = list(range(1024, 16385, 1024))
+    half_rtt = [3.5e-6 + 0.01e-6 * k for k in range(7)] + [7.2e-6 + 0.1e-6 * k
+                                                          for k in range(9)]
+    assert eager_limit(sizes, half_rtt) == 7168
+    half_rtt[3] = 9e-6  # one slow sample far from the step makes none
+    assert eager_limit(sizes, half_rtt) == 7168
+    assert eager_limit(sizes, [3.5e-6 + 0.05e-6 * k for k in range(16)]) == float("inf")
 
 
 def test_fit_recovers_a_line_and_busy_cpus_are_warned_about():

@@ -90,7 +90,8 @@ def build_hosts(env: simpy.Environment, config: Config, ranks: int,
     kernels = config.compute.time_s is None
     spin = cluster.wait == "spin" or (cluster.wait == "auto" and not (shared and kernels))
     host = costs.host
-    return Hosts(env, placed, cluster.cores, host.slice_s, spin, host.poll_spin_s, host.poll_s)
+    return Hosts(env, placed, cluster.cores, host.slice_s, spin, host.poll_spin_s, host.poll_s,
+                 host.notice_s, host.rendezvous_bytes, host.rendezvous_s)
 
 
 def build_simulation(config: Config) -> Simulation:

@@ -32,32 +32,38 @@ class Hosts:
 
     def __init__(self, env: simpy.Environment, rank_hosts: Sequence[int], cores: int,
                  slice_s: float, spin: bool, poll_spin_s: float = 0.0,
-                 poll_s: float = 0.0) -> None:
+                 poll_s: float = 0.0, notice_s: float = 0.0,
+                 rendezvous_bytes: float = math.inf, rendezvous_s: float = 0.0) -> None:
         self.env, self.slice_s = env, slice_s
-        self.poll_spin_s, self.poll_s = poll_spin_s, poll_s
+        self.poll_spin_s, self.poll_s, self.notice_s = poll_spin_s, poll_s, notice_s
+        self.rendezvous_bytes, self.rendezvous_s = rendezvous_bytes, rendezvous_s
         self.rank_hosts = list(rank_hosts)
         ranks_on = {h: self.rank_hosts.count(h) for h in set(self.rank_hosts)}
         self.cores = {h: simpy.Resource(env, cores) for h in ranks_on}
         self.shared = {h: ranks_on[h] > cores for h in ranks_on}  # ranks outnumber cores
+        self.excess = {h: max(ranks_on[h] - cores, 0) for h in ranks_on}
         self.threads = [simpy.Resource(env, 1) for _ in self.rank_hosts]
         self.free_at = [0.0] * len(self.rank_hosts)  # when each rank's thread is next idle
         self.spin = spin
 
-    def run(self, rank: int, seconds: float,
-            woken: bool = False) -> Generator[simpy.Event, Any, None]:
+    def run(self, rank: int, seconds: float, woken: bool = False,
+            handshake_s: float = 0.0) -> Generator[simpy.Event, Any, None]:
         """Run ``seconds`` of CPU work on ``rank``'s thread (after its earlier tasks).
         ``woken``: the work is handling a message that just arrived, which an idle sleeping
-        rank notices only when it next polls (:meth:`woken_at`)."""
-        if seconds <= 0:
+        rank notices only when it next polls (:meth:`woken_at`). ``handshake_s``: the thread
+        first waits this long in a receive (a rendezvous, :meth:`handshake_s`) on no core."""
+        if seconds <= 0 and handshake_s <= 0:
             return
         if woken and (late := self.woken_at(rank) - self.env.now) > 0:
             self.free_at[rank] = self.env.now + late  # asleep until then: nothing else runs
             yield self.env.timeout(late)
         if not self.shared[self.rank_hosts[rank]]:
-            yield from self._run_alone(rank, seconds)
+            yield from self._run_alone(rank, seconds + handshake_s)
             return
         with self.threads[rank].request() as thread:
             yield thread
+            if handshake_s > 0:
+                yield self.env.timeout(handshake_s)
             host = self.rank_hosts[rank]
             left = seconds
             while left > 0:
@@ -132,16 +138,19 @@ class Hosts:
         else:
             napping_from = self.env.now + self.poll_spin_s
         value = yield event
-        late = self._noticed(napping_from, self.env.now) - self.env.now
+        late = self._noticed(host, napping_from, self.env.now) - self.env.now
         if late > 0:
             yield self.env.timeout(late)
         return value
 
-    def _noticed(self, napping_from: float, fired: float) -> float:
+    def _noticed(self, host: int, napping_from: float, fired: float) -> float:
         """When a waiter napping since ``napping_from`` notices what happened at ``fired``:
-        the end of that nap."""
+        the end of that nap; where ranks outnumber the host's cores, ``notice_s`` later for
+        every rank beyond them (the nap, then waiting for a core: measured as one)."""
         if fired <= napping_from:
             return fired
+        if self.shared[host] and self.notice_s > 0:
+            return fired + self.notice_s * self.excess[host]
         return napping_from + math.ceil((fired - napping_from) / self.poll_s) * self.poll_s
 
     def woken_at(self, rank: int) -> float:
@@ -150,4 +159,20 @@ class Hosts:
         now = self.env.now
         if self.spin or self.poll_s <= 0 or self.free_at[rank] >= now:
             return now
-        return self._noticed(self.free_at[rank] + self.poll_spin_s, now)
+        return self._noticed(self.rank_hosts[rank], self.free_at[rank] + self.poll_spin_s,
+                             now)
+
+    def sleeps_shared(self, rank: int) -> bool:
+        """Whether ``rank`` naps while it waits, on a host whose ranks outnumber its cores."""
+        return not self.spin and self.poll_s > 0 and self.shared[self.rank_hosts[rank]]
+
+    def handshake_s(self, src: int, dst: int, nbytes: float) -> float:
+        """The rendezvous of a message of ``nbytes`` from rank ``src`` to ``dst`` beyond the
+        eager limit: its legs wait for napping ranks' polls, ``rendezvous_s`` per rank its
+        ends' hosts have beyond their cores (measured) where either end sleeps on a shared
+        host; 0 otherwise (a spinning peer answers within the wire's latency)."""
+        if nbytes <= self.rendezvous_bytes:
+            return 0.0
+        ends = [r for r in (src, dst) if self.sleeps_shared(r)]
+        return max((self.rendezvous_s * self.excess[self.rank_hosts[r]] for r in ends),
+                   default=0.0)

@@ -72,17 +72,25 @@ class ParameterServer:
         return transfer(self.network, self.hosts[owners], np.full(owners.sum(), host),
                         parts[owners])
 
-    def process(self, owners: np.ndarray, seconds: np.ndarray) -> simpy.Event | None:
+    def process(self, owners: np.ndarray, seconds: np.ndarray,
+                sender: int | None = None, parts: np.ndarray | None = None,
+                ) -> simpy.Event | None:
         """Each owning shard spends its ``seconds`` of CPU on its thread (after the work
         already queued there); the event fires when all have. None: no CPU work at all (no
-        cores, or the ideal host), so there is nothing to wait for."""
+        cores, or the ideal host), so there is nothing to wait for. ``sender`` (a rank) and
+        ``parts`` (bytes each owner received): a shard first finishes receiving a part
+        beyond the eager limit (:meth:`sim.training.hosts.Hosts.handshake_s`)."""
         if self.cores is None or not np.any(seconds > 0):
             return None
         env = self.network.env
         shards = np.flatnonzero(owners)
-        return simpy.AllOf(env, [env.process(self.cores.run(self.first_rank + int(s), float(t),
-                                                            woken=True))
-                                 for s, t in zip(shards, seconds, strict=True)])
+        ranks = [self.first_rank + int(s) for s in shards]
+        handshakes = ([0.0] * len(ranks) if sender is None else
+                      [self.cores.handshake_s(sender, r, float(p))
+                       for r, p in zip(ranks, parts, strict=True)])
+        return simpy.AllOf(env, [env.process(self.cores.run(r, float(t), woken=True,
+                                                            handshake_s=h))
+                                 for r, t, h in zip(ranks, seconds, handshakes, strict=True)])
 
     def push(self, host: int, nbytes: float,
              keys: tuple[float, float] = (0.0, 1.0)) -> simpy.Event:

@@ -18,6 +18,12 @@ Each cost is measured through the real runner's own code path, over several size
 * step: a real ``asp`` run (one worker, one server): the time between a worker's timed spans
   (its loop's Python code, ``loop_s`` in the summary) per update is ``step_s``.
 
+* notice and rendezvous: a napping rank on a host whose ranks outnumber its cores, receiving
+  as the server does (netbench mode ``notice``): how late it has a small message
+  (``notice_s``), the eager limit (``rendezvous_bytes``, the spinning ping-pong's biggest
+  step) and what a message beyond it adds (``rendezvous_s``: LogGPS's synchronisation of
+  long messages, Ino, Fujimoto and Hagihara 2001, waiting on both ends' polls).
+
 ``slice_s`` (the scheduler's time slice when ranks share a core) is not measured: 3 ms.
 The profile keeps every fit's parameters, its errors and the raw samples.
 """
@@ -48,6 +54,11 @@ VECTOR_BYTES = [24_000, 96_000, 384_000, 1_536_000, 6_144_000]
 VECTOR_BYTES_QUICK = [24_000, 384_000, 1_536_000]
 MESSAGE_BYTES = [64, 4096, 65536, 393_216, 1_572_864]
 MESSAGE_BYTES_QUICK = [64, 65536, 1_048_576]
+# ping-pong sizes that bracket the MPI library's eager limit (MPICH on shared memory: 7-9 KB
+# here), and a message beyond it to time the rendezvous with
+EAGER_SIZES = list(range(1024, 16385, 1024))
+RENDEZVOUS_PROBE_BYTES = 32768
+NOTICE_WORK_S = 100e-6  # each sender's CPU between messages: a sub-millisecond gradient
 
 
 def median_s(call: Callable[[], Any], min_time_s: float) -> float:
@@ -215,6 +226,61 @@ def measure_poll(quick: bool) -> dict[str, Any]:
             "p90_s": float(np.percentile(naps, 90))}
 
 
+def eager_limit(sizes: list[int], half_rtt: list[float]) -> float:
+    """The size after which the ping-pong steps up (the MPI library switching from eager to
+    rendezvous): the largest rise from the two sizes up to it to the two after it (each
+    side's worst, so one slow sample makes no step), if over 1 us and 3 times the median
+    rise between neighbours; else inf."""
+    t = np.asarray(half_rtt)
+    rises = {k: t[k + 1:k + 3].min() - t[max(k - 1, 0):k + 1].max()
+             for k in range(len(t) - 2)}
+    k = max(rises, key=rises.get)
+    if rises[k] > max(1e-6, 3 * float(np.median(np.diff(t)))):
+        return float(sizes[k])
+    return float("inf")
+
+
+def per_excess_rank(excess: list[int], seconds: list[float]) -> dict[str, Any]:
+    """Least squares of ``seconds = rate x excess`` (through 0: no delay when every rank has
+    a core): the rate and each point's relative error."""
+    e, t = np.asarray(excess, float), np.asarray(seconds, float)
+    rate = max(float(e @ t / (e @ e)), 0.0)
+    errors = [(rate * x / y - 1) if y > 0 else 0.0 for x, y in zip(e, t, strict=True)]
+    return {"per_rank_s": rate, "errors": errors, "max_error": max(map(abs, errors))}
+
+
+def measure_rendezvous(quick: bool) -> dict[str, Any]:
+    """How late a napping rank on a shared host notices a message, and what a message
+    beyond the eager limit adds, per rank beyond the cores
+    (:mod:`sim.real.calibration.netbench` modes ``pingpong``, spinning, and ``notice`` with
+    cores + 1 and 2 cores + 1 ranks waiting by napping)."""
+    from sim.real.calibration.calibrate import netbench
+
+    reps = 30 if quick else 150
+    sizes = [*EAGER_SIZES, RENDEZVOUS_PROBE_BYTES]
+    pp = netbench({"mode": "pingpong", "sizes": sizes, "reps": reps, "wait": "spin"},
+                  2, None)["seconds"]
+    limit = eager_limit(EAGER_SIZES, pp[:-1])
+    cores = os.cpu_count() or 1
+    small, large = EAGER_SIZES[0], RENDEZVOUS_PROBE_BYTES
+    excess, notices, handshakes, noticed = [1, cores + 1], [], [], []
+    for e in excess:
+        got = netbench({"mode": "notice", "sizes": [small, large], "reps": reps,
+                        "wait": "sleep", "work_s": NOTICE_WORK_S}, cores + e, None)["seconds"]
+        noticed.append(got)
+        notices.append(max(got[0] - pp[0], 0.0))
+        # what the large message adds beyond the wire's own growth
+        handshakes.append(max((got[1] - got[0]) - (pp[-1] - pp[0]), 0.0))
+    notice = per_excess_rank(excess, notices)
+    handshake = per_excess_rank(excess, handshakes)
+    return {"notice_s": notice["per_rank_s"], "rendezvous_bytes": limit,
+            "rendezvous_s": handshake["per_rank_s"] if limit < large else 0.0,
+            "notice_fit": notice, "rendezvous_fit": handshake,
+            "pingpong_sizes": sizes, "pingpong_half_rtt_s": pp, "cores": cores,
+            "excess_ranks": excess, "notice_sizes": [small, large], "noticed_s": noticed,
+            "work_s": NOTICE_WORK_S}
+
+
 def busy_warning(load: float, cpu_s: float, wall_s: float) -> list[str]:
     """Warnings when other processes were using the CPU."""
     out = []
@@ -288,6 +354,7 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
     fits["message"] = fit(*measure_messages(quick, wait))
     step = measure_step(quick, wait)
     poll = measure_poll(quick)
+    rendezvous = measure_rendezvous(quick)
     message_Bps = beyond_wire_Bps(fits["message"]["rate_Bps"], fabric_Bps)
     profile = HostProfile(f"calibrated-{platform.node()}", fits["copy"]["rate_Bps"],
                           fits["update"]["rate_Bps"], fits["reduce"]["rate_Bps"],
@@ -298,7 +365,8 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                           fits["reduce"]["constant_s"],
                           f"sim calibrate: host costs through the real runner's code paths; "
                           f"{time.strftime('%Y-%m-%d')}, {platform.node()}, "
-                          f"{os.cpu_count()} CPUs")
+                          f"{os.cpu_count()} CPUs", rendezvous["notice_s"],
+                          rendezvous["rendezvous_bytes"], rendezvous["rendezvous_s"])
     measured_through = {
         "copy": f"sim.workloads.workload.Worker.next_batch (numpy row gather), "
                 f"{concurrency} process(es) at once",
@@ -312,7 +380,17 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                 "worker's time between its timed spans",
         "poll": "sim.real.executors.timing: one nap of a sleeping waiter (time.sleep of "
                 "POLL_SLEEP_S, timer slack tightened) and its wake-up, median; the spin "
-                "before napping is the waiter's SPIN_BEFORE_NAP_S"}
+                "before napping is the waiter's SPIN_BEFORE_NAP_S",
+        "rendezvous": f"sim.real.calibration.netbench: a spinning ping-pong over "
+                      f"{EAGER_SIZES[0]}-{EAGER_SIZES[-1]} B (the eager limit: where it "
+                      f"steps up) and {RENDEZVOUS_PROBE_BYTES} B; then cores + 1 and "
+                      f"2 cores + 1 ranks napping as sim.real.executors.timing.Waiter does, "
+                      f"all but the last sending it a message after each "
+                      f"{NOTICE_WORK_S * 1e6:.0f} us of CPU and waiting for its answer: "
+                      f"notice_s is the mean time to have a {EAGER_SIZES[0]} B message less "
+                      f"the ping-pong's, rendezvous_s what a {RENDEZVOUS_PROBE_BYTES} B one "
+                      f"adds beyond the ping-pong's growth, each fitted per rank beyond the "
+                      f"cores"}
     lines = [f"host: copy {profile.copy_Bps / 1e9:.2f} GB/s, update "
              f"{profile.update_Bps / 1e9:.2f} GB/s, reduce {profile.reduce_Bps / 1e9:.2f} GB/s,"
              f" message {profile.message_s * 1e6:.2f} us + bytes / "
@@ -340,7 +418,20 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                  f"(asked {poll['nap_requested_s'] * 1e6:.0f} us; 10-90%: "
                  f"{poll['p10_s'] * 1e6:.1f}-{poll['p90_s'] * 1e6:.1f} us), after "
                  f"{poll['poll_spin_s'] * 1e6:.0f} us of spinning")
-    save_host_profile(path, profile, fits=fits, step=step, poll=poll,
+    limit = profile.rendezvous_bytes
+    lines.append(f"  notice   {profile.notice_s * 1e6:8.2f} us per rank beyond the cores for a "
+                 f"napping rank to have a message, fit error max "
+                 f"{rendezvous['notice_fit']['max_error']:.1%}; eager limit "
+                 + ("none found" if limit == float("inf") else f"{limit:.0f} B")
+                 + f", rendezvous +{profile.rendezvous_s * 1e6:.2f} us per rank beyond the "
+                 f"cores, fit error max {rendezvous['rendezvous_fit']['max_error']:.1%}")
+    for name in ("notice", "rendezvous"):
+        if rendezvous[f"{name}_fit"]["max_error"] > MAX_ERROR:
+            warnings.append(f"warning: the {name} fit is off by up to "
+                            f"{rendezvous[f'{name}_fit']['max_error']:.0%} (over "
+                            f"{MAX_ERROR:.0%}): the delay does not grow in proportion to "
+                            "the ranks beyond the cores here")
+    save_host_profile(path, profile, fits=fits, step=step, poll=poll, rendezvous=rendezvous,
                       measured_through=measured_through,
                       load_average=load, cpu_fraction=cpu_s / wall_s if wall_s else None,
                       fabric_overhead_s=fabric_overhead_s, fabric_Bps=fabric_Bps,

@@ -8,6 +8,13 @@ calibrated, and waiting the way real runs wait (the spec's ``wait``). Modes:
   back to back (the per-message overhead, LogGP's o or g);
 * ``allreduce`` (p ranks): the time of one allreduce of n bytes through the simulator's
   schedule (``strategy.collective``), as bsp runs it;
+* ``notice`` (p >= 3 ranks, more than the cores, waiting by napping): rank 0 loops as a
+  parameter-server worker does (``work_s`` of CPU, an n-byte message to rank 1, then waits
+  for its answer), rank 1 receives and answers as the server does, and the other ranks
+  compete for the cores (``work_s`` of CPU, then as long asleep); the mean time from a
+  message's ``Isend`` to rank 1 having it, for each size (a napping receiver on busy cores
+  notices it late, and a message beyond the eager limit waits for both ends' polls). One
+  message at a time: no queue at the receiver;
 * ``message`` (2 ranks): the time per message when rank 0 sends n-byte messages back to
   back the way a parameter-server worker pushes (:mod:`sim.real.executors.ps`: header,
   ``sim.kernels.copy`` of the payload into the message, ``Isend``, wait) and rank 1
@@ -130,6 +137,50 @@ def message(comm: Any, waiter: Any, sizes: list[int], reps: int) -> list[float]:
     return out
 
 
+def notice(comm: Any, waiter: Any, sizes: list[int], reps: int, work_s: float) -> list[float]:
+    """Rank 0 sends, rank 1 receives napping, the other ranks compete for the cores."""
+    from mpi4py import MPI
+
+    rank = comm.Get_rank()
+    data = np.random.default_rng(rank).random(4096)
+    ack, stop, out = np.zeros(1), np.zeros(1), []
+
+    def busy() -> None:  # a gradient's CPU
+        began = time.perf_counter()
+        while time.perf_counter() - began < work_s:
+            data.sum()
+
+    for nbytes in sizes:
+        message = np.zeros(max(nbytes // 8, 2))
+        count = WARMUP + max(20, reps)
+        comm.Barrier()
+        if rank == 0:  # a worker: computes, pushes, waits for the answer
+            for _ in range(count):
+                busy()
+                message[0] = time.perf_counter()  # CLOCK_MONOTONIC: one clock for all ranks
+                waiter.one(comm.Isend([message, MPI.DOUBLE], dest=1, tag=3))
+                waiter.one(comm.Irecv([ack, MPI.DOUBLE], source=1, tag=4))
+            for other in range(2, comm.Get_size()):
+                comm.Send([stop, MPI.DOUBLE], dest=other, tag=5)
+            out.append(0.0)
+        elif rank == 1:  # the server: naps until a message is there, answers it
+            delays = []
+            for i in range(count):
+                waiter.one(comm.Irecv([message, MPI.DOUBLE], source=0, tag=3))
+                if i >= WARMUP:
+                    delays.append(time.perf_counter() - message[0])
+                waiter.one(comm.Isend([ack, MPI.DOUBLE], dest=0, tag=4))
+            out.append(float(np.mean(delays)))
+        else:  # other workers: compute, then wait as long (half of a core each)
+            while not comm.Iprobe(source=0, tag=5):
+                busy()
+                time.sleep(work_s)
+            comm.Recv([stop, MPI.DOUBLE], source=0, tag=5)
+            out.append(0.0)
+        comm.Barrier()
+    return out
+
+
 def _max() -> Any:
     from mpi4py import MPI
 
@@ -155,9 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         seconds = stream(comm, waiter, reps)
     elif mode == "message":
         seconds = message(comm, waiter, sizes, reps)
+    elif mode == "notice":
+        seconds = notice(comm, waiter, sizes, reps, spec["work_s"])
     else:
         seconds = allreduce(comm, waiter, sizes, reps, spec.get("algorithm", "ring"),
                             spec.get("impl", "schedule"))
+    if mode == "notice":  # measured on rank 1
+        seconds = comm.bcast(seconds, root=1)
     if comm.Get_rank() == 0:
         write_atomic(Path(spec["result"]), json.dumps(
             {"mode": mode, "ranks": comm.Get_size(), "sizes": sizes, "seconds": seconds,

@@ -103,9 +103,25 @@ class AllreduceMixin:
                                rnd.count.astype(float))
             yield simpy.AllOf(env, [env.process(block(ctx, w, "wire", arrived, overlapped))
                                     for w in ranks])
+            yield from self.round_handshake(rnd, overlapped)
             yield on_cores(received)
         if self.decode_s:
             yield on_cores(np.full(ctx.n, self.decode_s))
+
+    def round_handshake(self, rnd: Any,
+                        overlapped: bool) -> Generator[simpy.Event, Any, None]:
+        """The round's messages beyond the eager limit finish their rendezvous (the
+        slowest one; :meth:`sim.training.hosts.Hosts.handshake_s`), recorded as wire."""
+        ctx = self.ctx
+        handshake = max((ctx.hosts.handshake_s(int(s), int(d), float(c))
+                         for s, d, c in zip(rnd.src, rnd.dst, rnd.count, strict=True)),
+                        default=0.0)
+        if handshake <= 0:
+            return
+        start = ctx.env.now
+        yield ctx.env.timeout(handshake)
+        for w in ctx.workers:
+            ctx.recorder.add_span(w.index, "wire", start, ctx.env.now, overlapped)
 
     def allreduce_time(self, nbytes: int) -> Generator[simpy.Event, Any, float]:
         """Wait while every worker's messages of an allreduce of ``nbytes`` cross the

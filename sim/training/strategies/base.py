@@ -160,7 +160,8 @@ def push(ctx: Context, worker: Worker, nbytes: float, apply_s: Callable[[float],
     yield from block(ctx, worker.index, "wire", server.push(worker.host, nbytes, keys),
                      overlapped)
     return server.process(owners, np.array([costs.message_s(p) + apply_s(p)
-                                            for p in parts[owners]]))
+                                            for p in parts[owners]]),
+                          worker.index, parts[owners])
 
 
 def gradient_pushed(ctx: Context, worker: Worker, params: np.ndarray,
@@ -195,8 +196,20 @@ def pull(ctx: Context, worker: Worker, out: np.ndarray,
         version = yield from server.pull(worker.host, out, rows,
                                          answer_s(costs, parts[owners]),
                                          lambda reply: ctx.hosts.wait(worker.index, reply))
+        yield from reply_handshake(ctx, worker.index, parts)
     yield from cpu(ctx, worker.index, "overhead", float(costs.message_s(parts[owners]).sum()))
     return version
+
+
+def reply_handshake(ctx: Context, rank: int,
+                    parts: np.ndarray) -> Generator[simpy.Event, Any, None]:
+    """Worker ``rank`` finishes receiving the shards' ``parts`` (bytes per shard): the
+    largest part's rendezvous, if any (:meth:`sim.training.hosts.Hosts.handshake_s`)."""
+    first = ctx.server.first_rank
+    handshake = max((ctx.hosts.handshake_s(first + int(s), rank, float(parts[s]))
+                     for s in np.flatnonzero(parts > 0)), default=0.0)
+    if handshake > 0:
+        yield ctx.env.timeout(handshake)
 
 
 def answer_s(costs: CpuCosts, parts: np.ndarray) -> np.ndarray:

@@ -39,6 +39,7 @@ from sim.training.strategies.base import (
     gradient_pushed,
     pull,
     push,
+    reply_handshake,
 )
 from sim.training.strategies.pipelined import PipelinedStrategy
 from sim.workloads.workload import Worker
@@ -155,6 +156,7 @@ class BSPPS(PipelinedStrategy):
                 yield served
             yield from ctx.hosts.wait(w, server.send_range(ctx.workers[w].host, *keys,
                                                            msg.nbytes))
+            yield from reply_handshake(ctx, w, parts)
         yield from cpu(ctx, w, "overhead", float(costs.message_s(parts[owners]).sum()),
                        lapped)
 
