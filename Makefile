@@ -24,6 +24,7 @@ bench: $(NATIVE_LIB)
 	$(FAIR_BLAS) $(PY) -m sim bench kernels
 	$(PY) -m sim bench network
 	$(PY) -m sim bench training
+	$(PY) -m sim bench scale
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check sim tests native notebooks
@@ -34,13 +35,19 @@ docs: $(INSTALLED)
 
 native: $(NATIVE_LIB)
 
-# Reinstall only when requirements.txt changes.
-$(INSTALLED): requirements.txt
+# Reinstall only when requirements.txt or pyproject.toml change. The project itself goes in
+# editable (`pip install -e .`): every process started from the environment imports `sim`
+# from this checkout, Dask's `dask scheduler` and `dask worker` included. That install
+# compiles the kernels in place for this machine, as native/build.py does (see
+# native.build.BuildPyWithNative), so the two never disagree.
+$(INSTALLED): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --quiet --no-deps -e .
 	touch $@
 
-$(NATIVE_LIB): $(INSTALLED) $(NATIVE_SRC)
+# Rebuilt when a kernel source changes; the install (order-only) builds it the first time.
+$(NATIVE_LIB): $(NATIVE_SRC) | $(INSTALLED)
 	$(PY) native/build.py
 
 clean:

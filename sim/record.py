@@ -16,6 +16,7 @@ import json
 import math
 import os
 import shutil
+from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -51,6 +52,33 @@ class UpdateRecord:
     clock_gap: int | None = None
 
 
+# metrics.csv's update rows as typed columns; a missing clock gap is stored as _NO_GAP
+_UPDATE_COLUMNS = (("time_s", "d"), ("iteration", "q"), ("worker", "q"), ("clock", "q"),
+                   ("version_read", "q"), ("staleness", "q"), ("clock_gap", "q"), ("loss", "d"))
+_NO_GAP = -(2**63)
+_SPAN_COLUMNS = (("worker", "q"), ("kind", "b"), ("start", "d"), ("end", "d"),
+                 ("overlapped", "b"))
+_KIND_INDEX = {kind: i for i, kind in enumerate(KINDS)}
+
+
+class _Span:
+    """Times the enclosed waits of ``worker`` as ``kind`` (a small class: a generator-based
+    context manager costs several times more, and every wait of a run enters one)."""
+
+    __slots__ = ("recorder", "worker", "kind", "overlapped", "start")
+
+    def __init__(self, recorder: Recorder, worker: int, kind: str, overlapped: bool) -> None:
+        self.recorder, self.worker, self.kind, self.overlapped = (recorder, worker, kind,
+                                                                  overlapped)
+
+    def __enter__(self) -> None:
+        self.start = self.recorder.clock()
+
+    def __exit__(self, *exc: object) -> None:
+        recorder = self.recorder
+        recorder.add_span(self.worker, self.kind, self.start, recorder.clock(), self.overlapped)
+
+
 class Recorder:
     """Collects updates, evaluations and each worker's compute / comm / wait time.
 
@@ -72,12 +100,14 @@ class Recorder:
         self.evaluate: Callable[[], tuple[float, float]] = lambda: (math.nan, math.nan)
         self.on_done: Callable[[], None] = lambda: None
         self.iteration = 0
-        self.rows: list[tuple] = []
-        self.staleness: list[int] = []
         self.samples = 0
-        self.breakdown = np.zeros((workers, len(KINDS)))
-        self.overlapped_s = np.zeros(workers)  # communication beside compute, per worker
-        self.slices: list[tuple[int, str, float, float]] = []
+        # Updates and spans are kept as typed columns (8 bytes a number, not a Python tuple
+        # of objects per event: a long run records millions); evaluations are few.
+        self._updates = {name: array(code) for name, code in _UPDATE_COLUMNS}
+        self._evals: list[tuple[int, tuple]] = []  # (updates before it, its row)
+        self._spans = {name: array(code) for name, code in _SPAN_COLUMNS}
+        self._time = [[0.0] * len(KINDS) for _ in range(workers)]  # s per worker and kind
+        self._overlapped = [0.0] * workers  # communication beside compute, s per worker
         self.final = (math.nan, math.nan)
         self.time_to_target_s: float | None = None
         self.diverged = False
@@ -95,9 +125,13 @@ class Recorder:
                samples: int, clock_gap: int | None = None) -> None:
         """One update applied now: ``worker`` is -1 for an aggregate of several workers."""
         self.iteration += 1
-        self.rows.append(("update", self.clock(), self.iteration, worker, clock, version_read,
-                          staleness, clock_gap, loss, None))
-        self.staleness.append(staleness)
+        columns = self._updates
+        for name, value in (("time_s", self.clock()), ("iteration", self.iteration),
+                            ("worker", worker), ("clock", clock),
+                            ("version_read", version_read), ("staleness", staleness),
+                            ("clock_gap", _NO_GAP if clock_gap is None else clock_gap),
+                            ("loss", loss)):
+            columns[name].append(value)
         spent = self._spent(self.samples + samples) and not self._spent(self.samples)
         self.samples += samples
         if self.evaluates_after(self.iteration) or spent:
@@ -116,8 +150,9 @@ class Recorder:
         """Held-out loss and accuracy of the model of record, now."""
         loss, accuracy = self.evaluate()
         now = self.clock()
-        self.rows.append(("eval", now, self.iteration, None, None, None, None, None,
-                          loss, accuracy))
+        self._evals.append((len(self._updates["iteration"]),
+                            ("eval", now, self.iteration, None, None, None, None, None,
+                             loss, accuracy)))
         self.final = (loss, accuracy)
         if self.target_loss is not None and self.time_to_target_s is None \
                 and loss <= self.target_loss:
@@ -137,20 +172,68 @@ class Recorder:
         (:attr:`overlapped_s`), not into the worker's time, which they do not take.
         """
         if end > start:
+            index = _KIND_INDEX[kind]
             if overlapped:
-                self.overlapped_s[worker] += end - start
+                self._overlapped[worker] += end - start
             else:
-                self.breakdown[worker, KINDS.index(kind)] += end - start
-            self.slices.append((worker, kind, start, end, overlapped))
+                self._time[worker][index] += end - start
+            spans = self._spans
+            spans["worker"].append(worker)
+            spans["kind"].append(index)
+            spans["start"].append(start)
+            spans["end"].append(end)
+            spans["overlapped"].append(1 if overlapped else 0)
 
-    @contextmanager
-    def span(self, worker: int, kind: str, overlapped: bool = False) -> Iterator[None]:
-        """Time the enclosed SimPy waits as ``kind`` (also when interrupted)."""
-        start = self.clock()
-        try:
-            yield
-        finally:
-            self.add_span(worker, kind, start, self.clock(), overlapped)
+    def span(self, worker: int, kind: str, overlapped: bool = False) -> _Span:
+        """A context manager timing the enclosed SimPy waits as ``kind`` (also when
+        interrupted)."""
+        return _Span(self, worker, kind, overlapped)
+
+    # ---- what was recorded ------------------------------------------------------------
+
+    @property
+    def rows(self) -> list[tuple]:
+        """metrics.csv's rows in order: (kind, time_s, iteration, worker, clock,
+        version_read, staleness, clock_gap, loss, accuracy) each."""
+        columns = self._updates
+        updates = zip(*(columns[name] for name, _ in _UPDATE_COLUMNS), strict=True)
+        rows: list[tuple] = []
+        evals = iter(self._evals)
+        pending = next(evals, None)
+        for i, (time_s, iteration, worker, clock, version_read, staleness, gap,
+                loss) in enumerate(updates):
+            while pending is not None and pending[0] == i:
+                rows.append(pending[1])
+                pending = next(evals, None)
+            rows.append(("update", time_s, iteration, worker, clock, version_read, staleness,
+                         None if gap == _NO_GAP else gap, loss, None))
+        while pending is not None:
+            rows.append(pending[1])
+            pending = next(evals, None)
+        return rows
+
+    @property
+    def staleness(self) -> array:
+        """Every update's staleness, in order."""
+        return self._updates["staleness"]
+
+    @property
+    def breakdown(self) -> np.ndarray:
+        """Seconds per worker (rows) and kind (columns, :data:`KINDS`)."""
+        return np.array(self._time).reshape(len(self._time), len(KINDS))
+
+    @property
+    def overlapped_s(self) -> np.ndarray:
+        """Communication beside compute, s per worker."""
+        return np.array(self._overlapped)
+
+    @property
+    def slices(self) -> list[tuple[int, str, float, float, bool]]:
+        """(worker, kind, start s, end s, overlapped) of every span, in order."""
+        spans = self._spans
+        return [(worker, KINDS[kind], start, end, bool(overlapped))
+                for worker, kind, start, end, overlapped in
+                zip(*(spans[name] for name, _ in _SPAN_COLUMNS), strict=True)]
 
     # ---- results --------------------------------------------------------------------
 
@@ -160,7 +243,7 @@ class Recorder:
         runner's own keys). ``complete``: false for a run stopped early (interrupted), whose
         figures cover what it reached. Raises ValueError if ``extra`` would replace a
         common key."""
-        staleness = np.array(self.staleness or [0])
+        staleness = np.array(self.staleness) if len(self.staleness) else np.zeros(1, np.int64)
         sim_time = float(self.clock())
         # a worker that stopped before the run's end waited for it
         breakdown = self.breakdown.copy()
@@ -209,15 +292,15 @@ class Recorder:
         :class:`~sim.network.flow.FlowLog`: (start s, end s, bytes, links) each, and what it
         left out, which ``otherData.link_flows`` and a global instant event mark). Slices
         that overlap in time go to extra lanes of their track."""
-        workers = len(self.breakdown)
+        workers, slices = len(self.breakdown), self.slices
         events: list[dict[str, Any]] = [
             {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "workers"}}]
         events += [{"ph": "M", "name": "thread_name", "pid": 0, "tid": w,
                     "args": {"name": f"worker {w}"}} for w in range(workers)]
         events += [{"ph": "X", "name": kind, "cat": kind, "pid": 0, "tid": w,
                     "ts": start * 1e6, "dur": (end - start) * 1e6}
-                   for w, kind, start, end, overlapped in self.slices if not overlapped]
-        overlapped = [(start, end, (w,), kind) for w, kind, start, end, lapped in self.slices
+                   for w, kind, start, end, overlapped in slices if not overlapped]
+        overlapped = [(start, end, (w,), kind) for w, kind, start, end, lapped in slices
                       if lapped]
         events += _lane_events(1, "overlapped communication", overlapped,
                                lambda w: f"worker {w}")

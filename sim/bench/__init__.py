@@ -13,6 +13,7 @@ import json
 SUITES: dict[str, str] = {
     "kernels": "sim.bench.kernels",
     "network": "sim.bench.network",
+    "scale": "sim.bench.scale",
     "training": "sim.bench.training",
 }
 

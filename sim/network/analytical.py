@@ -45,9 +45,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from sim.network.fabrics import Fabric
-from sim.network.flow import Delivered, FlowNetwork
+from sim.network.flow import Delivered
 from sim.network.topology import Topology
 
 if TYPE_CHECKING:
@@ -112,7 +113,16 @@ class AnalyticalNetwork:
     def start_log(self, limit: int, window_s: tuple[float, float] = (0.0, math.inf)) -> None:
         """Nothing to log (see :meth:`FlowNetwork.start_log`)."""
 
-    send = FlowNetwork.send  # one message through send_many: the same for both models
+    def send(self, src: int, dst: int, nbytes: float) -> simpy.Event:
+        """One message; the event fires at delivery with the delivery time as value.
+        Raises ValueError for a host outside the topology."""
+        return self._all_arrived(self._book([src], [dst], [float(nbytes)]))
+
+    def send_all(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> simpy.Event:
+        """Messages as :meth:`send_many`; the event fires when the last has arrived, with
+        that time as value. Raises ValueError for a host outside the topology."""
+        return self._all_arrived(self._book(np.asarray(src).tolist(), np.asarray(dst).tolist(),
+                                            np.asarray(nbytes).tolist()))
 
     def send_many(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
                   on_delivered: Delivered) -> None:
@@ -122,23 +132,39 @@ class AnalyticalNetwork:
         ``on_delivered(indices)`` is called at each instant some of them arrive.
         Raises ValueError for a host outside the topology.
         """
+        arrivals = self._book(np.asarray(src).tolist(), np.asarray(dst).tolist(),
+                              np.asarray(nbytes).tolist())
+        for delay, which in arrivals.items():
+            self._deliver_after(delay, np.array(which), on_delivered)
+
+    def _book(self, src: list[int], dst: list[int], nbytes: list[float]) -> dict[float, list[int]]:
+        """Queue the messages on their hosts' link sides; delay (s) -> the messages that
+        arrive then, in index order. Raises ValueError for a host outside the topology."""
         # plain Python per message: batches here are a few shards, where numpy's per-call
         # cost would dominate (a numpy range check alone costs more than a message)
-        src_l, dst_l = np.asarray(src).tolist(), np.asarray(dst).tolist()
-        if not src_l:
-            return
+        if not src:
+            return {}
         hosts = self.topology.n_hosts
-        if min(min(src_l), min(dst_l)) < 0 or max(max(src_l), max(dst_l)) >= hosts:
+        if min(min(src), min(dst)) < 0 or max(max(src), max(dst)) >= hosts:
             raise ValueError(f"hosts must be in [0, {hosts}), got src {src} dst {dst}")
         now, alpha = self.env.now, self.alpha_s
         sending, receiving = self.sending.book, self.receiving.book
-        arrivals: dict[float, list[int]] = {}  # delay (s) -> messages, in index order
-        for i, (a, b, size) in enumerate(zip(src_l, dst_l, np.asarray(nbytes).tolist(),
-                                             strict=True)):
+        arrivals: dict[float, list[int]] = {}
+        for i, (a, b, size) in enumerate(zip(src, dst, nbytes, strict=True)):
             delay = alpha + max(sending(a, size, now), receiving(b, size, now))
             arrivals.setdefault(delay, []).append(i)
-        for delay, which in arrivals.items():
-            self._deliver_after(delay, np.array(which), on_delivered)
+        return arrivals
+
+    def _all_arrived(self, arrivals: dict[float, list[int]]) -> simpy.Event:
+        """An event scheduled for the last arrival (fired now when there are none)."""
+        done = self.env.event()
+        if not arrivals:
+            return done.succeed(self.env.now)
+        self.messages_delivered += sum(map(len, arrivals.values()))
+        delay = max(arrivals)
+        done._ok, done._value = True, self.env.now + delay
+        self.env.schedule(done, NORMAL, delay)
+        return done
 
     def _deliver_after(self, delay_s: float, which: np.ndarray, on_delivered: Delivered) -> None:
         timer = self.env.timeout(delay_s)

@@ -35,21 +35,27 @@ class _OpenRound:
 
     def __init__(self, rnd: Round, n_endpoints: int) -> None:
         self.rnd = rnd
-        ends = np.concatenate([rnd.src, rnd.dst])
-        self.involved = np.bincount(ends, minlength=n_endpoints)  # transfers per endpoint
-        # transfer ids grouped by endpoint (CSR): rows ptr[e]:ptr[e+1] of by_endpoint
-        self.by_endpoint = np.argsort(ends, kind="stable") % max(len(rnd), 1)
-        self.ptr = np.concatenate([[0], np.cumsum(self.involved)])
+        self.involved = np.bincount(np.concatenate([rnd.src, rnd.dst]),
+                                    minlength=n_endpoints)  # transfers per endpoint
+        self.n_involved = int(np.count_nonzero(self.involved))
         self.started = np.zeros(len(rnd), dtype=bool)
+        self.n_started = 0
         self.undelivered = len(rnd)
         self.payloads: dict[int, np.ndarray] = {}
+        self._by_endpoint: tuple[np.ndarray, np.ndarray] | None = None
 
     def transfers_of(self, endpoints: np.ndarray) -> np.ndarray:
         """Sorted ids of the transfers the given endpoints take part in."""
-        start = self.ptr[endpoints]
-        length = self.ptr[endpoints + 1] - start
+        if self._by_endpoint is None:  # made when endpoints first arrive apart
+            # transfer ids grouped by endpoint (CSR): rows ptr[e]:ptr[e+1] of by_endpoint
+            ends = np.concatenate([self.rnd.src, self.rnd.dst])
+            self._by_endpoint = (np.argsort(ends, kind="stable") % max(len(self.rnd), 1),
+                                 np.concatenate([[0], np.cumsum(self.involved)]))
+        by_endpoint, ptr = self._by_endpoint
+        start = ptr[endpoints]
+        length = ptr[endpoints + 1] - start
         rows = np.repeat(start - (np.cumsum(length) - length), length) + np.arange(length.sum())
-        return distinct(self.by_endpoint[rows], len(self.rnd))
+        return distinct(by_endpoint[rows], len(self.rnd))
 
 
 class Execution:
@@ -104,12 +110,16 @@ class Execution:
     def _start_ready(self, r: int, opened: _OpenRound, arrived: np.ndarray) -> None:
         """Send the transfers of round r whose two endpoints are now both in it."""
         rnd = opened.rnd
-        ids = opened.transfers_of(arrived)
-        ids = ids[~opened.started[ids] & (self.round_of[rnd.src[ids]] == r)
-                  & (self.round_of[rnd.dst[ids]] == r)]
+        if not opened.n_started and len(arrived) == opened.n_involved:
+            ids = np.arange(len(rnd))  # everyone arrived at once (ranks in step)
+        else:
+            ids = opened.transfers_of(arrived)
+            ids = ids[~opened.started[ids] & (self.round_of[rnd.src[ids]] == r)
+                      & (self.round_of[rnd.dst[ids]] == r)]
         if not len(ids):
             return
         opened.started[ids] = True
+        opened.n_started += len(ids)
         if self.plan.buffers is not None:
             opened.payloads.update(self.plan.buffers.payloads(rnd, ids))
         hosts = self.plan.hosts
@@ -120,10 +130,14 @@ class Execution:
     def _delivered(self, r: int, ids: np.ndarray) -> None:
         opened = self.rounds[r]
         rnd = opened.rnd
-        np.subtract.at(self.pending, rnd.src[ids], 1)
-        np.subtract.at(self.pending, rnd.dst[ids], 1)
-        touched = distinct(np.concatenate([rnd.src[ids], rnd.dst[ids]]), self.n_endpoints)
-        through = touched[self.pending[touched] == 0]
+        if len(ids) == len(rnd):  # the whole round at once: every endpoint in it is through
+            through = np.flatnonzero(opened.involved)
+            self.pending[through] = 0
+        else:
+            np.subtract.at(self.pending, rnd.src[ids], 1)
+            np.subtract.at(self.pending, rnd.dst[ids], 1)
+            touched = distinct(np.concatenate([rnd.src[ids], rnd.dst[ids]]), self.n_endpoints)
+            through = touched[self.pending[touched] == 0]
         if self.plan.buffers is not None and len(through):
             receiving = np.zeros(self.n_endpoints, dtype=bool)
             receiving[through] = True

@@ -12,26 +12,31 @@ precision) of the first one finish together, at the latest of their times: chunk
 differ by one byte then stay in step instead of splitting into separate events, and no
 flow ever finishes early.
 
-Speed: all flow state lives in numpy arrays. Everything that happens at one simulated
-instant is settled by one low-priority event, so a thousand flows starting together cost
-one rate computation, and a change whose links no other flow touches recomputes only the
-new flows (max-min splits into independent parts over disjoint links).
+Speed: flows live in one of two places, which never share a link. Messages sent a few at a
+time (a push to the servers, a point-to-point send) go to :mod:`sim.network.incremental`,
+where a start or an end recomputes only the flows connected to it through shared links, in
+plain Python, and a flow alone on its route or queued behind one bottleneck costs
+O(route length). Large batches (a collective's round) go to :mod:`sim.network.bulk`, numpy
+arrays where a thousand flows starting together cost one rate computation. Everything that
+happens at one simulated instant is settled by one low-priority event, and one timer waits
+for the next flows to finish.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
-from simpy.events import EventPriority
+from simpy.events import NORMAL, EventPriority
 
+from sim.network.bulk import BulkFlows
 from sim.network.executor import Execution
 from sim.network.fabrics import Fabric
-from sim.network.maxmin import max_min_rates
+from sim.network.incremental import Flow, IncrementalMaxMin
 from sim.network.topology import Paths, Topology
 
 if TYPE_CHECKING:
@@ -39,11 +44,12 @@ if TYPE_CHECKING:
 
 Delivered = Callable[[np.ndarray], None]  # receives indices into the submitted arrays
 
-# A flow is finished when this fraction of its bytes is left: it absorbs the rounding of
-# rate * time so that flows ending together finish in the same event.
-_DONE = 1e-12
+# Batches of up to this many messages start their flows one by one in the incremental
+# engine; larger ones go to the numpy table in one piece.
+SMALL_BATCH = 16
 # Below SimPy's NORMAL (1): the settling pass runs after everything else at an instant.
 _LAST = EventPriority(2)
+_ROUTES_KEPT = 1 << 16  # (src, dst) routes remembered for messages sent one by one
 
 
 class _EndOfInstant(simpy.Event):
@@ -72,6 +78,33 @@ class FlowLog:
     def left_out(self) -> int:
         return self.finished - len(self.flows)
 
+    def keep(self, now: float, finished: Iterable[tuple[float, float, tuple[int, ...]]],
+             n: int) -> None:
+        """``n`` flows finished now: (start s, bytes, links) of each, in order."""
+        self.finished += n
+        kept = 0
+        if now <= self.window_s[1]:
+            for started, size, links in finished:
+                if len(self.flows) >= self.limit:
+                    break
+                if started >= self.window_s[0]:
+                    self.flows.append((float(started), now, float(size), links))
+                    kept += 1
+        if kept < n and self.first_left_out_s is None:
+            self.first_left_out_s = now
+
+
+class _Batch:
+    """What to do as a send's messages arrive: call ``on_delivered(indices)`` at each
+    instant some do, or fire ``event`` (with the time) once the last one has."""
+
+    __slots__ = ("on_delivered", "event", "undelivered", "latest_s")
+
+    def __init__(self, on_delivered: Delivered | None, event: simpy.Event | None,
+                 n: int) -> None:
+        self.on_delivered, self.event, self.undelivered = on_delivered, event, n
+        self.latest_s = -math.inf  # the latest delivery so far (event batches)
+
 
 class FlowNetwork:
     """Hosts on a topology exchanging messages as max-min fair flows.
@@ -87,24 +120,15 @@ class FlowNetwork:
         self.env, self.fabric, self.topology = env, fabric, topology
         self.precision_s = precision_s
         self.capacity = topology.capacity_Bps  # achievable rates: built from bandwidth_Bps
-        # active flows, one row each
-        self._left = np.empty(0)  # bytes not yet sent
-        self._rate = np.empty(0)  # bytes/s
-        self._size = np.empty(0)
-        self._hops = np.empty(0, np.int64)
-        self._batch = np.empty(0, np.int64)  # which send_many call
-        self._index = np.empty(0, np.int64)  # position in that call
-        self._pair_flow = np.empty(0, np.int64)  # routes as (flow row, link) pairs
-        self._pair_link = np.empty(0, np.int64)
-        self._link_load = np.zeros(topology.n_links, np.int64)  # flows on each link
-        self._updated_at = env.now
-        self._batches: dict[int, list[Any]] = {}  # id -> [on_delivered, undelivered]
+        self._bulk = BulkFlows(self.capacity)
+        self._single = IncrementalMaxMin(self.capacity.tolist())
+        self._batches: dict[int, _Batch] = {}
         self._next_batch = 0
-        self._recompute_from: int | None = None  # rows whose rates are stale
         self._settling = False
         self._timer = 0  # version of the pending completion timer
-        self._started = np.empty(0)  # when each flow started, s
+        self._armed_at = math.inf  # when that timer fires (s)
         self._route_cache: dict[tuple[bytes, bytes], Paths] = {}
+        self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self.flows_started = 0
         self.messages_delivered = 0
         self.flow_log: FlowLog | None = None
@@ -112,10 +136,30 @@ class FlowNetwork:
     # ---- sending ---------------------------------------------------------------------
 
     def send(self, src: int, dst: int, nbytes: float) -> simpy.Event:
-        """One message; the event fires at delivery with the delivery time as value."""
+        """One message; the event fires at delivery with the delivery time as value.
+        Raises ValueError for a host outside the topology."""
+        hosts = self.topology.n_hosts
+        if not (0 <= src < hosts and 0 <= dst < hosts):
+            raise ValueError(f"hosts must be in [0, {hosts}), got src {src} dst {dst}")
         done = self.env.event()
-        self.send_many(np.array([src]), np.array([dst]), np.array([nbytes], np.float64),
-                       lambda _: done.succeed(self.env.now))
+        key = self._register(_Batch(None, done, 1))
+        size = float(nbytes)
+        start = self.env.timeout(self.fabric.overhead_s)
+        start.callbacks.append(lambda _: self._start_one(key, src, dst, size))
+        return done
+
+    def send_all(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> simpy.Event:
+        """Messages src[i] -> dst[i] of nbytes[i] bytes, all sent now; the event fires when
+        the last has arrived, with that time as value. Raises ValueError as
+        :meth:`send_many`."""
+        done = self.env.event()
+        if not len(src):
+            return done.succeed(self.env.now)
+        batch = _Batch(None, done, len(src))
+        if len(src) <= SMALL_BATCH:
+            return self._send_small(_as_list(src), _as_list(dst), _as_list(nbytes, float),
+                                    batch)
+        self._send_bulk(src, dst, nbytes, batch)
         return done
 
     def send_many(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
@@ -125,18 +169,13 @@ class FlowNetwork:
         ``on_delivered(indices)`` is called at each instant some of them arrive.
         Raises ValueError for a host outside the topology.
         """
-        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-        nbytes = np.asarray(nbytes, np.float64)
         if not len(src):
             return
-        hosts = self.topology.n_hosts
-        if min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= hosts:
-            raise ValueError(f"hosts must be in [0, {hosts}), got src {src} dst {dst}")
-        batch = self._next_batch
-        self._next_batch += 1
-        self._batches[batch] = [on_delivered, len(src)]
-        start = self.env.timeout(self.fabric.overhead_s)
-        start.callbacks.append(lambda _: self._start(batch, src, dst, nbytes))
+        batch = _Batch(on_delivered, None, len(src))
+        if len(src) <= SMALL_BATCH:
+            self._send_small(_as_list(src), _as_list(dst), _as_list(nbytes, float), batch)
+        else:
+            self._send_bulk(src, dst, nbytes, batch)
 
     def run_plan(self, plan: Plan) -> Generator[simpy.Event, Any, float]:
         """Run a collective's schedule here (see :mod:`sim.network.executor`); elapsed s."""
@@ -144,16 +183,89 @@ class FlowNetwork:
         yield Execution(self, plan).done
         return self.env.now - started
 
-    # ---- flow table ------------------------------------------------------------------
+    def start_log(self, limit: int, window_s: tuple[float, float] = (0.0, math.inf)) -> None:
+        """Keep finished flows for the trace's link tracks in :attr:`flow_log` (a
+        :class:`FlowLog`: the first ``limit`` that lie within ``window_s``)."""
+        self.flow_log = FlowLog(limit, window_s)
 
-    def _start(self, batch: int, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> None:
+    def _register(self, batch: _Batch) -> int:
+        key = self._next_batch
+        self._next_batch += 1
+        self._batches[key] = batch
+        return key
+
+    def _send_small(self, src: list[int], dst: list[int], nbytes: list[float],
+                    batch: _Batch) -> simpy.Event | None:
+        hosts = self.topology.n_hosts
+        if min(min(src), min(dst)) < 0 or max(max(src), max(dst)) >= hosts:
+            raise ValueError(f"hosts must be in [0, {hosts}), got src {src} dst {dst}")
+        key = self._register(batch)
+        start = self.env.timeout(self.fabric.overhead_s)
+        start.callbacks.append(lambda _: self._start_small(key, src, dst, nbytes))
+        return batch.event
+
+    def _send_bulk(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+                   batch: _Batch) -> None:
+        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+        nbytes = np.asarray(nbytes, np.float64)
+        hosts = self.topology.n_hosts
+        if min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= hosts:
+            raise ValueError(f"hosts must be in [0, {hosts}), got src {src} dst {dst}")
+        key = self._register(batch)
+        start = self.env.timeout(self.fabric.overhead_s)
+        start.callbacks.append(lambda _: self._start_bulk(key, src, dst, nbytes))
+
+    # ---- starting flows ----------------------------------------------------------------
+
+    def _route(self, src: int, dst: int) -> tuple[int, ...]:
+        """The links from src to dst, remembered: routing is fixed."""
+        route = self._routes.get((src, dst))
+        if route is None:
+            if len(self._routes) >= _ROUTES_KEPT:
+                self._routes.clear()
+            route = self._routes[src, dst] = tuple(self.topology.route(src, dst))
+        return route
+
+    def _start_small(self, batch: int, src: list[int], dst: list[int],
+                     nbytes: list[float]) -> None:
+        instant = [key for index, (a, b, size) in enumerate(zip(src, dst, nbytes, strict=True))
+                   if (key := self._begin(batch, index, a, b, size)) is not None]
+        if instant:
+            self._deliver_keys(instant)
+        self._changed()
+
+    def _start_one(self, batch: int, src: int, dst: int, size: float) -> None:
+        instant = self._begin(batch, 0, src, dst, size)
+        if instant is not None:
+            self._deliver_keys([instant])
+        self._changed()
+
+    def _begin(self, batch: int, index: int, src: int, dst: int,
+               size: float) -> tuple[int, int, int] | None:
+        """Start one message's flow; its key if it uses no link (delivered without one)."""
+        route = self._route(src, dst)
+        # Empty messages and same-host messages use no link: only latency and overheads.
+        if size <= 0 or not route:
+            return batch, index, len(route)
+        flow = Flow((batch, index, len(route)), route, size, self.env.now)
+        self.flows_started += 1
+        if self._bulk.n_flows and self._bulk.busy(list(route)):
+            # into the table, with whatever it shares its other links with: the table and
+            # the incremental engine must never share a link
+            self._to_bulk([*self._single.extract(route, self.env.now), (flow, size)])
+        else:
+            self._single.add(flow, self.env.now)
+        return None
+
+    def _start_bulk(self, batch: int, src: np.ndarray, dst: np.ndarray,
+                    nbytes: np.ndarray) -> None:
         paths = self._paths(src, dst)
         index = np.arange(len(src))
         # Empty messages and same-host messages use no link: only latency and overheads.
         instant = (nbytes <= 0) | (paths.hops == 0)
         if instant.any():
-            self._deliver_later(np.full(instant.sum(), batch), index[instant],
-                                paths.hops[instant])
+            self._deliver_arrays(np.full(instant.sum(), batch), index[instant],
+                                 paths.hops[instant])
             keep = ~instant
             row = np.cumsum(keep) - 1
             pair_keep = keep[paths.flow]
@@ -161,13 +273,33 @@ class FlowNetwork:
                                    link=paths.link[pair_keep], hops=paths.hops[keep])
             index, nbytes = index[keep], nbytes[keep]
         if len(index):
-            self._add(batch, index, nbytes, paths)
+            now = self.env.now
+            if self._single.n_flows and self._single.busy(np.unique(paths.link).tolist()):
+                # keep the table closed: the flows these share links with join it
+                self._to_bulk(self._single.extract(np.unique(paths.link).tolist(), now))
+            self.flows_started += len(index)
+            self._bulk.add(now, {"left": nbytes, "size": nbytes, "hops": paths.hops,
+                                 "batch": np.full(len(index), batch), "index": index,
+                                 "started": np.full(len(index), now)},
+                           paths.flow, paths.link)
+        self._changed()
+
+    def _to_bulk(self, flows: list[tuple[Flow, float]]) -> None:
+        """Move flows (with the bytes each has left) into the numpy table."""
+        if not flows:
+            return
+        keys = np.array([flow.key for flow, _ in flows], np.int64).reshape(-1, 3)
+        routes = [flow.route for flow, _ in flows]
+        self._bulk.add(self.env.now, {
+            "left": np.array([left for _, left in flows]),
+            "size": np.array([flow.size for flow, _ in flows]),
+            "hops": keys[:, 2].copy(), "batch": keys[:, 0].copy(), "index": keys[:, 1].copy(),
+            "started": np.array([flow.started for flow, _ in flows])},
+            np.repeat(np.arange(len(routes)), [len(r) for r in routes]),
+            np.array([link for route in routes for link in route], np.int64))
 
     def _paths(self, src: np.ndarray, dst: np.ndarray) -> Paths:
-        """Routes, remembered for small requests: training repeats the same few exchanges
-        (a worker's push to its shards) thousands of times, and routing is fixed."""
-        if len(src) > 16:
-            return self.topology.paths(src, dst)
+        """Routes of a batch, remembered: collectives repeat the same rounds."""
         key = (src.tobytes(), dst.tobytes())
         paths = self._route_cache.get(key)
         if paths is None:
@@ -176,132 +308,176 @@ class FlowNetwork:
             paths = self._route_cache[key] = self.topology.paths(src, dst)
         return paths
 
-    def _add(self, batch: int, index: np.ndarray, nbytes: np.ndarray, paths: Paths) -> None:
-        self._advance()
-        first = len(self._left)
-        shares_a_link = bool(self._link_load[paths.link].any())
-        self._left = np.concatenate([self._left, nbytes])
-        self._size = np.concatenate([self._size, nbytes])
-        self._rate = np.concatenate([self._rate, np.zeros(len(nbytes))])
-        self._hops = np.concatenate([self._hops, paths.hops])
-        self._started = np.concatenate([self._started, np.full(len(nbytes), self.env.now)])
-        self._batch = np.concatenate([self._batch, np.full(len(nbytes), batch)])
-        self._index = np.concatenate([self._index, index])
-        self._pair_flow = np.concatenate([self._pair_flow, paths.flow + first])
-        self._pair_link = np.concatenate([self._pair_link, paths.link])
-        self._link_load += np.bincount(paths.link, minlength=len(self._link_load))
-        self.flows_started += len(nbytes)
-        # New flows on idle links leave every existing rate as it was.
-        self._mark_stale(0 if shares_a_link else first)
-
-    def _remove(self, done: np.ndarray) -> None:
-        """Drop finished rows; recompute the others only if they shared a link."""
-        pair_done = done[self._pair_flow]
-        freed = self._pair_link[pair_done]
-        self._link_load -= np.bincount(freed, minlength=len(self._link_load))
-        keep = ~done
-        row = np.cumsum(keep) - 1
-        if self._recompute_from is not None:
-            self._recompute_from = int(keep[: self._recompute_from].sum())
-        for name in ("_left", "_rate", "_size", "_hops", "_batch", "_index", "_started"):
-            setattr(self, name, getattr(self, name)[keep])
-        self._pair_flow = row[self._pair_flow[~pair_done]]
-        self._pair_link = self._pair_link[~pair_done]
-        if self._link_load[freed].any():
-            self._mark_stale(0)
-        elif not self._settling:
-            self._set_timer()  # nothing else changes at this instant: rates stand as they are
-
-    def start_log(self, limit: int, window_s: tuple[float, float] = (0.0, math.inf)) -> None:
-        """Keep finished flows for the trace's link tracks in :attr:`flow_log` (a
-        :class:`FlowLog`: the first ``limit`` that lie within ``window_s``)."""
-        self.flow_log = FlowLog(limit, window_s)
-
-    def _log(self, done: np.ndarray) -> None:
-        log, now = self.flow_log, float(self.env.now)
-        rows = np.flatnonzero(done)
-        log.finished += len(rows)
-        inside = rows[(self._started[rows] >= log.window_s[0]) & (now <= log.window_s[1])]
-        kept = inside[:log.limit - len(log.flows)]
-        for row in kept:
-            links = tuple(self._pair_link[self._pair_flow == row].tolist())
-            log.flows.append((float(self._started[row]), now, float(self._size[row]), links))
-        if len(kept) < len(rows) and log.first_left_out_s is None:
-            log.first_left_out_s = now
-
-    def _advance(self) -> None:
-        """Bring every flow's remaining bytes up to now."""
-        elapsed = self.env.now - self._updated_at
-        if elapsed > 0 and len(self._left):
-            self._left -= self._rate * elapsed
-        self._updated_at = self.env.now
-
     # ---- settling and completion -------------------------------------------------------
 
-    def _mark_stale(self, first_row: int | None) -> None:
-        """Rates of rows >= first_row need recomputing (None: none do); settle at the end."""
-        if first_row is not None:
-            current = self._recompute_from
-            self._recompute_from = first_row if current is None else min(current, first_row)
-        if not self._settling:
-            self._settling = True
-            _EndOfInstant(self.env).callbacks.append(self._settle)
+    def _changed(self) -> None:
+        """Flows started or ended now: settle at the end of the instant if some rates wait
+        for it, else look again at when the next flows finish."""
+        if self._bulk.stale_from is not None or self._single.pending:
+            if not self._settling:
+                self._settling = True
+                _EndOfInstant(self.env).callbacks.append(self._settle)
+        elif not self._settling:
+            self._arm()
 
     def _settle(self, _: simpy.Event) -> None:
         self._settling = False
-        first = self._recompute_from
-        if first is not None:
-            self._recompute_from = None
-            pairs = slice(np.searchsorted(self._pair_flow, first), None)
-            self._rate[first:] = max_min_rates(self._pair_flow[pairs] - first,
-                                               self._pair_link[pairs],
-                                               len(self._left) - first, self.capacity)
-        self._set_timer()
+        self._bulk.settle()
+        self._single.settle(self.env.now)
+        self._arm()
 
-    def _set_timer(self) -> None:
-        """Wake up when the next flows finish (replacing any earlier wake-up)."""
+    def _arm(self) -> None:
+        """Wake up when the first flow finishes, unless a wake-up is due by then: that one
+        looks again when it fires (a timer fired early costs one event, and cancelling it
+        would cost more)."""
+        now = self.env.now
+        first = self._first_wait(now)
+        if first is not None and now + first < self._armed_at:
+            # the flows due just after it are found when it fires, but a collective's
+            # round is in one piece: chunks a byte apart finish together (one event)
+            self._schedule(self._latest_wait(now, first) if self._bulk.n_flows
+                           else max(first, 0.0))
+
+    def _next_wait(self) -> float | None:
+        """Seconds until the next flows are through, together: the latest of those due
+        within ``precision_s`` of the first (None: no flow is running)."""
+        now = self.env.now
+        first = self._first_wait(now)
+        return None if first is None else self._latest_wait(now, first)
+
+    def _first_wait(self, now: float) -> float | None:
+        """Seconds until the first flow is through (None: no flow is running)."""
+        bulk = self._bulk
+        if bulk.n_flows:
+            bulk.advance(now)
+            first = min(bulk.first_wait(), self._single.first_finish() - now)
+        else:
+            first = self._single.first_finish() - now
+        # below 0 while a flow due already waits for others due within the precision window
+        return None if first == math.inf else first
+
+    def _latest_wait(self, now: float, first: float) -> float:
+        """The latest wait (s) among flows through within ``precision_s`` of ``first``."""
+        limit = first + self.precision_s
+        latest = self._single.latest_finish(now + limit) - now
+        if self._bulk.n_flows:
+            latest = max(latest, self._bulk.latest_wait(limit))
+        return max(latest, 0.0)
+
+    def _schedule(self, wait: float) -> None:
         self._timer += 1
-        if len(self._left):
-            finish = self._left / self._rate
-            first = finish.min()
-            wait = float(finish[finish <= first + self.precision_s].max())
-            version = self._timer
-            timer = self.env.timeout(max(wait, 0.0))
-            timer.callbacks.append(lambda _: self._on_timer(version))
+        self._armed_at = self.env.now + wait
+        version = self._timer
+        timer = self.env.timeout(wait)
+        timer.callbacks.append(lambda _: self._on_timer(version))
 
     def _on_timer(self, version: int) -> None:
         if version != self._timer:
-            return  # rates changed since this timer was set
-        self._advance()
-        done = self._left <= _DONE * self._size
-        # a flow whose remaining time is below the clock's resolution is done, too;
-        # rows added at this instant have no rate yet (0) and are not
-        with np.errstate(divide="ignore"):
-            done |= self.env.now + self._left / self._rate <= self.env.now
-        if done.any():
-            if self.flow_log is not None:
-                self._log(done)
-            self._deliver_later(self._batch[done], self._index[done], self._hops[done])
-            self._remove(done)
-        else:
-            self._mark_stale(None)
+            return  # a sooner wake-up replaced this one
+        self._armed_at = math.inf
+        now = self.env.now
+        wait = self._next_wait()  # flows that started since may have moved the finish
+        if wait is None:
+            return
+        if now + wait > now:
+            self._schedule(wait)
+            return
+        bulk = self._bulk
+        if bulk.n_flows:
+            done = bulk.done_rows(now)
+            if done.any():
+                if self.flow_log is not None:
+                    rows = np.flatnonzero(done)
+                    self.flow_log.keep(now, ((bulk.started[r], bulk.size[r], bulk.links_of(r))
+                                             for r in rows), len(rows))
+                self._deliver_arrays(bulk.batch[done], bulk.index[done], bulk.hops[done])
+                bulk.remove(done)
+        if self._single.n_flows:
+            finished = self._single.take_done(now, self.precision_s)
+            if finished:
+                finished.sort(key=_started_order)
+                if self.flow_log is not None:
+                    self.flow_log.keep(now, ((f.started, f.size, f.route) for f in finished),
+                                       len(finished))
+                self._deliver_keys([flow.key for flow in finished])
+        self._changed()
 
-    def _deliver_later(self, batch: np.ndarray, index: np.ndarray, hops: np.ndarray) -> None:
-        """Deliver after the last byte: hops * L + receive overhead, grouped by delay."""
+    # ---- delivery ----------------------------------------------------------------------
+
+    def _deliver_keys(self, keys: list[tuple[int, int, int]]) -> None:
+        """Deliver (batch, index, hops) messages after their last byte: hops * L + receive
+        overhead; an event batch's event is scheduled for its last delivery directly."""
+        latency, overhead = self.fabric.latency_s, self.fabric.overhead_s
+        timed: dict[float, dict[int, list[int]]] = {}
+        for batch, index, hops in keys:
+            delay = hops * latency + overhead
+            entry = self._batches[batch]
+            if entry.event is None:
+                timed.setdefault(delay, {}).setdefault(batch, []).append(index)
+            else:
+                self._count_down(batch, entry, delay)
+        for delay in sorted(timed):
+            timer = self.env.timeout(delay)
+            timer.callbacks.append(lambda _, groups=timed[delay]: self._deliver_groups(groups))
+
+    def _count_down(self, key: int, entry: _Batch, delay: float) -> None:
+        """One message of an event batch is through; schedule the event after the last."""
+        now = self.env.now
+        entry.undelivered -= 1
+        self.messages_delivered += 1  # counted as its delivery is scheduled
+        if now + delay > entry.latest_s:
+            entry.latest_s, latest_delay = now + delay, delay
+        else:
+            latest_delay = entry.latest_s - now
+        if entry.undelivered:
+            return
+        del self._batches[key]
+        event = entry.event
+        event._ok, event._value = True, now + latest_delay
+        self.env.schedule(event, NORMAL, latest_delay)
+
+    def _deliver_groups(self, groups: dict[int, list[int]]) -> None:
+        for key in sorted(groups):
+            self._deliver(key, np.array(sorted(groups[key])))
+
+    def _deliver_arrays(self, batch: np.ndarray, index: np.ndarray, hops: np.ndarray) -> None:
+        """As :meth:`_deliver_keys`, grouped with numpy (a collective's round)."""
+        if len(batch) <= SMALL_BATCH or any(self._batches[int(key)].event is not None
+                                            for key, _ in _groups(batch)):
+            self._deliver_keys(list(zip(batch.tolist(), index.tolist(), hops.tolist(),
+                                        strict=True)))
+            return
         delay = hops * self.fabric.latency_s + self.fabric.overhead_s
         for value, group in _groups(delay):
             timer = self.env.timeout(float(value))
-            timer.callbacks.append(lambda _, b=batch[group], i=index[group]: self._deliver(b, i))
+            timer.callbacks.append(lambda _, b=batch[group], i=index[group]:
+                                   self._deliver_batches(b, i))
 
-    def _deliver(self, batch: np.ndarray, index: np.ndarray) -> None:
-        self.messages_delivered += len(index)
+    def _deliver_batches(self, batch: np.ndarray, index: np.ndarray) -> None:
         for key, group in _groups(batch):
-            entry = self._batches[int(key)]
             mine = index[group]
-            entry[1] -= len(mine)
-            if entry[1] == 0:
-                del self._batches[int(key)]
-            entry[0](np.sort(mine))
+            # rows keep the order they were sent in: usually sorted already
+            self._deliver(int(key), mine if (mine[1:] > mine[:-1]).all() else np.sort(mine))
+
+    def _deliver(self, key: int, indices: np.ndarray) -> None:
+        self.messages_delivered += len(indices)
+        entry = self._batches[key]
+        entry.undelivered -= len(indices)
+        if entry.undelivered == 0:
+            del self._batches[key]
+        entry.on_delivered(indices)
+
+
+def _started_order(flow: Flow) -> tuple[int, int, int]:
+    """Flows in the order they were sent: by send, then by index in it."""
+    return flow.key
+
+
+def _as_list(values: Any, kind: type = int) -> list:
+    """A few values as a list of Python numbers (as given when already one)."""
+    if isinstance(values, list):
+        return values if kind is int else [float(v) for v in values]
+    return np.asarray(values, np.float64 if kind is float else None).tolist()
 
 
 def _groups(keys: np.ndarray) -> list[tuple[Any, np.ndarray | slice]]:

@@ -6,15 +6,21 @@ growing. Each round costs one ``bincount`` over the pairs and there is one round
 distinct bottleneck level, so a thousand flows on disjoint links take a single round.
 This is the allocation SimGrid's flow models compute (Casanova et al., "Versatile,
 scalable, and accurate simulation of distributed applications and platforms", 2014).
+
+:func:`fill` is the same computation in plain Python, for the few flows of one connected
+component (:mod:`sim.network.incremental`), where numpy's per-call cost would dominate.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
 
 import numpy as np
 
 # Links whose fair share is within this relative distance of the smallest saturate together;
 # it absorbs rounding so equal shares computed in different orders still tie.
-_TIE = 1e-12
+TIE = 1e-12
 
 
 def max_min_rates(flow: np.ndarray, link: np.ndarray, n_flows: int,
@@ -39,10 +45,50 @@ def max_min_rates(flow: np.ndarray, link: np.ndarray, n_flows: int,
         step = share.min()
         level += step
         left[used] -= step * count[used]
-        saturated = used & (share <= step * (1 + _TIE))
+        saturated = used & (share <= step * (1 + TIE))
         left[saturated] = 0.0
         frozen = flow[open_pair & saturated[link]]
         rate[frozen] = level
         unfrozen[frozen] = False
         open_pair &= unfrozen[flow]
     return rate
+
+
+def fill(routes: Sequence[Sequence[int]],
+         capacity: Sequence[float]) -> tuple[list[float], list[int]]:
+    """(rates in bytes/s, the round each flow froze in) of flows with these routes.
+
+    The arithmetic of :func:`max_min_rates`, link by link in the same order of operations,
+    so both give the same bits; a flow with no links gets ``inf`` and round -1.
+    """
+    users: dict[int, list[int]] = {}
+    for i, route in enumerate(routes):
+        for link in route:
+            users.setdefault(link, []).append(i)
+    left = {link: float(capacity[link]) for link in users}
+    count = {link: len(flows) for link, flows in users.items()}
+    rate = [math.inf] * len(routes)
+    frozen_in = [-1] * len(routes)
+    unfrozen = sum(1 for route in routes if route)
+    level, rnd = 0.0, 0
+    while unfrozen:
+        shares = {link: left[link] / n for link, n in count.items() if n}
+        step = min(shares.values())
+        level += step
+        bound = step * (1 + TIE)
+        saturated = []
+        for link, share in shares.items():
+            left[link] -= step * count[link]
+            if share <= bound:
+                saturated.append(link)
+        for link in saturated:
+            left[link] = 0.0
+        for link in saturated:
+            for i in users[link]:
+                if frozen_in[i] < 0:
+                    frozen_in[i], rate[i] = rnd, level
+                    unfrozen -= 1
+                    for other in routes[i]:
+                        count[other] -= 1
+        rnd += 1
+    return rate, frozen_in

@@ -53,7 +53,8 @@ class Topology(ABC):
         """The smallest total outgoing capacity of any host, bytes/s."""
 
     def route(self, src: int, dst: int) -> list[int]:
-        """The directed links from host src to host dst."""
+        """The directed links from host src to host dst (the same as :meth:`paths`; the
+        topologies answer it in plain Python, for messages sent one at a time)."""
         return self.paths(np.array([src]), np.array([dst])).link.tolist()
 
 
@@ -70,6 +71,9 @@ class Star(Topology):
     def paths(self, src: np.ndarray, dst: np.ndarray) -> Paths:
         links = np.stack([src, self.n_hosts + dst], axis=1)
         return _fixed_paths(links, np.repeat((src != dst)[:, None], 2, axis=1))
+
+    def route(self, src: int, dst: int) -> list[int]:
+        return [] if src == dst else [src, self.n_hosts + dst]
 
     def link_name(self, link: int) -> str:
         host = link % self.n_hosts
@@ -116,6 +120,15 @@ class LeafSpine(Topology):
         used = np.stack([src != dst, crosses, crosses, src != dst], axis=1)
         return _fixed_paths(links, used)
 
+    def route(self, src: int, dst: int) -> list[int]:
+        if src == dst:
+            return []
+        hosts, leaves = self.n_hosts, self.n_leaves
+        src_leaf, dst_leaf = src // self.hosts_per_leaf, dst // self.hosts_per_leaf
+        if src_leaf == dst_leaf:
+            return [src, hosts + dst]
+        return [src, 2 * hosts + src_leaf, 2 * hosts + leaves + dst_leaf, hosts + dst]
+
     def link_name(self, link: int) -> str:
         hosts, leaves = self.n_hosts, self.n_leaves
         if link < hosts:
@@ -152,6 +165,13 @@ class Ring(Topology):
         at = (src[flow] + direction * step) % hosts  # the host each hop leaves from
         link = np.where(direction > 0, at, hosts + at)
         return Paths(flow, link, hops)
+
+    def route(self, src: int, dst: int) -> list[int]:
+        hosts = self.n_hosts
+        clockwise = (dst - src) % hosts
+        if clockwise <= hosts - clockwise:
+            return [(src + step) % hosts for step in range(clockwise)]
+        return [hosts + (src - step) % hosts for step in range(hosts - clockwise)]
 
     def link_name(self, link: int) -> str:
         hosts = self.n_hosts

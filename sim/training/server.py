@@ -9,7 +9,7 @@ update when the last shard has received its part.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import simpy
@@ -17,22 +17,22 @@ import simpy
 from sim.training.store import ParameterStore
 
 REQUEST_BYTES = 64  # a pull request: header and key range
+_SPLITS_KEPT = 1024  # message splits remembered per server
+
+
+class _Split(NamedTuple):
+    """A message over the shards: bytes per shard, and the owning shards' hosts and bytes."""
+
+    parts: np.ndarray
+    hosts: list[int]
+    owned: list[float]
 
 
 def transfer(network: Any, src: np.ndarray, dst: np.ndarray,
              nbytes: np.ndarray) -> simpy.Event:
-    """An event that fires when every message src[i] -> dst[i] of nbytes[i] has arrived."""
-    env = network.env
-    done = env.event()
-    left = [len(src)]
-
-    def delivered(indices: np.ndarray) -> None:
-        left[0] -= len(indices)
-        if left[0] == 0:
-            done.succeed(env.now)
-
-    network.send_many(src, dst, nbytes, delivered)
-    return done
+    """An event that fires when every message src[i] -> dst[i] of nbytes[i] has arrived
+    (with that time as value)."""
+    return network.send_all(src, dst, nbytes)
 
 
 class ParameterServer:
@@ -50,27 +50,46 @@ class ParameterServer:
         self.share = sizes / sizes.sum() if sizes.sum() else np.full(len(self.hosts),
                                                                       1 / len(self.hosts))
         self.edges = np.concatenate([[0.0], np.cumsum(self.share)])
+        self._splits: dict[tuple[float, float, float], _Split] = {}
+        self._splits_of = self.edges  # the edges those were computed with
 
     def range_bytes(self, start: float, stop: float, nbytes: float) -> np.ndarray:
         """Bytes per shard of a message carrying the keys [start, stop) (fractions of the
-        whole vector, 0..1) in ``nbytes``: each shard gets the part of its key range."""
-        overlap = np.clip(np.minimum(stop, self.edges[1:]) - np.maximum(start, self.edges[:-1]),
-                          0.0, None)
-        return nbytes * overlap / (stop - start)
+        whole vector, 0..1) in ``nbytes``: each shard gets the part of its key range.
+        (Read-only: calls with the same arguments share it.)"""
+        return self._split(start, stop, nbytes).parts
+
+    def _split(self, start: float, stop: float, nbytes: float) -> _Split:
+        """How a message splits over the shards, remembered: a run sends the same few
+        messages again and again, and numpy's per-call cost would dominate each."""
+        if self._splits_of is not self.edges:  # edges replaced (a copy sharing another's)
+            self._splits, self._splits_of = {}, self.edges
+        key = (start, stop, nbytes)
+        split = self._splits.get(key)
+        if split is None:
+            overlap = np.clip(np.minimum(stop, self.edges[1:])
+                              - np.maximum(start, self.edges[:-1]), 0.0, None)
+            parts = nbytes * overlap / (stop - start)
+            parts.flags.writeable = False
+            owners = parts > 0
+            split = _Split(parts, self.hosts[owners].tolist(), parts[owners].tolist())
+            if len(self._splits) < _SPLITS_KEPT:  # sparse batches vary: keep the first ones
+                self._splits[key] = split
+        return split
 
     def push_range(self, host: int, start: float, stop: float, nbytes: float) -> simpy.Event:
         """Part of a gradient (keys [start, stop), as fractions) to the shards that own it."""
-        parts = self.range_bytes(start, stop, nbytes)
-        owners = parts > 0
-        return transfer(self.network, np.full(owners.sum(), host), self.hosts[owners],
-                        parts[owners])
+        split = self._split(start, stop, nbytes)
+        if len(split.hosts) == 1:
+            return self.network.send(host, split.hosts[0], split.owned[0])
+        return self.network.send_all([host] * len(split.hosts), split.hosts, split.owned)
 
     def send_range(self, host: int, start: float, stop: float, nbytes: float) -> simpy.Event:
         """The shards that own keys [start, stop) send their part of them to ``host``."""
-        parts = self.range_bytes(start, stop, nbytes)
-        owners = parts > 0
-        return transfer(self.network, self.hosts[owners], np.full(owners.sum(), host),
-                        parts[owners])
+        split = self._split(start, stop, nbytes)
+        if len(split.hosts) == 1:
+            return self.network.send(split.hosts[0], host, split.owned[0])
+        return self.network.send_all(split.hosts, [host] * len(split.hosts), split.owned)
 
     def process(self, owners: np.ndarray, seconds: np.ndarray,
                 sender: int | None = None, parts: np.ndarray | None = None,

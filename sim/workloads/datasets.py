@@ -58,12 +58,32 @@ def _split(n: int, test_fraction: float, rng: np.random.Generator) -> tuple[np.n
     return np.sort(order[n_test:]), np.sort(order[:n_test])
 
 
+# Rows handled at a time when a data set is built in place: bounds the temporary copies.
+_CHUNK_ROWS = 4096
+
+
 def _dense(X: np.ndarray, y: np.ndarray, classes: int, spec: DatasetSpec,
            rng: np.random.Generator) -> Dataset:
+    """Split ``X`` (which this takes over: its training rows are moved up in place, so the
+    data set exists once) into training and held-out rows."""
     train, test = _split(len(y), spec.test_fraction, rng)
     labels = y.astype(np.int32)
-    return Dataset(np.ascontiguousarray(X[train]), labels[train], np.ascontiguousarray(X[test]),
-                   labels[test], X.shape[1], classes)
+    X_test = np.ascontiguousarray(X[test])
+    return Dataset(_keep_rows(X, train), labels[train], X_test, labels[test], X.shape[1],
+                   classes)
+
+
+def _keep_rows(X: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``X[rows]`` for sorted distinct ``rows``, made in ``X``'s own memory when it owns it
+    (row i comes from row rows[i] >= i: moving them up in order overwrites nothing still
+    needed), then shrunk to fit; a copy otherwise."""
+    if not (X.flags.owndata and X.flags.c_contiguous and X.flags.writeable):
+        return np.ascontiguousarray(X[rows])
+    for start in range(0, len(rows), _CHUNK_ROWS):
+        chunk = rows[start:start + _CHUNK_ROWS]
+        X[start:start + len(chunk)] = X[chunk]
+    X.resize((len(rows), *X.shape[1:]), refcheck=False)  # no view of X exists yet
+    return X
 
 
 def gaussian(spec: DatasetSpec, rng: np.random.Generator) -> Dataset:
@@ -71,7 +91,12 @@ def gaussian(spec: DatasetSpec, rng: np.random.Generator) -> Dataset:
     means = rng.standard_normal((spec.classes, spec.features))
     means *= spec.separation / np.linalg.norm(means, axis=1, keepdims=True)
     y = rng.integers(0, spec.classes, spec.samples)
-    X = means[y] + spec.noise * rng.standard_normal((spec.samples, spec.features))
+    # means[y] + noise * z, built in place a block of rows at a time (the same bits: the
+    # sum is commutative) so that no temporary as large as the data set is made
+    X = rng.standard_normal((spec.samples, spec.features))
+    X *= spec.noise
+    for start in range(0, spec.samples, _CHUNK_ROWS):
+        X[start:start + _CHUNK_ROWS] += means[y[start:start + _CHUNK_ROWS]]
     return _dense(X, y, spec.classes, spec, rng)
 
 

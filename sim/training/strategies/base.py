@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import simpy
@@ -41,6 +41,8 @@ class Context:
     network_options: dict[str, Any]  # topology, model, placement...: to rebuild the network
     hosts: Hosts  # the cores every rank's CPU work runs on (ranks: workers, then servers)
     cpu: CpuCosts  # seconds of CPU per activity
+    # the CPU side of each kind of message to or from the shards (see message_costs)
+    message_memo: dict[tuple, MessageCosts] = field(default_factory=dict, repr=False)
 
     @property
     def model(self) -> Model | None:
@@ -99,6 +101,8 @@ def cpu(ctx: Context, rank: int, kind: str, seconds: float,
         overlapped: bool = False) -> Generator[simpy.Event, Any, None]:
     """``seconds`` of CPU work on worker ``rank``'s core, recorded as ``kind``
     (``overlapped``: beside the worker's compute, as pipelined communication)."""
+    if seconds <= 0:  # nothing to run (the ideal host): no span either, it would be empty
+        return
     with ctx.recorder.span(rank, kind, overlapped):
         yield from ctx.hosts.run(rank, seconds)
 
@@ -152,16 +156,14 @@ def push(ctx: Context, worker: Worker, nbytes: float, apply_s: Callable[[float],
     the shards that own them; returns the event of the shards having received and
     processed it (message CPU + ``apply_s(bytes)`` each; None when that costs no CPU):
     the worker does not wait for that, the update happens then."""
-    server, costs = ctx.server, ctx.cpu
-    parts = server.range_bytes(*keys, nbytes)
-    owners = parts > 0
-    yield from cpu(ctx, worker.index, "overhead",
-                   float(costs.message_s(parts[owners]).sum()), overlapped)
+    server = ctx.server
+    costs = message_costs(ctx, keys, nbytes, apply_s)
+    yield from cpu(ctx, worker.index, "overhead", costs.sender_s, overlapped)
     yield from block(ctx, worker.index, "wire", server.push(worker.host, nbytes, keys),
                      overlapped)
-    return server.process(owners, np.array([costs.message_s(p) + apply_s(p)
-                                            for p in parts[owners]]),
-                          worker.index, parts[owners])
+    if not costs.shards_busy:  # the servers would take no CPU: nothing to wait for
+        return None
+    return server.process(costs.owners, costs.shard_s, worker.index, costs.owned)
 
 
 def gradient_pushed(ctx: Context, worker: Worker, params: np.ndarray,
@@ -185,20 +187,57 @@ def pull(ctx: Context, worker: Worker, out: np.ndarray,
          rows: np.ndarray | None = None) -> Generator[simpy.Event, Any, int]:
     """``worker`` asks the shards for the parameters (or ``rows``) and copies them into
     ``out``; each shard answers after the work queued on it. Returns the version read."""
-    server, costs = ctx.server, ctx.cpu
+    server = ctx.server
     params = server.store.params
     nbytes = params.nbytes if rows is None else rows.size * params.itemsize
-    parts = server.range_bytes(0.0, 1.0, nbytes)
-    owners = parts > 0
-    shards = int(owners.sum())
-    yield from cpu(ctx, worker.index, "overhead", shards * costs.message_s(REQUEST_BYTES))
+    costs = message_costs(ctx, (0.0, 1.0), nbytes, None)
+    yield from cpu(ctx, worker.index, "overhead", costs.request_s)
     with ctx.recorder.span(worker.index, "wire"):
         version = yield from server.pull(worker.host, out, rows,
-                                         answer_s(costs, parts[owners]),
+                                         costs.shard_s if costs.shards_busy else None,
                                          lambda reply: ctx.hosts.wait(worker.index, reply))
-        yield from reply_handshake(ctx, worker.index, parts)
-    yield from cpu(ctx, worker.index, "overhead", float(costs.message_s(parts[owners]).sum()))
+        yield from reply_handshake(ctx, worker.index, costs.parts)
+    yield from cpu(ctx, worker.index, "overhead", costs.sender_s)
     return version
+
+
+class MessageCosts(NamedTuple):
+    """The CPU side of one kind of message between a worker and the shards (its bytes split
+    over the shards, the host's costs): the same for every such message, so computed once
+    (numpy on a few shards costs more than the rest of a message)."""
+
+    parts: np.ndarray  # bytes per shard (read-only)
+    owners: np.ndarray  # the shards that take part
+    owned: np.ndarray  # their bytes
+    sender_s: float  # the worker's CPU for its messages to (or from) the owners
+    request_s: float  # a pull: the worker's CPU for its requests
+    shard_s: np.ndarray  # each owner's CPU: receiving and applying, or answering a pull
+    shards_busy: bool  # whether any owner spends CPU at all
+
+
+_MESSAGE_KINDS_KEPT = 4096  # sparse batches vary in size: remember the first ones
+
+
+def message_costs(ctx: Context, keys: tuple[float, float], nbytes: float,
+                  apply_s: Callable[[float], float] | None) -> MessageCosts:
+    """The costs of a push of ``nbytes`` for ``keys`` (``apply_s``: a shard's CPU to
+    apply its part) or, with ``apply_s`` None, of a pull of ``nbytes``."""
+    key = (keys, nbytes, apply_s)
+    found = ctx.message_memo.get(key)
+    if found is not None:
+        return found
+    costs = ctx.cpu
+    parts = ctx.server.range_bytes(*keys, nbytes)
+    owners = parts > 0
+    owned = parts[owners]
+    shard_s = (answer_s(costs, owned) if apply_s is None
+               else np.array([costs.message_s(p) + apply_s(p) for p in owned]))
+    found = MessageCosts(parts, owners, owned, float(costs.message_s(owned).sum()),
+                         int(owners.sum()) * costs.message_s(REQUEST_BYTES), shard_s,
+                         bool(np.any(shard_s > 0)))
+    if len(ctx.message_memo) < _MESSAGE_KINDS_KEPT:
+        ctx.message_memo[key] = found
+    return found
 
 
 def reply_handshake(ctx: Context, rank: int,
