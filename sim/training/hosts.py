@@ -42,6 +42,9 @@ class Hosts:
         self.cores = {h: simpy.Resource(env, cores) for h in ranks_on}
         self.shared = {h: ranks_on[h] > cores for h in ranks_on}  # ranks outnumber cores
         self.excess = {h: max(ranks_on[h] - cores, 0) for h in ranks_on}
+        # whether any message can need a handshake: spared on every message otherwise
+        self.handshakes = (rendezvous_s > 0 and not spin and poll_s > 0
+                           and any(self.shared.values()))
         self.threads = [simpy.Resource(env, 1) for _ in self.rank_hosts]
         self.free_at = [0.0] * len(self.rank_hosts)  # when each rank's thread is next idle
         self.spin = spin
@@ -171,7 +174,7 @@ class Hosts:
         eager limit: its legs wait for napping ranks' polls, ``rendezvous_s`` per rank its
         ends' hosts have beyond their cores (measured) where either end sleeps on a shared
         host; 0 otherwise (a spinning peer answers within the wire's latency)."""
-        if nbytes <= self.rendezvous_bytes:
+        if not self.handshakes or nbytes <= self.rendezvous_bytes:
             return 0.0
         ends = [r for r in (src, dst) if self.sleeps_shared(r)]
         return max((self.rendezvous_s * self.excess[self.rank_hosts[r]] for r in ends),

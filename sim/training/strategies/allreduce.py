@@ -113,6 +113,8 @@ class AllreduceMixin:
         """The round's messages beyond the eager limit finish their rendezvous (the
         slowest one; :meth:`sim.training.hosts.Hosts.handshake_s`), recorded as wire."""
         ctx = self.ctx
+        if not ctx.hosts.handshakes:
+            return
         handshake = max((ctx.hosts.handshake_s(int(s), int(d), float(c))
                          for s, d, c in zip(rnd.src, rnd.dst, rnd.count, strict=True)),
                         default=0.0)

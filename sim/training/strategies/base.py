@@ -244,6 +244,8 @@ def reply_handshake(ctx: Context, rank: int,
                     parts: np.ndarray) -> Generator[simpy.Event, Any, None]:
     """Worker ``rank`` finishes receiving the shards' ``parts`` (bytes per shard): the
     largest part's rendezvous, if any (:meth:`sim.training.hosts.Hosts.handshake_s`)."""
+    if not ctx.hosts.handshakes:
+        return
     first = ctx.server.first_rank
     handshake = max((ctx.hosts.handshake_s(first + int(s), rank, float(parts[s]))
                      for s in np.flatnonzero(parts > 0)), default=0.0)
