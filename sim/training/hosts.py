@@ -24,6 +24,7 @@ import math
 from collections.abc import Generator, Sequence
 from typing import Any
 
+import numpy as np
 import simpy
 
 
@@ -178,4 +179,14 @@ class Hosts:
             return 0.0
         ends = [r for r in (src, dst) if self.sleeps_shared(r)]
         return max((self.rendezvous_s * self.excess[self.rank_hosts[r]] for r in ends),
+                   default=0.0)
+
+    def slowest_handshake_s(self, src: Any, dst: Any, nbytes: Any) -> float:
+        """The longest :meth:`handshake_s` of messages ``src[i] -> dst[i]`` of
+        ``nbytes[i]`` (arrays, or a scalar end shared by all); 0 for none."""
+        if not self.handshakes:
+            return 0.0
+        src, dst, nbytes = np.broadcast_arrays(src, dst, nbytes)
+        return max((self.handshake_s(int(s), int(d), float(n))
+                    for s, d, n in zip(src.flat, dst.flat, nbytes.flat, strict=True)),
                    default=0.0)

@@ -113,11 +113,7 @@ class AllreduceMixin:
         """The round's messages beyond the eager limit finish their rendezvous (the
         slowest one; :meth:`sim.training.hosts.Hosts.handshake_s`), recorded as wire."""
         ctx = self.ctx
-        if not ctx.hosts.handshakes:
-            return
-        handshake = max((ctx.hosts.handshake_s(int(s), int(d), float(c))
-                         for s, d, c in zip(rnd.src, rnd.dst, rnd.count, strict=True)),
-                        default=0.0)
+        handshake = ctx.hosts.slowest_handshake_s(rnd.src, rnd.dst, rnd.count)
         if handshake <= 0:
             return
         start = ctx.env.now

@@ -244,11 +244,9 @@ def reply_handshake(ctx: Context, rank: int,
                     parts: np.ndarray) -> Generator[simpy.Event, Any, None]:
     """Worker ``rank`` finishes receiving the shards' ``parts`` (bytes per shard): the
     largest part's rendezvous, if any (:meth:`sim.training.hosts.Hosts.handshake_s`)."""
-    if not ctx.hosts.handshakes:
-        return
-    first = ctx.server.first_rank
-    handshake = max((ctx.hosts.handshake_s(first + int(s), rank, float(parts[s]))
-                     for s in np.flatnonzero(parts > 0)), default=0.0)
+    owners = np.flatnonzero(parts > 0)
+    handshake = ctx.hosts.slowest_handshake_s(ctx.server.first_rank + owners, rank,
+                                              parts[owners])
     if handshake > 0:
         yield ctx.env.timeout(handshake)
 
