@@ -312,10 +312,12 @@ def test_synchronous_ranks_sharing_cores_are_slower(tmp_path, kind):
 
 
 @pytest.mark.parametrize("network", ["flow", "analytical"])
-def test_a_bsp_step_on_shared_cores_runs_each_ring_round_on_them(tmp_path, network):
-    """4 ranks on 2 cores, waiting without polling: every CPU task of a round (4 equal ones,
-    shorter than a slice) takes two task times, the wire of a round is alpha + n / p beta
-    (on the analytical network too: each round was charged the whole ring before)."""
+def test_a_bsp_step_on_shared_cores_lies_between_full_cores_and_rounds_in_lockstep(
+        tmp_path, network):
+    """4 ranks on 2 cores, waiting without polling. Each rank goes through the ring's rounds
+    on its own (it posts, waits for what it receives, sums it), so the step is at most the
+    rounds in lockstep (every round's 4 equal CPU tasks take two task times, then its wire
+    alpha + n / p beta) and more than all ranks' CPU spread over the 2 cores."""
     profile = tmp_path / "host.json"
     data = {k: v for k, v in vars(HOSTS["epyc-core"]).items()}
     profile.write_text(json.dumps({**data, "poll_s": 0.0, "poll_spin_s": 0.0}))
@@ -323,14 +325,17 @@ def test_a_bsp_step_on_shared_cores_runs_each_ring_round_on_them(tmp_path, netwo
     chunk = N_BYTES / p
     wire = dataclasses.replace(get_fabric("ib-hdr"), overhead_s=0.0)
     rounds = 2 * (p - 1)
-    ring = (rounds * 2 * costs.message_s(chunk) + (p - 1) * costs.reduce_s(chunk)) * 2 \
-        + get_collective("ring").closed_form_s(p, N_BYTES, wire.alpha_s(), wire.beta_s_per_byte)
-    expected = (2 * (costs.step_s + costs.data_s(BATCH_BYTES, 16)) + 1e-4 + ring
+    ring_cpu = rounds * 2 * costs.message_s(chunk) + (p - 1) * costs.reduce_s(chunk)
+    rank_cpu = (costs.step_s + costs.data_s(BATCH_BYTES, 16) + ring_cpu
+                + costs.reduce_s(N_BYTES) + costs.update_s(N_BYTES))
+    lockstep = (2 * (costs.step_s + costs.data_s(BATCH_BYTES, 16)) + 1e-4 + 2 * ring_cpu
+                + get_collective("ring").closed_form_s(p, N_BYTES, wire.alpha_s(),
+                                                       wire.beta_s_per_byte)
                 + 2 * (costs.reduce_s(N_BYTES) + costs.update_s(N_BYTES)))
     got = step_s(tmp_path, "bsp", f"calibrated:{profile}", p,
                  **{"cluster.cores": 2, "cluster.ranks_per_host": 4, "cluster.wait": '"sleep"',
                     "cluster.network": f'"{network}"'})
-    assert got == pytest.approx(expected, abs=1e-8)
+    assert p * rank_cpu / 2 < got <= lockstep + 1e-12
 
 
 @pytest.mark.parametrize("ranks,cores,noticed", [(3, 2, 1.1e-3), (5, 2, 1.3e-3),
@@ -382,3 +387,93 @@ def test_a_shard_receiving_beyond_the_eager_limit_is_held_before_its_work():
     env.process(task("worker", 0, 4e-4))
     env.run()
     assert ends == pytest.approx({"worker": 4e-4, "received": 6e-4, "next": 7e-4})
+
+
+@pytest.mark.parametrize("spin,share", [(True, 0.9), (False, 1.3)])
+def test_work_beside_k_waiters_per_core_runs_1_plus_k_share_slower(spin, share):
+    """One core: 10 ms of work beside one waiting rank takes 10 (1 + share) ms; beside two,
+    10 (1 + 2 share) ms. With a second core the first waiter takes the free core."""
+    def end(ranks: int, cores: int) -> float:
+        env = simpy.Environment()
+        hosts = Hosts(env, [0] * ranks, cores, 3e-3, spin=spin, poll_spin_s=0.0,
+                      poll_s=0.0 if spin else 1e-6, spin_share=0.9, nap_share=1.3)
+        done, ends = env.event(), []
+
+        def worker():
+            yield from hosts.run(0, 10e-3)
+            ends.append(env.now)
+            done.succeed()
+
+        for waiter in range(1, ranks):
+            env.process(hosts.wait(waiter, done))
+        env.process(worker())
+        env.run()
+        return ends[0]
+
+    assert end(1, 1) == pytest.approx(10e-3)
+    assert end(2, 1) == pytest.approx(10e-3 * (1 + share))
+    assert end(3, 1) == pytest.approx(10e-3 * (1 + 2 * share))
+    assert end(3, 2) == pytest.approx(10e-3 * (1 + share))  # one waiter per core, shared
+    assert end(2, 2) == pytest.approx(10e-3)  # a core each: nobody shares
+
+
+def test_an_idle_server_rank_waits_for_messages_and_shares_the_core():
+    """Rank 1 is a server (an idle waiter): while it has no task it takes nap_share of the
+    worker's core; while it works it is a second task on the core instead."""
+    env = simpy.Environment()
+    hosts = Hosts(env, [0, 0], 1, 3e-3, spin=False, poll_spin_s=0.0, poll_s=1e-6,
+                  nap_share=0.5, idle_waiters=[1])
+    ends = {}
+
+    def task(name, rank, at, seconds):
+        yield env.timeout(at)
+        yield from hosts.run(rank, seconds)
+        ends[name] = env.now
+
+    env.process(task("worker", 0, 0.0, 2e-3))
+    env.process(task("server", 1, 4e-3, 1e-3))
+    env.run()
+    assert ends == pytest.approx({"worker": 3e-3, "server": 5e-3})
+
+
+def test_a_rank_keeps_its_core_for_the_spin_after_its_work():
+    """One core: rank 0 works 1 ms, then waits (spin 50 us, then naps) for a message at
+    1.02 ms; rank 1 queued 1 ms of work at 0.5 ms. Linux runs rank 0 on until it naps, so
+    it notices the message while spinning, and its 0.1 ms of work after it runs before
+    rank 1's."""
+    env = simpy.Environment()
+    hosts = Hosts(env, [0, 0, 0], 1, 3e-3, spin=False, poll_spin_s=50e-6, poll_s=40e-6,
+                  notice_s=500e-6)
+    ends = {}
+
+    def rank0():
+        yield from hosts.run(0, 1e-3)
+        yield from hosts.wait(0, env.timeout(20e-6))
+        ends["noticed"] = env.now
+        yield from hosts.run(0, 0.1e-3)
+        ends["rank 0"] = env.now
+
+    def rank1():
+        yield env.timeout(0.5e-3)
+        yield from hosts.run(1, 1e-3)
+        ends["rank 1"] = env.now
+
+    env.process(rank0())
+    env.process(rank1())
+    env.run()
+    assert ends == pytest.approx({"noticed": 1.02e-3, "rank 0": 1.12e-3, "rank 1": 2.12e-3})
+
+
+def test_the_notice_has_a_base_and_a_part_per_rank_beyond_the_cores():
+    env = simpy.Environment()
+    hosts = Hosts(env, [0] * 4, 2, 3e-3, spin=False, poll_spin_s=50e-6, poll_s=40e-6,
+                  notice_s=25e-6, notice_base_s=30e-6)
+    seen = []
+
+    def waiter():
+        yield from hosts.wait(0, env.timeout(1e-3))
+        seen.append(env.now)
+
+    env.process(waiter())
+    env.run()
+    assert seen == [pytest.approx(1e-3 + 30e-6 + 2 * 25e-6)]

@@ -32,10 +32,16 @@ def test_calibrate_host_writes_a_profile_load_host_reads_with_every_fit_error(tm
         assert f["max_error"] >= 0 and f["rms_error"] >= 0 and len(f["samples"]) >= 3
         assert all({"bytes", "seconds", "error"} <= set(s) for s in f["samples"])
     assert set(data["measured_through"]) == {"copy", "update", "reduce", "message", "step",
-                                             "poll", "rendezvous"}
+                                             "poll", "rendezvous", "share"}
     assert profile.notice_s >= 0 and profile.rendezvous_s >= 0
     noticed = data["rendezvous"]["noticed_s"]  # per level of ranks, per message size
-    assert len(noticed) == 2 and all(len(n) == 2 and min(n) > 0 for n in noticed)
+    assert len(noticed) == 3 and all(len(n) == 2 and min(n) > 0 for n in noticed)
+    assert profile.notice_base_s >= 0
+    assert profile.spin_share >= 0 and profile.nap_share >= 0
+    for wait in ("spin", "sleep"):  # slowdowns beside 1 and 2 waiters, and the fit's errors
+        assert len(data["share"][wait]["slowdowns"]) == 2
+        assert min(data["share"][wait]["slowdowns"]) > 0
+    assert any(line.strip().startswith("nap_share") and "fit error" in line for line in lines)
     assert profile.poll_s >= 20e-6 and profile.poll_spin_s == 50e-6  # a nap takes what it asks
     assert data["step"]["step_s"] == pytest.approx(profile.step_s)
     assert lines[-1] == f'  cluster.host = "calibrated:{path}"'
@@ -81,3 +87,19 @@ def test_fit_gather_recovers_a_constant_a_cost_per_row_and_a_rate():
     # no per-row cost in the data: none is found (and a term is never negative)
     f = fit_gather(rows, nbytes, [1e-6 + n / 12e9 for n in nbytes])
     assert 0 <= f["row_s"] < 1e-15 and f["rate_Bps"] == pytest.approx(12e9, rel=1e-6)
+
+
+def test_the_waiters_share_is_the_least_squares_slope_through_one():
+    from sim.real.calibration.host import fit_share, linear_in_excess
+
+    exact = fit_share([1, 2], [2.3, 3.6])
+    assert exact["share"] == pytest.approx(1.3) and exact["max_error"] == pytest.approx(0)
+    off = fit_share([1, 2], [2.0, 3.8])  # share = (1 + 5.6) / 5 = 1.32
+    assert off["share"] == pytest.approx(1.32)
+    assert off["errors"] == pytest.approx([2.32 / 2.0 - 1, 3.64 / 3.8 - 1])
+    assert fit_share([1, 2], [0.9, 0.95])["share"] == 0.0  # never negative
+    line = linear_in_excess([1, 2, 3], [55e-6, 80e-6, 105e-6])
+    assert line["base_s"] == pytest.approx(30e-6) and line["per_rank_s"] == pytest.approx(25e-6)
+    assert line["max_error"] == pytest.approx(0, abs=1e-9)
+    through_zero = linear_in_excess([1, 3], [10e-6, 60e-6])  # the line would cross below 0
+    assert through_zero["base_s"] == 0.0 and through_zero["per_rank_s"] > 0

@@ -59,14 +59,21 @@ class HostProfile:
     update_call_s: float = 0.0  # the constant of each SGD step (Python around the kernel)
     reduce_call_s: float = 0.0  # the constant of each sum
     source: str = ""
-    # a sleeping rank on a host whose ranks outnumber its cores notices a message notice_s
-    # after it arrives per rank beyond the cores (its nap, then a core); a message over
+    # a sleeping rank on a host whose ranks outnumber its cores notices a message
+    # notice_base_s + notice_s per rank beyond the cores after it arrives (its nap, then a
+    # core); a message over
     # rendezvous_bytes (the MPI library's eager limit) needs a handshake first (LogGPS's
     # synchronisation: Ino, Fujimoto and Hagihara 2001): rendezvous_s longer per rank
     # beyond the cores, for such sleeping ranks
     notice_s: float = 0.0
     rendezvous_bytes: float = math.inf
     rendezvous_s: float = 0.0
+    # ranks waiting for messages take CPU from work on their core: beside k waiters per
+    # core work runs 1 + k x spin_share (spinning in MPI) or nap_share (napping) times
+    # slower, measured
+    spin_share: float = 0.0
+    nap_share: float = 0.0
+    notice_base_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("copy_Bps", "update_Bps", "reduce_Bps", "slice_s", "message_Bps",
@@ -76,7 +83,7 @@ class HostProfile:
                 raise ValueError(f"host profile {self.name!r}: {name} must be > 0, got {value}")
         for name in ("message_s", "step_s", "poll_spin_s", "poll_s", "copy_call_s",
                      "copy_row_s", "update_call_s", "reduce_call_s", "notice_s",
-                     "rendezvous_s"):
+                     "rendezvous_s", "spin_share", "nap_share", "notice_base_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "

@@ -91,7 +91,9 @@ def build_hosts(env: simpy.Environment, config: Config, ranks: int,
     spin = cluster.wait == "spin" or (cluster.wait == "auto" and not (shared and kernels))
     host = costs.host
     return Hosts(env, placed, cluster.cores, host.slice_s, spin, host.poll_spin_s, host.poll_s,
-                 host.notice_s, host.rendezvous_bytes, host.rendezvous_s)
+                 host.notice_s, host.rendezvous_bytes, host.rendezvous_s, host.spin_share,
+                 host.nap_share, idle_waiters=range(cluster.workers, ranks),
+                 notice_base_s=host.notice_base_s)
 
 
 def build_simulation(config: Config) -> Simulation:

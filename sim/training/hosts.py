@@ -34,9 +34,12 @@ class Hosts:
     def __init__(self, env: simpy.Environment, rank_hosts: Sequence[int], cores: int,
                  slice_s: float, spin: bool, poll_spin_s: float = 0.0,
                  poll_s: float = 0.0, notice_s: float = 0.0,
-                 rendezvous_bytes: float = math.inf, rendezvous_s: float = 0.0) -> None:
+                 rendezvous_bytes: float = math.inf, rendezvous_s: float = 0.0,
+                 spin_share: float = 0.0, nap_share: float = 0.0,
+                 idle_waiters: Sequence[int] = (), notice_base_s: float = 0.0) -> None:
         self.env, self.slice_s = env, slice_s
-        self.poll_spin_s, self.poll_s, self.notice_s = poll_spin_s, poll_s, notice_s
+        self.poll_spin_s, self.poll_s = poll_spin_s, poll_s
+        self.notice_base_s, self.notice_s = notice_base_s, notice_s
         self.rendezvous_bytes, self.rendezvous_s = rendezvous_bytes, rendezvous_s
         self.rank_hosts = list(rank_hosts)
         ranks_on = {h: self.rank_hosts.count(h) for h in set(self.rank_hosts)}
@@ -48,6 +51,15 @@ class Hosts:
                            and any(self.shared.values()))
         self.threads = [simpy.Resource(env, 1) for _ in self.rank_hosts]
         self.free_at = [0.0] * len(self.rank_hosts)  # when each rank's thread is next idle
+        self.lingering: dict[int, Any] = {}  # rank -> the core it ran on until now
+        # waiters take a share of the cores they share with work (:meth:`stretch`)
+        self.wait_share = spin_share if spin else nap_share
+        self.working = [False] * len(self.rank_hosts)  # has a task on its thread
+        self.busy = dict.fromkeys(ranks_on, 0)  # ranks with a task, per host
+        self.waiting = dict.fromkeys(ranks_on, 0)  # ranks waiting (spinning or napping)
+        # ranks that wait for messages whenever they have no task (parameter servers)
+        self.idle_waiters = {h: [r for r in idle_waiters if self.rank_hosts[r] == h]
+                             for h in ranks_on}
         self.spin = spin
 
     def run(self, rank: int, seconds: float, woken: bool = False,
@@ -69,14 +81,82 @@ class Hosts:
             if handshake_s > 0:
                 yield self.env.timeout(handshake_s)
             host = self.rank_hosts[rank]
-            left = seconds
-            while left > 0:
-                with self.cores[host].request() as core:
-                    yield core
-                    ran = min(left, self.slice_s)
-                    yield self.env.timeout(ran)
-                    left -= ran
+            self._work(rank, host, True)
+            try:
+                yield from self._slices(rank, host, seconds)
+            finally:
+                self._work(rank, host, False)
             self.free_at[rank] = self.env.now
+
+    def _slices(self, rank: int, host: int,
+                seconds: float) -> Generator[simpy.Event, Any, None]:
+        """``seconds`` of work on a shared host's cores, a slice at a time; each slice takes
+        longer by :meth:`stretch` while waiters share the cores."""
+        left = seconds
+        while left > 0:
+            core = yield from self._core(rank, host)
+            ran = min(left, self.slice_s)
+            try:
+                yield self.env.timeout(ran * self.stretch(host))
+            except simpy.Interrupt:
+                self.cores[host].release(core)
+                raise
+            left -= ran
+            if left > 0:  # the slice is over: to the back of the queue
+                self.cores[host].release(core)
+            else:
+                self._linger(rank, host, core)
+
+    def _work(self, rank: int, host: int, working: bool) -> None:
+        self.working[rank] = working
+        self.busy[host] += 1 if working else -1
+
+    def stretch(self, host: int) -> float:
+        """How much longer work takes on ``host`` now than on a core of its own (>= 1).
+
+        Ranks that wait for messages, spinning in MPI (which yields between polls) or
+        napping (waking every poll), still take CPU from work on their core: with k
+        waiters per busy core, work runs 1 + k x ``spin_share`` (or ``nap_share``) times
+        slower (measured: :func:`sim.real.calibration.host.measure_wait_share`). Waiters
+        take the cores that no work uses first."""
+        working = self.busy[host]
+        if not working or not self.wait_share:
+            return 1.0
+        idle = sum(not self.working[r] for r in self.idle_waiters[host])
+        cores = self.cores[host].capacity
+        waiters = max(0, self.waiting[host] + idle - max(0, cores - working))
+        return 1.0 + self.wait_share * waiters / min(working, cores)
+
+    def _core(self, rank: int, host: int) -> Generator[simpy.Event, Any, Any]:
+        """A core of ``host`` for ``rank``: the one it is still on (:meth:`_linger`), else
+        the next free one (first come, first served). Returns the granted request."""
+        core = self.lingering.pop(rank, None)
+        if core is not None:
+            return core
+        core = self.cores[host].request()
+        try:
+            yield core
+        except simpy.Interrupt:
+            core.cancel()
+            raise
+        return core
+
+    def _linger(self, rank: int, host: int, core: Any) -> None:
+        """``rank`` stays on ``core`` for what it does next at this instant (more work, or
+        the spin before a nap), as a Linux thread keeps its CPU until its slice ends or it
+        sleeps; the core is given up if nothing follows at once."""
+        self.lingering[rank] = core
+
+        def give_up(turns: int) -> None:
+            if self.lingering.get(rank) is not core:
+                return
+            if turns:  # the rank's next task first takes a turn to get its thread
+                self.env.timeout(0).callbacks.append(lambda _: give_up(turns - 1))
+                return
+            del self.lingering[rank]
+            self.cores[host].release(core)
+
+        give_up(2)
 
     def _run_alone(self, rank: int, seconds: float) -> Generator[simpy.Event, Any, None]:
         """A core of its own: the thread is a FIFO queue, so the task ends ``seconds`` after
@@ -96,8 +176,15 @@ class Hosts:
         event = self._plain(event)
         host = self.rank_hosts[rank]
         if not self.spin and self.poll_s > 0:
-            return (yield from self._poll(host, event))
-        value = yield event
+            return (yield from self._poll(rank, host, event))
+        if self.shared[host]:
+            self.waiting[host] += 1
+            try:
+                value = yield event
+            finally:
+                self.waiting[host] -= 1
+        else:
+            value = yield event
         if self.spin and self.shared[host] and self._all_cores_working(host):
             # MPICH's blocking wait calls sched_yield between polls (strace: ~10^4 per
             # 0.5 s), so spinners pass cores among themselves at once and hold none
@@ -129,19 +216,28 @@ class Hosts:
         event.callbacks.append(follow)
         return plain
 
-    def _poll(self, host: int, event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
-        """Spin ``poll_spin_s`` (on a core: a shared host's queue first), then nap until
-        the end of the nap in which ``event`` fires."""
+    def _poll(self, rank: int, host: int,
+              event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
+        """Spin ``poll_spin_s`` (on a core: on a shared host the one the rank is on, else
+        the queue's next), then nap until the end of the nap in which ``event`` fires."""
         if event.processed:  # (a timeout is "triggered" as soon as it is made)
             return (yield event)
         if self.shared[host]:
-            with self.cores[host].request() as core:
-                yield core
-                yield event | self.env.timeout(self.poll_spin_s)
+            core = yield from self._core(rank, host)
+            yield event | self.env.timeout(self.poll_spin_s)
+            if event.processed:  # noticed while spinning: it goes on on that core
+                self._linger(rank, host, core)
+                return event.value
+            self.cores[host].release(core)
             napping_from = self.env.now
+            self.waiting[host] += 1
+            try:
+                value = yield event
+            finally:
+                self.waiting[host] -= 1
         else:
             napping_from = self.env.now + self.poll_spin_s
-        value = yield event
+            value = yield event
         late = self._noticed(host, napping_from, self.env.now) - self.env.now
         if late > 0:
             yield self.env.timeout(late)
@@ -149,12 +245,13 @@ class Hosts:
 
     def _noticed(self, host: int, napping_from: float, fired: float) -> float:
         """When a waiter napping since ``napping_from`` notices what happened at ``fired``:
-        the end of that nap; where ranks outnumber the host's cores, ``notice_s`` later for
-        every rank beyond them (the nap, then waiting for a core: measured as one)."""
+        the end of that nap; where ranks outnumber the host's cores, ``notice_base_s`` and
+        ``notice_s`` for every rank beyond them later (the nap, then waiting for a core:
+        measured as one)."""
         if fired <= napping_from:
             return fired
-        if self.shared[host] and self.notice_s > 0:
-            return fired + self.notice_s * self.excess[host]
+        if self.shared[host] and (self.notice_s > 0 or self.notice_base_s > 0):
+            return fired + self.notice_base_s + self.notice_s * self.excess[host]
         return napping_from + math.ceil((fired - napping_from) / self.poll_s) * self.poll_s
 
     def woken_at(self, rank: int) -> float:

@@ -20,9 +20,13 @@ Each cost is measured through the real runner's own code path, over several size
 
 * notice and rendezvous: a napping rank on a host whose ranks outnumber its cores, receiving
   as the server does (netbench mode ``notice``): how late it has a small message
-  (``notice_s``), the eager limit (``rendezvous_bytes``, the spinning ping-pong's biggest
-  step) and what a message beyond it adds (``rendezvous_s``: LogGPS's synchronisation of
-  long messages, Ino, Fujimoto and Hagihara 2001, waiting on both ends' polls).
+  (``notice_base_s + notice_s`` per rank beyond the cores), the eager limit
+  (``rendezvous_bytes``, the spinning ping-pong's biggest step) and what a message beyond
+  it adds (``rendezvous_s``: LogGPS's synchronisation of long messages, Ino, Fujimoto and
+  Hagihara 2001, waiting on both ends' polls).
+* waiting ranks' share of a core: ranks pinned to one core, one working, k waiting for it
+  as real ranks wait (netbench mode ``share``): work runs ``1 + k x share`` slower
+  (``spin_share`` for spinning waiters, ``nap_share`` for napping ones).
 
 ``slice_s`` (the scheduler's time slice when ranks share a core) is not measured: 3 ms.
 The profile keeps every fit's parameters, its errors and the raw samples.
@@ -59,6 +63,8 @@ MESSAGE_BYTES_QUICK = [64, 65536, 1_048_576]
 EAGER_SIZES = list(range(1024, 16385, 1024))
 RENDEZVOUS_PROBE_BYTES = 32768
 NOTICE_WORK_S = 100e-6  # each sender's CPU between messages: a sub-millisecond gradient
+SHARE_UNIT_S = 1e-3  # a unit of work beside waiting ranks: a few of their polls long
+SHARE_WAITERS = [1, 2]  # waiting ranks on the working rank's core
 
 
 def median_s(call: Callable[[], Any], min_time_s: float) -> float:
@@ -249,11 +255,25 @@ def per_excess_rank(excess: list[int], seconds: list[float]) -> dict[str, Any]:
     return {"per_rank_s": rate, "errors": errors, "max_error": max(map(abs, errors))}
 
 
+def linear_in_excess(excess: list[int], seconds: list[float]) -> dict[str, Any]:
+    """Least squares of ``seconds = base + rate x excess`` (both >= 0): the nap itself,
+    then the competition per rank beyond the cores; each point's relative error."""
+    e, t = np.asarray(excess, float), np.asarray(seconds, float)
+    rate, base = np.polyfit(e, t, 1)
+    if base < 0:
+        return {**per_excess_rank(excess, seconds), "base_s": 0.0}
+    rate = max(float(rate), 0.0)
+    base = float(t.mean() - rate * e.mean())
+    errors = [((base + rate * x) / y - 1) if y > 0 else 0.0 for x, y in zip(e, t, strict=True)]
+    return {"base_s": base, "per_rank_s": rate, "errors": errors,
+            "max_error": max(map(abs, errors))}
+
+
 def measure_rendezvous(quick: bool) -> dict[str, Any]:
     """How late a napping rank on a shared host notices a message, and what a message
     beyond the eager limit adds, per rank beyond the cores
     (:mod:`sim.real.calibration.netbench` modes ``pingpong``, spinning, and ``notice`` with
-    cores + 1 and 2 cores + 1 ranks waiting by napping)."""
+    cores + 1, cores + 2 and 2 cores + 1 ranks waiting by napping)."""
     from sim.real.calibration.calibrate import netbench
 
     reps = 30 if quick else 150
@@ -263,7 +283,7 @@ def measure_rendezvous(quick: bool) -> dict[str, Any]:
     limit = eager_limit(EAGER_SIZES, pp[:-1])
     cores = os.cpu_count() or 1
     small, large = EAGER_SIZES[0], RENDEZVOUS_PROBE_BYTES
-    excess, notices, handshakes, noticed = [1, cores + 1], [], [], []
+    excess, notices, handshakes, noticed = sorted({1, 2, cores + 1}), [], [], []
     for e in excess:
         got = netbench({"mode": "notice", "sizes": [small, large], "reps": reps,
                         "wait": "sleep", "work_s": NOTICE_WORK_S}, cores + e, None)["seconds"]
@@ -271,14 +291,46 @@ def measure_rendezvous(quick: bool) -> dict[str, Any]:
         notices.append(max(got[0] - pp[0], 0.0))
         # what the large message adds beyond the wire's own growth
         handshakes.append(max((got[1] - got[0]) - (pp[-1] - pp[0]), 0.0))
-    notice = per_excess_rank(excess, notices)
+    notice = linear_in_excess(excess, notices)
     handshake = per_excess_rank(excess, handshakes)
-    return {"notice_s": notice["per_rank_s"], "rendezvous_bytes": limit,
+    return {"notice_s": notice["per_rank_s"], "notice_base_s": notice["base_s"],
+            "rendezvous_bytes": limit,
             "rendezvous_s": handshake["per_rank_s"] if limit < large else 0.0,
             "notice_fit": notice, "rendezvous_fit": handshake,
             "pingpong_sizes": sizes, "pingpong_half_rtt_s": pp, "cores": cores,
             "excess_ranks": excess, "notice_sizes": [small, large], "noticed_s": noticed,
             "work_s": NOTICE_WORK_S}
+
+
+def measure_wait_share(quick: bool) -> dict[str, Any]:
+    """What ranks waiting for messages take from work on their core, spinning and napping
+    (:mod:`sim.real.calibration.netbench` mode ``share``: one core, one rank working, k
+    waiting): work runs ``1 + k x share`` times slower than alone, ``share`` fitted over
+    k = 1, 2 by least squares."""
+    from sim import kernels as K
+    from sim.real.calibration.calibrate import netbench
+
+    total, part = np.zeros(2048), np.ones(2048)
+    calls = max(1, round(SHARE_UNIT_S / median_s(lambda: K.sum_into(total, part), 0.02)))
+    reps = 30 if quick else 200
+    spec = {"mode": "share", "calls": calls, "reps": reps}
+    alone = netbench({**spec, "wait": "spin"}, 1, None)["seconds"][0]
+    out: dict[str, Any] = {"unit_alone_s": alone, "calls": calls, "waiters": SHARE_WAITERS}
+    for wait in ("spin", "sleep"):
+        out[wait] = fit_share(SHARE_WAITERS, [
+            netbench({**spec, "wait": wait}, k + 1, None)["seconds"][0] / alone
+            for k in SHARE_WAITERS])
+    return out
+
+
+def fit_share(waiters: list[int], slowdowns: list[float]) -> dict[str, Any]:
+    """Least squares of ``slowdown = 1 + share x waiters`` (share >= 0): the share and
+    each point's relative error."""
+    k, f = np.asarray(waiters, float), np.asarray(slowdowns, float)
+    share = max(float(k @ (f - 1) / (k @ k)), 0.0)
+    errors = ((1 + share * k) / f - 1).tolist()
+    return {"share": share, "slowdowns": f.tolist(), "errors": errors,
+            "max_error": max(map(abs, errors))}
 
 
 def busy_warning(load: float, cpu_s: float, wall_s: float) -> list[str]:
@@ -355,6 +407,7 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
     step = measure_step(quick, wait)
     poll = measure_poll(quick)
     rendezvous = measure_rendezvous(quick)
+    share = measure_wait_share(quick)
     message_Bps = beyond_wire_Bps(fits["message"]["rate_Bps"], fabric_Bps)
     profile = HostProfile(f"calibrated-{platform.node()}", fits["copy"]["rate_Bps"],
                           fits["update"]["rate_Bps"], fits["reduce"]["rate_Bps"],
@@ -366,7 +419,9 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                           f"sim calibrate: host costs through the real runner's code paths; "
                           f"{time.strftime('%Y-%m-%d')}, {platform.node()}, "
                           f"{os.cpu_count()} CPUs", rendezvous["notice_s"],
-                          rendezvous["rendezvous_bytes"], rendezvous["rendezvous_s"])
+                          rendezvous["rendezvous_bytes"], rendezvous["rendezvous_s"],
+                          share["spin"]["share"], share["sleep"]["share"],
+                          rendezvous["notice_base_s"])
     measured_through = {
         "copy": f"sim.workloads.workload.Worker.next_batch (numpy row gather), "
                 f"{concurrency} process(es) at once",
@@ -383,14 +438,18 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                 "before napping is the waiter's SPIN_BEFORE_NAP_S",
         "rendezvous": f"sim.real.calibration.netbench: a spinning ping-pong over "
                       f"{EAGER_SIZES[0]}-{EAGER_SIZES[-1]} B (the eager limit: where it "
-                      f"steps up) and {RENDEZVOUS_PROBE_BYTES} B; then cores + 1 and "
-                      f"2 cores + 1 ranks napping as sim.real.executors.timing.Waiter does, "
+                      f"steps up) and {RENDEZVOUS_PROBE_BYTES} B; then cores + 1, cores + 2 "
+                      f"and 2 cores + 1 ranks napping as sim.real.executors.timing.Waiter does, "
                       f"all but the last sending it a message after each "
                       f"{NOTICE_WORK_S * 1e6:.0f} us of CPU and waiting for its answer: "
-                      f"notice_s is the mean time to have a {EAGER_SIZES[0]} B message less "
-                      f"the ping-pong's, rendezvous_s what a {RENDEZVOUS_PROBE_BYTES} B one "
-                      f"adds beyond the ping-pong's growth, each fitted per rank beyond the "
-                      f"cores"}
+                      f"the mean time to have a {EAGER_SIZES[0]} B message less the "
+                      f"ping-pong's is fitted as notice_base_s + notice_s per rank beyond "
+                      f"the cores, what a {RENDEZVOUS_PROBE_BYTES} B one adds beyond the "
+                      f"ping-pong's growth as rendezvous_s per rank beyond the cores",
+        "share": f"sim.real.calibration.netbench mode share: ranks pinned to one core, one "
+                 f"running {SHARE_UNIT_S * 1e3:.0f} ms units of sim.kernels.sum_into while "
+                 f"{SHARE_WAITERS} others wait in sim.real.executors.timing.Waiter "
+                 f"(spinning, then napping); the mean unit against the unit alone"}
     lines = [f"host: copy {profile.copy_Bps / 1e9:.2f} GB/s, update "
              f"{profile.update_Bps / 1e9:.2f} GB/s, reduce {profile.reduce_Bps / 1e9:.2f} GB/s,"
              f" message {profile.message_s * 1e6:.2f} us + bytes / "
@@ -419,12 +478,23 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                  f"{poll['p10_s'] * 1e6:.1f}-{poll['p90_s'] * 1e6:.1f} us), after "
                  f"{poll['poll_spin_s'] * 1e6:.0f} us of spinning")
     limit = profile.rendezvous_bytes
-    lines.append(f"  notice   {profile.notice_s * 1e6:8.2f} us per rank beyond the cores for a "
+    lines.append(f"  notice   {profile.notice_base_s * 1e6:8.2f} us + "
+                 f"{profile.notice_s * 1e6:.2f} us per rank beyond the cores for a "
                  f"napping rank to have a message, fit error max "
                  f"{rendezvous['notice_fit']['max_error']:.1%}; eager limit "
                  + ("none found" if limit == float("inf") else f"{limit:.0f} B")
                  + f", rendezvous +{profile.rendezvous_s * 1e6:.2f} us per rank beyond the "
                  f"cores, fit error max {rendezvous['rendezvous_fit']['max_error']:.1%}")
+    for wait, name in (("spin", "spin_share"), ("sleep", "nap_share")):
+        fit_ = share[wait]
+        lines.append(f"  {name:<9}{fit_['share']:7.2f}    work beside k waiting ranks "
+                     f"({wait}) runs 1 + k x {fit_['share']:.2f} times slower: measured "
+                     + ", ".join(f"k={k}: {f:.2f}x" for k, f in zip(
+                         share["waiters"], fit_["slowdowns"], strict=True))
+                     + f", fit error max {fit_['max_error']:.1%}")
+        if fit_["max_error"] > MAX_ERROR:
+            warnings.append(f"warning: the {name} fit is off by up to "
+                            f"{fit_['max_error']:.0%} (over {MAX_ERROR:.0%})")
     for name in ("notice", "rendezvous"):
         if rendezvous[f"{name}_fit"]["max_error"] > MAX_ERROR:
             warnings.append(f"warning: the {name} fit is off by up to "
@@ -432,6 +502,7 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                             f"{MAX_ERROR:.0%}): the delay does not grow in proportion to "
                             "the ranks beyond the cores here")
     save_host_profile(path, profile, fits=fits, step=step, poll=poll, rendezvous=rendezvous,
+                      share=share,
                       measured_through=measured_through,
                       load_average=load, cpu_fraction=cpu_s / wall_s if wall_s else None,
                       fabric_overhead_s=fabric_overhead_s, fabric_Bps=fabric_Bps,

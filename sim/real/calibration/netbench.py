@@ -15,6 +15,10 @@ calibrated, and waiting the way real runs wait (the spec's ``wait``). Modes:
   message's ``Isend`` to rank 1 having it, for each size (a napping receiver on busy cores
   notices it late, and a message beyond the eager limit waits for both ends' polls). One
   message at a time: no queue at the receiver;
+* ``share`` (p >= 1 ranks, all pinned to one core): rank 0 runs units of CPU work
+  (``calls`` in-cache ``sim.kernels.sum_into`` of 16 KB, the kernel a server and an
+  allreduce round run) while the other ranks wait for a message from it, as real ranks wait (the
+  spec's ``wait``); the mean time of one unit (how much of the core waiting ranks take);
 * ``message`` (2 ranks): the time per message when rank 0 sends n-byte messages back to
   back the way a parameter-server worker pushes (:mod:`sim.real.executors.ps`: header,
   ``sim.kernels.copy`` of the payload into the message, ``Isend``, wait) and rank 1
@@ -181,6 +185,33 @@ def notice(comm: Any, waiter: Any, sizes: list[int], reps: int, work_s: float) -
     return out
 
 
+def share(comm: Any, waiter: Any, reps: int, calls: int) -> list[float]:
+    """Rank 0 works on a core shared with the other ranks, which wait for it."""
+    import os
+
+    from mpi4py import MPI
+
+    from sim import kernels as K
+
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    rank, done = comm.Get_rank(), np.zeros(1)
+    comm.Barrier()
+    if rank != 0:
+        waiter.one(comm.Irecv([done, MPI.DOUBLE], source=0, tag=6))
+        return [0.0]
+    total, part = np.zeros(2048), np.ones(2048)  # 16 KB each: in cache
+    units = []
+    for _ in range(WARMUP + reps):
+        began = time.perf_counter()
+        for _ in range(calls):
+            K.sum_into(total, part)
+        units.append(time.perf_counter() - began)
+    for other in range(1, comm.Get_size()):
+        comm.Send([done, MPI.DOUBLE], dest=other, tag=6)
+    return [float(np.mean(units[WARMUP:]))]
+
+
 def _max() -> Any:
     from mpi4py import MPI
 
@@ -208,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         seconds = message(comm, waiter, sizes, reps)
     elif mode == "notice":
         seconds = notice(comm, waiter, sizes, reps, spec["work_s"])
+    elif mode == "share":
+        seconds = share(comm, waiter, reps, spec["calls"])
     else:
         seconds = allreduce(comm, waiter, sizes, reps, spec.get("algorithm", "ring"),
                             spec.get("impl", "schedule"))

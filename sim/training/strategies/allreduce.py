@@ -18,7 +18,7 @@ on the ring) and each decodes and adds the p - 1 it received, as QSGD (Alistarh 
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import simpy
@@ -29,10 +29,21 @@ from sim.network.runner import run_alone
 from sim.training.messages import Message
 from sim.training.pipeline import AllreduceChannel
 from sim.training.rules import SGD
-from sim.training.server import transfer
 from sim.training.strategies.base import Strategy, block, compute, cpu, everyone
 from sim.training.strategies.pipelined import PipelinedStrategy
 from sim.workloads.workload import Worker
+
+
+class RankStep(NamedTuple):
+    """One rank's part of a collective's round (:meth:`AllreduceMixin.rank_plans`)."""
+
+    index: int  # the round
+    sent_s: float  # CPU s to post the rank's sends
+    received_s: float  # CPU s to receive (and sum) what it gets
+    sends: list[tuple[int, int, int, float]]  # (transfer, source host, destination host, B)
+    recvs: list[int]  # the transfers it receives
+    handshake_s: float  # the slowest rendezvous among those (s)
+    rendezvous_sends: list[int]  # its sends beyond the eager limit
 
 
 class AllreduceMixin:
@@ -47,6 +58,8 @@ class AllreduceMixin:
         self.hosts = np.array([w.host for w in self.ctx.workers])
         self.elapsed_s: dict[int, float] = {}  # message bytes -> simulated allreduce time
         self.cpu_s: dict[int, float] = {}  # message bytes -> CPU of a rank, busiest path
+        # message bytes -> each rank's part of each round, transfers per round
+        self.plans: dict[int, tuple[list[list[RankStep]], list[int]]] = {}
         # CPU s of a rank after the collective, decoding and adding what it received (an
         # allgather's p - 1 messages); an allreduce's sums are in its rounds already
         self.decode_s = 0.0
@@ -79,47 +92,79 @@ class AllreduceMixin:
 
     def allreduce_by_rounds(self, nbytes: int,
                             overlapped: bool = False) -> Generator[simpy.Event, Any, None]:
-        """Each round of the schedule: every rank posts its sends on its core, the round's
-        messages cross the network, each rank notices them as it waits (spinning or
-        polling, :meth:`sim.training.hosts.Hosts.wait`) and receives, and sums, them on
-        its core."""
-        ctx, env, costs = self.ctx, self.ctx.env, self.ctx.cpu
-        schedule = self.collective.schedule(ctx.n, int(nbytes))
-        ranks = range(ctx.n)
+        """Every rank goes through the rounds it takes part in on its own, as real ranks do
+        (:mod:`sim.real.executors.collective`): it posts its sends on its core (they leave
+        then, not when every rank has posted), waits for its receives to arrive (spinning
+        or polling, :meth:`sim.training.hosts.Hosts.wait`), and receives, and sums, them
+        on its core. Ends when the last rank has."""
+        env = self.ctx.env
+        plans, sizes = self.rank_plans(int(nbytes))
+        delivered = [[env.event() for _ in range(n)] for n in sizes]
+        taken = [[env.event() for _ in range(n)] for n in sizes]
+        yield simpy.AllOf(env, [env.process(self.rank_rounds(w, plan, delivered, taken,
+                                                             overlapped))
+                                for w, plan in enumerate(plans)])
 
-        def on_cores(seconds: np.ndarray) -> simpy.Event:
-            return simpy.AllOf(env, [env.process(cpu(ctx, w, "overhead", float(seconds[w]),
-                                                     overlapped)) for w in ranks])
+    def rank_rounds(self, w: int, plan: list[RankStep], delivered: list[list[simpy.Event]],
+                    taken: list[list[simpy.Event]],
+                    overlapped: bool) -> Generator[simpy.Event, Any, None]:
+        """Rank ``w``'s rounds. A message beyond the eager limit is a rendezvous
+        (MPICH's large-message protocol: the sender announces it, the receiver copies it
+        when it notices, then tells the sender): the receiver spends its
+        :meth:`~sim.training.hosts.Hosts.handshake_s` once it has noticed the message,
+        and the sender's round ends only when it notices that the receiver has taken it.
+        ``delivered[r][t]`` and ``taken[r][t]``: transfer t of round r has arrived, and
+        its receiver has taken it."""
+        ctx = self.ctx
+        for step in plan:
+            yield from cpu(ctx, w, "overhead", step.sent_s, overlapped)
+            for t, src, dst, count in step.sends:
+                ctx.network.send(src, dst, count).callbacks.append(
+                    lambda _, done=delivered[step.index][t]: done.succeed())
+            incoming = [delivered[step.index][t] for t in step.recvs]
+            yield from block(ctx, w, "wire", simpy.AllOf(ctx.env, incoming), overlapped)
+            if step.handshake_s > 0:
+                with ctx.recorder.span(w, "wire", overlapped):
+                    yield ctx.env.timeout(step.handshake_s)
+            for t in step.recvs:
+                taken[step.index][t].succeed()
+            if step.rendezvous_sends:
+                yield from block(ctx, w, "wire", simpy.AllOf(
+                    ctx.env, [taken[step.index][t] for t in step.rendezvous_sends]),
+                    overlapped)
+            yield from cpu(ctx, w, "overhead", step.received_s, overlapped)
+        if self.decode_s:
+            yield from cpu(ctx, w, "overhead", self.decode_s, overlapped)
 
+    def rank_plans(self, nbytes: int) -> tuple[list[list[RankStep]], list[int]]:
+        """Each rank's part of every round of an allreduce of ``nbytes``, and the number of
+        transfers in each round (remembered per size)."""
+        if nbytes in self.plans:
+            return self.plans[nbytes]
+        ctx = self.ctx
+        schedule = self.collective.schedule(ctx.n, nbytes)
+        plans: list[list[RankStep]] = [[] for _ in range(ctx.n)]
         for r in range(schedule.n_rounds):
             rnd = schedule.round(r)
             if not len(rnd):
                 continue
-            sent, received = costs.round_s(rnd, schedule.n_endpoints)
-            yield on_cores(sent)
-            # the round's messages alone (a collective's plan would be charged whole by the
-            # analytical network's closed form)
-            arrived = transfer(ctx.network, self.hosts[rnd.src], self.hosts[rnd.dst],
-                               rnd.count.astype(float))
-            yield simpy.AllOf(env, [env.process(block(ctx, w, "wire", arrived, overlapped))
-                                    for w in ranks])
-            yield from self.round_handshake(rnd, overlapped)
-            yield on_cores(received)
-        if self.decode_s:
-            yield on_cores(np.full(ctx.n, self.decode_s))
-
-    def round_handshake(self, rnd: Any,
-                        overlapped: bool) -> Generator[simpy.Event, Any, None]:
-        """The round's messages beyond the eager limit finish their rendezvous (the
-        slowest one; :meth:`sim.training.hosts.Hosts.handshake_s`), recorded as wire."""
-        ctx = self.ctx
-        handshake = ctx.hosts.slowest_handshake_s(rnd.src, rnd.dst, rnd.count)
-        if handshake <= 0:
-            return
-        start = ctx.env.now
-        yield ctx.env.timeout(handshake)
-        for w in ctx.workers:
-            ctx.recorder.add_span(w.index, "wire", start, ctx.env.now, overlapped)
+            sent, received = ctx.cpu.round_s(rnd, schedule.n_endpoints)
+            handshakes = np.array([ctx.hosts.handshake_s(int(s), int(d), float(c))
+                                   for s, d, c in zip(rnd.src, rnd.dst, rnd.count,
+                                                      strict=True)])
+            for w in range(ctx.n):
+                out, into = np.flatnonzero(rnd.src == w), np.flatnonzero(rnd.dst == w)
+                if not (len(out) or len(into)):
+                    continue
+                sends = [(int(t), int(self.hosts[rnd.src[t]]), int(self.hosts[rnd.dst[t]]),
+                          float(rnd.count[t])) for t in out]
+                plans[w].append(RankStep(
+                    r, float(sent[w]), float(received[w]), sends, into.tolist(),
+                    float(handshakes[into].max(initial=0.0)),
+                    [int(t) for t in out if handshakes[t] > 0]))
+        sizes = [len(schedule.round(r)) for r in range(schedule.n_rounds)]
+        self.plans[nbytes] = plans, sizes
+        return plans, sizes
 
     def allreduce_time(self, nbytes: int) -> Generator[simpy.Event, Any, float]:
         """Wait while every worker's messages of an allreduce of ``nbytes`` cross the
