@@ -39,11 +39,13 @@ native: $(NATIVE_LIB)
 # editable (`pip install -e .`): every process started from the environment imports `sim`
 # from this checkout, Dask's `dask scheduler` and `dask worker` included. That install
 # compiles the kernels in place for this machine, as native/build.py does (see
-# native.build.BuildPyWithNative), so the two never disagree.
+# native.build.BuildPyWithNative), so the two never disagree. It builds in this environment
+# (no isolation): the kernels' rpath then names this environment's OpenBLAS, not a
+# temporary build environment's that pip deletes afterwards.
 $(INSTALLED): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --quiet -r requirements.txt
-	$(PY) -m pip install --quiet --quiet --no-deps -e .
+	$(PY) -m pip install --quiet --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
 # Rebuilt when a kernel source changes; the install (order-only) builds it the first time.

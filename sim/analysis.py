@@ -11,6 +11,8 @@ Everything is read from result files on disk (``config.toml``, ``summary.json``,
 - :func:`samples_to_target`, :func:`efficiency`, :func:`tradeoff`: hardware vs statistical
   efficiency (seconds per sample, samples to a target loss)
 - :func:`select`, :func:`table`: rows matching config values; a value as a 2-D table
+- :func:`by_config`: runs differing only by their seed taken together: mean and 95%
+  confidence interval per configuration
 - :func:`override`, :func:`cached_sweep`: ``--set`` text; a sweep run once per overrides
 - :func:`setup_notebook`, :func:`show`: a notebook's figure style and results directory;
   the PNGs a plot function wrote, displayed
@@ -32,8 +34,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from sim import seeds
 from sim.errors import UserError
 from sim.results import Run, Sweep, as_runs
+from sim.seeds import config_keys
 
 PathLike = str | Path
 #: What the functions that read runs accept: a run or sweep directory, a Run, a list of
@@ -160,6 +164,38 @@ def table(rows: pd.DataFrame, index: str, columns: str, values: str,
     return grid.reindex(index=pd.unique(chosen[index]), columns=pd.unique(chosen[columns]))
 
 
+def by_config(source: PathLike | pd.DataFrame,
+              values: Sequence[str] = ("final_loss", "time_to_target_s"),
+              keys: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per configuration: runs that differ only by ``run.seed`` taken together.
+
+    ``source``: a sweep directory or a table from :func:`load_results` or :func:`load_runs`.
+    Columns: the configuration's ``keys`` (default: the dotted columns but ``run.seed`` whose
+    values differ between rows, e.g. the swept keys), ``runs``, and for each of ``values``
+    its mean over the runs, ``<value>_ci`` (half-width of the 95% interval, Student t, see
+    :func:`sim.stats.mean_ci`; NaN for one run) and ``<value>_n`` (runs with a finite value:
+    for ``time_to_target_s``, how many reached the target). Raises UserError naming a
+    missing column.
+    """
+    frame = source if isinstance(source, pd.DataFrame) else load_results(source)
+    missing = [c for c in (*values, *(keys or ())) if c not in frame.columns]
+    if missing:
+        raise UserError(f"by_config: no column {missing[0]!r} (columns: "
+                        f"{', '.join(map(str, frame.columns))})")
+    rows = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    if keys is None:
+        keys = [k for k in config_keys(rows) if len({repr(r.get(k)) for r in rows}) > 1]
+    out = []
+    for config, members in seeds.by_config(rows, keys).items():
+        row: dict[str, Any] = {**dict(zip(keys, config, strict=True)), "runs": len(members)}
+        for value in values:
+            ci = seeds.summarise(members, value)
+            row.update({value: ci.mean, f"{value}_ci": ci.half_width, f"{value}_n": ci.n})
+        out.append(row)
+    return pd.DataFrame(out, columns=[*keys, "runs", *(f"{v}{end}" for v in values
+                                                       for end in ("", "_ci", "_n"))])
+
+
 # ---- curves --------------------------------------------------------------------------------
 
 def curves(source: Source, kind: str = "eval",
@@ -177,6 +213,10 @@ def curves(source: Source, kind: str = "eval",
     names = {"eval": EVAL_COLUMNS, "update": UPDATE_COLUMNS}.get(kind)
     if names is None:
         raise UserError(f"curves: kind must be 'eval' or 'update', got {kind!r}")
+    if clash := [c for c in columns if c in names or c == "samples"]:
+        # e.g. the summary's clock ("simulated" / "wall") and the update rows' clock
+        raise UserError(f"curves: run column(s) {', '.join(clash)} are also columns of the "
+                        f"{kind} rows; select them from load_runs instead")
     runs = _as_table(source, ["run", "samples_per_update", *columns])
     frames = []
     for _, run in runs.iterrows():

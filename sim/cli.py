@@ -20,7 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("sim.commands.plot", "figures from result directories"),
     "list": ("sim.commands.list", "fabrics, strategies, models, experiments"),
     "bench": ("sim.bench", "benchmarks that print ratios measured side by side"),
-    "collective": ("sim.network.calculator", "time of one collective on a simulated fabric"),
+    "collective": ("sim.network.calculator",
+                   "time collectives on simulated fabrics: one, or swept like nccl-tests"),
     "real": ("sim.commands.real", "run one experiment config on real MPI ranks"),
     "calibrate": ("sim.commands.calibrate", "measure this machine: kernel rates, network"),
     "compare": ("sim.commands.compare", "simulated vs real run: errors, curves, report"),
@@ -44,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one subcommand; bad input prints one line on stderr and returns 2."""
     argv = sys.argv[1:] if argv is None else argv
     chosen = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(chosen).parse_args(argv)
-    try:
+    try:  # an argument's type (a config's name) may raise UserError while parsing
+        args = build_parser(chosen).parse_args(argv)
         return int(importlib.import_module(args._module).main(args) or 0)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

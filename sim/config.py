@@ -18,6 +18,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.errors import UserError
+from sim.names import literal_hint, unknown, unknown_key
 
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
@@ -176,8 +177,9 @@ class Run(Section):
                                       "batch, an asp gradient one): compares strategies at "
                                       "equal work")
     seeds: list[NonNegativeInt] = doc([], "sweeps repeat every point for each seed")
-    trace_flows: NonNegativeInt = doc(100_000, "link flows kept on trace.json's link tracks "
-                                      "(the first ones in the window; a cut is marked)")
+    trace_flows: NonNegativeInt = doc(100_000, "link flows kept on trace.json's link tracks, "
+                                      "arrows and link counters (the first ones in the "
+                                      "window; a cut is marked; 0: no link side)")
     trace_window_s: list[NonNegative] = doc([], "[start, end]: only the link flows of this "
                                             "simulated span go on the trace (empty: all)")
 
@@ -226,8 +228,7 @@ class Config(Section):
 
 def _known(key: str, value: str, names: list[str]) -> None:
     if value not in names:
-        raise ValueError(f"{key}: unknown {key.split('.')[-1]} {value!r}; "
-                         f"expected one of {', '.join(sorted(names))}")
+        raise ValueError(f"{key}: {unknown(key.split('.')[-1], value, sorted(names))}")
 
 
 def _check_names(c: Config) -> None:
@@ -425,12 +426,15 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """A copy of ``data`` with each ``a.b=value`` set (tables created as needed)."""
+    """A copy of ``data`` with each ``a.b=value`` set (tables created as needed). Raises
+    UserError for a key the schema does not have, suggesting the closest one."""
     import copy
 
     data = copy.deepcopy(data)
     for text in overrides:
         path, value = parse_override(text)
+        if wrong := unknown_key(Config, path):
+            raise UserError(f"--set {text!r}: {wrong}")
         node = data
         for part in path[:-1]:
             child = node.setdefault(part, {})
@@ -444,12 +448,14 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 def _describe(error: dict[str, Any]) -> str:
     loc = ".".join(str(part) for part in error["loc"])
     if error["type"] == "extra_forbidden":
-        return f"{loc}: unknown key"
+        return unknown_key(Config, error["loc"]) or f"{loc}: unknown key"
     msg = error["msg"].removeprefix("Value error, ")
     if error["type"] == "value_error":  # our cross-key checks name their own key
         return msg
     got = error.get("input")
     shown = "" if isinstance(got, dict) else f", got {got!r}"
+    if error["type"] == "literal_error":
+        shown += literal_hint(Config, error["loc"], got)
     return f"{loc}: {msg.lower()}{shown}"
 
 

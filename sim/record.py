@@ -2,7 +2,7 @@
 
 A run directory holds ``config.toml`` (the resolved config), ``summary.json``,
 ``metrics.csv`` (tidy rows: one per update and one per evaluation, each with
-``time_s``) and ``trace.json`` (Chrome trace event format, one track per worker).
+``time_s``) and ``trace.json`` (Chrome trace event format, built by :mod:`sim.trace`).
 :func:`write_run` writes them into a temporary directory beside the target and
 renames it into place, so a killed run leaves nothing half-written; a run stopped on purpose
 (Ctrl-C, SIGTERM) is written with ``"complete": false``.
@@ -26,6 +26,9 @@ from typing import Any
 import numpy as np
 
 from sim.errors import UserError
+from sim.names import unknown
+from sim.trace import Facts, TraceNotes, chrome_trace
+from sim.trace import link_flows_note as link_flows_note  # (its home was here)
 
 # Where a rank's time goes, the same keys for simulated and real runs (they add up to the
 # run's time): its gradient, gathering its batch, applying updates, the CPU cost of its
@@ -36,7 +39,7 @@ METRIC_COLUMNS = ("kind", "time_s", "iteration", "worker", "clock", "version_rea
 SUMMARY_KEYS = ("sim_time_s", "iterations", "final_loss", "final_accuracy", "time_to_target_s",
                 "samples_per_s", "staleness_mean", "staleness_max", "compute_s", "comm_s",
                 "wait_s", "events", "wall_s", "seed", "data_s", "update_s", "overhead_s",
-                "wire_s", "complete")
+                "wire_s", "complete", "clock")
 
 
 @dataclass(frozen=True)
@@ -63,20 +66,24 @@ _KIND_INDEX = {kind: i for i, kind in enumerate(KINDS)}
 
 class _Span:
     """Times the enclosed waits of ``worker`` as ``kind`` (a small class: a generator-based
-    context manager costs several times more, and every wait of a run enters one)."""
+    context manager costs several times more, and every wait of a run enters one).
+    ``facts``: what it carried, for the trace."""
 
-    __slots__ = ("recorder", "worker", "kind", "overlapped", "start")
+    __slots__ = ("recorder", "worker", "kind", "overlapped", "start", "facts")
 
-    def __init__(self, recorder: Recorder, worker: int, kind: str, overlapped: bool) -> None:
+    def __init__(self, recorder: Recorder, worker: int, kind: str, overlapped: bool,
+                 facts: Facts | None) -> None:
         self.recorder, self.worker, self.kind, self.overlapped = (recorder, worker, kind,
                                                                   overlapped)
+        self.facts = facts
 
     def __enter__(self) -> None:
         self.start = self.recorder.clock()
 
     def __exit__(self, *exc: object) -> None:
         recorder = self.recorder
-        recorder.add_span(self.worker, self.kind, self.start, recorder.clock(), self.overlapped)
+        recorder.add_span(self.worker, self.kind, self.start, recorder.clock(), self.overlapped,
+                          self.facts)
 
 
 class Recorder:
@@ -106,6 +113,7 @@ class Recorder:
         self._updates = {name: array(code) for name, code in _UPDATE_COLUMNS}
         self._evals: list[tuple[int, tuple]] = []  # (updates before it, its row)
         self._spans = {name: array(code) for name, code in _SPAN_COLUMNS}
+        self.notes = TraceNotes()  # what the trace shows beyond the spans
         self._time = [[0.0] * len(KINDS) for _ in range(workers)]  # s per worker and kind
         self._overlapped = [0.0] * workers  # communication beside compute, s per worker
         self.final = (math.nan, math.nan)
@@ -142,7 +150,9 @@ class Recorder:
             self.on_done()
 
     def record(self, update: UpdateRecord) -> None:
-        """An update the strategy rules made (see :meth:`update`)."""
+        """An update the strategy rules made of a worker's push, or of an aggregate of
+        pushes (``worker`` -1; see :meth:`update`)."""
+        self.notes.applied(update.worker, update.version_read, update.staleness)
         self.update(update.worker, update.clock, update.version_read, update.staleness,
                     update.loss, update.samples, update.clock_gap)
 
@@ -164,12 +174,13 @@ class Recorder:
         self.final = (math.nan, math.nan)
 
     def add_span(self, worker: int, kind: str, start: float, end: float,
-                 overlapped: bool = False) -> None:
+                 overlapped: bool = False, facts: Facts | None = None) -> None:
         """Worker spent [start, end) seconds on ``kind`` (one of :data:`KINDS`).
 
         ``overlapped`` spans run alongside the worker's compute (pipelined communication):
         the trace shows them on the worker's own network track, and they are summed apart
         (:attr:`overlapped_s`), not into the worker's time, which they do not take.
+        ``facts``: what the span carried, for the trace.
         """
         if end > start:
             index = _KIND_INDEX[kind]
@@ -183,11 +194,24 @@ class Recorder:
             spans["start"].append(start)
             spans["end"].append(end)
             spans["overlapped"].append(1 if overlapped else 0)
+            if facts is not None or self.notes.tag is not None:
+                self.notes.note(worker, len(spans["worker"]) - 1, overlapped, facts)
 
-    def span(self, worker: int, kind: str, overlapped: bool = False) -> _Span:
+    def span(self, worker: int, kind: str, overlapped: bool = False,
+             facts: Facts | None = None) -> _Span:
         """A context manager timing the enclosed SimPy waits as ``kind`` (also when
-        interrupted)."""
-        return _Span(self, worker, kind, overlapped)
+        interrupted); ``facts`` (which may be filled in inside) go on the trace with it."""
+        return _Span(self, worker, kind, overlapped, facts)
+
+    @contextmanager
+    def tagging(self, facts: Facts, overlapped: bool) -> Iterator[None]:
+        """The spans recorded inside (``overlapped`` or not, as given) carried ``facts``:
+        for a message whose spans the caller does not make itself (a collective)."""
+        self.notes.tag = (facts, overlapped)
+        try:
+            yield
+        finally:
+            self.notes.tag = None
 
     # ---- what was recorded ------------------------------------------------------------
 
@@ -238,11 +262,12 @@ class Recorder:
     # ---- results --------------------------------------------------------------------
 
     def summary(self, seed: int, wall_s: float, events: int, complete: bool = True,
-                **extra: Any) -> dict[str, Any]:
+                clock: str = "simulated", **extra: Any) -> dict[str, Any]:
         """The run's summary.json: the common keys, then ``extra`` (a strategy's or a
         runner's own keys). ``complete``: false for a run stopped early (interrupted), whose
-        figures cover what it reached. Raises ValueError if ``extra`` would replace a
-        common key."""
+        figures cover what it reached. ``clock``: what its times (``sim_time_s``, ``time_s``)
+        measure: "simulated" seconds, or a real run's "wall" seconds. Raises ValueError if
+        ``extra`` would replace a common key."""
         staleness = np.array(self.staleness) if len(self.staleness) else np.zeros(1, np.int64)
         sim_time = float(self.clock())
         # a worker that stopped before the run's end waited for it
@@ -251,6 +276,7 @@ class Recorder:
         mean = breakdown.mean(axis=0)
         result = {
             "sim_time_s": sim_time,
+            "clock": clock,
             "iterations": self.iteration,
             "final_loss": _finite_or_none(self.final[0]),
             "final_accuracy": _finite_or_none(self.final[1]),
@@ -286,75 +312,10 @@ class Recorder:
         return out.getvalue()
 
     def trace(self, flows: Any = None, link_name: Callable[[int], str] = str) -> dict[str, Any]:
-        """Chrome trace events in microseconds: pid 0 has one thread per worker; pid 1 the
-        workers' communication that overlaps their compute (pipelined runs); pid 2 the
-        network links with the flows that crossed them, from ``flows`` (a
-        :class:`~sim.network.flow.FlowLog`: (start s, end s, bytes, links) each, and what it
-        left out, which ``otherData.link_flows`` and a global instant event mark). Slices
-        that overlap in time go to extra lanes of their track."""
-        workers, slices = len(self.breakdown), self.slices
-        events: list[dict[str, Any]] = [
-            {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "workers"}}]
-        events += [{"ph": "M", "name": "thread_name", "pid": 0, "tid": w,
-                    "args": {"name": f"worker {w}"}} for w in range(workers)]
-        events += [{"ph": "X", "name": kind, "cat": kind, "pid": 0, "tid": w,
-                    "ts": start * 1e6, "dur": (end - start) * 1e6}
-                   for w, kind, start, end, overlapped in slices if not overlapped]
-        overlapped = [(start, end, (w,), kind) for w, kind, start, end, lapped in slices
-                      if lapped]
-        events += _lane_events(1, "overlapped communication", overlapped,
-                               lambda w: f"worker {w}")
-        kept = flows.flows if flows is not None else []
-        events += _lane_events(2, "network links (flows)",
-                               [(start, end, path, f"flow {i}: {nbytes:.0f} B")
-                                for i, (start, end, nbytes, path) in enumerate(kept)],
-                               link_name)
-        trace: dict[str, Any] = {"traceEvents": events, "displayTimeUnit": "ms"}
-        if flows is not None:
-            trace["otherData"] = {"link_flows": link_flows_note(flows)}
-            if flows.left_out:
-                events.append({"ph": "i", "s": "g", "pid": 2, "tid": 0,
-                               "ts": flows.first_left_out_s * 1e6,
-                               "name": f"trace cut: {flows.left_out} of {flows.finished} "
-                                       "link flows left out from here (run.trace_flows, "
-                                       "run.trace_window_s)"})
-        return trace
-
-
-def link_flows_note(flows: Any) -> dict[str, Any]:
-    """What the trace's link tracks hold: flows finished, kept, left out, and the limits."""
-    window = [float(w) for w in flows.window_s]
-    return {"finished": flows.finished, "kept": len(flows.flows), "left_out": flows.left_out,
-            "limit": flows.limit, "window_s": [window[0], window[1] if math.isfinite(window[1])
-                                               else None]}
-
-
-def _lane_events(pid: int, process: str, items: list[tuple[float, float, tuple[int, ...], str]],
-                 track_name: Callable[[int], str]) -> list[dict[str, Any]]:
-    """X slices of ``items`` (start s, end s, tracks, name) in process ``pid``; a track
-    gets as many lanes (threads) as it had items at once, an item taking the first lane
-    free at its start, so no two slices of one thread overlap."""
-    lanes: dict[int, list[float]] = {}  # track -> end time of each lane's last item
-    placed = []
-    for start, end, tracks, name in sorted(items, key=lambda item: item[0]):
-        for track in tracks:
-            ends = lanes.setdefault(track, [])
-            lane = next((k for k, busy in enumerate(ends) if busy <= start), len(ends))
-            ends[lane:lane + 1] = [end]
-            placed.append((track, lane, start, end, name))
-    tid = {key: n for n, key in enumerate(sorted((track, lane) for track, ends in lanes.items()
-                                                 for lane in range(len(ends))))}
-    if not tid:
-        return []
-    events: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": process}}]
-    events += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": n,
-                "args": {"name": track_name(track) + (f" ({lane + 1})" if lane else "")}}
-               for (track, lane), n in tid.items()]
-    events += [{"ph": "X", "name": name, "cat": name.split(" ")[0], "pid": pid,
-                "tid": tid[track, lane], "ts": start * 1e6, "dur": (end - start) * 1e6}
-               for track, lane, start, end, name in placed]
-    return events
+        """trace.json's Chrome trace events (:func:`sim.trace.chrome_trace`): the workers'
+        spans, what the notes add, and the link flows of ``flows`` (a
+        :class:`~sim.network.linklog.FlowLog`, named by ``link_name``)."""
+        return chrome_trace(self.slices, len(self._time), self.notes, flows, link_name)
 
 
 def _finite_or_none(x: float) -> float | None:
@@ -418,8 +379,7 @@ def preset_or_path(spec: str, presets: dict[str, Any], what: str) -> tuple[Any, 
     if spec.startswith(CALIBRATED):
         return None, Path(spec[len(CALIBRATED):])
     if spec not in presets:
-        raise ValueError(f"unknown {what} {spec!r}; expected one of {', '.join(presets)} "
-                         f"or {CALIBRATED}PATH")
+        raise ValueError(f"{unknown(what, spec, presets)} or {CALIBRATED}PATH")
     return presets[spec], None
 
 

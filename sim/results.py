@@ -225,7 +225,8 @@ def load_repeats(path: Path) -> list[Run]:
 
 
 def expand(paths: list[Path]) -> tuple[list[Run], list[Sweep]]:
-    """Run and sweep directories named on the command line -> runs (sweeps expanded)."""
+    """Run and sweep directories named on the command line -> runs (sweeps and the repeats
+    of a real run expanded)."""
     runs: list[Run] = []
     sweeps: list[Sweep] = []
     for path in map(Path, paths):
@@ -239,9 +240,12 @@ def expand(paths: list[Path]) -> tuple[list[Run], list[Sweep]]:
             runs += sweep.runs()
         elif is_run_dir(path):
             runs.append(Run(path))
+        elif any(is_run_dir(p) for p in path.glob("r*")):  # sim real --repeat N
+            runs += load_repeats(path)
         else:
             raise UserError(f"{path}: neither a run directory (config.toml, summary.json) nor "
-                            f"a sweep directory ({RESULTS})")
+                            f"a sweep directory ({RESULTS}) nor the repeats of a real run "
+                            "(r0/, r1/, ...)")
     return runs, sweeps
 
 

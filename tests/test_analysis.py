@@ -150,6 +150,8 @@ def test_curves_reject_a_bad_kind_or_table(run_dir: Path) -> None:
     with pytest.raises(UserError, match="missing columns: label"):
         analysis.curves(pd.DataFrame({"path": [str(run_dir)], "run": ["x"],
                                       "samples_per_update": [1.0]}))
+    with pytest.raises(UserError, match="clock are also columns of the update rows"):
+        analysis.curves(run_dir, kind="update", columns=["clock"])  # the summary's clock
 
 
 # ---- efficiency ----------------------------------------------------------------------------
@@ -228,6 +230,29 @@ def test_select_and_table(sweep_dir: Path) -> None:
         analysis.select(rows, {"nope": 1})
     with pytest.raises(UserError, match="no column 'nope'"):
         analysis.table(rows, "strategy.kind", "run.seed", "nope")
+
+
+def test_by_config_gives_the_mean_and_95_percent_interval_over_seeds(sweep_dir: Path) -> None:
+    from sim.stats import mean_ci
+
+    table = analysis.by_config(sweep_dir, values=("final_loss", "sim_time_s"))
+    assert list(table.columns) == ["strategy.kind", "runs", "final_loss", "final_loss_ci",
+                                   "final_loss_n", "sim_time_s", "sim_time_s_ci",
+                                   "sim_time_s_n"]
+    assert list(table["strategy.kind"]) == ["bsp-ps", "ssp"] and list(table["runs"]) == [2, 2]
+    for kind, row in zip(("bsp-ps", "ssp"), table.itertuples(index=False), strict=True):
+        losses = [summary(sweep_dir / "runs" / f"kind={kind}_seed={s}")["final_loss"]
+                  for s in (1, 2)]
+        ci = mean_ci(losses)
+        assert (row.final_loss, row.final_loss_ci, row.final_loss_n) == \
+            pytest.approx((ci.mean, ci.half_width, 2))
+        assert ci.half_width == pytest.approx(12.706 * abs(losses[0] - losses[1]) / 2)
+    runs = analysis.load_runs(sweep_dir)  # every config key: only the differing ones group
+    assert list(analysis.by_config(runs)["strategy.kind"]) == ["bsp-ps", "ssp"]
+    reached = analysis.by_config(sweep_dir)["time_to_target_s_n"]  # no target: none reached
+    assert list(reached) == [0, 0]
+    with pytest.raises(UserError, match="by_config: no column 'nope'"):
+        analysis.by_config(sweep_dir, values=("nope",))
 
 
 # ---- override / cached_sweep ---------------------------------------------------------------

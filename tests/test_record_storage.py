@@ -40,13 +40,14 @@ class ListRecorder(Recorder):
         super().evaluate_now()
         self._rows.append(self._evals[-1][1])
 
-    def add_span(self, worker, kind, start, end, overlapped=False) -> None:
+    def add_span(self, worker, kind, start, end, overlapped=False, facts=None) -> None:
         if end > start:
             if overlapped:
                 self._overlapped_s[worker] += end - start
             else:
                 self._breakdown[worker, KINDS.index(kind)] += end - start
             self._slices.append((worker, kind, start, end, overlapped))
+            self.notes.note(worker, len(self._slices) - 1, overlapped, facts)
 
     rows = property(lambda self: self._rows)
     staleness = property(lambda self: self._staleness)

@@ -194,9 +194,9 @@ def simulated_sequence(config):
     pull = ctx.server.pull
     hosts = {w.host: w.index for w in ctx.workers}
 
-    def pulling(host, out, rows=None, serve_s=None, wait=None):
+    def pulling(host, out, rows=None, serve_s=None, wait=None, **trace):
         ops_worker[0] = hosts[host]
-        return (yield from pull(host, out, rows, serve_s, wait))
+        return (yield from pull(host, out, rows, serve_s, wait, **trace))
 
     store.read, store.push, ctx.server.pull = reading, pushing, pulling
     strategy.start()

@@ -310,3 +310,62 @@ def test_the_sweep_table_shows_time_to_target(tmp_path, capsys):
     assert sweep_cli(config, tmp_path / "out", "--jobs", "1") == 0
     header = capsys.readouterr().out.splitlines()[1]
     assert header.split()[:3] == ["run", "final_loss", "time_to_target_s"]
+
+
+# ---- seeds ----------------------------------------------------------------------------------
+
+def test_seeds_option_repeats_every_point_from_run_seed(tmp_path, capsys):
+    config = write_config(tmp_path, '[sweep]\n"strategy.kind" = ["bsp", "asp"]\n')
+    sweep = load_sweep(config, ["run.seed=5", "run.seeds=[1]"], seeds=3)
+    assert [p.values for p in sweep.points[:3]] == [
+        {"strategy.kind": "bsp", "run.seed": s} for s in (5, 6, 7)]  # replaces run.seeds
+    assert sweep.definition["run"]["seeds"] == [5, 6, 7]  # sweep.toml reruns the same
+    assert [p.name for p in load_sweep(config, seeds=2).points] == [
+        "kind=bsp_seed=0", "kind=bsp_seed=1", "kind=asp_seed=0", "kind=asp_seed=1"]
+    assert len(load_sweep(write_config(tmp_path, "", name="plain.toml"), seeds=2).points) == 2
+    assert sweep_cli(config, tmp_path / "out", "--seeds", "0") == 2
+    assert "--seeds 0: expected at least 1 seed" in capsys.readouterr().err
+    both = write_config(tmp_path, '[sweep]\n"run.seed" = [1, 2]\n', name="both.toml")
+    assert sweep_cli(both, tmp_path / "out", "--seeds", "2") == 2
+    assert "sweep.run.seed: --seeds 2 is also given" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_seed_table_shows_mean_and_95_percent_interval_per_configuration(tmp_path):
+    from sim.commands.sweep import format_table
+    from sim.stats import mean_ci
+    from sim.sweep import SweepReport
+
+    path = write_config(tmp_path, '[sweep]\n"strategy.kind" = ["bsp", "asp"]\n')
+    sweep = load_sweep(path, ["run.target_loss=0.5"], seeds=3)
+    report = SweepReport(tmp_path, sweep)
+    losses, times = [1.0, 2.0, 3.0], [0.1, None, 0.3]
+    report.rows = [{"run": p.name, "final_loss": loss, "time_to_target_s": t,
+                    "sim_time_s": 2.0, "samples_per_s": 10.0}
+                   for p, loss, t in zip(sweep.points[:3], losses, times, strict=True)]
+    report.failed = {sweep.points[3].name: "boom"}
+    report.rows += [{"run": p.name, "final_loss": 0.5, "time_to_target_s": None,
+                     "sim_time_s": 1.0, "samples_per_s": 20.0, "diverged": True}
+                    for p in sweep.points[4:]]
+    lines = format_table(report).splitlines()
+    assert lines[0].split() == ["configuration", "seeds", "final_loss", "time_to_target_s",
+                                "reached", "sim_time_s", "samples_per_s"]
+    loss, target = mean_ci(losses), mean_ci([0.1, 0.3])
+    assert loss.half_width == pytest.approx(4.303 / 3 ** 0.5)
+    assert lines[1].split() == ["kind=bsp", "3", "2", "±", f"{loss.half_width:.2g}",
+                                f"{target.mean:.4g}", "±", f"{target.half_width:.2g}", "2/3",
+                                "2", "±", "0", "10", "±", "0"]  # the same for every seed
+    assert lines[2].split() == ["kind=asp", "2/3", "0.5", "±", "0", "-", "0/2", "1", "±", "0",
+                                "20", "±", "0", "2", "diverged"]
+    assert "95% confidence interval over the seeds" in lines[3]
+
+
+def test_a_seeded_sweep_prints_one_line_per_configuration(tmp_path, capsys):
+    config = write_config(tmp_path, '[sweep]\n"strategy.kind" = ["bsp", "asp"]\n')
+    assert sweep_cli(config, tmp_path / "out", "--jobs", "1", "--seeds", "2") == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("sweep ") and "4 runs" in printed[0]
+    assert printed[1].split()[:3] == ["configuration", "seeds", "final_loss"]
+    assert [line.split()[:2] for line in printed[2:4]] == [["kind=bsp", "2"], ["kind=asp", "2"]]
+    rows = read_results(tmp_path / "out" / "results.csv")
+    assert [r["run.seed"] for r in rows] == ["0", "1", "0", "1"]

@@ -124,9 +124,9 @@ def test_sparse_asp_pulls_and_pushes_only_the_touched_features():
     touched, pulled, pushed = ([[] for _ in ctx.workers] for _ in range(3))
     pull, push = ctx.server.pull, ctx.server.push
 
-    def pulling(host, out, rows=None, serve_s=None, wait=None):
+    def pulling(host, out, rows=None, serve_s=None, wait=None, **trace):
         pulled[hosts[host]].append(rows)
-        return pull(host, out, rows, serve_s, wait)
+        return pull(host, out, rows, serve_s, wait, **trace)
 
     def pushing(host, nbytes, keys=(0.0, 1.0)):
         pushed[hosts[host]].append(nbytes)

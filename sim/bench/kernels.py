@@ -3,7 +3,7 @@
 Every case times the kernel and numpy on the same data in alternating rounds
 of one run (BLAS limited to one thread, numpy's and the kernels' alike), so the
 printed ratio is meaningful on a noisy machine. Memory-bound kernels also report GB/s
-against a copy timed in the same rounds. Targets (issue 18): the BLAS-backed dense layers
+against a copy timed in the same rounds. Targets: the BLAS-backed dense layers
 and softmax regression >= 0.95x numpy at every size, float32 and float64; fused logistic
 regression >= 1.2x numpy in cache and, out of cache (X of 51 MB), streaming X at >= 80%
 of the copy bandwidth; memory-bound vector kernels >= 70% of it. Bytes are counted

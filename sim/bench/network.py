@@ -12,7 +12,7 @@
   the messages).
 * analytical vs flow: the same allreduce in both models.
 
-Targets (from the issues): events/s >= 0.5x bare SimPy; p = 1024 under 0.5 s; analytical
+Targets: events/s >= 0.5x bare SimPy; p = 1024 under 0.5 s; analytical
 >= 100x faster than flow.
 """
 

@@ -1,6 +1,6 @@
 """``python -m sim bench scale``: how the simulator's cost grows with the number of workers.
 
-For bsp and asp on the flow and analytical networks, at p = 64 to 4,096 workers (the issue's
+For bsp and asp on the flow and analytical networks, at p = 64 to 4,096 workers (a large
 asynchronous case: eth-25g, a leaf-spine with oversubscription 3, logistic regression with
 d = 1000, exponential compute times), each worker computes the same number of gradients
 (:data:`GRADIENTS_PER_WORKER`), so the work grows as p: a wall time growing as p^1 is a
@@ -38,7 +38,7 @@ WORKERS = (64, 256, 1024, 4096)
 QUICK_WORKERS = (16, 32, 64)
 GRADIENTS_PER_WORKER = 4
 FEATURES, QUICK_FEATURES, BATCH = 1000, 100, 16
-TARGET_EXPONENT = 1.2  # the issue's: wall time growing at most ~p^1.2
+TARGET_EXPONENT = 1.2  # the target: wall time growing at most ~p^1.2
 
 
 def config(kind: str, network: str, workers: int, features: int) -> Any:

@@ -15,7 +15,7 @@ with ``perf_counter`` accumulators for the length of the run, so the shares come
 same run as the rate (the timers' own cost, ~0.1 us a call, is in the run too). Each case
 runs on both network models, ``flow`` (the default, max-min sharing) and ``analytical``
 (closed forms), which shows what the network model costs. Each case runs ``repeats``
-times; the fastest run is reported (the machine may be shared). The issue's target: the
+times; the fastest run is reported (the machine may be shared). The target: the
 simulator is the smaller share of the wall time (< 50%).
 """
 
@@ -148,6 +148,6 @@ def render(result: dict[str, Any]) -> str:
     lines += ["", "Shares of wall time: kernels = inside sim.kernels calls (in C alone);",
               "batches = gathering mini-batch rows; simulator = the rest (SimPy, network",
               "model, strategies, recorder). A bsp update is one step of every worker's",
-              "gradient. Target (issue 4), simulator < 50% in every row: "
+              "gradient. Target: the simulator under 50% in every row: "
               + ("met" if result["target_met"] else "MISSED")]
     return "\n".join(lines)

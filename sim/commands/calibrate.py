@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from sim.errors import UserError
+from sim.names import config_path, unknown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,9 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collective", default="ring",
                         help="allreduce schedule measured and fitted (default ring)")
     parser.add_argument("--workload", dest="workloads", action="append", default=[],
-                        type=Path, metavar="CONFIG",
-                        help="time this config's gradient (repeatable; default: a built-in "
-                             "set of logreg, softmax and MLP sizes)")
+                        type=config_path, metavar="CONFIG",
+                        help="time this config's gradient (a TOML file or an experiment's "
+                             "name; repeatable; default: a built-in set of logreg, softmax "
+                             "and MLP sizes)")
     parser.add_argument("--concurrency", type=int, default=1,
                         help="time kernels and the host's vector costs in this many "
                              "processes at once (default 1)")
@@ -59,10 +61,9 @@ def main(args: argparse.Namespace) -> int:
     from sim.real.validation.load import OtherLoad
 
     ranks = parse_ranks(args.ranks)
-    if args.collective not in REGISTRY or REGISTRY[args.collective].kind != "allreduce" \
-            or args.collective == "ps":
-        raise UserError(f"--collective {args.collective!r}: expected ring, rabenseifner, "
-                        "recursive-doubling or tree")
+    allreduces = [n for n, cls in REGISTRY.items() if cls.kind == "allreduce" and n != "ps"]
+    if args.collective not in allreduces:
+        raise UserError(f"--collective: {unknown('allreduce', args.collective, allreduces)}")
     if args.concurrency < 1:
         raise UserError("--concurrency must be at least 1")
     workloads = [load_config(p) for p in args.workloads] or C.default_workloads()

@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a real run, or the repeats of one (sim real --repeat N)")
     parser.add_argument("--out", type=Path,
                         help="report directory (default: REAL_DIR-compare); gets report.json "
-                             "and report.png")
+                             "and the figure report.png (also .svg and .pdf)")
     parser.add_argument("--no-plot", action="store_true", help="write report.json only")
 
 
@@ -25,10 +25,11 @@ def main(args: argparse.Namespace) -> int:
     out = args.out or args.real_dir.with_name(args.real_dir.name + "-compare")
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "report.json", json.dumps(report, indent=2) + "\n")
+    figures: list[Path] = []
     if not args.no_plot:
         from sim.real.validation.compare_plot import plot_report
 
-        plot_report(report, out / "report.png")
+        figures = plot_report(report, out)
     print(format_report(report))
-    print(f"report: {out}/report.json" + ("" if args.no_plot else f", {out}/report.png"))
+    print(", ".join(map(str, [f"report: {out / 'report.json'}", *figures])))
     return 0

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-EXPERIMENTS_DIR = Path(__file__).resolve().parents[2] / "experiments"
+from sim import names
+from sim.errors import UserError
+
+WIDTH = 92  # experiment descriptions are wrapped to this many columns
 
 
 def _first_line(obj: object) -> str:
@@ -70,14 +74,25 @@ def hosts() -> list[str]:
             f"us/step ({h.source})" for name, h in HOSTS.items()]
 
 
-def experiments() -> list[str]:
-    """The configs of ./experiments (else the checkout's): an installed package has none."""
-    here = Path("experiments")
-    folder = here if here.is_dir() else EXPERIMENTS_DIR
+def description(path: Path) -> str:
+    """A config's description: its leading comment block, as one paragraph."""
     lines = []
-    for path in sorted(folder.glob("*.toml")):
-        first = path.read_text().splitlines()[0] if path.stat().st_size else ""
-        lines.append(f"{path.stem:<16} {first.lstrip('# ').strip()}")
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.removeprefix("#").strip())
+    return " ".join(filter(None, lines))
+
+
+def experiments() -> list[str]:
+    """Each experiment's name (what `run`, `sweep` and `real` accept) and its whole
+    description, wrapped under it."""
+    found = names.experiments()
+    lines = []
+    for name, path in found.items():
+        lines.append(name)
+        lines += textwrap.wrap(description(path), WIDTH, initial_indent="    ",
+                               subsequent_indent="    ", break_on_hyphens=False)
     return lines or ["(none here: the experiment configs are in the repository's "
                      "experiments/; run from a clone)"]
 
@@ -89,8 +104,16 @@ LISTS: dict[str, Callable[[], list[str]]] = {
 }
 
 
+def list_name(text: str) -> str:
+    """``text`` if it names a list; else UserError suggesting the closest one."""
+    if text not in LISTS:
+        raise UserError(names.unknown("list", text, sorted(LISTS)))
+    return text
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", nargs="?", choices=sorted(LISTS), help="one list (default: all)")
+    parser.add_argument("what", nargs="?", type=list_name, metavar="WHAT",
+                        help=f"one list (default: all): {', '.join(sorted(LISTS))}")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
-"""``python -m sim plot DIR [DIR ...] [--out DIR] [--kind KINDS]``: figures from results.
+"""``python -m sim plot DIR [DIR ...] [--out DIR] [--kind KINDS] [--logx] [--xlim LO,HI]``.
 
-DIR is a run directory or a sweep directory (with ``results.csv``; its runs are plotted).
+Figures from results: DIR is a run directory or a sweep directory (with ``results.csv``;
+its runs are plotted). Each figure is written as PNG, SVG and PDF.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ import argparse
 import os
 from pathlib import Path
 
+from sim.errors import UserError
+
 KIND_HELP = ("comma-separated plot kinds: loss-time, loss-updates, staleness, gantt, "
-             "breakdown, scaling, or all (default: all)")
+             "breakdown, scaling, pipelining, buckets, or all (default: all)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window-s", type=float, metavar="SECONDS",
                         help="gantt: show the first SECONDS of simulated time "
                              "(default: as long as each worker has at most 40 slices)")
+    parser.add_argument("--logx", action="store_true", default=None,
+                        help="loss plots: a logarithmic x axis (default: chosen when the "
+                             "runs' time spans differ by more than 30x)")
+    parser.add_argument("--xlim", metavar="LO,HI",
+                        help="loss-time: the x range in seconds, e.g. 0,0.005 (either side "
+                             "may be left empty)")
 
 
 def default_out(dirs: list[Path]) -> Path:
@@ -34,10 +43,17 @@ def default_out(dirs: list[Path]) -> Path:
 def main(args: argparse.Namespace) -> int:
     from sim import plots
 
-    plots.parse_kinds(args.kind)  # a bad kind fails before any work
+    plots.parse_kinds(args.kind)  # bad options fail before any work
+    xlim = plots.parse_xlim(args.xlim) if args.xlim is not None else None
+    if args.logx and xlim and xlim[0] is not None and xlim[0] <= 0:
+        raise UserError(f"--xlim {args.xlim}: a log x axis (--logx) needs LO > 0")
     out = args.out or default_out(args.dirs)
-    written = plots.plot_runs(args.dirs, out, args.kind, gantt_window_s=args.window_s)
+    notes: list[str] = []
+    written = plots.plot_runs(args.dirs, out, args.kind, gantt_window_s=args.window_s,
+                              logx=args.logx, xlim=xlim, notes=notes)
     print(f"wrote {len(written)} files into {out}/:")
     for path in written:
         print(f"  {path.name}")
+    for note in notes:
+        print(f"note: {note}")
     return 0

@@ -7,11 +7,12 @@ import sys
 from pathlib import Path
 
 from sim.config import load_config
+from sim.names import CONFIG_HELP, config_path
 from sim.real.validation.load import MAX_OTHER_LOAD
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", type=Path, help="experiment config (TOML)")
+    parser.add_argument("config", type=config_path, help=CONFIG_HELP)
     parser.add_argument("--out", type=Path, help="run directory (default: runs/<config>-real)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="override a config key, e.g. cluster.workers=2")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from sim.config import config_warnings, load_config
+from sim.names import CONFIG_HELP, config_path
 from sim.progress import Progress, Stopped, shielded, stop_on_signals
 from sim.record import check_out_dir, write_run
 
@@ -16,7 +17,7 @@ SHOWN = ("sim_time_s", "iterations", "final_loss", "final_accuracy", "time_to_ta
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", type=Path, help="experiment config (TOML)")
+    parser.add_argument("config", type=config_path, help=CONFIG_HELP)
     parser.add_argument("--out", type=Path, help="run directory (default: runs/<config name>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="override a config key, e.g. cluster.workers=8")

@@ -1,7 +1,10 @@
-"""``python -m sim sweep CONFIG [--out DIR] [--set k=v ...] [--jobs N] [--scheduler ADDRESS]``.
+"""``python -m sim sweep CONFIG [--out DIR] [--set k=v ...] [--seeds N] [--jobs N]
+[--scheduler ADDRESS]``.
 
 Runs the config's ``[sweep]`` grid (times ``run.seeds``) into ``DIR/runs/<name>/`` and writes
 ``DIR/results.csv``. Killed and started again with the same command, it finishes the rest.
+The table printed at the end has a line per run, or, with several seeds, a line per
+configuration with each figure's mean and 95% confidence interval over the seeds.
 """
 
 from __future__ import annotations
@@ -10,14 +13,20 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sim.names import CONFIG_HELP, config_path
+from sim.seeds import SEED, format_ci, summarise
+from sim.sweep.grid import point_names
+
 if TYPE_CHECKING:
-    from sim.sweep import SweepReport
+    from sim.sweep import Point, SweepReport
 
 SHOWN = ("final_loss", "time_to_target_s", "sim_time_s", "samples_per_s")
+CI_NOTE = ("  mean ± half-width of its 95% confidence interval over the seeds (Student t);\n"
+           "  time_to_target_s: of the seeds that reached run.target_loss (reached: how many)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", type=Path, help="experiment config (TOML) with a [sweep] table")
+    parser.add_argument("config", type=config_path, help=f"{CONFIG_HELP} with a [sweep] table")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="sweep directory (default: runs/<config name>); an existing one "
                              "made by the same sweep is resumed")
@@ -25,6 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="KEY=VALUE",
                         help="override a config key before expansion, e.g. run.iterations=50, "
                              "sweep.cluster.workers=[2,4] or run.seeds=[1,2,3]")
+    parser.add_argument("--seeds", type=int, metavar="N",
+                        help="repeat every point with N seeds: run.seed, run.seed + 1, ... "
+                             "(replaces run.seeds); tables and plots show the mean and its "
+                             "95%% confidence interval")
     parser.add_argument("--jobs", type=int, metavar="N",
                         help="local worker processes (default: the CPU count)")
     parser.add_argument("--scheduler", metavar="ADDRESS",
@@ -33,20 +46,87 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip the comparison plots")
 
 
-def format_table(report: SweepReport) -> str:
+def _columns(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Rows as aligned text: the first column left, the others right (short rows end early,
+    a row may have a last, unnamed column)."""
+    table = [header, *rows]
+    widths = [max(len(r[i]) for r in table if i < len(r))
+              for i in range(max(map(len, table)))]
+    return ["  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                             for i, (cell, w) in enumerate(zip(row, widths, strict=False)))
+            .rstrip() for row in table]
+
+
+def _target(point: Point) -> object:
+    run = point.data.get("run", {})
+    return run.get("target_loss") if isinstance(run, dict) else None
+
+
+def _time_to_target(row: dict, target: object) -> str:
+    value = row.get("time_to_target_s")
+    return _fmt(value) if value is not None else ("never" if target is not None else "-")
+
+
+def run_table(report: SweepReport) -> str:
+    """One line per run: its name and :data:`SHOWN` (``never``: the target not reached)."""
     rows = {row["run"]: row for row in report.rows}
-    names = [p.name for p in report.sweep.points]
-    width = max(map(len, ["run", *names]))
-    lines = [f"  {'run':<{width}}  " + "  ".join(f"{k:>13}" for k in SHOWN)]
-    for name in names:
-        row = rows.get(name)
+    lines = []
+    for point in report.sweep.points:
+        row = rows.get(point.name)
         if row is None:
-            cells = "FAILED" if name in report.failed else "not run"
-        else:
-            cells = "  ".join(f"{_fmt(row.get(k)):>13}" for k in SHOWN)
-            cells += "  diverged" if row.get("diverged") else ""
-        lines.append(f"  {name:<{width}}  {cells}")
-    return "\n".join(lines)
+            lines.append([point.name, "FAILED" if point.name in report.failed else "not run"])
+            continue
+        cells = [_fmt(row.get(k)) if k != "time_to_target_s" else
+                 _time_to_target(row, _target(point)) for k in SHOWN]
+        lines.append([point.name, *cells, "diverged" if row.get("diverged") else ""])
+    return "\n".join(_columns(["run", *SHOWN], lines))
+
+
+def configurations(points: list[Point]) -> dict[tuple, list[Point]]:
+    """The sweep's points by configuration (their values but run.seed), in point order."""
+    out: dict[tuple, list[Point]] = {}
+    for point in points:
+        key = tuple((k, repr(v)) for k, v in point.values.items() if k != SEED)
+        out.setdefault(key, []).append(point)
+    return out
+
+
+def seed_table(report: SweepReport) -> str:
+    """One line per configuration: how many seeds finished, then each of :data:`SHOWN` as
+    mean ± 95% interval, and how many seeds reached the target."""
+    rows = {row["run"]: row for row in report.rows}
+    configs = configurations(report.sweep.points)
+    names = point_names([{k: v for k, v in points[0].values.items() if k != SEED}
+                         for points in configs.values()])
+    lines = []
+    for name, points in zip(names, configs.values(), strict=True):
+        done = [rows[p.name] for p in points if p.name in rows]
+        if not done:
+            lines.append([name or "all", "FAILED" if any(p.name in report.failed for p in points)
+                          else "not run"])
+            continue
+        target = _target(points[0])
+        reached = sum(r.get("time_to_target_s") is not None for r in done)
+        cells = [format_ci(summarise(done, k)) for k in SHOWN]
+        cells.insert(2, f"{reached}/{len(done)}" if target is not None else "-")
+        seeds = str(len(done)) if len(done) == len(points) else f"{len(done)}/{len(points)}"
+        diverged = sum(bool(r.get("diverged")) for r in done)
+        lines.append([name or "all", seeds, *cells, f"{diverged} diverged" if diverged else ""])
+    header = ["configuration", "seeds", *SHOWN[:2], "reached", *SHOWN[2:]]
+    return "\n".join([*_columns(header, lines), CI_NOTE])
+
+
+def format_table(report: SweepReport) -> str:
+    """The seed table when a configuration ran with several seeds, else the run table."""
+    several = any(len(p) > 1 for p in configurations(report.sweep.points).values())
+    return seed_table(report) if several else run_table(report)
+
+
+def plots_line(paths: list[Path]) -> str:
+    """``plots: DIR/ (loss-time, breakdown; .png .svg .pdf)``: the figures, once each."""
+    stems = list(dict.fromkeys(p.stem for p in paths))
+    suffixes = list(dict.fromkeys(p.suffix for p in paths))
+    return f"plots: {paths[0].parent}/ ({', '.join(stems)}; {' '.join(suffixes)})"
 
 
 def _fmt(value: object) -> str:
@@ -63,7 +143,7 @@ def main(args: argparse.Namespace) -> int:
 
     out = args.out or default_out(args.config)
     report = run_sweep(args.config, out, args.overrides, jobs=args.jobs,
-                       scheduler=args.scheduler, plots=args.plots)
+                       scheduler=args.scheduler, plots=args.plots, seeds=args.seeds)
     done = len(report.rows)
     for line in report.sweep.warnings:
         print(f"warning: {line}", file=sys.stderr)
@@ -76,7 +156,9 @@ def main(args: argparse.Namespace) -> int:
             print(f"failed: {point.name}: {report.failed[point.name]}", file=sys.stderr)
     print(f"results: {report.results_csv} ({done} rows); runs in {out / 'runs'}/")
     if report.plots:
-        print("plots: " + ", ".join(map(str, report.plots)))
+        print(plots_line(report.plots))
+    for note in report.plot_notes:
+        print(f"note: {note}")
     if report.failed:
         print(f"{len(report.failed)} run(s) failed; fix the cause and rerun the same command "
               f"to finish them", file=sys.stderr)

@@ -105,6 +105,7 @@ class AnalyticalNetwork:
         self.receiving = _Side(topology.n_hosts, self.beta_s)  # switch -> host
         self.messages_delivered = 0
         self.flow_log = None  # no flows to log: the trace's link tracks are the flow model's
+        self.sent = 0  # sends that made link flows (FlowNetwork.sent): none here
 
     def message_s(self, nbytes: float) -> float:
         """Time of one message of nbytes bytes on idle links (s)."""

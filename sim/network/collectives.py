@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from sim.names import unknown
 from sim.network.schedule import COPY, SUM, Buffers, Round, Schedule, check_buffers, chunks
 
 if TYPE_CHECKING:
@@ -341,8 +342,7 @@ def get_collective(name: str, **params: Any) -> Collective:
     try:
         cls = REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown collective {name!r}; expected one of "
-                         f"{', '.join(REGISTRY)}") from None
+        raise ValueError(unknown("collective", name, REGISTRY)) from None
     try:
         return cls(**params)
     except TypeError:

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from sim.names import unknown
 from sim.record import write_atomic
 
 PROFILE_FORMAT = "sgd-lab.fabric-profile/1"
@@ -177,7 +178,7 @@ def get_fabric(spec: str | Mapping[str, Any] | Fabric) -> Fabric:
     try:
         return REGISTRY[spec]
     except KeyError:
-        raise ValueError(f"unknown fabric {spec!r}; expected one of {', '.join(REGISTRY)} "
+        raise ValueError(f"{unknown('fabric', spec, REGISTRY)} "
                          f"or {CALIBRATED_PREFIX}PATH") from None
 
 

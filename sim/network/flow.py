@@ -25,8 +25,7 @@ for the next flows to finish.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,6 +36,7 @@ from sim.network.bulk import BulkFlows
 from sim.network.executor import Execution
 from sim.network.fabrics import Fabric
 from sim.network.incremental import Flow, IncrementalMaxMin
+from sim.network.linklog import FlowLog
 from sim.network.topology import Paths, Topology
 
 if TYPE_CHECKING:
@@ -60,38 +60,6 @@ class _EndOfInstant(simpy.Event):
         self._ok = True  # triggered on creation, like simpy.Timeout
         self._value = None
         env.schedule(self, _LAST)
-
-
-@dataclass
-class FlowLog:
-    """The finished flows kept for the trace, (start s, end s, bytes, directed links): the
-    first ``limit`` that lie within ``window_s``. Every finished flow is counted, so what
-    was left out is known (:attr:`left_out`, from :attr:`first_left_out_s` on)."""
-
-    limit: int
-    window_s: tuple[float, float] = (0.0, math.inf)
-    flows: list[tuple[float, float, float, tuple[int, ...]]] = field(default_factory=list)
-    finished: int = 0
-    first_left_out_s: float | None = None
-
-    @property
-    def left_out(self) -> int:
-        return self.finished - len(self.flows)
-
-    def keep(self, now: float, finished: Iterable[tuple[float, float, tuple[int, ...]]],
-             n: int) -> None:
-        """``n`` flows finished now: (start s, bytes, links) of each, in order."""
-        self.finished += n
-        kept = 0
-        if now <= self.window_s[1]:
-            for started, size, links in finished:
-                if len(self.flows) >= self.limit:
-                    break
-                if started >= self.window_s[0]:
-                    self.flows.append((float(started), now, float(size), links))
-                    kept += 1
-        if kept < n and self.first_left_out_s is None:
-            self.first_left_out_s = now
 
 
 class _Batch:
@@ -132,6 +100,12 @@ class FlowNetwork:
         self.flows_started = 0
         self.messages_delivered = 0
         self.flow_log: FlowLog | None = None
+
+    @property
+    def sent(self) -> int:
+        """Sends so far (calls of :meth:`send`, :meth:`send_all`, :meth:`send_many` with
+        messages): the next one's id, which the trace shows on its link flows."""
+        return self._next_batch
 
     # ---- sending ---------------------------------------------------------------------
 
@@ -185,7 +159,8 @@ class FlowNetwork:
 
     def start_log(self, limit: int, window_s: tuple[float, float] = (0.0, math.inf)) -> None:
         """Keep finished flows for the trace's link tracks in :attr:`flow_log` (a
-        :class:`FlowLog`: the first ``limit`` that lie within ``window_s``)."""
+        :class:`~sim.network.linklog.FlowLog`: the first ``limit`` that lie within
+        ``window_s``, and the links' utilisation over the same span)."""
         self.flow_log = FlowLog(limit, window_s)
 
     def _register(self, batch: _Batch) -> int:
@@ -249,6 +224,8 @@ class FlowNetwork:
             return batch, index, len(route)
         flow = Flow((batch, index, len(route)), route, size, self.env.now)
         self.flows_started += 1
+        if self.flow_log is not None and self.flow_log.sampling:
+            self.flow_log.touch(route)
         if self._bulk.n_flows and self._bulk.busy(list(route)):
             # into the table, with whatever it shares its other links with: the table and
             # the incremental engine must never share a link
@@ -278,6 +255,8 @@ class FlowNetwork:
                 # keep the table closed: the flows these share links with join it
                 self._to_bulk(self._single.extract(np.unique(paths.link).tolist(), now))
             self.flows_started += len(index)
+            if self.flow_log is not None and self.flow_log.sampling:
+                self.flow_log.touch(np.unique(paths.link).tolist())
             self._bulk.add(now, {"left": nbytes, "size": nbytes, "hops": paths.hops,
                                  "batch": np.full(len(index), batch), "index": index,
                                  "started": np.full(len(index), now)},
@@ -319,12 +298,32 @@ class FlowNetwork:
                 _EndOfInstant(self.env).callbacks.append(self._settle)
         elif not self._settling:
             self._arm()
+            self._sample_links()
 
     def _settle(self, _: simpy.Event) -> None:
         self._settling = False
         self._bulk.settle()
         self._single.settle(self.env.now)
         self._arm()
+        self._sample_links()
+
+    def _sample_links(self) -> None:
+        """The rates are settled: the log samples the links' utilisation, if it still does."""
+        log = self.flow_log
+        if log is not None and log.sampling:
+            log.sample(self.env.now, self._link_rates, self._single.capacity,
+                       self._single.n_flows + self._bulk.n_flows)
+
+    def _link_rates(self, links: list[int]) -> list[float]:
+        """Bytes/s on each of ``links`` (the engines never share a link)."""
+        rates = [self._single.link_rate(link) for link in links]
+        bulk = self._bulk
+        if bulk.n_flows:
+            per_link = np.bincount(bulk.pair_link, weights=bulk.rate[bulk.pair_flow],
+                                   minlength=len(self.capacity))
+            rates = [rate + float(per_link[link]) for rate, link in zip(rates, links,
+                                                                         strict=True)]
+        return rates
 
     def _arm(self) -> None:
         """Wake up when the first flow finishes, unless a wake-up is due by then: that one
@@ -388,8 +387,9 @@ class FlowNetwork:
             if done.any():
                 if self.flow_log is not None:
                     rows = np.flatnonzero(done)
-                    self.flow_log.keep(now, ((bulk.started[r], bulk.size[r], bulk.links_of(r))
-                                             for r in rows), len(rows))
+                    self.flow_log.keep(now, ((bulk.started[r], bulk.size[r], bulk.links_of(r),
+                                              bulk.batch[r], bulk.index[r]) for r in rows),
+                                       len(rows))
                 self._deliver_arrays(bulk.batch[done], bulk.index[done], bulk.hops[done])
                 bulk.remove(done)
         if self._single.n_flows:
@@ -397,8 +397,8 @@ class FlowNetwork:
             if finished:
                 finished.sort(key=_started_order)
                 if self.flow_log is not None:
-                    self.flow_log.keep(now, ((f.started, f.size, f.route) for f in finished),
-                                       len(finished))
+                    self.flow_log.keep(now, ((f.started, f.size, f.route, *f.key[:2])
+                                             for f in finished), len(finished))
                 self._deliver_keys([flow.key for flow in finished])
         self._changed()
 

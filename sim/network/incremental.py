@@ -243,6 +243,11 @@ class IncrementalMaxMin:
         """``flow``'s rate now (bytes/s); NaN while its component waits for settling."""
         return math.nan if flow.group is None or flow.comp.dirty else flow.group.rate
 
+    def link_rate(self, link: int) -> float:
+        """Bytes/s the flows on ``link`` send now (0 if none; once settled)."""
+        members = self.members[link]
+        return sum(flow.group.rate for flow in members) if members else 0.0
+
     def left(self, flow: Flow, now: float) -> float:
         """Bytes ``flow`` has still to send at ``now`` (its size until it has a rate)."""
         return flow.size if flow.group is None else flow.group.left(flow, now)

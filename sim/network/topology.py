@@ -15,6 +15,8 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from sim.names import unknown
+
 
 class Paths(NamedTuple):
     """Routes of F flows as (flow, link) pairs, grouped by flow in path order."""
@@ -196,8 +198,7 @@ def topology_class(name: str) -> type[Topology]:
     try:
         return TOPOLOGIES[name]
     except KeyError:
-        raise ValueError(f"unknown topology {name!r}; expected one of "
-                         f"{', '.join(TOPOLOGIES)}") from None
+        raise ValueError(unknown("topology", name, TOPOLOGIES)) from None
 
 
 def topology_options(name: str) -> set[str]:

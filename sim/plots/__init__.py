@@ -1,17 +1,20 @@
-"""Figures from result files only (never from live objects): PNG and SVG, deterministic.
+"""Figures from result files only (never from live objects): PNG, SVG and PDF, deterministic.
 
-Every function reads run directories (``config.toml``, ``summary.json``, ``metrics.csv``,
-``trace.json``) or a sweep directory (``results.csv`` and ``runs/<name>/``), writes
-``<stem>.png`` and ``<stem>.svg`` atomically into an output directory and returns their
-paths. Legends name each run by the config keys that differ between the runs compared
-(:func:`run_labels`).
+Every ``plot_*`` function reads run directories (``config.toml``, ``summary.json``,
+``metrics.csv``, ``trace.json``) or a sweep directory (``results.csv`` and
+``runs/<name>/``), writes ``<stem>.png``, ``<stem>.svg`` and ``<stem>.pdf`` atomically into
+an output directory and returns their paths; its ``*_figure`` twin returns the
+:class:`matplotlib.figure.Figure` instead, to adjust before saving. Legends name each run by
+the config keys that differ between the runs compared, readably (``SSP (s = 3)``, see
+:mod:`sim.plots.labels`); seeds of one configuration are drawn as their mean and 95%
+confidence interval; a real run is dashed in its simulated twin's colour, on wall-clock time.
 
-- :func:`plot_loss_time`, :func:`plot_loss_updates`: held-out loss, a line per run
-- :func:`plot_staleness`: staleness histograms of the applied updates (overlaid, or a
+- :func:`plot_loss_time`, :func:`plot_loss_updates`: held-out loss, a line per configuration
+- :func:`plot_staleness`: staleness histograms of the applied updates (side by side, or a
   panel each for many runs)
 - :func:`plot_gantt`: per-worker compute / communication / wait timeline, one per run
 - :func:`plot_breakdown`: mean compute / communication / wait time per worker, a bar per run
-- :func:`plot_scaling`: throughput and speedup vs workers from a sweep's results.csv
+- :func:`plot_scaling`: throughput and speedup vs workers (log-log) from a sweep's results.csv
 - :func:`plot_pipelining`: speedup of each pipelining mode vs M / C, with the ideal;
   :func:`plot_buckets`: iteration time vs bucket size (both from a sweep's results.csv)
 - :func:`plot_runs`: the kinds asked for (the ``plot`` command);
@@ -20,26 +23,63 @@ paths. Legends name each run by the config keys that differ between the runs com
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from sim.errors import UserError
-from sim.plots.figures import plot_breakdown, plot_loss_time, plot_loss_updates, plot_staleness
-from sim.plots.gantt import plot_gantt
+from sim.plots.figures import breakdown_figure, plot_breakdown, plot_staleness, staleness_figure
+from sim.plots.gantt import gantt_figure, plot_gantt
 from sim.plots.labels import differing_keys, run_labels
-from sim.plots.pipelining import BUCKET, MODE, plot_buckets, plot_pipelining, sweeps_key
-from sim.plots.scaling import plot_scaling, sweeps_workers
+from sim.plots.loss import (
+    XLim,
+    has_loss,
+    loss_figure,
+    parse_xlim,
+    plot_loss_time,
+    plot_loss_updates,
+)
+from sim.plots.pipelining import (
+    BUCKET,
+    MODE,
+    buckets_figure,
+    pipelining_figure,
+    plot_buckets,
+    plot_pipelining,
+    sweeps_key,
+)
+from sim.plots.scaling import plot_scaling, scaling_figure, sweeps_workers
 from sim.results import Run, Sweep, expand
 
-__all__ = ["KINDS", "differing_keys", "parse_kinds", "plot_breakdown", "plot_buckets",
-           "plot_gantt", "plot_loss_time", "plot_loss_updates", "plot_pipelining", "plot_runs",
-           "plot_scaling", "plot_staleness", "plot_sweep", "run_labels"]
+__all__ = ["KINDS", "PlotOptions", "breakdown_figure", "buckets_figure", "differing_keys",
+           "gantt_figure", "loss_figure", "parse_kinds", "parse_xlim", "pipelining_figure",
+           "plot_breakdown", "plot_buckets", "plot_gantt", "plot_loss_time",
+           "plot_loss_updates", "plot_pipelining", "plot_runs", "plot_scaling",
+           "plot_staleness", "plot_sweep", "run_labels", "scaling_figure",
+           "staleness_figure"]
 
-RUN_PLOTS = {"loss-time": plot_loss_time, "loss-updates": plot_loss_updates,
-             "staleness": plot_staleness, "gantt": plot_gantt, "breakdown": plot_breakdown}
+
+@dataclass(frozen=True)
+class PlotOptions:
+    logx: bool | None = None  # loss plots: log x axis (None: when the spans differ > 30x)
+    xlim: XLim | None = None  # loss-time: x range in seconds
+    gantt_window_s: float | None = None  # gantt: the first seconds shown
+
+
+RunPlot = Callable[[list[Run], Path, PlotOptions], list[Path]]
+RUN_PLOTS: dict[str, RunPlot] = {
+    "loss-time": lambda runs, out, o: plot_loss_time(runs, out, logx=o.logx, xlim=o.xlim),
+    "loss-updates": lambda runs, out, o: plot_loss_updates(runs, out, logx=o.logx),
+    "staleness": lambda runs, out, o: plot_staleness(runs, out),
+    "gantt": lambda runs, out, o: plot_gantt(runs, out, window_s=o.gantt_window_s),
+    "breakdown": lambda runs, out, o: plot_breakdown(runs, out),
+}
+LOSS_KINDS = ("loss-time", "loss-updates")
 # figures of a whole sweep: kind -> (the swept key it needs, the function)
 SWEEP_PLOTS = {"pipelining": (MODE, plot_pipelining), "buckets": (BUCKET, plot_buckets)}
 KINDS = (*RUN_PLOTS, "scaling", *SWEEP_PLOTS)
+NO_LOSS = ("no loss plots: no run evaluated the held-out loss (timing-only runs, "
+           "workload.numerics = false)")
 
 
 def _names(kinds: str | Iterable[str]) -> list[str]:
@@ -85,47 +125,62 @@ def _sweep_plot(kind: str, dirs: list[Path], sweeps: list[Sweep], out_dir: Path,
 
 
 def plot_runs(run_dirs: Sequence[Path | str], out_dir: Path,
-              kinds: str | Iterable[str] = ("all",), *,
-              gantt_window_s: float | None = None) -> list[Path]:
+              kinds: str | Iterable[str] = ("all",), *, gantt_window_s: float | None = None,
+              logx: bool | None = None, xlim: XLim | None = None,
+              notes: list[str] | None = None) -> list[Path]:
     """The figures of ``kinds`` for run and sweep directories (sweeps expand to their runs).
 
-    With ``all``, scaling is drawn only for sweeps of ``cluster.workers``; asked for
-    explicitly, it needs one. ``gantt_window_s`` limits the timelines to the first seconds.
-    Raises UserError naming a bad path or kind.
+    With ``all``, scaling is drawn only for sweeps of ``cluster.workers`` and the loss
+    plots only for runs with loss evaluations (``notes`` gets why one is left out); asked
+    for explicitly, they need those. ``gantt_window_s`` limits the timelines to the first
+    seconds; ``logx`` and ``xlim`` shape the loss plots (see :func:`loss_figure`).
+    Raises UserError naming a bad path, kind or option.
     """
     chosen = parse_kinds(kinds)
+    explicit = "all" not in _names(kinds)
     if gantt_window_s is not None and not gantt_window_s > 0:
         raise UserError(f"--window-s {gantt_window_s}: expected a positive number of seconds")
     dirs = [Path(p) for p in run_dirs]
     runs, sweeps = expand(dirs)
     if not runs:
         raise UserError("no run directories given")
+    if not explicit and not has_loss(runs):
+        chosen = [k for k in chosen if k not in LOSS_KINDS]
+        _note(notes, NO_LOSS)
+    options = PlotOptions(logx, xlim, gantt_window_s)
     written: list[Path] = []
     for kind in chosen:
         if kind == "scaling":
-            written += _scaling(dirs, sweeps, Path(out_dir), "all" not in _names(kinds))
+            written += _scaling(dirs, sweeps, Path(out_dir), explicit)
         elif kind in SWEEP_PLOTS:
-            written += _sweep_plot(kind, dirs, sweeps, Path(out_dir),
-                                   "all" not in _names(kinds))
-        elif kind == "gantt":
-            written += plot_gantt(runs, Path(out_dir), window_s=gantt_window_s)
+            written += _sweep_plot(kind, dirs, sweeps, Path(out_dir), explicit)
         else:
-            written += RUN_PLOTS[kind](runs, Path(out_dir))
+            written += RUN_PLOTS[kind](runs, Path(out_dir), options)
     return written
 
 
-def plot_sweep(sweep_dir: Path) -> list[Path]:
+def _note(notes: list[str] | None, text: str) -> None:
+    if notes is not None:
+        notes.append(text)
+
+
+def plot_sweep(sweep_dir: Path, notes: list[str] | None = None) -> list[Path]:
     """A sweep's standard comparison figures, into ``sweep_dir/plots/``.
 
-    Loss vs time and vs updates, the time breakdown, the staleness histogram when any
-    update was stale, throughput / speedup vs workers when ``cluster.workers`` is swept,
-    and the pipelining figures when the pipelining mode or the bucket size is swept.
+    Loss vs time and vs updates (when any run evaluated the loss; else ``notes`` says
+    so), the time breakdown, the staleness histogram when any update was stale,
+    throughput / speedup vs workers when ``cluster.workers`` is swept, and the pipelining
+    figures when the pipelining mode or the bucket size is swept.
     """
     sweep = Sweep(Path(sweep_dir))
     runs: list[Run] = sweep.runs()
     out = sweep.path / "plots"
-    written = plot_loss_time(runs, out) + plot_loss_updates(runs, out) + \
-        plot_breakdown(runs, out)
+    written: list[Path] = []
+    if has_loss(runs):
+        written += plot_loss_time(runs, out) + plot_loss_updates(runs, out)
+    else:
+        _note(notes, NO_LOSS)
+    written += plot_breakdown(runs, out)
     if any((r.summary.get("staleness_max") or 0) > 0 for r in runs):
         written += plot_staleness(runs, out)
     if sweeps_workers(sweep):

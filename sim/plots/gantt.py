@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from sim.errors import UserError
-from sim.plots.labels import context
+from sim.plots.labels import context, is_real, time_name
 from sim.plots.style import KIND_COLOURS, KIND_NAMES, figure, fmt_time, save, slug, time_unit, wrap
 from sim.results import Run, as_runs
 
@@ -31,8 +32,15 @@ def window_end(slices: list[tuple[int, str, float, float]], max_slices: int) -> 
     return end
 
 
-def _gantt_one(run: Run, out_dir: Path, stem: str, window_s: float | None,
-               max_slices: int) -> list[Path]:
+def gantt_figure(run: Run, window_s: float | None = None,
+                 max_slices: int = MAX_SLICES) -> Figure:
+    """One run's timeline: a row per worker, its compute / communication / wait slices
+    over the first ``window_s`` seconds (default: see the module doc). Raises UserError for
+    a window or slice count that is not positive."""
+    if window_s is not None and not window_s > 0:
+        raise UserError(f"window_s: expected a positive number of seconds, got {window_s}")
+    if max_slices < 1:
+        raise UserError(f"max_slices: expected at least 1, got {max_slices}")
     slices = run.slices()
     total = max((s[3] for s in slices), default=0.0)
     total = max(total, float(run.summary.get("sim_time_s") or 0.0))
@@ -54,29 +62,26 @@ def _gantt_one(run: Run, out_dir: Path, stem: str, window_s: float | None,
         ax.set_yticks(range(0, workers, step), [f"worker {w}" for w in range(0, workers, step)])
         ax.set_ylim(workers - 0.5, -0.5)
         ax.set_xlim(0, end * factor if end > 0 else 1.0)
-        ax.set_xlabel(f"simulated time ({unit})")
+        ax.set_xlabel(f"{time_name([run.summary])} ({unit})")
         ax.grid(axis="y", visible=False)
         fig.legend(handles=[Patch(color=c, label=KIND_NAMES[k]) for k, c in
                             KIND_COLOURS.items()], loc="outside lower center", ncols=3)
         shown = "the whole run" if end >= total else \
             f"the first {fmt_time(end)} of {fmt_time(total)}"
-        fig.suptitle(f"Worker timeline: {run.name}", fontweight="bold")
+        real = " (real run)" if is_real(run.summary) else ""
+        fig.suptitle(f"Worker timeline: {run.name}{real}", fontweight="bold")
         ax.set_title(wrap(f"{context([run.config])}, {shown}", 100), color="0.3")
-        return save(fig, out_dir, stem)
+    return fig
 
 
 def plot_gantt(run_dirs: Sequence[Path | str | Run], out_dir: Path, *,
                window_s: float | None = None, max_slices: int = MAX_SLICES) -> list[Path]:
-    """One timeline per run (``gantt-<run name>``): compute / communication / wait slices."""
-    if window_s is not None and not window_s > 0:
-        raise UserError(f"window_s: expected a positive number of seconds, got {window_s}")
-    if max_slices < 1:
-        raise UserError(f"max_slices: expected at least 1, got {max_slices}")
+    """One timeline per run (``gantt-<run name>``): see :func:`gantt_figure`."""
     written: list[Path] = []
     stems: set[str] = set()
     for i, run in enumerate(as_runs(run_dirs)):
         stem = f"gantt-{slug(run.name)}"
         stem = f"{stem}-{i}" if stem in stems else stem
         stems.add(stem)
-        written += _gantt_one(run, out_dir, stem, window_s, max_slices)
+        written += save(gantt_figure(run, window_s, max_slices), out_dir, stem)
     return written

@@ -1,13 +1,16 @@
-"""Figure style, units, colours, and deterministic atomic PNG + SVG output.
+"""Figure style, units, colours, axes, and deterministic atomic PNG + SVG + PDF output.
 
-Figures are plain :class:`matplotlib.figure.Figure` objects on an Agg canvas (no pyplot,
-no global backend switch), drawn under :data:`STYLE`. The SVG hash salt is fixed and dates
-are left out, so the same data always renders to the same bytes.
+Every figure is a plain :class:`matplotlib.figure.Figure` on an Agg canvas (no pyplot, no
+global backend switch), drawn and saved under :data:`STYLE`. Text stays text: SVG keeps
+``<text>`` elements and PDF embeds TrueType (Type 42) fonts, so a paper's editor can edit
+and search them. The SVG hash salt is fixed and dates are left out, so the same data always
+renders to the same bytes.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,13 +20,16 @@ from typing import Any
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import Formatter, FuncFormatter, LogLocator, NullLocator
 
 from sim.errors import UserError
 from sim.record import write_atomic
 
 STYLE: dict[str, Any] = {
     "svg.hashsalt": "sgd-lab",  # fixed ids: identical SVG bytes for identical data
-    "svg.fonttype": "path",
+    "svg.fonttype": "none",  # text as <text>, not outlines
+    "pdf.fonttype": 42,  # embedded TrueType, not Type 3 bitmaps-as-glyphs
+    "ps.fonttype": 42,
     "font.family": "DejaVu Sans",  # ships with matplotlib: the same glyphs everywhere
     "font.size": 9.5,
     "axes.titlesize": 9,
@@ -41,7 +47,8 @@ STYLE: dict[str, Any] = {
     "savefig.dpi": 150,
 }
 SAVE = {"png": {"metadata": {"Software": None}},
-        "svg": {"metadata": {"Date": None, "Creator": None}}}
+        "svg": {"metadata": {"Date": None, "Creator": None}},
+        "pdf": {"metadata": {"CreationDate": None, "Creator": None, "Producer": None}}}
 KIND_COLOURS = {"compute": "#4878d0", "data": "#6acc64", "update": "#956cb4",
                 "overhead": "#d65f5f", "wire": "#ee854a", "wait": "#a0a0a0"}
 KIND_NAMES = {"compute": "compute", "data": "batch gather", "update": "update",
@@ -49,12 +56,28 @@ KIND_NAMES = {"compute": "compute", "data": "batch gather", "update": "update",
 _CYCLE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
           "#7f7f7f", "#bcbd22", "#17becf"]  # tab10
 _DASHES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+BAND_ALPHA = 0.2  # the shaded 95% confidence band around a mean over seeds
+SPAN_RATIO = 30  # series whose x spans differ by more than this share a log x axis
 
 
 def line_style(colour: int, dash: int = 0) -> dict[str, Any]:
     """Colour and dash pattern by index (see :func:`sim.plots.labels.style_indices`)."""
     return {"color": _CYCLE[colour % len(_CYCLE)],
             "linestyle": _DASHES[(dash + colour // len(_CYCLE)) % len(_DASHES)]}
+
+
+def colour(index: int) -> str:
+    return _CYCLE[index % len(_CYCLE)]
+
+
+def bar_look(line: dict[str, Any]) -> dict[str, Any]:
+    """Bars matching a :func:`line_style`: filled for a solid line, hatched outlines for a
+    dashed one (a real run beside its simulated twin)."""
+    if line["linestyle"] == "-":
+        return {"color": line["color"]}
+    return {"facecolor": "white", "edgecolor": line["color"], "hatch": "////",
+            "linewidth": 0.8}
 
 
 def time_unit(max_s: float) -> tuple[float, str]:
@@ -84,7 +107,8 @@ def slug(text: str) -> str:
 
 @contextmanager
 def figure(width: float, height: float) -> Iterator[Figure]:
-    """A new figure drawn under STYLE (keep saving inside the ``with``)."""
+    """A new figure drawn under STYLE (draw inside the ``with``; :func:`save` applies STYLE
+    again, so a figure returned from the ``with`` saves the same)."""
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=(width, height), layout="constrained")
         FigureCanvasAgg(fig)
@@ -131,14 +155,31 @@ def out_dir_ready(out_dir: Path) -> Path:
     return out_dir
 
 
+def spans_differ(spans: list[float]) -> bool:
+    """Whether x spans (positive) differ by more than :data:`SPAN_RATIO`: a log axis then
+    shows the short ones, which a linear one squeezes against the y axis."""
+    positive = [s for s in spans if s > 0 and math.isfinite(s)]
+    return len(positive) > 1 and max(positive) / min(positive) > SPAN_RATIO
+
+
+def log_ticks(axis: Any, formatter: Formatter | None = None) -> None:
+    """Ticks of a log axis at 1, 2, 5 x 10^k, labelled as plain numbers (0.02, 0.5, 10) as
+    a paper writes them (or by ``formatter``), so even a short span has a few labels."""
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(formatter or FuncFormatter(lambda v, _pos: f"{v:g}"))
+
+
 def save(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
-    """Write ``stem.png`` and ``stem.svg`` into ``out_dir`` atomically; their paths."""
+    """Write ``stem.png``, ``stem.svg`` and ``stem.pdf`` into ``out_dir`` atomically, under
+    :data:`STYLE`; their paths. Raises UserError if ``out_dir`` cannot be made."""
     out_dir = out_dir_ready(out_dir)
     written = []
-    for fmt, options in SAVE.items():
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format=fmt, **options)
-        path = out_dir / f"{stem}.{fmt}"
-        write_atomic(path, buffer.getvalue())
-        written.append(path)
+    with matplotlib.rc_context(STYLE):
+        for fmt, options in SAVE.items():
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format=fmt, **options)
+            path = out_dir / f"{stem}.{fmt}"
+            write_atomic(path, buffer.getvalue())
+            written.append(path)
     return written

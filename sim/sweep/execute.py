@@ -40,6 +40,7 @@ class SweepReport:
     rows: list[dict[str, Any]] = field(default_factory=list)
     results_csv: Path | None = None
     plots: list[Path] = field(default_factory=list)
+    plot_notes: list[str] = field(default_factory=list)  # figures left out, and why
 
 
 # ---- one point -----------------------------------------------------------------------------
@@ -271,15 +272,16 @@ def write_results(out: Path, sweep: Sweep,
 
 def run_sweep(path: str | Path, out: str | Path, overrides: list[str] | None = None,
               jobs: int | None = None, scheduler: str | None = None, plots: bool = True,
-              progress: bool = True) -> SweepReport:
-    """Run (or finish) the sweep of config ``path`` into ``out``. Raises UserError.
+              progress: bool = True, seeds: int | None = None) -> SweepReport:
+    """Run (or finish) the sweep of config ``path`` into ``out``; ``seeds``: N seeds per
+    point from run.seed (replacing run.seeds). Raises UserError.
 
     Failed points are in ``report.failed``; the finished ones are kept and in results.csv.
     """
     out = Path(out)
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs: expected at least 1, got {jobs}")
-    sweep = load_sweep(path, overrides)
+    sweep = load_sweep(path, overrides, seeds)
     _check_out(out, sweep.manifest())  # before connecting or creating anything
     report = SweepReport(out, sweep)
     todo = any(not is_complete(out, p.name) for p in sweep.points)
@@ -304,7 +306,7 @@ def run_sweep(path: str | Path, out: str | Path, overrides: list[str] | None = N
     if plots and report.rows:
         from sim.plots import plot_sweep
 
-        report.plots = [Path(p) for p in plot_sweep(out)]
+        report.plots = [Path(p) for p in plot_sweep(out, report.plot_notes)]
     return report
 
 

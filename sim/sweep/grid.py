@@ -17,6 +17,7 @@ from typing import Any
 
 from sim.config import Config, apply_overrides, config_warnings, dump_config, read_toml, validate
 from sim.errors import UserError
+from sim.names import close_match
 
 FORMAT = "sgd-lab.sweep/1"
 MAX_NAME = 80  # characters of a run directory name before it is shortened with a hash
@@ -119,9 +120,11 @@ def _check_key(key: str, where: str) -> None:
     for i, part in enumerate(parts):
         fields = getattr(model, "model_fields", {})
         if part not in fields:
+            match = close_match(part, fields)
+            hint = f" (did you mean {'.'.join([*parts[:i], match])}?)" if match else ""
             known = ", ".join(fields) if fields else "nothing (a value, not a table)"
-            raise UserError(f"{where}: unknown key; {'.'.join(parts[:i]) or 'a config'} "
-                            f"has {known}")
+            raise UserError(f"{where}: unknown key{hint}; "
+                            f"{'.'.join(parts[:i]) or 'a config'} has {known}")
         model = fields[part].annotation
     if hasattr(model, "model_fields"):
         raise UserError(f"{where}: {key!r} is a table; sweep one of its keys, "
@@ -135,8 +138,21 @@ def _set(data: dict[str, Any], key: str, value: Any) -> None:
     data[last] = copy.deepcopy(value)
 
 
-def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
-    """Read, override, expand and validate every point. Raises UserError; writes nothing."""
+def seed_range(data: dict[str, Any], count: int) -> list[int]:
+    """``--seeds N``: the config's run.seed (default 0) and the N - 1 after it.
+    Raises UserError for N < 1."""
+    if count < 1:
+        raise UserError(f"--seeds {count}: expected at least 1 seed")
+    run = data.get("run", {})
+    first = run.get("seed", 0) if isinstance(run, dict) else 0
+    first = first if isinstance(first, int) and not isinstance(first, bool) else 0
+    return list(range(first, first + count))
+
+
+def load_sweep(path: str | Path, overrides: list[str] | None = None,
+               seeds: int | None = None) -> Sweep:
+    """Read, override, expand and validate every point; ``seeds`` (``--seeds N``) replaces
+    run.seeds by N seeds from run.seed. Raises UserError; writes nothing."""
     source = str(path)
     data = apply_overrides(read_toml(path), overrides or [])
     table = data.pop("sweep", {})
@@ -145,9 +161,10 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
                         f"got {table!r}")
     table = flatten(table)
     run = data.get("run", {})
-    seeds = run.pop("seeds", []) if isinstance(run, dict) else []
+    listed = run.pop("seeds", []) if isinstance(run, dict) else []
+    seeds_list = seed_range(data, seeds) if seeds is not None else listed
     # the shapes of the table and the seeds, with the schema's own messages
-    validate({"sweep": table, "run": {"seeds": seeds}}, source)
+    validate({"sweep": table, "run": {"seeds": seeds_list}}, source)
     for key, values in table.items():
         where = f"{source}: sweep.{key}"
         _check_key(key, where)
@@ -157,12 +174,13 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
         for value, text in zip(values, canon, strict=True):
             if canon.count(text) > 1:
                 raise UserError(f"{where}: {value!r} appears twice (two points, one run)")
-    if "run.seed" in table and seeds:
-        raise UserError(f"{source}: sweep.run.seed: run.seeds is also given; use one of them")
-    if not table and not seeds:
-        raise UserError(f"{source}: no [sweep] table and no run.seeds: nothing to sweep "
+    if "run.seed" in table and seeds_list:
+        given = f"--seeds {seeds}" if seeds is not None else "run.seeds"
+        raise UserError(f"{source}: sweep.run.seed: {given} is also given; use one of them")
+    if not table and not seeds_list:
+        raise UserError(f"{source}: no [sweep] table, run.seeds or --seeds: nothing to sweep "
                         f"(`python -m sim run` runs a single config)")
-    values_list = grid(table, seeds)
+    values_list = grid(table, seeds_list)
     points: list[Point] = []
     warnings: list[str] = []
     seen: dict[str, str] = {}
@@ -179,8 +197,8 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
         points.append(Point(name, values, point_data, config.run.seed, sha))
         warnings += [w for w in config_warnings(config) if w not in warnings]
     definition = {**copy.deepcopy(data), "sweep": table}
-    if seeds:
-        definition.setdefault("run", {})["seeds"] = seeds
+    if seeds_list:
+        definition.setdefault("run", {})["seeds"] = seeds_list
     return Sweep(source, definition, list(values_list[0]), points, warnings)
 
 

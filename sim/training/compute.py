@@ -106,7 +106,18 @@ class ComputeModel:
 
     @property
     def stragglers(self) -> list[int]:
-        return np.flatnonzero(self.factor > 1).tolist()
+        """The workers ever slowed: the fixed stragglers and the named slowdowns'."""
+        return sorted({window["worker"] for window in self.slowdown_windows})
+
+    @property
+    def slowdown_windows(self) -> list[dict[str, Any]]:
+        """Every slowdown as {worker, factor, start_s, end_s (None: to the end)}: the fixed
+        stragglers' for the whole run, then compute.slowdowns' (factor 1 changes nothing)."""
+        fixed = [{"worker": w, "factor": float(self.factor[w]), "start_s": 0.0, "end_s": None}
+                 for w in np.flatnonzero(self.factor > 1).tolist()]
+        named = [{"worker": s.worker, "factor": s.factor, "start_s": s.start_s,
+                  "end_s": s.end_s} for s in self.slowdowns if s.factor > 1]
+        return fixed + named
 
     def duration(self, worker: int, now: float) -> float:
         """Seconds for worker's next gradient, starting at simulated time ``now``."""

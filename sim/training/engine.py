@@ -125,7 +125,7 @@ def build_simulation(config: Config) -> Simulation:
     cores = build_hosts(env, config, cluster.workers + servers, costs)
     server = ParameterServer(network, hosts[cluster.workers:],
                              ParameterStore(rules, workload.params.copy(), config.workload),
-                             cores, cluster.workers) if servers else None
+                             cores, cluster.workers, recorder.notes) if servers else None
     ctx = Context(env, config, network, workload, rules, recorder, done, server,
                   {**options, "placement": cluster.placement}, cores, costs)
     strategy = strategy_cls(ctx)
@@ -172,6 +172,7 @@ def simulate(config: Config,
                                complete=stopped_by is None,
                                strategy=config.strategy.kind, fabric=ctx.network.fabric.name,
                                workers_n=ctx.n, stragglers=ctx.compute.stragglers,
+                               slowdowns=ctx.compute.slowdown_windows,
                                compute_time_s=ctx.compute.base_s, **extra,
                                **strategy.summary_extra())
     trace = recorder.trace(ctx.network.flow_log, ctx.network.topology.link_name)

@@ -18,11 +18,13 @@ message once every worker has pushed it; each worker then pulls it back).
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
 import simpy
 
+from sim.trace import Facts
 from sim.training.messages import Message, StepCosts
 
 
@@ -38,6 +40,9 @@ class Pipeline:
     not yet produced or pushed it, :attr:`blocked`) and exposed communication (``wire``).
     Either way the worker's activities add up to its time.
     ``step_done(step)`` is called when every message of the step has been delivered.
+    ``span`` also gets the :class:`~sim.trace.Facts` of the idle spans (the message
+    awaited), and ``tag(message, overlapped)``, if given, is a context in which the spans
+    recorded are that message's (a collective's, which the channel does not make itself).
     """
 
     def __init__(self, env: simpy.Environment, workers: int, messages: list[Message],
@@ -47,6 +52,7 @@ class Pipeline:
                  step_done: Callable[[int], None],
                  busy: Callable[[int, float], Generator[simpy.Event, Any, None]] | None = None,
                  prologue: Callable[[int], Generator[simpy.Event, Any, None]] | None = None,
+                 tag: Callable[[Message, bool], AbstractContextManager] | None = None,
                  ) -> None:
         self.env, self.workers, self.messages, self.channel = env, workers, messages, channel
         self.costs, self.span, self.step_done = costs, span, step_done
@@ -55,6 +61,7 @@ class Pipeline:
         # once layer 0's message of the previous step is back
         self.busy = busy or self._delay
         self.prologue = prologue
+        self.tag = tag or (lambda msg, overlapped: nullcontext())
         n_layers = messages[0].hi + 1 if messages else 0
         self.message_of = np.empty(n_layers, np.int64)
         for m, msg in enumerate(messages):
@@ -78,9 +85,15 @@ class Pipeline:
         """Worker ``w`` sat idle in [start, end) for message ``m``: ``wait`` while the
         message waited for the other workers, ``wire`` (exposed communication) otherwise."""
         a, b = np.clip(self.blocked[w, m], start, end)
-        self.span(w, "wire", start, a, False)
-        self.span(w, "wait", a, b, False)
-        self.span(w, "wire", b, end, False)
+        facts = self.awaited(m)
+        self.span(w, "wire", start, a, False, facts)
+        self.span(w, "wait", a, b, False, facts)
+        self.span(w, "wire", b, end, False, facts)
+
+    def awaited(self, m: int) -> Facts:
+        """What a worker idle for message ``m`` waits for: its layers."""
+        msg = self.messages[m]
+        return Facts(layers=(msg.lo, msg.hi))
 
     def landed(self, w: int, m: int) -> None:
         """Message m is back at worker w: the layers it carries may run."""
@@ -107,7 +120,8 @@ class Pipeline:
                     if self.overlapped:
                         self.idle_spans(w, m, start, env.now)
                     else:  # idle until it started moving; the channel spans the rest
-                        self.span(w, "wait", start, max(start, self.comm_start[w, m]), False)
+                        self.span(w, "wait", start, max(start, self.comm_start[w, m]), False,
+                                  self.awaited(m))
                 if layer == 0 and self.prologue is not None:  # once the parameters it reads
                     yield from self.prologue(w)  # are in, as in the real runner
                 start = env.now
@@ -162,7 +176,8 @@ class AllreduceChannel:
                     self.wakeup = self.env.event()
                 m = self.next_message(pipe)
                 pipe.comm_start[:, m] = self.env.now
-                yield from self.reduce(step, pipe.messages[m])  # records its spans
+                with pipe.tag(pipe.messages[m], pipe.overlapped):
+                    yield from self.reduce(step, pipe.messages[m])  # records its spans
                 for w in range(pipe.workers):
                     pipe.landed(w, m)
             pipe.step_done(step)

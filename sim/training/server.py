@@ -4,16 +4,23 @@ Messages: a pull is a small request to every shard followed by each shard's part
 parameters; a push sends each shard its part of the (possibly compressed) gradient.
 Bytes are split over shards in proportion to their key ranges. The server applies an
 update when the last shard has received its part.
+
+Given the recorder's :class:`~sim.trace.TraceNotes`, the shards' CPU work and the pushes
+queued at each (received, not yet processed) go on the trace; a pull given a ``sends`` list
+appends the ids of the network sends it made (:attr:`FlowNetwork.sent
+<sim.network.flow.FlowNetwork.sent>`: the flows' ids on the trace).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 from typing import Any, NamedTuple
 
 import numpy as np
 import simpy
 
+from sim.trace import TraceNotes
 from sim.training.store import ParameterStore
 
 REQUEST_BYTES = 64  # a pull request: header and key range
@@ -40,11 +47,15 @@ class ParameterServer:
     (the parameters of record and the strategy's rules)."""
 
     def __init__(self, network: Any, hosts: np.ndarray, store: ParameterStore,
-                 cores: Any = None, first_rank: int = 0) -> None:
+                 cores: Any = None, first_rank: int = 0,
+                 notes: TraceNotes | None = None) -> None:
         self.network, self.hosts, self.store = network, np.asarray(hosts), store
         # shard s is rank first_rank + s on ``cores`` (sim.training.hosts.Hosts); without
         # them (a network-only copy) shards cost no CPU
         self.cores, self.first_rank = cores, first_rank
+        self.notes = notes  # for the trace (None: not traced)
+        if notes is not None:
+            notes.servers = len(self.hosts)
         sizes = np.array([len(part) for part in np.array_split(store.params, len(self.hosts))])
         # of any message, per shard (equal key ranges when there are no numbers to hold)
         self.share = sizes / sizes.sum() if sizes.sum() else np.full(len(self.hosts),
@@ -77,28 +88,43 @@ class ParameterServer:
                 self._splits[key] = split
         return split
 
-    def push_range(self, host: int, start: float, stop: float, nbytes: float) -> simpy.Event:
+    def push_range(self, host: int, start: float, stop: float, nbytes: float,
+                   sends: list[int] | None = None) -> simpy.Event:
         """Part of a gradient (keys [start, stop), as fractions) to the shards that own it."""
         split = self._split(start, stop, nbytes)
-        if len(split.hosts) == 1:
-            return self.network.send(host, split.hosts[0], split.owned[0])
-        return self.network.send_all([host] * len(split.hosts), split.hosts, split.owned)
+        return self._send([host] * len(split.hosts), split.hosts, split.owned, sends)
 
-    def send_range(self, host: int, start: float, stop: float, nbytes: float) -> simpy.Event:
+    def send_range(self, host: int, start: float, stop: float, nbytes: float,
+                   sends: list[int] | None = None) -> simpy.Event:
         """The shards that own keys [start, stop) send their part of them to ``host``."""
         split = self._split(start, stop, nbytes)
-        if len(split.hosts) == 1:
-            return self.network.send(split.hosts[0], host, split.owned[0])
-        return self.network.send_all(split.hosts, [host] * len(split.hosts), split.owned)
+        return self._send(split.hosts, [host] * len(split.hosts), split.owned, sends)
+
+    def _send(self, src: list[int], dst: list[int], nbytes: list[float],
+              sends: list[int] | None) -> simpy.Event:
+        """Messages src[i] -> dst[i] of nbytes[i] (one alone by the network's cheaper
+        path); the ids of the network's sends go to ``sends``."""
+        first = self.network.sent
+        if len(src) == 1:
+            done = self.network.send(src[0], dst[0], nbytes[0])
+        else:
+            done = self.network.send_all(src, dst, nbytes)
+        if sends is not None:
+            sends.extend(range(first, self.network.sent))
+        return done
 
     def process(self, owners: np.ndarray, seconds: np.ndarray,
                 sender: int | None = None, parts: np.ndarray | None = None,
+                what: str | None = None, sends: list[int] | None = None,
                 ) -> simpy.Event | None:
         """Each owning shard spends its ``seconds`` of CPU on its thread (after the work
         already queued there); the event fires when all have. None: no CPU work at all (no
         cores, or the ideal host), so there is nothing to wait for. ``sender`` (a rank) and
-        ``parts`` (bytes each owner received): a shard first finishes receiving a part
-        beyond the eager limit (:meth:`sim.training.hosts.Hosts.handshake_s`)."""
+        ``parts`` (bytes each owner received): a push from that worker, whose parts a shard
+        first finishes receiving beyond the eager limit
+        (:meth:`sim.training.hosts.Hosts.handshake_s`). ``what``: the work's name on the
+        trace ("push" when there is a sender, else "work"); ``sends``: the network sends of
+        the push."""
         if self.cores is None or not np.any(seconds > 0):
             return None
         env = self.network.env
@@ -107,9 +133,29 @@ class ParameterServer:
         handshakes = ([0.0] * len(ranks) if sender is None else
                       [self.cores.handshake_s(sender, r, float(p))
                        for r, p in zip(ranks, parts, strict=True)])
-        return simpy.AllOf(env, [env.process(self.cores.run(r, float(t), woken=True,
-                                                            handshake_s=h))
-                                 for r, t, h in zip(ranks, seconds, handshakes, strict=True)])
+        jobs = [self.cores.run(r, float(t), woken=True, handshake_s=h)
+                for r, t, h in zip(ranks, seconds, handshakes, strict=True)]
+        if self.notes is not None:
+            name = what or ("work" if sender is None else "push")
+            flow = sends[0] if sends else None
+            sizes = [math.nan] * len(jobs) if parts is None else [float(p) for p in parts]
+            jobs = [self._traced(int(s), job, float(t), name, sender, size, flow)
+                    for s, job, t, size in zip(shards, jobs, seconds, sizes, strict=True)]
+        return simpy.AllOf(env, [env.process(job) for job in jobs])
+
+    def _traced(self, shard: int, job: Generator[simpy.Event, Any, None], seconds: float,
+                what: str, sender: int | None, nbytes: float,
+                flow: int | None) -> Generator[simpy.Event, Any, None]:
+        """``job`` on the trace: a slice of its CPU work on the shard, ending when the job
+        does; a push is queued at the shard from now until then."""
+        notes, env = self.notes, self.network.env
+        queued = sender is not None
+        if queued:
+            notes.queue(shard, +1, env.now)
+        yield from job
+        notes.work(shard, what, env.now - seconds, env.now, sender, nbytes, flow)
+        if queued:
+            notes.queue(shard, -1, env.now)
 
     def push(self, host: int, nbytes: float,
              keys: tuple[float, float] = (0.0, 1.0)) -> simpy.Event:
@@ -120,7 +166,7 @@ class ParameterServer:
     def pull(self, host: int, out: np.ndarray, rows: np.ndarray | None = None,
              serve_s: np.ndarray | None = None,
              wait: Callable[[simpy.Event], Generator[simpy.Event, Any, Any]] | None = None,
-             ) -> Generator[simpy.Event, Any, int]:
+             *, sends: list[int] | None = None) -> Generator[simpy.Event, Any, int]:
         """Copy the parameters (or only ``rows``) into ``out``; returns the version read.
 
         The copy is taken when the shards have served the request (``serve_s``: CPU seconds
@@ -128,14 +174,16 @@ class ParameterServer:
         puller notices it through ``wait`` (default: at once).
         """
         id_bytes = 0 if rows is None else rows.size * rows.itemsize
-        yield self.push_range(host, 0.0, 1.0, REQUEST_BYTES * len(self.hosts) + id_bytes)
-        served = None if serve_s is None else self.process(self.share > 0, serve_s)
+        yield self.push_range(host, 0.0, 1.0, REQUEST_BYTES * len(self.hosts) + id_bytes,
+                              sends)
+        served = None if serve_s is None else self.process(self.share > 0, serve_s,
+                                                           what="pull")
         if served is not None:
             yield served
         version = self.store.read(out, rows)
         params = self.store.params
         nbytes = params.nbytes if rows is None else rows.size * params.itemsize
-        reply = self.send_range(host, 0.0, 1.0, nbytes)
+        reply = self.send_range(host, 0.0, 1.0, nbytes, sends)
         if wait is None:
             yield reply
         else:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from sim.names import unknown
+
 
 @dataclass(frozen=True)
 class DatasetSpec:
@@ -182,7 +184,7 @@ def dataset_shape(name: str, samples: int, features: int,
 def make_dataset(spec: DatasetSpec, rng: np.random.Generator) -> Dataset:
     """Build the named data set; raises KeyError listing the known names."""
     if spec.name not in DATASETS:
-        raise KeyError(f"unknown dataset {spec.name!r}; known: {', '.join(sorted(DATASETS))}")
+        raise KeyError(unknown("dataset", spec.name, sorted(DATASETS)))
     return DATASETS[spec.name](spec, rng)
 
 

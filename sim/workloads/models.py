@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim import kernels as K
+from sim.names import unknown
 
 
 @dataclass(frozen=True)
@@ -198,5 +199,5 @@ MODELS: dict[str, Callable[..., Model]] = {
 def make_model(name: str, features: int, classes: int, **options: object) -> Model:
     """Build the named model; raises KeyError listing the known names."""
     if name not in MODELS:
-        raise KeyError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
+        raise KeyError(unknown("model", name, sorted(MODELS)))
     return MODELS[name](features=features, classes=classes, **options)

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sim.names import unknown
+
 
 @dataclass(frozen=True)
 class LayerProfile:
@@ -121,5 +123,5 @@ PROFILES: dict[str, Callable[[], Profile]] = {
 def get_profile(name: str) -> Profile:
     """A profile by name; raises KeyError listing the known ones."""
     if name not in PROFILES:
-        raise KeyError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}")
+        raise KeyError(unknown("profile", name, PROFILES))
     return PROFILES[name]()

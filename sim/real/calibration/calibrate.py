@@ -108,7 +108,8 @@ def measure_kernels(configs: list[Config], concurrency: int = 1,
         seconds = time_kernels(configs, min_time_s)
     else:
         dumps = [c.model_dump(mode="json", exclude_none=True) for c in configs]
-        with multiprocessing.get_context("fork").Pool(concurrency) as pool:
+        # spawned, not forked (see sim.real.calibration.host.measure_vectors_together)
+        with multiprocessing.get_context("spawn").Pool(concurrency) as pool:
             per_process = pool.map(_time_kernels_child, [(dumps, min_time_s)] * concurrency)
         seconds = np.mean(per_process, axis=0).tolist()
     return [{"workload": _describe(c), "flops": build_workload(c).model.flops(c.workload.batch),

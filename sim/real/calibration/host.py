@@ -376,7 +376,9 @@ def measure_vectors_together(quick: bool, min_time_s: float,
     the processes, the smallest core fraction kept."""
     if concurrency <= 1:
         return measure_vectors(quick, min_time_s)
-    with multiprocessing.get_context("fork").Pool(concurrency) as pool:
+    # spawned, not forked: a fork copies this process's threads' locks (a progress bar's
+    # monitor, BLAS), and a child holding one never exits (seen as a hung calibration)
+    with multiprocessing.get_context("spawn").Pool(concurrency) as pool:
         each = pool.map(_measure_vectors_child, [(quick, min_time_s)] * concurrency)
     points = {name: (*sizes, np.mean([e["points"][name][-1] for e in each], axis=0).tolist())
               for name, (*sizes, _) in each[0]["points"].items()}

@@ -154,7 +154,8 @@ def assemble(workload: Workload, rules: Rules, logs: list[RankLog], wall_s: floa
     summary = rec.summary(run.seed, wall_s, sum(log.messages for log in logs),
                           strategy=config.strategy.kind, fabric=extra.get("net"),
                           workers_n=workload.n, stragglers=workload.compute.stragglers,
-                          compute_time_s=median_kernel_s(kernel), kind="real",
+                          slowdowns=workload.compute.slowdown_windows,
+                          compute_time_s=median_kernel_s(kernel), kind="real", clock="wall",
                           machine=platform.node(), cpus=os.cpu_count(), **extra)
     return {"config.toml": dump_config(config),
             "summary.json": json.dumps(summary, indent=2) + "\n",

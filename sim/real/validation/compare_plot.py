@@ -1,82 +1,131 @@
-"""The comparison figure: loss over time, iteration time, staleness, per-worker breakdown."""
+"""The comparison figure: loss over time, iteration time, staleness, per-worker breakdown.
+
+Drawn in the style of every other figure (:mod:`sim.plots.style`): the simulated run solid
+(bars filled), the real run dashed (bars hatched) in the same colour, real repeats as their
+mean and 95% band; one legend under the panels, never over the bars.
+"""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.legend_handler import HandlerTuple
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
-from sim.record import write_atomic
-from sim.results import load_repeats
+from sim.plots import style as st
+from sim.plots.labels import time_name
+from sim.plots.loss import eval_curve, mean_band
+from sim.plots.readable import fabric_name, strategy_name
+from sim.results import Run, load_repeats
+from sim.stats import mean_ci
 
-SIM_COLOR, REAL_COLOR = "tab:blue", "tab:orange"
+SIM = st.line_style(0, 0)  # solid
+REAL = st.line_style(0, 1)  # dashed, same colour
 
 
-def plot_report(report: dict[str, Any], path: Path) -> None:
-    """Write the 2 x 2 figure of ``report`` (from
-    :func:`sim.real.validation.compare.compare`) to ``path``, atomically."""
-    import matplotlib
+def _loss(ax: Any, sim: Run, reals: list[Run]) -> None:
+    xs, ys = eval_curve(sim, "time")
+    curves = [c for c in (eval_curve(r, "time") for r in reals) if c[0].size]
+    spans = [float(xs.max(initial=0))] + [float(c[0].max()) for c in curves]
+    factor, unit = st.time_unit(max(spans))
+    ax.plot(xs * factor, ys, **SIM)
+    band = mean_band(curves) if len(curves) > 1 else None
+    if band is not None:
+        ax.plot(band[0] * factor, band[1], **REAL)
+        ax.fill_between(band[0] * factor, band[2], band[3], color=REAL["color"],
+                        alpha=st.BAND_ALPHA, linewidth=0)
+    for c in curves if band is None else ():
+        ax.plot(c[0] * factor, c[1], **REAL)
+    if st.spans_differ(spans):
+        ax.set_xscale("log")
+        st.log_ticks(ax.xaxis)
+    ax.set(xlabel=f"{time_name([sim.summary, *(r.summary for r in reals)])} ({unit})",
+           ylabel="held-out loss", title="Loss over time")
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def _iteration(ax: Any, report: dict[str, Any], reals: list[Run]) -> None:
+    it = report["iteration_s"]
+    real = mean_ci(r.iteration_s for r in reals)
+    factor, unit = st.time_unit(max(it["sim"], real.mean))
+    ax.bar([0], [it["sim"] * factor], 0.6, **st.bar_look(SIM))
+    ax.bar([1], [real.mean * factor], 0.6, **st.bar_look(REAL),
+           yerr=None if real.n < 2 else [[real.half_width * factor]], capsize=4)
+    ax.scatter(np.ones(len(reals)), [r.iteration_s * factor for r in reals], s=10,
+               color="black", zorder=3, label="one real run")
+    ax.set(xticks=[0, 1], xticklabels=["sim", f"real (mean of {len(reals)}, 95% CI)"],
+           xlim=(-0.6, 1.6), ylabel=f"time per update ({unit})",
+           title=f"Iteration time (error {it['error']:+.1%})")
+    ax.grid(axis="x", visible=False)
+
+
+def _staleness(ax: Any, report: dict[str, Any]) -> None:
+    shares = report["staleness"]
+    values = sorted({int(v) for v in shares["sim"]} | {int(v) for v in shares["real"]})
+    x = np.arange(len(values))
+    for offset, side, look in ((-0.2, "sim", SIM), (0.2, "real", REAL)):
+        fractions = {int(k): v for k, v in shares[side].items()}
+        ax.bar(x + offset, [100 * fractions.get(v, 0.0) for v in values], 0.4,
+               **st.bar_look(look))
+    ax.set(xticks=x, xticklabels=[str(v) for v in values], xlim=(-0.8, len(values) - 0.2),
+           xlabel="staleness (versions behind)", ylabel="updates (%)",
+           title="Staleness of applied updates")
+    ax.grid(axis="x", visible=False)
+
+
+def _breakdown(ax: Any, report: dict[str, Any]) -> None:
+    b = report["breakdown"]
+    kinds = b["kinds"]
+    sides = {side: np.array(b[side], dtype=float).reshape(-1, len(kinds))
+             for side in ("sim", "real")}
+    factor, unit = st.time_unit(max(float(d.sum(axis=1).max(initial=0)) for d in sides.values())
+                                or 1.0)
+    for offset, side in ((-0.2, "sim"), (0.2, "real")):
+        data = sides[side] * factor
+        bottom = np.zeros(len(data))
+        for j, kind in enumerate(kinds):
+            look = {"color": st.KIND_COLOURS[kind]} if side == "sim" else {
+                "facecolor": st.KIND_COLOURS[kind], "edgecolor": "white", "hatch": "////",
+                "linewidth": 0.3}
+            ax.bar(np.arange(len(data)) + offset, data[:, j], 0.38, bottom=bottom, **look)
+            bottom += data[:, j]
+    workers = len(b["sim"])
+    ax.set(xticks=np.arange(workers), xticklabels=[str(w) for w in range(workers)],
+           xlabel="worker (left: sim, right: real, hatched)", ylabel=f"time ({unit})",
+           title="Where workers' time goes")
+    ax.grid(axis="x", visible=False)
+
+
+def report_figure(report: dict[str, Any]) -> Figure:
+    """The 2 x 2 figure of ``report`` (from :func:`sim.real.validation.compare.compare`);
+    reads the runs it names. Raises UserError if they are gone."""
     sim = load_repeats(Path(report["sim_dir"]))[0]
     reals = load_repeats(Path(report["real_dir"]))
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
-    ax = axes[0, 0]
-    ax.plot(sim.evals[:, 0], sim.evals[:, 2], color=SIM_COLOR, lw=2, label="simulated")
-    for i, run in enumerate(reals):
-        ax.plot(run.evals[:, 0], run.evals[:, 2], color=REAL_COLOR, alpha=0.7,
-                label="real" if i == 0 else None)
-    ax.set(xlabel="time (s)", ylabel="held-out loss", title="loss over time")
-    ax.legend()
+    with st.figure(10.0, 7.6) as fig:
+        axes = fig.subplots(2, 2)
+        _loss(axes[0, 0], sim, reals)
+        _iteration(axes[0, 1], report, reals)
+        _staleness(axes[1, 0], report)
+        _breakdown(axes[1, 1], report)
+        for ax in (axes[0, 1], axes[1, 0], axes[1, 1]):
+            ax.set_ylim(bottom=0)
+        sides = [(Line2D([], [], **look), Patch(**st.bar_look(look))) for look in (SIM, REAL)]
+        kinds = [Patch(color=st.KIND_COLOURS[k], label=st.KIND_NAMES[k])
+                 for k in report["breakdown"]["kinds"]]
+        fig.legend([*sides, *kinds], ["sim", "real", *(p.get_label() for p in kinds)],
+                   handler_map={tuple: HandlerTuple(ndivide=None)}, loc="outside lower center",
+                   ncols=4)
+        strategy = strategy_name({"strategy.kind": report.get("strategy")})
+        net = f" ({report['net']})" if report.get("net") else ""
+        fig.suptitle(f"{strategy}, {report['workers']} workers: simulated "
+                     f"({fabric_name(report.get('fabric'))}) vs real{net}", fontweight="bold")
+    return fig
 
-    ax = axes[0, 1]
-    it = report["iteration_s"]
-    ax.scatter(np.full(len(reals), 1.0), [r.iteration_s * 1e3 for r in reals],
-               color=REAL_COLOR, label="real repeats")
-    ax.scatter([0.0], [it["sim"] * 1e3], color=SIM_COLOR, marker="D", s=60, label="simulated")
-    ax.set(xticks=[0, 1], xticklabels=["sim", "real"], xlim=(-0.5, 1.5),
-           ylabel="ms per update", title=f"iteration time (error {it['error']:+.1%})")
-    ax.set_ylim(bottom=0)
-    ax.legend()
 
-    ax = axes[1, 0]
-    st = report["staleness"]
-    values = sorted(set(st["sim"]) | set(st["real"]))
-    x = np.arange(len(values))
-    ax.bar(x - 0.2, [st["sim"].get(v, 0) for v in values], 0.4, color=SIM_COLOR,
-           label="simulated")
-    ax.bar(x + 0.2, [st["real"].get(v, 0) for v in values], 0.4, color=REAL_COLOR,
-           label="real")
-    ax.set(xticks=x, xticklabels=[str(v) for v in values], xlabel="staleness (updates)",
-           ylabel="fraction of updates", title="staleness")
-    ax.legend()
-
-    ax = axes[1, 1]
-    b = report["breakdown"]
-    kinds = len(b["kinds"])
-    sim_w, real_w = (np.array(b["sim"]).reshape(-1, kinds),
-                     np.array(b["real"]).reshape(-1, kinds))
-    n = len(sim_w)
-    hatches = {"compute": "", "data": "xx", "update": "++", "overhead": "\\\\",
-               "wire": "//", "wait": ".."}
-    for offset, data, color in ((-0.2, sim_w, SIM_COLOR), (0.2, real_w, REAL_COLOR)):
-        bottom = np.zeros(n)
-        for j, kind in enumerate(b["kinds"]):
-            if len(data):
-                ax.bar(np.arange(n) + offset, data[:, j], 0.38, bottom=bottom, color=color,
-                       hatch=hatches[kind], edgecolor="black", lw=0.3)
-                bottom += data[:, j]
-    ax.set(xticks=np.arange(n), xlabel="worker (left: simulated, right: real)",
-           ylabel="seconds",
-           title="compute / data (xx) / update (++) / overhead (\\\\) / wire (//) / wait (..)")
-    fig.suptitle(f"{report['strategy']}, {report['workers']} workers: simulated "
-                 f"({report['fabric']}) vs real ({report['net']})")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", dpi=110)
-    write_atomic(path, buffer.getvalue())
-    plt.close(fig)
+def plot_report(report: dict[str, Any], out_dir: Path) -> list[Path]:
+    """``report.png``, ``report.svg`` and ``report.pdf`` in ``out_dir``, atomically; their
+    paths."""
+    return st.save(report_figure(report), Path(out_dir), "report")

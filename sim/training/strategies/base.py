@@ -16,6 +16,7 @@ import numpy as np
 import simpy
 
 from sim.record import Recorder
+from sim.trace import Facts
 from sim.training.compute import ComputeModel
 from sim.training.cpu import CpuCosts
 from sim.training.hosts import Hosts
@@ -119,12 +120,13 @@ def everyone(ctx: Context, kind: str, seconds: float,
 
 
 def block(ctx: Context, rank: int, kind: str, event: simpy.Event | None,
-          overlapped: bool = False) -> Generator[simpy.Event, Any, Any]:
-    """Wait for ``event`` (recorded as ``kind``: wire or wait); returns its value. None:
-    nothing to wait for."""
+          overlapped: bool = False, facts: Facts | None = None,
+          ) -> Generator[simpy.Event, Any, Any]:
+    """Wait for ``event`` (recorded as ``kind``: wire or wait, with ``facts`` for the
+    trace); returns its value. None: nothing to wait for."""
     if event is None:
         return None
-    with ctx.recorder.span(rank, kind, overlapped):
+    with ctx.recorder.span(rank, kind, overlapped, facts):
         return (yield from ctx.hosts.wait(rank, event))
 
 
@@ -150,20 +152,26 @@ def compute(ctx: Context, worker: Worker) -> Generator[simpy.Event, Any, float]:
 
 
 def push(ctx: Context, worker: Worker, nbytes: float, apply_s: Callable[[float], float],
-         keys: tuple[float, float] = (0.0, 1.0),
-         overlapped: bool = False) -> Generator[simpy.Event, Any, simpy.Event | None]:
-    """``worker`` sends a gradient of ``nbytes`` (for ``keys``, fractions of the vector) to
-    the shards that own them; returns the event of the shards having received and
-    processed it (message CPU + ``apply_s(bytes)`` each; None when that costs no CPU):
-    the worker does not wait for that, the update happens then."""
+         keys: tuple[float, float] = (0.0, 1.0), overlapped: bool = False,
+         layers: tuple[int, int] | None = None,
+         ) -> Generator[simpy.Event, Any, simpy.Event | None]:
+    """``worker`` sends a gradient of ``nbytes`` (for ``keys``, fractions of the vector;
+    ``layers``, first and last, for the trace) to the shards that own them; returns the
+    event of the shards having received and processed it (message CPU + ``apply_s(bytes)``
+    each; None when that costs no CPU): the worker does not wait for that, the update
+    happens then."""
     server = ctx.server
     costs = message_costs(ctx, keys, nbytes, apply_s)
     yield from cpu(ctx, worker.index, "overhead", costs.sender_s, overlapped)
-    yield from block(ctx, worker.index, "wire", server.push(worker.host, nbytes, keys),
-                     overlapped)
+    facts = Facts("push", nbytes, layers)
+    first = ctx.network.sent
+    delivered = server.push(worker.host, nbytes, keys)
+    facts.sends.extend(range(first, ctx.network.sent))  # the flows' ids on the trace
+    yield from block(ctx, worker.index, "wire", delivered, overlapped, facts)
     if not costs.shards_busy:  # the servers would take no CPU: nothing to wait for
         return None
-    return server.process(costs.owners, costs.shard_s, worker.index, costs.owned)
+    return server.process(costs.owners, costs.shard_s, worker.index, costs.owned,
+                          sends=facts.sends)
 
 
 def gradient_pushed(ctx: Context, worker: Worker, params: np.ndarray,
@@ -192,10 +200,13 @@ def pull(ctx: Context, worker: Worker, out: np.ndarray,
     nbytes = params.nbytes if rows is None else rows.size * params.itemsize
     costs = message_costs(ctx, (0.0, 1.0), nbytes, None)
     yield from cpu(ctx, worker.index, "overhead", costs.request_s)
-    with ctx.recorder.span(worker.index, "wire"):
+    facts = Facts("pull", nbytes)
+    with ctx.recorder.span(worker.index, "wire", facts=facts):
         version = yield from server.pull(worker.host, out, rows,
                                          costs.shard_s if costs.shards_busy else None,
-                                         lambda reply: ctx.hosts.wait(worker.index, reply))
+                                         lambda reply: ctx.hosts.wait(worker.index, reply),
+                                         sends=facts.sends)
+        facts.version_read = version
         yield from reply_handshake(ctx, worker.index, costs.parts)
     yield from cpu(ctx, worker.index, "overhead", costs.sender_s)
     return version

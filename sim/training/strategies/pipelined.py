@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
 import simpy
 
+from sim.trace import Facts
 from sim.training.messages import Message, StepCosts, plan_messages
 from sim.training.pipeline import Pipeline
 from sim.training.strategies.base import Strategy, prologue
@@ -55,10 +57,15 @@ class PipelinedStrategy(Strategy):
         self.pipe = Pipeline(ctx.env, ctx.n, self.messages, channel, self.costs,
                              ctx.recorder.add_span, self.step_done,
                              busy=ctx.hosts.run if on_core else None,
-                             prologue=self.prologue if charged else None)
+                             prologue=self.prologue if charged else None, tag=self.tag)
         if ctx.numerics:
             self.compute_gradients()
         self.pipe.start(UNBOUNDED)
+
+    def tag(self, msg: Message, overlapped: bool) -> AbstractContextManager:
+        """The spans recorded inside are ``msg``'s collective (for the trace)."""
+        facts = Facts("collective", self.message_bytes(msg), (msg.lo, msg.hi))
+        return self.ctx.recorder.tagging(facts, overlapped)
 
     def prologue(self, worker: int) -> Generator[simpy.Event, Any, None]:
         yield from prologue(self.ctx, self.ctx.workers[worker])

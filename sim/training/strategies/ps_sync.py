@@ -29,6 +29,7 @@ import simpy
 from sim.network.runner import build_network
 from sim.network.topology import place
 from sim.record import UpdateRecord
+from sim.trace import Facts
 from sim.training.messages import Message, message_slice
 from sim.training.pipeline import ParameterServerChannel
 from sim.training.server import REQUEST_BYTES, ParameterServer
@@ -137,7 +138,7 @@ class BSPPS(PipelinedStrategy):
         the step the worker sends its (held) pull request."""
         ctx, worker, lapped = self.ctx, self.ctx.workers[w], self.pipe.overlapped
         yield from push(ctx, worker, self.message_bytes(msg), ctx.cpu.reduce_s,
-                        self.keys(msg), lapped)
+                        self.keys(msg), lapped, (msg.lo, msg.hi))
         if msg.lo == 0:
             shards = int(np.count_nonzero(ctx.server.share))
             yield from cpu(ctx, w, "overhead", shards * ctx.cpu.message_s(REQUEST_BYTES),
@@ -150,12 +151,13 @@ class BSPPS(PipelinedStrategy):
         keys, lapped = self.keys(msg), self.pipe.overlapped
         parts = server.range_bytes(*keys, msg.nbytes)
         owners = parts > 0
-        with ctx.recorder.span(w, "wire", lapped):
-            served = server.process(owners, answer_s(costs, parts[owners]))
+        facts = Facts("pull", msg.nbytes, (msg.lo, msg.hi))
+        with ctx.recorder.span(w, "wire", lapped, facts):
+            served = server.process(owners, answer_s(costs, parts[owners]), what="pull")
             if served is not None:
                 yield served
             yield from ctx.hosts.wait(w, server.send_range(ctx.workers[w].host, *keys,
-                                                           msg.nbytes))
+                                                           msg.nbytes, facts.sends))
             yield from reply_handshake(ctx, w, parts)
         yield from cpu(ctx, w, "overhead", float(costs.message_s(parts[owners]).sum()),
                        lapped)
@@ -167,7 +169,7 @@ class BSPPS(PipelinedStrategy):
         parts = ctx.server.range_bytes(*self.keys(msg), msg.nbytes)
         costs = ctx.cpu  # the mean (a pass at the summing rate), then the step
         ctx.server.process(parts > 0, np.array([costs.reduce_s(p) + costs.update_s(p)
-                                                for p in parts[parts > 0]]))
+                                                for p in parts[parts > 0]]), what="apply")
         if not ctx.numerics:
             return
         keys = message_slice(msg, ctx.model)

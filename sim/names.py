@@ -1,0 +1,142 @@
+"""Names a user types: experiment names for config paths, and "did you mean" for typos.
+
+:func:`config_path` is the one resolver every command taking a config uses, so
+``python -m sim run quickstart`` finds what ``python -m sim list experiments`` prints.
+:func:`unknown` words the error for a name not in a registry (strategy kinds, fabric
+presets, topologies, models, data sets, host profiles, experiments), :func:`unknown_key`
+the one for a config key the schema lacks, and :func:`literal_hint` the hint for a value
+outside a key's fixed set; each suggests the closest known name.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel
+
+from sim.errors import UserError
+
+# the checkout's experiments; an installed package has none (then ./experiments is used)
+CHECKOUT_EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+CONFIG_HELP = ("experiment config: a TOML file, or an experiment's name "
+               "(`python -m sim list experiments`)")
+
+
+def close_match(name: str, known: Iterable[str]) -> str | None:
+    """The known name closest to ``name`` (difflib's ratio at least 0.6), or None."""
+    matches = difflib.get_close_matches(name, list(known), n=1)
+    return matches[0] if matches else None
+
+
+def unknown(what: str, name: str, known: Iterable[str]) -> str:
+    """One line for a name not in ``known``: "unknown WHAT 'x' (did you mean 'y'?);
+    expected one of a, b, c" (the suggestion only when one is close)."""
+    known = list(known)
+    match = close_match(name, known)
+    hint = f" (did you mean {match!r}?)" if match else ""
+    return f"unknown {what} {name!r}{hint}; expected one of {', '.join(known)}"
+
+
+# ---- config keys: the schema's tables, walked along a dotted path --------------------
+
+def _table(annotation: Any) -> type[BaseModel] | None:
+    """The table (model) an annotation holds (``Slowdown`` in ``list[Slowdown]``), or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next(filter(None, map(_table, get_args(annotation))), None)
+
+
+def _table_at(root: type[BaseModel], path: Sequence[str | int]) -> type[BaseModel] | None:
+    """The table at ``path`` below ``root`` (list indices skipped), or None where the path
+    leaves the schema's tables (a value, or a free-form table: [sweep], a custom fabric)."""
+    table: type[BaseModel] | None = root
+    for part in path:
+        if isinstance(part, int):
+            continue
+        field = table.model_fields.get(part) if table else None
+        if field is None:
+            return None
+        table = _table(field.annotation)
+    return table
+
+
+def unknown_key(root: type[BaseModel], path: Sequence[str | int]) -> str | None:
+    """Why ``path`` names no key of ``root`` ("strategy.stalenes: unknown key (did you mean
+    strategy.staleness?)"), or None if it does or the schema does not fix the keys there."""
+    for i, part in enumerate(path):
+        table = _table_at(root, path[:i])
+        if isinstance(part, int) or table is None:
+            continue
+        if part not in table.model_fields:
+            where = ".".join(map(str, path[:i]))
+            prefix = f"{where}." if where else ""
+            match = close_match(part, table.model_fields)
+            hint = (f" (did you mean {prefix}{match}?)" if match else
+                    f"; {where or 'a config'} has {', '.join(table.model_fields)}")
+            return f"{prefix}{part}: unknown key{hint}"
+    return None
+
+
+def _literals(annotation: Any) -> list[str]:
+    """The values a ``Literal[...]`` annotation (possibly inside a union) allows."""
+    if get_origin(annotation) is Literal:
+        return [str(value) for value in get_args(annotation)]
+    return [value for arg in get_args(annotation) for value in _literals(arg)]
+
+
+def literal_hint(root: type[BaseModel], loc: Sequence[str | int], got: Any) -> str:
+    """" (did you mean 'topk'?)" when ``got`` is close to a value the key at ``loc``
+    allows (a ``Literal``), else ""."""
+    table = _table_at(root, loc[:-1])
+    field = table.model_fields.get(str(loc[-1])) if table and loc else None
+    if field is None or not isinstance(got, str):
+        return ""
+    match = close_match(got, _literals(field.annotation))
+    return f" (did you mean {match!r}?)" if match else ""
+
+
+# ---- experiment names ----------------------------------------------------------------
+
+def experiment_dirs() -> list[Path]:
+    """Where experiment names are looked up: ./experiments, then the checkout's."""
+    here = Path("experiments")
+    dirs = [here] if here.is_dir() else []
+    if CHECKOUT_EXPERIMENTS.is_dir() and not any(
+            d.resolve() == CHECKOUT_EXPERIMENTS for d in dirs):
+        dirs.append(CHECKOUT_EXPERIMENTS)
+    return dirs
+
+
+def experiments() -> dict[str, Path]:
+    """Experiment name (a config's file name without ``.toml``) -> its path; the first
+    directory of :func:`experiment_dirs` holding a name wins."""
+    found: dict[str, Path] = {}
+    for folder in experiment_dirs():
+        for path in sorted(folder.glob("*.toml")):
+            found.setdefault(path.stem, path)
+    return dict(sorted(found.items()))
+
+
+def config_path(text: str) -> Path:
+    """The config file ``text`` names: a path to a TOML file, or an experiment's name as
+    ``python -m sim list experiments`` prints it (``quickstart``, ``quickstart.toml`` or
+    ``validation/base``, looked up in ``experiments/``).
+
+    A path that exists nowhere is returned as given (reading it says "no such config
+    file"); a bare name that is no experiment raises UserError with the closest one."""
+    path = Path(text)
+    if path.is_file() or path.is_absolute():
+        return path
+    relative = path if path.suffix == ".toml" else path.with_name(path.name + ".toml")
+    for folder in experiment_dirs():
+        if (folder / relative).is_file():
+            return folder / relative
+    if len(path.parts) == 1 and path.suffix in ("", ".toml") and (names := experiments()):
+        match = close_match(path.stem, names)
+        hint = f" (did you mean {match!r}?)" if match else ""
+        raise UserError(f"{text}: neither a config file nor an experiment{hint}; "
+                        f"experiments: {', '.join(names)}")
+    return path

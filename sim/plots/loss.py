@@ -1,0 +1,194 @@
+"""Held-out loss against time or updates: a line per configuration, seeds as a mean and band.
+
+Runs that differ only by their seed are drawn as their mean with a shaded 95% confidence
+band (:func:`sim.stats.mean_ci` at every evaluation point of the span all of them cover).
+Real runs are dashed in the colour of their simulated twin, and their time is wall-clock
+time. The x axis turns logarithmic when the lines' spans differ by more than
+:data:`sim.plots.style.SPAN_RATIO` (a 6 ms asp run beside a 445 ms bsp one), or when asked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from sim.errors import UserError
+from sim.plots import style as st
+from sim.plots.grouping import labelled, repeats, styles
+from sim.plots.labels import context, time_name
+from sim.results import Run, as_runs
+from sim.stats import mean_ci
+
+RunDirs = Sequence[Path | str | Run]
+XLim = tuple[float | None, float | None]
+COLUMN = {"time": "time_s", "updates": "iteration"}
+
+
+@dataclass
+class Line:
+    label: str
+    style: dict
+    xs: np.ndarray
+    ys: np.ndarray  # a run's losses, or the mean of its group's
+    low: np.ndarray | None = None  # the group's 95% band, if it has several runs
+    high: np.ndarray | None = None
+
+
+def parse_xlim(text: str) -> XLim:
+    """``"LO,HI"`` (either side may be empty: automatic) -> (lo, hi).
+    Raises UserError for anything but one or two finite numbers with LO < HI."""
+    try:
+        lo, hi = (float(p) if p.strip() else None for p in text.split(","))
+        if (lo, hi) == (None, None) or (lo is not None and hi is not None and lo >= hi) \
+                or not all(math.isfinite(v) for v in (lo, hi) if v is not None):
+            raise ValueError(text)
+    except ValueError:  # also: not two parts, not numbers
+        raise UserError(f"--xlim {text}: expected LO,HI with finite numbers LO < HI "
+                        "(either may be left empty), e.g. 0,0.005") from None
+    return lo, hi
+
+
+def eval_curve(run: Run, x: str) -> tuple[np.ndarray, np.ndarray]:
+    """The finite (x, held-out loss) points of a run's evaluations; x is ``time`` (s) or
+    ``updates``."""
+    xs = np.array(run.column("eval", COLUMN[x]), dtype=float)
+    ys = np.array(run.column("eval", "loss"), dtype=float)
+    keep = np.isfinite(xs) & np.isfinite(ys)
+    return xs[keep], ys[keep]
+
+
+def mean_band(curves: list[tuple[np.ndarray, np.ndarray]]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """x, mean, low, high of the 95% interval of several runs' curves, at every x of theirs
+    inside the span all of them cover (linear interpolation between evaluations); None if
+    that span holds fewer than two points."""
+    lo = max(xs[0] for xs, _ in curves)
+    hi = min(xs[-1] for xs, _ in curves)
+    grid = np.unique(np.concatenate([xs for xs, _ in curves]))
+    grid = grid[(grid >= lo) & (grid <= hi)]
+    if grid.size < 2:
+        return None
+    values = np.array([np.interp(grid, xs, ys) for xs, ys in curves])
+    cis = [mean_ci(column) for column in values.T]
+    return (grid, np.array([c.mean for c in cis]), np.array([c.low for c in cis]),
+            np.array([c.high for c in cis]))
+
+
+def has_loss(runs: list[Run]) -> bool:
+    """Whether any run evaluated the held-out loss (timing-only runs do not)."""
+    return any(eval_curve(r, "updates")[0].size for r in runs)
+
+
+def _lines(by_label: dict[str, list[Run]], x: str) -> list[Line]:
+    lines = []
+    for style, (label, members) in zip(styles(by_label), by_label.items(), strict=True):
+        curves = [c for c in (eval_curve(r, x) for r in members) if c[0].size]
+        band = mean_band(curves) if len(curves) > 1 else None
+        if band is not None:
+            lines.append(Line(label, style, *band))
+        else:  # one run, or seeds with no span in common: each run drawn
+            lines += [Line(label if j == 0 else "_nolegend_", style, *c)
+                      for j, c in enumerate(curves)]
+    return lines
+
+
+def _check(xlim: XLim | None, log: bool) -> None:
+    if xlim and log and xlim[0] is not None and xlim[0] <= 0:
+        raise UserError(f"--xlim {xlim[0]:g},{'' if xlim[1] is None else f'{xlim[1]:g}'}: "
+                        "a log x axis needs LO > 0")
+
+
+def _fit_y(ax: Any, lines: list[Line], xlim: XLim, factor: float, log_y: bool) -> None:
+    """x limits, and y limits that fit the points inside them (matplotlib fits them all)."""
+    lo = -math.inf if xlim[0] is None else xlim[0]
+    hi = math.inf if xlim[1] is None else xlim[1]
+    seen = [np.zeros(0)]
+    for line in lines:
+        inside = (line.xs >= lo) & (line.xs <= hi)
+        seen += [a[inside] for a in (line.ys, line.low, line.high) if a is not None]
+    ys = np.concatenate(seen)
+    ys = ys[np.isfinite(ys) & ((ys > 0) if log_y else True)]
+    if ys.size:
+        bottom, top = ys.min(), ys.max()
+        pad = (top / bottom) ** 0.05 if log_y else 0.05 * (top - bottom or abs(top) or 1.0)
+        ax.set_ylim(*((bottom / pad, top * pad) if log_y else (bottom - pad, top + pad)))
+    ax.set_xlim(*(None if v is None else v * factor for v in xlim))
+
+
+def loss_figure(run_dirs: RunDirs, x: str = "time", *, logx: bool | None = None,
+                xlim: XLim | None = None) -> Figure:
+    """Held-out loss against ``x`` (``time``: s, simulated or wall-clock; ``updates``).
+
+    ``logx``: None chooses (log when the lines' spans differ by more than SPAN_RATIO and
+    ``xlim`` does not start at or below 0). ``xlim``: (lo, hi) in s or updates, None for
+    automatic. Raises UserError when no run has a loss evaluation or ``xlim`` and a log
+    axis do not fit.
+    """
+    runs = as_runs(run_dirs)
+    if not has_loss(runs):
+        raise UserError(f"{', '.join(str(r.path) for r in runs[:3])}: no held-out loss "
+                        "evaluations (timing-only runs, workload.numerics = false): no "
+                        "loss plot")
+    by_label = labelled(runs)
+    lines = _lines(by_label, x)
+    spans = [float(line.xs.max()) for line in lines if line.xs.size]
+    starts_at_zero = xlim is not None and xlim[0] is not None and xlim[0] <= 0
+    log = st.spans_differ(spans) and not starts_at_zero if logx is None else logx
+    _check(xlim, log)
+    view = max(spans, default=1.0) if not xlim or xlim[1] is None else xlim[1]
+    factor, unit = st.time_unit(view) if x == "time" else (1.0, "")
+    losses = np.concatenate([line.ys for line in lines])
+    log_y = bool(losses.size and losses.min() > 0 and losses.max() / losses.min() > 20)
+    marker = "o" if all(line.xs.size <= 15 for line in lines) else None  # few points: shown
+    with st.figure(st.width_for(list(by_label)), 4.0) as fig:
+        ax = fig.add_subplot()
+        for line in lines:
+            keep = line.xs > 0 if log else np.ones(line.xs.size, bool)
+            xs = line.xs[keep] * factor
+            ax.plot(xs, line.ys[keep], label=st.wrap(line.label), marker=marker, markersize=3,
+                    **line.style)
+            if line.low is not None:
+                ax.fill_between(xs, line.low[keep], line.high[keep], color=line.style["color"],
+                                alpha=st.BAND_ALPHA, linewidth=0)
+        if log_y:
+            ax.set_yscale("log")
+        if log:
+            ax.set_xscale("log")
+            st.log_ticks(ax.xaxis)
+        elif not xlim:
+            ax.set_xlim(left=0)
+        if xlim:
+            _fit_y(ax, lines, xlim, factor, log_y)
+        if x == "time":
+            what = time_name([r.summary for r in runs])
+            ax.set_xlabel(f"{what} ({unit}{', log scale' if log else ''})")
+            title = "time" if "/" in what else what  # sim and real: the label says which
+        else:
+            ax.set_xlabel(f"updates applied{' (log scale)' if log else ''}")
+            title = "updates"
+        ax.set_ylabel("held-out loss")
+        st.legend(fig, ax, list(by_label))
+        seeds = repeats(by_label)
+        note = f"mean of {seeds}, band: 95% CI" if seeds else ""
+        subtitle = ", ".join(p for p in (context([r.config for r in runs]), note) if p)
+        st.titles(fig, f"Held-out loss vs {title}", subtitle)
+    return fig
+
+
+def plot_loss_time(run_dirs: RunDirs, out_dir: Path, *, logx: bool | None = None,
+                   xlim: XLim | None = None) -> list[Path]:
+    """Held-out loss against time (``loss-time``): see :func:`loss_figure`."""
+    return st.save(loss_figure(run_dirs, "time", logx=logx, xlim=xlim), out_dir, "loss-time")
+
+
+def plot_loss_updates(run_dirs: RunDirs, out_dir: Path, *, logx: bool | None = None,
+                      xlim: XLim | None = None) -> list[Path]:
+    """Held-out loss against updates applied (``loss-updates``): see :func:`loss_figure`."""
+    return st.save(loss_figure(run_dirs, "updates", logx=logx, xlim=xlim), out_dir,
+                   "loss-updates")
