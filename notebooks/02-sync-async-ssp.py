@@ -70,6 +70,17 @@ show(plot_loss_time([kinds_dir], RUNS / "plots"))
 show(plot_loss_updates([kinds_dir], RUNS / "plots"))
 
 # %% [markdown]
+# The same runs as numbers: each strategy's final held-out loss and simulated time to the
+# target loss (`run.target_loss` = 1.2), as the mean over the seeds and the half-width of its
+# 95% confidence interval (Student's t; `_n`: the seeds that reached the target). With one
+# seed (the quick form) there is no interval.
+
+# %%
+from sim.analysis import by_config
+
+by_config(kinds_dir, values=("final_loss", "time_to_target_s"))
+
+# %% [markdown]
 # Per update the synchronous strategies look far better, but each of their updates averages
 # 16 (or 14) gradients. The same runs on logarithmic axes, against simulated time and against
 # the *samples* processed (rows of data turned into gradients, the fair unit across
