@@ -338,15 +338,17 @@ def test_a_bsp_step_on_shared_cores_lies_between_full_cores_and_rounds_in_lockst
     assert p * rank_cpu / 2 < got <= lockstep + 1e-12
 
 
-@pytest.mark.parametrize("ranks,cores,noticed", [(3, 2, 1.1e-3), (5, 2, 1.3e-3),
-                                                 (2, 2, 1.01e-3)])
+@pytest.mark.parametrize("ranks,cores,base,noticed", [
+    (3, 2, 0.0, 1.1e-3), (5, 2, 0.0, 1.3e-3), (2, 2, 0.0, 1.01e-3), (2, 2, 30e-6, 1.01e-3),
+    (4, 2, 30e-6, 1e-3 + 30e-6 + 2 * 100e-6)])
 def test_a_napping_rank_on_a_shared_host_notices_notice_s_late_per_rank_beyond_the_cores(
-        ranks, cores, noticed):
-    """notice_s = 100 us per rank beyond the cores; with a core each, the nap grid (50 us
-    of spinning, then naps of 40 us: an event at 1 ms is seen at 1.01 ms)."""
+        ranks, cores, base, noticed):
+    """notice_base_s (``base``) + notice_s = 100 us per rank beyond the cores; with a core
+    each, the nap grid (50 us of spinning, then naps of 40 us: an event at 1 ms is seen at
+    1.01 ms)."""
     env = simpy.Environment()
     hosts = Hosts(env, [0] * ranks, cores, 3e-3, spin=False, poll_spin_s=50e-6,
-                  poll_s=40e-6, notice_s=100e-6)
+                  poll_s=40e-6, notice_s=100e-6, notice_base_s=base)
     seen = []
 
     def waiter():
@@ -462,18 +464,3 @@ def test_a_rank_keeps_its_core_for_the_spin_after_its_work():
     env.process(rank1())
     env.run()
     assert ends == pytest.approx({"noticed": 1.02e-3, "rank 0": 1.12e-3, "rank 1": 2.12e-3})
-
-
-def test_the_notice_has_a_base_and_a_part_per_rank_beyond_the_cores():
-    env = simpy.Environment()
-    hosts = Hosts(env, [0] * 4, 2, 3e-3, spin=False, poll_spin_s=50e-6, poll_s=40e-6,
-                  notice_s=25e-6, notice_base_s=30e-6)
-    seen = []
-
-    def waiter():
-        yield from hosts.wait(0, env.timeout(1e-3))
-        seen.append(env.now)
-
-    env.process(waiter())
-    env.run()
-    assert seen == [pytest.approx(1e-3 + 30e-6 + 2 * 25e-6)]

@@ -177,14 +177,7 @@ class Hosts:
         host = self.rank_hosts[rank]
         if not self.spin and self.poll_s > 0:
             return (yield from self._poll(rank, host, event))
-        if self.shared[host]:
-            self.waiting[host] += 1
-            try:
-                value = yield event
-            finally:
-                self.waiting[host] -= 1
-        else:
-            value = yield event
+        value = yield from self._waiting(host, event)
         if self.spin and self.shared[host] and self._all_cores_working(host):
             # MPICH's blocking wait calls sched_yield between polls (strace: ~10^4 per
             # 0.5 s), so spinners pass cores among themselves at once and hold none
@@ -192,6 +185,17 @@ class Hosts:
             with self.cores[host].request() as core:
                 yield core
         return value
+
+    def _waiting(self, host: int, event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
+        """Wait for ``event``, counted among ``host``'s waiters (:meth:`stretch`) where its
+        ranks share cores. Returns the event's value."""
+        if not self.shared[host]:
+            return (yield event)
+        self.waiting[host] += 1
+        try:
+            return (yield event)
+        finally:
+            self.waiting[host] -= 1
 
     def _all_cores_working(self, host: int) -> bool:
         """Whether every core of ``host`` runs a rank's work (spinners hold no cores)."""
@@ -230,14 +234,9 @@ class Hosts:
                 return event.value
             self.cores[host].release(core)
             napping_from = self.env.now
-            self.waiting[host] += 1
-            try:
-                value = yield event
-            finally:
-                self.waiting[host] -= 1
         else:
             napping_from = self.env.now + self.poll_spin_s
-            value = yield event
+        value = yield from self._waiting(host, event)
         late = self._noticed(host, napping_from, self.env.now) - self.env.now
         if late > 0:
             yield self.env.timeout(late)
