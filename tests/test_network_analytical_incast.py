@@ -18,7 +18,6 @@ from training_cases import make, train, update_table
 from sim.network.collectives import REGISTRY, ParameterServer, get_collective
 from sim.network.fabrics import get_fabric
 from sim.network.runner import build_network, run_alone
-from sim.training.server import transfer
 
 FABRIC = get_fabric("ib-hdr")
 ALPHA, BETA = FABRIC.alpha_s(), FABRIC.beta_s_per_byte
@@ -79,9 +78,9 @@ def push_pull_s(model: str, p: int, servers: int) -> float:
     shards = p + np.arange(servers)
 
     def exchange() -> Generator[simpy.Event, Any, None]:
-        yield simpy.AllOf(env, [transfer(net, np.full(servers, w), shards, shard)
+        yield simpy.AllOf(env, [net.send_all(np.full(servers, w), shards, shard)
                                 for w in range(p)])
-        yield simpy.AllOf(env, [transfer(net, shards, np.full(servers, w), shard)
+        yield simpy.AllOf(env, [net.send_all(shards, np.full(servers, w), shard)
                                 for w in range(p)])
 
     env.run(env.process(exchange()))

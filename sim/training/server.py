@@ -35,13 +35,6 @@ class _Split(NamedTuple):
     owned: list[float]
 
 
-def transfer(network: Any, src: np.ndarray, dst: np.ndarray,
-             nbytes: np.ndarray) -> simpy.Event:
-    """An event that fires when every message src[i] -> dst[i] of nbytes[i] has arrived
-    (with that time as value)."""
-    return network.send_all(src, dst, nbytes)
-
-
 class ParameterServer:
     """The servers' hosts on the network around a :class:`~sim.training.store.ParameterStore`
     (the parameters of record and the strategy's rules)."""
