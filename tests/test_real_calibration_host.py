@@ -32,7 +32,7 @@ def test_calibrate_host_writes_a_profile_load_host_reads_with_every_fit_error(tm
         assert f["max_error"] >= 0 and f["rms_error"] >= 0 and len(f["samples"]) >= 3
         assert all({"bytes", "seconds", "error"} <= set(s) for s in f["samples"])
     assert set(data["measured_through"]) == {"copy", "update", "reduce", "message", "step",
-                                             "poll", "rendezvous", "share"}
+                                             "poll", "rendezvous", "share", "reload"}
     assert profile.notice_s >= 0 and profile.rendezvous_s >= 0
     noticed = data["rendezvous"]["noticed_s"]  # per level of ranks, per message size
     assert len(noticed) == 3 and all(len(n) == 2 and min(n) > 0 for n in noticed)
@@ -42,6 +42,11 @@ def test_calibrate_host_writes_a_profile_load_host_reads_with_every_fit_error(tm
         assert len(data["share"][wait]["slowdowns"]) == 2
         assert min(data["share"][wait]["slowdowns"]) > 0
     assert any(line.strip().startswith("nap_share") and "fit error" in line for line in lines)
+    reload = data["reload"]  # the extra time after each gap, and its fit
+    assert len(reload["gaps_s"]) == len(reload["extra_s"]) >= 3 and reload["warm_s"] > 0
+    assert profile.reload_s == reload["reload_s"] >= 0
+    assert profile.reload_s == 0 or profile.reload_tau_s > 0
+    assert any(line.strip().startswith("reload") and "fit error" in line for line in lines)
     assert profile.poll_s >= 20e-6 and profile.poll_spin_s == 50e-6  # a nap takes what it asks
     assert data["step"]["step_s"] == pytest.approx(profile.step_s)
     assert lines[-1] == f'  cluster.host = "calibrated:{path}"'

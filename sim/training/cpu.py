@@ -74,6 +74,11 @@ class HostProfile:
     spin_share: float = 0.0
     nap_share: float = 0.0
     notice_base_s: float = 0.0
+    # a rank's first CPU work after a gap of t in its CPU work (a sleep, a wait) reloads
+    # what the gap displaced from its caches: reload_s x (1 - exp(-t / reload_tau_s))
+    # longer (Thiebaut and Stone 1987's reload transient), measured
+    reload_s: float = 0.0
+    reload_tau_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("copy_Bps", "update_Bps", "reduce_Bps", "slice_s", "message_Bps",
@@ -83,11 +88,15 @@ class HostProfile:
                 raise ValueError(f"host profile {self.name!r}: {name} must be > 0, got {value}")
         for name in ("message_s", "step_s", "poll_spin_s", "poll_s", "copy_call_s",
                      "copy_row_s", "update_call_s", "reduce_call_s", "notice_s",
-                     "rendezvous_s", "spin_share", "nap_share", "notice_base_s"):
+                     "rendezvous_s", "spin_share", "nap_share", "notice_base_s",
+                     "reload_s", "reload_tau_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "
                                  f"got {value}")
+        if self.reload_s > 0 and not self.reload_tau_s > 0:
+            raise ValueError(f"host profile {self.name!r}: reload_tau_s must be > 0 when "
+                             f"reload_s is, got {self.reload_tau_s}")
 
 
 INF = math.inf

@@ -93,7 +93,8 @@ def build_hosts(env: simpy.Environment, config: Config, ranks: int,
     return Hosts(env, placed, cluster.cores, host.slice_s, spin, host.poll_spin_s, host.poll_s,
                  host.notice_s, host.rendezvous_bytes, host.rendezvous_s, host.spin_share,
                  host.nap_share, idle_waiters=range(cluster.workers, ranks),
-                 notice_base_s=host.notice_base_s)
+                 notice_base_s=host.notice_base_s, reload_s=host.reload_s,
+                 reload_tau_s=host.reload_tau_s)
 
 
 def build_simulation(config: Config) -> Simulation:

@@ -27,6 +27,8 @@ Each cost is measured through the real runner's own code path, over several size
 * waiting ranks' share of a core: ranks pinned to one core, one working, k waiting for it
   as real ranks wait (netbench mode ``share``): work runs ``1 + k x share`` slower
   (``spin_share`` for spinning waiters, ``nap_share`` for napping ones).
+* reload: a step's host work warm and right after sleeps of 0.1-20 ms
+  (:mod:`sim.real.calibration.reload`): ``reload_s`` and ``reload_tau_s``.
 
 ``slice_s`` (the scheduler's time slice when ranks share a core) is not measured: 3 ms.
 The profile keeps every fit's parameters, its errors and the raw samples.
@@ -45,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.real.calibration.reload import FEATURES, measure_reload
 from sim.training.cpu import HostProfile, save_host_profile
 
 SLICE_S = 3e-3  # not measured (see sim.training.cpu's epyc-core preset)
@@ -414,6 +417,7 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
     poll = measure_poll(quick)
     rendezvous = measure_rendezvous(quick)
     share = measure_wait_share(quick)
+    reload = measure_reload(quick)
     message_Bps = beyond_wire_Bps(fits["message"]["rate_Bps"], fabric_Bps)
     profile = HostProfile(f"calibrated-{platform.node()}", fits["copy"]["rate_Bps"],
                           fits["update"]["rate_Bps"], fits["reduce"]["rate_Bps"],
@@ -427,7 +431,8 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                           f"{os.cpu_count()} CPUs", rendezvous["notice_s"],
                           rendezvous["rendezvous_bytes"], rendezvous["rendezvous_s"],
                           share["spin"]["share"], share["sleep"]["share"],
-                          rendezvous["notice_base_s"])
+                          rendezvous["notice_base_s"], reload["reload_s"],
+                          reload["reload_tau_s"])
     measured_through = {
         "copy": f"sim.workloads.workload.Worker.next_batch (numpy row gather), "
                 f"{concurrency} process(es) at once",
@@ -456,7 +461,12 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
         "share": f"sim.real.calibration.netbench mode share: ranks pinned to one core, one "
                  f"running {SHARE_UNIT_S * 1e3:.0f} ms units of sim.kernels.sum_into while "
                  f"{SHARE_WAITERS} others wait in sim.real.executors.timing.Waiter "
-                 f"(spinning, then napping); the mean unit against the unit alone"}
+                 f"(spinning, then napping); the mean unit against the unit alone",
+        "reload": f"sim.real.calibration.reload: {reload['steps']} steps of "
+                  f"Worker.next_batch + SGD.step + sim.kernels.copy of a message (logistic "
+                  f"regression, {FEATURES} features), warm and right after sleeps of "
+                  f"{', '.join(f'{g * 1e3:g}' for g in reload['gaps_s'])} ms; the median "
+                  f"extra time fitted as reload_s x (1 - exp(-gap / reload_tau_s))"}
     lines = [f"host: copy {profile.copy_Bps / 1e9:.2f} GB/s, update "
              f"{profile.update_Bps / 1e9:.2f} GB/s, reduce {profile.reduce_Bps / 1e9:.2f} GB/s,"
              f" message {profile.message_s * 1e6:.2f} us + bytes / "
@@ -502,6 +512,15 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
         if fit_["max_error"] > MAX_ERROR:
             warnings.append(f"warning: the {name} fit is off by up to "
                             f"{fit_['max_error']:.0%} (over {MAX_ERROR:.0%})")
+    lines.append(f"  reload   {profile.reload_s * 1e6:8.2f} us x (1 - exp(-gap / "
+                 f"{profile.reload_tau_s * 1e3:.2f} ms)) more for the first work after a gap: "
+                 "measured " + ", ".join(
+                     f"{g * 1e3:g} ms: {e * 1e6:+.0f} us" for g, e in zip(
+                         reload["gaps_s"], reload["extra_s"], strict=True))
+                 + f", fit error max {reload['max_error']:.1%}")
+    if reload["max_error"] > MAX_ERROR:
+        warnings.append(f"warning: the reload fit is off by up to {reload['max_error']:.0%} "
+                        f"(over {MAX_ERROR:.0%})")
     for name in ("notice", "rendezvous"):
         if rendezvous[f"{name}_fit"]["max_error"] > MAX_ERROR:
             warnings.append(f"warning: the {name} fit is off by up to "
@@ -509,7 +528,7 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                             f"{MAX_ERROR:.0%}): the delay does not grow in proportion to "
                             "the ranks beyond the cores here")
     save_host_profile(path, profile, fits=fits, step=step, poll=poll, rendezvous=rendezvous,
-                      share=share,
+                      share=share, reload=reload,
                       measured_through=measured_through,
                       load_average=load, cpu_fraction=cpu_s / wall_s if wall_s else None,
                       fabric_overhead_s=fabric_overhead_s, fabric_Bps=fabric_Bps,
