@@ -28,20 +28,38 @@ def hosts_for(env: simpy.Environment, ranks: int, cores: int, **kw) -> Hosts:
 @pytest.mark.parametrize("gap", [0.5e-3, 2e-3, 10e-3])
 def test_work_after_a_sleep_pays_the_reload_of_the_gap(cores, gap):
     """A task, a modelled gradient (a sleep of ``gap``), a task: the second is longer by
-    reload(gap); rank 1 never works, so nothing shares the core."""
+    reload(gap); rank 1 never runs (it sleeps), so nothing holds the other cores."""
     env = simpy.Environment()
     hosts = hosts_for(env, 2, cores, spin=True)
     ends = []
 
     def rank():
         yield from hosts.run(0, 100e-6)
-        yield env.timeout(gap)
+        yield from hosts.sleep(0, gap)
         yield from hosts.run(0, 100e-6)
         ends.append(env.now)
 
     env.process(rank())
     env.run()
     assert ends == [pytest.approx(200e-6 + gap + reload(gap))]
+
+
+def test_a_wait_that_is_not_a_sleep_is_spun_and_costs_nothing():
+    """Spinning ranks (spin=True) wait for anything, not only messages, by spinning."""
+    env = simpy.Environment()
+    hosts = hosts_for(env, 1, 1, spin=True)
+    ends = []
+
+    def rank():
+        yield from hosts.run(0, 100e-6)
+        yield env.timeout(2e-3)  # e.g. an AllOf of other ranks' work
+        start = env.now
+        yield from hosts.run(0, 100e-6)
+        ends.append(env.now - start)
+
+    env.process(rank())
+    env.run()
+    assert ends == [pytest.approx(100e-6)]
 
 
 def test_back_to_back_tasks_pay_no_reload():
@@ -108,9 +126,44 @@ def test_the_fit_recovers_the_curve_it_was_drawn_from():
     assert fitted["max_error"] < 0.02
 
 
+def test_the_fit_recovers_a_curve_with_a_base():
+    gaps = [100e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 20e-3]
+    fitted = fit_reload(gaps, [60e-6 + reload(g) for g in gaps])
+    assert fitted["reload_base_s"] == pytest.approx(60e-6, rel=0.03)
+    assert fitted["reload_s"] == pytest.approx(R, rel=0.03)
+    assert fitted["reload_tau_s"] == pytest.approx(TAU, rel=0.03)
+
+
+def test_the_fit_of_a_flat_slowdown_is_all_base():
+    fitted = fit_reload([1e-3, 5e-3, 20e-3], [50e-6, 50e-6, 50e-6])
+    assert fitted["reload_base_s"] == pytest.approx(50e-6)
+    assert fitted["reload_s"] == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("gap", [0.0, 1e-3])
+def test_any_gap_at_all_costs_the_base(gap):
+    """A base of 30 us: back to back, nothing; after a sleep, 30 us plus the curve."""
+    env = simpy.Environment()
+    hosts = Hosts(env, [0], 1, 3e-3, spin=True, reload_s=R, reload_tau_s=TAU,
+                  reload_base_s=30e-6)
+    ends = []
+
+    def rank():
+        yield from hosts.run(0, 100e-6)
+        if gap:
+            yield from hosts.sleep(0, gap)
+        start = env.now
+        yield from hosts.run(0, 100e-6)
+        ends.append(env.now - start)
+
+    env.process(rank())
+    env.run()
+    assert ends == [pytest.approx(100e-6 + (30e-6 + reload(gap) if gap else 0.0))]
+
+
 def test_the_fit_with_nothing_measurable_reloads_nothing():
     fitted = fit_reload([1e-3, 2e-3], [-5e-6, 0.0])
-    assert fitted["reload_s"] == 0.0 and fitted["reload_tau_s"] == 0.0
+    assert fitted["reload_s"] == fitted["reload_tau_s"] == fitted["reload_base_s"] == 0.0
 
 
 def test_the_fit_ignores_points_without_a_measurable_slowdown():
@@ -127,7 +180,59 @@ def test_the_fit_ignores_points_without_a_measurable_slowdown():
     ({"reload_s": -1e-6}, "reload_s must be >= 0"),
     ({"reload_s": 1e-4, "reload_tau_s": 0.0}, "reload_tau_s must be > 0"),
     ({"reload_tau_s": math.nan}, "reload_tau_s must be >= 0"),
+    ({"reload_base_s": -1e-6}, "reload_base_s must be >= 0"),
 ])
 def test_a_profile_with_a_bad_reload_is_refused_naming_the_field(fields, message):
     with pytest.raises(ValueError, match=message):
         HostProfile("bad", 1e9, 1e9, 1e9, 0.0, 0.0, 3e-3, **fields)
+
+
+@pytest.mark.parametrize("other", ["sleeps", "spins", "works"])
+def test_a_gap_grows_with_the_cores_not_held_by_spinners(other):
+    """Two ranks on two cores: rank 0 sleeps 2 ms between two tasks. Whether rank 1 sleeps
+    (an idle core serves foreign code) or works (its footprint displaces rank 0's), the gap
+    counts 2 ms; if rank 1 spins in a wait, one core of two is held by a loop that displaces
+    nothing: the gap counts 1 ms."""
+    env = simpy.Environment()
+    hosts = hosts_for(env, 2, 2, spin=True)
+    ends = []
+
+    def rank0():
+        yield from hosts.run(0, 100e-6)
+        yield from hosts.sleep(0, 2e-3)
+        start = env.now
+        yield from hosts.run(0, 100e-6)
+        ends.append(env.now - start)
+
+    def rank1():
+        yield env.timeout(100e-6)
+        if other == "spins":
+            yield from hosts.wait(1, env.timeout(2e-3))
+        elif other == "works":
+            yield from hosts.run(1, 2e-3)
+
+    env.process(rank0())
+    env.process(rank1())
+    env.run()
+    gap = 1e-3 if other == "spins" else 2e-3
+    assert ends == [pytest.approx(100e-6 + reload(gap))]
+
+
+def test_a_spin_after_a_gap_stops_it_growing_but_the_next_task_still_pays_it():
+    """Sleep 1 ms, spin-wait 5 ms, work: the caches lost in the sleep are refetched by the
+    work (reload of 1 ms), the spin lost nothing more."""
+    env = simpy.Environment()
+    hosts = hosts_for(env, 1, 1, spin=True)
+    ends = []
+
+    def rank():
+        yield from hosts.run(0, 100e-6)
+        yield from hosts.sleep(0, 1e-3)
+        yield from hosts.wait(0, env.timeout(5e-3))
+        start = env.now
+        yield from hosts.run(0, 100e-6)
+        ends.append(env.now - start)
+
+    env.process(rank())
+    env.run()
+    assert ends == [pytest.approx(100e-6 + reload(1e-3))]

@@ -74,11 +74,12 @@ class HostProfile:
     spin_share: float = 0.0
     nap_share: float = 0.0
     notice_base_s: float = 0.0
-    # a rank's first CPU work after a gap of t in its CPU work (a sleep, a wait) reloads
-    # what the gap displaced from its caches: reload_s x (1 - exp(-t / reload_tau_s))
-    # longer (Thiebaut and Stone 1987's reload transient), measured
+    # a rank's first CPU work after a gap of t > 0 in its CPU activity (a sleep, a nap)
+    # reloads what the gap displaced from its caches: reload_base_s + reload_s x (1 -
+    # exp(-t / reload_tau_s)) longer (Thiebaut and Stone 1987's reload transient), measured
     reload_s: float = 0.0
     reload_tau_s: float = 0.0
+    reload_base_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("copy_Bps", "update_Bps", "reduce_Bps", "slice_s", "message_Bps",
@@ -89,7 +90,7 @@ class HostProfile:
         for name in ("message_s", "step_s", "poll_spin_s", "poll_s", "copy_call_s",
                      "copy_row_s", "update_call_s", "reduce_call_s", "notice_s",
                      "rendezvous_s", "spin_share", "nap_share", "notice_base_s",
-                     "reload_s", "reload_tau_s"):
+                     "reload_s", "reload_tau_s", "reload_base_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "

@@ -94,7 +94,7 @@ def build_hosts(env: simpy.Environment, config: Config, ranks: int,
                  host.notice_s, host.rendezvous_bytes, host.rendezvous_s, host.spin_share,
                  host.nap_share, idle_waiters=range(cluster.workers, ranks),
                  notice_base_s=host.notice_base_s, reload_s=host.reload_s,
-                 reload_tau_s=host.reload_tau_s)
+                 reload_tau_s=host.reload_tau_s, reload_base_s=host.reload_base_s)
 
 
 def build_simulation(config: Config) -> Simulation:

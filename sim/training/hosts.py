@@ -17,10 +17,9 @@ as the real runner's waiter does (:class:`sim.real.executors.timing.Waiter`): it
 ``poll_spin_s`` first (holding a core), then naps and checks, noticing the event only at
 the end of a nap, every ``poll_s`` (the nap plus the kernel's wake-up latency, measured).
 
-A rank's first task after a gap of t in its CPU work (a modelled gradient that sleeps, a
-wait) takes ``reload_s`` x (1 - exp(-t / ``reload_tau_s``)) longer: what the gap displaced
-from its caches is fetched again (the reload transient of Thiebaut and Stone 1987; each
-cached line survives the gap's foreign references with probability exp(-t / tau)).
+A rank's first task after a gap in its CPU activity (a modelled gradient that sleeps, a
+nap; not a spinning wait) takes longer: it refetches what the idle cores lost
+(:mod:`sim.training.reload`).
 """
 
 from __future__ import annotations
@@ -32,6 +31,8 @@ from typing import Any
 import numpy as np
 import simpy
 
+from sim.training.reload import Reload
+
 
 class Hosts:
     """Cores of each host and the thread of each rank. ``rank_hosts[r]`` is rank r's host."""
@@ -42,9 +43,12 @@ class Hosts:
                  rendezvous_bytes: float = math.inf, rendezvous_s: float = 0.0,
                  spin_share: float = 0.0, nap_share: float = 0.0,
                  idle_waiters: Sequence[int] = (), notice_base_s: float = 0.0,
-                 reload_s: float = 0.0, reload_tau_s: float = 0.0) -> None:
+                 reload_s: float = 0.0, reload_tau_s: float = 0.0,
+                 reload_base_s: float = 0.0) -> None:
         self.env, self.slice_s = env, slice_s
-        self.reload_s, self.reload_tau_s = reload_s, reload_tau_s
+        # what gaps in ranks' CPU activity cost their next task (None: nothing)
+        self.reloads = (Reload(env, rank_hosts, cores, reload_s, reload_tau_s, reload_base_s)
+                        if reload_s > 0 or reload_base_s > 0 else None)
         self.poll_spin_s, self.poll_s = poll_spin_s, poll_s
         self.notice_base_s, self.notice_s = notice_base_s, notice_s
         self.rendezvous_bytes, self.rendezvous_s = rendezvous_bytes, rendezvous_s
@@ -58,7 +62,6 @@ class Hosts:
                            and any(self.shared.values()))
         self.threads = [simpy.Resource(env, 1) for _ in self.rank_hosts]
         self.free_at = [0.0] * len(self.rank_hosts)  # when each rank's thread is next idle
-        self.last_end = [0.0] * len(self.rank_hosts)  # when each rank's last task ended
         self.lingering: dict[int, Any] = {}  # rank -> the core it ran on until now
         # waiters take a share of the cores they share with work (:meth:`stretch`)
         self.wait_share = spin_share if spin else nap_share
@@ -69,6 +72,9 @@ class Hosts:
         self.idle_waiters = {h: [r for r in idle_waiters if self.rank_hosts[r] == h]
                              for h in ranks_on}
         self.spin = spin
+        self.spins_waiting = spin or poll_s <= 0  # waits spin (else: spin, then nap)
+        for rank in idle_waiters:  # a server waits for messages from the start
+            self._rest(rank)
 
     def run(self, rank: int, seconds: float, woken: bool = False,
             handshake_s: float = 0.0) -> Generator[simpy.Event, Any, None]:
@@ -78,11 +84,9 @@ class Hosts:
         first waits this long in a receive (a rendezvous, :meth:`handshake_s`) on no core."""
         if seconds <= 0 and handshake_s <= 0:
             return
-        if woken:
-            self._idled(rank)
-            if (late := self.woken_at(rank) - self.env.now) > 0:
-                self.free_at[rank] = self.env.now + late  # asleep until then: nothing else runs
-                yield self.env.timeout(late)
+        if woken and (late := self.woken_at(rank) - self.env.now) > 0:
+            self.free_at[rank] = self.env.now + late  # asleep until then: nothing else runs
+            yield self.env.timeout(late)
         if not self.shared[self.rank_hosts[rank]]:
             yield from self._run_alone(rank, seconds + handshake_s)
             return
@@ -91,35 +95,43 @@ class Hosts:
             if handshake_s > 0:
                 yield self.env.timeout(handshake_s)
             host = self.rank_hosts[rank]
-            seconds += self.reload(rank, self.env.now)
+            seconds += self._task_starts(rank)
             self._work(rank, host, True)
             try:
                 yield from self._slices(rank, host, seconds)
             finally:
                 self._work(rank, host, False)
-                self.last_end[rank] = self.env.now
+                self._rest(rank)
             self.free_at[rank] = self.env.now
 
-    def _idled(self, rank: int) -> None:
-        """An idle ``rank`` (a server between messages) waited until now: spinning, its
-        core stayed its own (no gap); napping, it gave its core up after the spin that
-        follows its last task."""
-        if self.free_at[rank] >= self.env.now:
-            return
-        if self.spin or self.poll_s <= 0:
-            self.last_end[rank] = self.env.now
-        else:
-            self.last_end[rank] = max(self.last_end[rank],
-                                      min(self.env.now, self.free_at[rank] + self.poll_spin_s))
+    def _spin(self, rank: int) -> None:
+        """``rank`` spins from now on: it keeps its core (:mod:`sim.training.reload`)."""
+        if self.reloads:
+            self.reloads.spin(rank)
 
-    def reload(self, rank: int, start: float) -> float:
-        """Seconds ``rank``'s task starting at ``start`` spends refetching what the gap
-        since its last CPU activity (a task, or a spinning wait, which keeps the core and
-        its caches) displaced from its caches; 0 without a gap."""
-        gap = start - self.last_end[rank]
-        if self.reload_s <= 0 or gap <= 0:
-            return 0.0
-        return -self.reload_s * math.expm1(-gap / self.reload_tau_s)
+    def _release(self, rank: int, after_s: float = 0.0) -> None:
+        """``rank`` sleeps from ``after_s`` on (spinning until then): a gap grows."""
+        if self.reloads:
+            self.reloads.idle(rank, after_s)
+
+    def _task_starts(self, rank: int) -> float:
+        """Seconds ``rank``'s task starting now spends reloading after its gaps."""
+        return self.reloads.work(rank) if self.reloads else 0.0
+
+    def _rest(self, rank: int) -> None:
+        """``rank`` waits for what it does next as real ranks wait in MPI: spinning, or
+        spinning ``poll_spin_s`` and then napping."""
+        if self.spins_waiting:
+            self._spin(rank)
+        else:
+            self._release(rank, self.poll_spin_s)
+
+    def sleep(self, rank: int, seconds: float) -> Generator[simpy.Event, Any, None]:
+        """``rank`` sleeps ``seconds`` off its core (a modelled gradient, which the real
+        runner sleeps out), then waits as it waits for messages."""
+        self._release(rank)
+        yield self.env.timeout(seconds)
+        self._rest(rank)
 
     def _slices(self, rank: int, host: int,
                 seconds: float) -> Generator[simpy.Event, Any, None]:
@@ -194,15 +206,17 @@ class Hosts:
     def _run_alone(self, rank: int, seconds: float) -> Generator[simpy.Event, Any, None]:
         """A core of its own: the thread is a FIFO queue, so the task ends ``seconds`` after
         the rank's earlier tasks (one event, no slices)."""
-        start = max(self.env.now, self.free_at[rank])
-        end = start + seconds + self.reload(rank, start)
-        self.free_at[rank] = self.last_end[rank] = end
+        end = max(self.env.now, self.free_at[rank]) + seconds + self._task_starts(rank)
+        self.free_at[rank] = end
         try:
             yield self.env.timeout(end - self.env.now)
         except simpy.Interrupt:
             if self.free_at[rank] == end:  # cancelled last task: the thread is free now
-                self.free_at[rank] = self.last_end[rank] = self.env.now
+                self.free_at[rank] = self.env.now
+                self._rest(rank)
             raise
+        if self.free_at[rank] == end:  # no later task queued behind it
+            self._rest(rank)
 
     def wait(self, rank: int, event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
         """Wait for ``event``; a spinning rank on a shared host holds cores while it waits,
@@ -211,6 +225,7 @@ class Hosts:
         host = self.rank_hosts[rank]
         if not self.spin and self.poll_s > 0:
             return (yield from self._poll(rank, host, event))
+        self._spin(rank)
         value = yield from self._waiting(host, event)
         if self.spin and self.shared[host] and self._all_cores_working(host):
             # MPICH's blocking wait calls sched_yield between polls (strace: ~10^4 per
@@ -218,7 +233,6 @@ class Hosts:
             # against work; the spinner notices once a core is free of work
             with self.cores[host].request() as core:
                 yield core
-        self.last_end[rank] = max(self.last_end[rank], self.env.now)  # spun: no gap
         return value
 
     def _waiting(self, host: int, event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
@@ -261,20 +275,20 @@ class Hosts:
         the queue's next), then nap until the end of the nap in which ``event`` fires."""
         if event.processed:  # (a timeout is "triggered" as soon as it is made)
             return (yield event)
+        self._spin(rank)  # before it naps
         if self.shared[host]:
             core = yield from self._core(rank, host)
             yield event | self.env.timeout(self.poll_spin_s)
             if event.processed:  # noticed while spinning: it goes on on that core
                 self._linger(rank, host, core)
-                self.last_end[rank] = self.env.now
                 return event.value
             self.cores[host].release(core)
+            self._release(rank)
             napping_from = self.env.now
         else:
             napping_from = self.env.now + self.poll_spin_s
+            self._release(rank, self.poll_spin_s)
         value = yield from self._waiting(host, event)
-        # the spin before the nap kept the caches: the gap starts with the nap
-        self.last_end[rank] = max(self.last_end[rank], min(napping_from, self.env.now))
         late = self._noticed(host, napping_from, self.env.now) - self.env.now
         if late > 0:
             yield self.env.timeout(late)

@@ -28,7 +28,8 @@ Each cost is measured through the real runner's own code path, over several size
   as real ranks wait (netbench mode ``share``): work runs ``1 + k x share`` slower
   (``spin_share`` for spinning waiters, ``nap_share`` for napping ones).
 * reload: a step's host work warm and right after sleeps of 0.1-20 ms
-  (:mod:`sim.real.calibration.reload`): ``reload_s`` and ``reload_tau_s``.
+  (:mod:`sim.real.calibration.reload`): ``reload_base_s``, ``reload_s`` and
+  ``reload_tau_s``.
 
 ``slice_s`` (the scheduler's time slice when ranks share a core) is not measured: 3 ms.
 The profile keeps every fit's parameters, its errors and the raw samples.
@@ -432,7 +433,7 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                           rendezvous["rendezvous_bytes"], rendezvous["rendezvous_s"],
                           share["spin"]["share"], share["sleep"]["share"],
                           rendezvous["notice_base_s"], reload["reload_s"],
-                          reload["reload_tau_s"])
+                          reload["reload_tau_s"], reload["reload_base_s"])
     measured_through = {
         "copy": f"sim.workloads.workload.Worker.next_batch (numpy row gather), "
                 f"{concurrency} process(es) at once",
@@ -466,7 +467,8 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                   f"Worker.next_batch + SGD.step + sim.kernels.copy of a message (logistic "
                   f"regression, {FEATURES} features), warm and right after sleeps of "
                   f"{', '.join(f'{g * 1e3:g}' for g in reload['gaps_s'])} ms; the median "
-                  f"extra time fitted as reload_s x (1 - exp(-gap / reload_tau_s))"}
+                  f"extra time fitted as reload_base_s + reload_s x (1 - exp(-gap / "
+                  f"reload_tau_s))"}
     lines = [f"host: copy {profile.copy_Bps / 1e9:.2f} GB/s, update "
              f"{profile.update_Bps / 1e9:.2f} GB/s, reduce {profile.reduce_Bps / 1e9:.2f} GB/s,"
              f" message {profile.message_s * 1e6:.2f} us + bytes / "
@@ -512,7 +514,8 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
         if fit_["max_error"] > MAX_ERROR:
             warnings.append(f"warning: the {name} fit is off by up to "
                             f"{fit_['max_error']:.0%} (over {MAX_ERROR:.0%})")
-    lines.append(f"  reload   {profile.reload_s * 1e6:8.2f} us x (1 - exp(-gap / "
+    lines.append(f"  reload   {profile.reload_base_s * 1e6:8.2f} us + "
+                 f"{profile.reload_s * 1e6:.2f} us x (1 - exp(-gap / "
                  f"{profile.reload_tau_s * 1e3:.2f} ms)) more for the first work after a gap: "
                  "measured " + ", ".join(
                      f"{g * 1e3:g} ms: {e * 1e6:+.0f} us" for g, e in zip(

@@ -1,17 +1,17 @@
 """How much longer a rank's work takes after a gap in it: the reload transient.
 
-A rank's CPU work after it slept or waited for a while runs slower than the same work in a
-warm loop: what the gap let other code (other ranks, other tenants of the machine) displace
-from the caches and TLBs is fetched again. Thiebaut and Stone (1987, "Footprints in the
-cache") model this reload transient; if each cached line survives the foreign references of
-a gap of t with probability exp(-t / tau), the extra time is
+A rank's CPU work after it slept for a while runs slower than the same work in a warm loop:
+what the gap let other code (other ranks, other tenants of the machine) displace from the
+caches and TLBs is fetched again. Thiebaut and Stone (1987, "Footprints in the cache") model
+this reload transient; if each cached line survives the foreign references of a gap of t with
+probability exp(-t / tau), refetching costs reload_s (the whole footprint) x (1 - exp(-t /
+tau)); any gap at all costs reload_base_s more:
 
-    reload(t) = reload_s x (1 - exp(-t / reload_tau_s))
+    reload(t) = reload_base_s + reload_s x (1 - exp(-t / reload_tau_s))      (t > 0)
 
-(``reload_s``: refetching the whole footprint). :func:`measure_reload` times a step's worth
-of the real runner's host work (``Worker.next_batch``, ``SGD.step``, a message's copy)
-warm and right after sleeps of several lengths, and :func:`fit_reload` fits the curve to
-the medians of the extra time.
+:func:`measure_reload` times a step's worth of the real runner's host work
+(``Worker.next_batch``, ``SGD.step``, a message's copy) warm and right after sleeps of
+several lengths, and :func:`fit_reload` fits the curve to the medians of the extra time.
 """
 
 from __future__ import annotations
@@ -79,24 +79,38 @@ def measure_reload(quick: bool) -> dict[str, Any]:
 
 
 def fit_reload(gaps_s: list[float], extra_s: list[float]) -> dict[str, Any]:
-    """``extra = reload_s x (1 - exp(-gap / reload_tau_s))`` by least squares on relative
-    errors: tau by a search over :data:`TAUS_S`, ``reload_s`` in closed form for each.
-    Extras at or below zero (no slowdown measurable) are fitted as nothing to reload."""
+    """``extra = reload_base_s + reload_s x (1 - exp(-gap / reload_tau_s))`` by least squares
+    on relative errors: tau by a search over :data:`TAUS_S`, the two others (>= 0) in
+    closed form for each. Extras at or below zero (no slowdown measurable) are left out;
+    none above zero fits as nothing to reload."""
     t, y = np.asarray(gaps_s, float), np.asarray(extra_s, float)
-    if not (y > 0).any():
-        return {"reload_s": 0.0, "reload_tau_s": 0.0, "gaps_s": t.tolist(),
-                "extra_s": y.tolist(), "errors": [], "max_error": 0.0}
     kept = y > 0
-    best: tuple[float, float, float] | None = None
+    if not kept.any():
+        return {"reload_s": 0.0, "reload_tau_s": 0.0, "reload_base_s": 0.0,
+                "gaps_s": t.tolist(), "extra_s": y.tolist(), "errors": [None] * len(t),
+                "max_error": 0.0}
+    best: tuple[float, float, float, float] | None = None
     for tau in TAUS_S:
-        f = -np.expm1(-t[kept] / tau) / y[kept]  # the model per second of reload_s, relative
-        scale = float(f.sum() / (f @ f))
-        residual = float(np.sum((scale * f - 1) ** 2))
+        base, scale = _base_and_scale(-np.expm1(-t[kept] / tau), y[kept])
+        model = base - scale * np.expm1(-t[kept] / tau)
+        residual = float(np.sum((model / y[kept] - 1) ** 2))
         if best is None or residual < best[0]:
-            best = (residual, scale, float(tau))
-    _, reload_s, tau = best
-    model = -reload_s * np.expm1(-t / tau)
+            best = (residual, base, scale, float(tau))
+    _, base, reload_s, tau = best
+    model = base - reload_s * np.expm1(-t / tau)
     errors = [float(m / e - 1) if e > 0 else None for m, e in zip(model, y, strict=True)]
-    return {"reload_s": reload_s, "reload_tau_s": tau, "gaps_s": t.tolist(),
-            "extra_s": y.tolist(), "errors": errors,
-            "max_error": max(abs(e) for e in errors if e is not None)}
+    return {"reload_s": reload_s, "reload_tau_s": tau if reload_s > 0 else 0.0,
+            "reload_base_s": base, "gaps_s": t.tolist(), "extra_s": y.tolist(),
+            "errors": errors, "max_error": max(abs(e) for e in errors if e is not None)}
+
+
+def _base_and_scale(shape: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least squares of ``y ~ base + scale x shape`` on relative errors, both >= 0."""
+    A = np.column_stack([np.ones_like(shape), shape]) / y[:, None]
+    (base, scale), *_ = np.linalg.lstsq(A, np.ones_like(y), rcond=None)
+    if base >= 0 and scale >= 0:
+        return float(base), float(scale)
+    only_scale = float(np.sum(A[:, 1]) / (A[:, 1] @ A[:, 1]))
+    only_base = float(np.sum(A[:, 0]) / (A[:, 0] @ A[:, 0]))
+    candidates = [(0.0, only_scale), (only_base, 0.0)]
+    return min(candidates, key=lambda c: float(np.sum((A @ np.array(c) - 1) ** 2)))

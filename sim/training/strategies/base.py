@@ -147,7 +147,7 @@ def compute(ctx: Context, worker: Worker) -> Generator[simpy.Event, Any, float]:
         yield from cpu(ctx, worker.index, "compute", duration)
     else:  # a modelled time or an accelerator: no host core
         with ctx.recorder.span(worker.index, "compute"):
-            yield ctx.env.timeout(duration)
+            yield from ctx.hosts.sleep(worker.index, duration)
     return duration
 
 

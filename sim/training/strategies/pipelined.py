@@ -56,7 +56,7 @@ class PipelinedStrategy(Strategy):
         on_core = charged and ctx.compute.on_host
         self.pipe = Pipeline(ctx.env, ctx.n, self.messages, channel, self.costs,
                              ctx.recorder.add_span, self.step_done,
-                             busy=ctx.hosts.run if on_core else None,
+                             busy=ctx.hosts.run if on_core else ctx.hosts.sleep,
                              prologue=self.prologue if charged else None, tag=self.tag)
         if ctx.numerics:
             self.compute_gradients()
