@@ -71,11 +71,18 @@ def measure_reload(quick: bool) -> dict[str, Any]:
 
     for _ in range(200):
         step()
-    reps = 40 if quick else 150
     gaps = GAPS_S_QUICK if quick else GAPS_S
-    warm = float(np.median([timed(0.0) for _ in range(reps)]))
-    extra = [float(np.median([timed(g) for _ in range(reps)])) - warm for g in gaps]
-    return {"warm_s": warm, "steps": STEPS, **fit_reload(gaps, extra)}
+    # every round times each gap once, in a shuffled order, and the warm work: the machine's
+    # drift (other tenants come and go) then weighs on every gap alike
+    order = np.random.default_rng(0)
+    samples: dict[float, list[float]] = {g: [] for g in [0.0, *gaps]}
+    for _ in range(60 if quick else 300):
+        for gap in order.permutation([0.0, *gaps]):
+            samples[float(gap)].append(timed(float(gap)))
+    warm = float(np.median(samples[0.0]))
+    extra = [float(np.median(samples[g])) - warm for g in gaps]
+    return {"warm_s": warm, "steps": STEPS, "rounds": len(samples[0.0]),
+            **fit_reload(gaps, extra)}
 
 
 def fit_reload(gaps_s: list[float], extra_s: list[float]) -> dict[str, Any]:
