@@ -24,42 +24,43 @@ def hosts_for(env: simpy.Environment, ranks: int, cores: int, **kw) -> Hosts:
     return Hosts(env, [0] * ranks, cores, 3e-3, reload_s=R, reload_tau_s=TAU, **kw)
 
 
+def second_task_s(hosts: Hosts, between, first_s: float = 100e-6,
+                  woken: bool = False) -> float:
+    """Rank 0 works ``first_s``, does ``between()`` (a generator: a sleep, a wait), then
+    works 100 us: how long that second task took (simulated s)."""
+    env, took = hosts.env, []
+
+    def rank():
+        yield from hosts.run(0, first_s, woken=woken)
+        yield from between()
+        start = env.now
+        yield from hosts.run(0, 100e-6, woken=woken)
+        took.append(env.now - start)
+
+    env.process(rank())
+    env.run()
+    return took[0]
+
+
 @pytest.mark.parametrize("cores", [1, 2])  # shared (2 ranks on 1 core) and a core each
 @pytest.mark.parametrize("gap", [0.5e-3, 2e-3, 10e-3])
 def test_work_after_a_sleep_pays_the_reload_of_the_gap(cores, gap):
     """A task, a modelled gradient (a sleep of ``gap``), a task: the second is longer by
     reload(gap); rank 1 never runs (it sleeps), so nothing holds the other cores."""
-    env = simpy.Environment()
-    hosts = hosts_for(env, 2, cores, spin=True)
-    ends = []
-
-    def rank():
-        yield from hosts.run(0, 100e-6)
-        yield from hosts.sleep(0, gap)
-        yield from hosts.run(0, 100e-6)
-        ends.append(env.now)
-
-    env.process(rank())
-    env.run()
-    assert ends == [pytest.approx(200e-6 + gap + reload(gap))]
+    hosts = hosts_for(simpy.Environment(), 2, cores, spin=True)
+    took = second_task_s(hosts, lambda: hosts.sleep(0, gap))
+    assert took == pytest.approx(100e-6 + reload(gap))
 
 
 def test_a_wait_that_is_not_a_sleep_is_spun_and_costs_nothing():
     """Spinning ranks (spin=True) wait for anything, not only messages, by spinning."""
     env = simpy.Environment()
     hosts = hosts_for(env, 1, 1, spin=True)
-    ends = []
 
-    def rank():
-        yield from hosts.run(0, 100e-6)
-        yield env.timeout(2e-3)  # e.g. an AllOf of other ranks' work
-        start = env.now
-        yield from hosts.run(0, 100e-6)
-        ends.append(env.now - start)
+    def other_ranks_work():  # e.g. an AllOf of other ranks' work
+        yield env.timeout(2e-3)
 
-    env.process(rank())
-    env.run()
-    assert ends == [pytest.approx(100e-6)]
+    assert second_task_s(hosts, other_ranks_work) == pytest.approx(100e-6)
 
 
 def test_back_to_back_tasks_pay_no_reload():
@@ -84,18 +85,8 @@ def test_back_to_back_tasks_pay_no_reload():
 def test_a_wait_is_a_gap_only_while_the_rank_naps(spin, extra):
     env = simpy.Environment()
     hosts = hosts_for(env, 1, 1, spin=spin, poll_spin_s=50e-6, poll_s=1e-6)
-    ends = []
-
-    def rank():
-        yield from hosts.run(0, 100e-6)
-        yield from hosts.wait(0, env.timeout(2e-3))
-        start = env.now
-        yield from hosts.run(0, 100e-6)
-        ends.append(env.now - start)
-
-    env.process(rank())
-    env.run()
-    assert ends == [pytest.approx(100e-6 + extra, abs=1e-6)]
+    took = second_task_s(hosts, lambda: hosts.wait(0, env.timeout(2e-3)))
+    assert took == pytest.approx(100e-6 + extra, abs=1e-6)
 
 
 @pytest.mark.parametrize("spin,extra", [(True, 0.0), (False, reload(3e-3 - 50e-6))])
@@ -104,18 +95,12 @@ def test_an_idle_server_reloads_only_if_it_napped_between_messages(spin, extra):
     env = simpy.Environment()
     hosts = hosts_for(env, 1, 1, spin=spin, poll_spin_s=50e-6, poll_s=1e-6,
                       idle_waiters=[0])
-    ends = []
 
-    def server():
-        yield from hosts.run(0, 100e-6, woken=True)
+    def no_message_for_3_ms():
         yield env.timeout(3e-3)
-        start = env.now
-        yield from hosts.run(0, 100e-6, woken=True)
-        ends.append(env.now - start)
 
-    env.process(server())
-    env.run()
-    assert ends == [pytest.approx(100e-6 + extra, abs=2e-6)]  # + at most one 1 us poll
+    took = second_task_s(hosts, no_message_for_3_ms, woken=True)
+    assert took == pytest.approx(100e-6 + extra, abs=2e-6)  # + at most one 1 us poll
 
 
 def test_the_fit_recovers_the_curve_it_was_drawn_from():
@@ -143,22 +128,15 @@ def test_the_fit_of_a_flat_slowdown_is_all_base():
 @pytest.mark.parametrize("gap", [0.0, 1e-3])
 def test_any_gap_at_all_costs_the_base(gap):
     """A base of 30 us: back to back, nothing; after a sleep, 30 us plus the curve."""
-    env = simpy.Environment()
-    hosts = Hosts(env, [0], 1, 3e-3, spin=True, reload_s=R, reload_tau_s=TAU,
-                  reload_base_s=30e-6)
-    ends = []
+    hosts = Hosts(simpy.Environment(), [0], 1, 3e-3, spin=True, reload_s=R,
+                  reload_tau_s=TAU, reload_base_s=30e-6)
 
-    def rank():
-        yield from hosts.run(0, 100e-6)
+    def sleep_if_any():
         if gap:
             yield from hosts.sleep(0, gap)
-        start = env.now
-        yield from hosts.run(0, 100e-6)
-        ends.append(env.now - start)
 
-    env.process(rank())
-    env.run()
-    assert ends == [pytest.approx(100e-6 + (30e-6 + reload(gap) if gap else 0.0))]
+    took = second_task_s(hosts, sleep_if_any)
+    assert took == pytest.approx(100e-6 + (30e-6 + reload(gap) if gap else 0.0))
 
 
 def test_the_fit_with_nothing_measurable_reloads_nothing():
@@ -223,16 +201,9 @@ def test_a_spin_after_a_gap_stops_it_growing_but_the_next_task_still_pays_it():
     work (reload of 1 ms), the spin lost nothing more."""
     env = simpy.Environment()
     hosts = hosts_for(env, 1, 1, spin=True)
-    ends = []
 
-    def rank():
-        yield from hosts.run(0, 100e-6)
+    def sleep_then_spin():
         yield from hosts.sleep(0, 1e-3)
         yield from hosts.wait(0, env.timeout(5e-3))
-        start = env.now
-        yield from hosts.run(0, 100e-6)
-        ends.append(env.now - start)
 
-    env.process(rank())
-    env.run()
-    assert ends == [pytest.approx(100e-6 + reload(1e-3))]
+    assert second_task_s(hosts, sleep_then_spin) == pytest.approx(100e-6 + reload(1e-3))
