@@ -153,10 +153,19 @@ def test_validate_runs_a_small_matrix_and_writes_the_readme(tmp_path, capsys):
         'base = "base.toml"\nrepeat = 2\n[axes]\nworkers = [2]\nstrategy = ["bsp", "asp"]\n'
         'network = ["shm"]\nmodel = ["tiny"]\n[levels.model.tiny]\n"workload.lr" = 0.5\n')
     readme = tmp_path / "README.md"
+    earlier = {"format": "sgd-lab.validation-real/1", "date": "2026-01-01T00:00",
+               "real_s": {"w2-bsp-shm-tiny": 1.0, "w2-asp-shm-tiny": 1.0}}
+    (tmp_path / "real.json").write_text(json.dumps(earlier))  # the last validation's
     assert main(["validate", "--matrix", str(tmp_path / "matrix.toml"), "--out",
                  str(tmp_path / "runs"), "--quick", "--quiet-wait", "0",
                  "--retries", "0"]) == 0
     text = readme.read_text()
+    # its real runs against the last validation's, and its own kept for the next one
+    kept = json.loads((tmp_path / "real.json").read_text())["real_s"]
+    assert set(kept) == {"w2-bsp-shm-tiny", "w2-asp-shm-tiny"}
+    worst = max(abs(t - 1.0) for t in kept.values())
+    assert "## Reproducibility of the real runs" in text and "2026-01-01T00:00" in text
+    assert f"worst **{worst:.1%}**" in text
     assert "| w2-bsp-shm-tiny |" in text and "| w2-asp-shm-tiny |" in text
     assert "median |error|" in text and "machine:" in text
     rows = json.loads((tmp_path / "runs" / "rows.json").read_text())

@@ -283,6 +283,7 @@ def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | Non
                repeat: int | None, profiles_dir: Path | None, quiet: tuple[float, float],
                say: Callable = print, quick: bool = False,
                retries: int = 2) -> list[dict[str, Any]]:
+    from sim.real.validation import reproducibility
     from sim.real.validation.validate_report import write_readme
 
     matrix = load_matrix(matrix_path)
@@ -317,8 +318,11 @@ def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | Non
     write_atomic(out / "rows.json", json.dumps(rows, indent=2) + "\n")
     drift = device_drift(profiles, quiet, retries)
     profiles.pop("workloads", None)
+    real_json = readme.with_name("real.json")
     write_readme(readme, rows, skipped, {"drift": drift,
         "matrix": matrix, "out": out, "profiles": profiles, "only": only,
         "repeat": repeat or matrix.repeat, "elapsed_s": time.monotonic() - started,
-        "quiet": quiet, "retries": retries})
+        "quiet": quiet, "retries": retries, "before": reproducibility.load(real_json)})
+    if not only:  # a subset (--only) compares with it but leaves the whole matrix's be
+        reproducibility.save(real_json, rows)
     return rows

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sim.real.validation import reproducibility
 from sim.record import write_atomic
 
 ITERATION_TARGET, ITERATION_WORST, TTT_TARGET = 0.05, 0.15, 0.10
@@ -225,6 +226,7 @@ def write_readme(path: Path, rows: list[dict[str, Any]], skipped: list[str],
            f"({len(quiet_rows(rows, meta['quiet'][0]))} of {len(rows)}):", "",
            *summary_lines(quiet_rows(rows, meta["quiet"][0]), " (quiet cases)"), ""]
           if len(quiet_rows(rows, meta["quiet"][0])) < len(rows) else []),
+        *reproducibility.lines(rows, meta.get("before")),
         "## Cases",
         "",
         "Case names: the matrix's levels, axis by axis. The last column is each activity's "
