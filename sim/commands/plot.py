@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "runs' time spans differ by more than 30x)")
     parser.add_argument("--xlim", metavar="LO,HI",
                         help="loss-time: the x range in seconds, e.g. 0,0.005 (either side "
-                             "may be left empty)")
+                             "may be left empty; a negative LO needs '=': --xlim=-1e-3,5e-3)")
 
 
 def default_out(dirs: list[Path]) -> Path:
