@@ -98,9 +98,9 @@ def fit_reload(gaps_s: list[float], extra_s: list[float]) -> dict[str, Any]:
                 "max_error": 0.0}
     best: tuple[float, float, float, float] | None = None
     for tau in TAUS_S:
-        base, scale = _base_and_scale(-np.expm1(-t[kept] / tau), y[kept])
-        model = base - scale * np.expm1(-t[kept] / tau)
-        residual = float(np.sum((model / y[kept] - 1) ** 2))
+        shape = -np.expm1(-t[kept] / tau)  # 1 - exp(-gap / tau)
+        base, scale = _base_and_scale(shape, y[kept])
+        residual = float(np.sum(((base + scale * shape) / y[kept] - 1) ** 2))
         if best is None or residual < best[0]:
             best = (residual, base, scale, float(tau))
     _, base, reload_s, tau = best
