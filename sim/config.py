@@ -1,11 +1,11 @@
 """Experiment configs: the typed schema, defaults, validation and dotted ``--set`` overrides.
 
 A config is a TOML file with the tables ``[cluster]``, ``[workload]``, ``[strategy]``,
-``[compute]``, ``[run]`` and optionally ``[sweep]``. Every key has a default, so an empty
-file is a valid experiment. :func:`load_config` returns the resolved :class:`Config`;
-:func:`dump_config` writes it back as TOML (defaults filled in), which reruns identically.
-Anything wrong raises :class:`sim.errors.UserError` naming the file, the dotted key and
-what was expected.
+``[compute]``, ``[run]`` and optionally ``[faults]``, ``[checkpoint]`` and ``[sweep]``.
+Every key has a default, so an empty file is a valid experiment. :func:`load_config`
+returns the resolved :class:`Config`; :func:`dump_config` writes it back as TOML (defaults
+filled in), which reruns identically. Anything wrong raises :class:`sim.errors.UserError`
+naming the file, the dotted key and what was expected.
 """
 
 from __future__ import annotations
@@ -192,6 +192,68 @@ class Run(Section):
         return window
 
 
+class Failure(Section):
+    """One fail-stop failure of a rank, at a given time or right after a given update."""
+
+    rank: NonNegativeInt = doc(..., "the rank that fails: workers 0..N-1, then the server "
+                               "shards N..N+S-1")
+    at_s: Positive | None = doc(None, "when it fails (s of the run's time)")
+    at_update: PositiveInt | None = doc(None, "or: right after this update is applied, "
+                                        "before a checkpoint of it")
+
+    @model_validator(mode="after")
+    def _one_time(self) -> Failure:
+        if (self.at_s is None) == (self.at_update is None):
+            raise ValueError(f"faults.failures: rank {self.rank}: give exactly one of at_s "
+                             "and at_update")
+        return self
+
+
+class Faults(Section):
+    """Fail-stop failures of workers and server shards, and the restart after one."""
+
+    mtbf_s: Positive | None = doc(None, "mean time between failures of each rank (s); "
+                                  "none: only the listed `failures`")
+    distribution: Literal["exponential", "weibull"] = doc(
+        "exponential", "times between a rank's failures")
+    weibull_shape: Positive = doc(0.7, "weibull: shape k (< 1: failures cluster early; "
+                                  "Schroeder & Gibson 2006 fit 0.7-0.8 to LANL nodes)")
+    ranks: Literal["all", "workers", "servers"] = doc(
+        "all", "which ranks fail at random (mtbf_s)")
+    failures: list[Failure] = doc([], "failures at given times or updates")
+    restart_s: NonNegative = doc(60.0, "detecting a failure, rescheduling and starting the "
+                                 "rank again, before reading the checkpoint (s; an "
+                                 "assumption: set it from your cluster)")
+
+    @property
+    def enabled(self) -> bool:
+        return self.mtbf_s is not None or bool(self.failures)
+
+
+class Checkpoint(Section):
+    """Saving the parameters and optimizer state, and what that costs."""
+
+    every_steps: PositiveInt | None = doc(None, "a checkpoint every this many updates")
+    every_s: Positive | None = doc(None, "or: at the first update this long (s) after the "
+                                   "last checkpoint began")
+    storage: str | dict[str, Any] = doc(
+        "nvme", "a preset (`python -m sim list storage`) or a table {write_Bps, read_Bps, "
+        "latency_s, aggregate_Bps}")
+    mode: Literal["blocking", "background"] = doc(
+        "blocking", "blocking: training waits for the write; background: it waits only for "
+        "a snapshot in memory, then the write runs beside it (CheckFreq, Mohan et al. 2021)")
+
+    @property
+    def enabled(self) -> bool:
+        return self.every_steps is not None or self.every_s is not None
+
+    @model_validator(mode="after")
+    def _one_interval(self) -> Checkpoint:
+        if self.every_steps is not None and self.every_s is not None:
+            raise ValueError("checkpoint.every_s: give every_steps or every_s, not both")
+        return self
+
+
 class Config(Section):
     """A whole experiment."""
 
@@ -200,6 +262,8 @@ class Config(Section):
     strategy: Strategy = Strategy()
     compute: Compute = Compute()
     run: Run = Run()
+    faults: Faults = Faults()
+    checkpoint: Checkpoint = Checkpoint()
     sweep: dict[str, list[Any]] = doc({}, "dotted key -> list of values; `sweep` runs "
                                        "the grid")
 
@@ -363,6 +427,35 @@ def _check_pipelining(c: Config) -> None:
         raise ValueError("strategy.compression: a timing-only run has no gradient to compress")
 
 
+def _check_faults(c: Config) -> None:
+    from sim.faults.storage import get_storage
+    from sim.training.rules import RULES
+
+    rules = RULES.get(c.strategy.kind)
+    servers = c.cluster.servers if rules and rules.uses_servers else 0
+    ranks = c.cluster.workers + servers
+    for failure in c.faults.failures:
+        if failure.rank >= ranks:
+            raise ValueError(f"faults.failures: rank {failure.rank} does not exist (ranks "
+                             f"0..{ranks - 1}: {c.cluster.workers} workers"
+                             + (f", {servers} server shards)" if servers else ")"))
+        if failure.at_update is not None and failure.at_update >= c.run.iterations:
+            raise ValueError(f"faults.failures: at_update = {failure.at_update} is past the "
+                             f"run (run.iterations = {c.run.iterations}: the last failure "
+                             f"that changes anything is after update {c.run.iterations - 1})")
+        limit = c.run.time_limit_s
+        if failure.at_s is not None and limit is not None and failure.at_s >= limit:
+            raise ValueError(f"faults.failures: at_s = {failure.at_s:g} is past the run "
+                             f"(run.time_limit_s = {limit:g})")
+    if c.faults.ranks == "servers" and c.faults.mtbf_s is not None and not servers:
+        raise ValueError(f"faults.ranks: 'servers' but strategy {c.strategy.kind!r} has no "
+                         "parameter servers")
+    try:
+        get_storage(c.checkpoint.storage)
+    except ValueError as exc:
+        raise ValueError(f"checkpoint.storage: {exc}") from None
+
+
 def _fill_derived_defaults(c: Config) -> None:
     """Defaults that depend on other keys, written out so config.toml shows them."""
     if c.strategy.elasticity is None:  # Zhang et al. 2015: alpha = beta / p with beta = 0.9
@@ -371,7 +464,7 @@ def _fill_derived_defaults(c: Config) -> None:
 
 CHECKS = [_check_names, _check_topology, _check_fabric, _check_hosts, _check_pipelining,
           _check_workload,
-          _check_strategy, _fill_derived_defaults]
+          _check_strategy, _check_faults, _fill_derived_defaults]
 
 
 # ---- warnings: valid settings that do nothing here (said before a run, never refused) ----

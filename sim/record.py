@@ -32,8 +32,10 @@ from sim.trace import link_flows_note as link_flows_note  # (its home was here)
 
 # Where a rank's time goes, the same keys for simulated and real runs (they add up to the
 # run's time): its gradient, gathering its batch, applying updates, the CPU cost of its
-# messages (framework, MPI, copies, the network stack), the network, and waiting.
-KINDS = ("compute", "data", "update", "overhead", "wire", "wait")
+# messages (framework, MPI, copies, the network stack), the network, and waiting; under
+# failures (sim.faults) also writing checkpoints, restarting, and recomputing lost work.
+KINDS = ("compute", "data", "update", "overhead", "wire", "wait", "checkpoint", "restart",
+         "recompute")
 METRIC_COLUMNS = ("kind", "time_s", "iteration", "worker", "clock", "version_read",
                   "staleness", "clock_gap", "loss", "accuracy")
 SUMMARY_KEYS = ("sim_time_s", "iterations", "final_loss", "final_accuracy", "time_to_target_s",
@@ -121,6 +123,8 @@ class Recorder:
         self.diverged = False
         # (updates, clock now, samples used) after every update
         self.on_update: Callable[[int, float, int], None] | None = None
+        # (updates, worker, whether that was the last) after every update: recovery's hook
+        self.on_step: Callable[[int, int, bool], None] | None = None
 
     @property
     def finished(self) -> bool:
@@ -144,6 +148,8 @@ class Recorder:
         self.samples += samples
         if self.evaluates_after(self.iteration) or spent:
             self.evaluate_now()
+        if self.on_step is not None:
+            self.on_step(self.iteration, worker, self.finished)
         if self.on_update is not None:
             self.on_update(self.iteration, self.clock(), self.samples)
         if self.iteration == self.iterations or (spent and self.iteration < self.iterations):
@@ -212,6 +218,23 @@ class Recorder:
             yield
         finally:
             self.notes.tag = None
+
+    def retime(self, to_wall: Callable[[Any], Any]) -> None:
+        """Move every update, evaluation and the time to target through ``to_wall`` (a
+        monotone map of arrays of times: :class:`sim.faults.timeline.TimeMap`). The spans
+        are left alone: the trace is moved as a whole (its own slices and notes)."""
+        times = self._updates["time_s"]
+        if len(times):
+            self._updates["time_s"] = array("d", to_wall(np.frombuffer(times, float)).tolist())
+        self._evals = [(i, (row[0], float(to_wall(row[1])), *row[2:])) for i, row in self._evals]
+        if self.time_to_target_s is not None:
+            self.time_to_target_s = float(to_wall(self.time_to_target_s))
+
+    def add_time(self, kind: str, seconds: float) -> None:
+        """Every worker spent ``seconds`` more on ``kind`` (a whole-job pause)."""
+        index = _KIND_INDEX[kind]
+        for row in self._time:
+            row[index] += seconds
 
     # ---- what was recorded ------------------------------------------------------------
 

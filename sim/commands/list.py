@@ -74,6 +74,17 @@ def hosts() -> list[str]:
             f"us/step ({h.source})" for name, h in HOSTS.items()]
 
 
+def storage() -> list[str]:
+    from sim.faults.storage import STORAGE
+
+    def rate(bps: float) -> str:
+        return "no limit" if bps == float("inf") else f"{bps / 1e9:.3g} GB/s"
+
+    return [f"{name:<13} write {rate(s.write_Bps)}, read {rate(s.read_Bps)}, "
+            f"{s.latency_s * 1e3:.3g} ms per file, all writers {rate(s.aggregate_Bps)} "
+            f"({s.source})" for name, s in STORAGE.items()]
+
+
 def description(path: Path) -> str:
     """A config's description: its leading comment block, as one paragraph."""
     lines = []
@@ -100,7 +111,7 @@ def experiments() -> list[str]:
 LISTS: dict[str, Callable[[], list[str]]] = {
     "fabrics": fabrics, "strategies": strategies, "models": models, "datasets": datasets,
     "collectives": collectives, "topologies": topologies, "devices": devices,
-    "hosts": hosts, "experiments": experiments,
+    "hosts": hosts, "storage": storage, "experiments": experiments,
 }
 
 

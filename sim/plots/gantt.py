@@ -15,7 +15,17 @@ from matplotlib.patches import Patch
 
 from sim.errors import UserError
 from sim.plots.labels import context, is_real, time_name
-from sim.plots.style import KIND_COLOURS, KIND_NAMES, figure, fmt_time, save, slug, time_unit, wrap
+from sim.plots.style import (
+    FAULT_KINDS,
+    KIND_COLOURS,
+    KIND_NAMES,
+    figure,
+    fmt_time,
+    save,
+    slug,
+    time_unit,
+    wrap,
+)
 from sim.results import Run, as_runs
 
 MAX_SLICES = 40  # per worker, by default
@@ -64,8 +74,10 @@ def gantt_figure(run: Run, window_s: float | None = None,
         ax.set_xlim(0, end * factor if end > 0 else 1.0)
         ax.set_xlabel(f"{time_name([run.summary])} ({unit})")
         ax.grid(axis="y", visible=False)
+        shown_kinds = {kind for _, kind in bars}
         fig.legend(handles=[Patch(color=c, label=KIND_NAMES[k]) for k, c in
-                            KIND_COLOURS.items()], loc="outside lower center", ncols=3)
+                            KIND_COLOURS.items() if k not in FAULT_KINDS or k in shown_kinds],
+                   loc="outside lower center", ncols=3)
         shown = "the whole run" if end >= total else \
             f"the first {fmt_time(end)} of {fmt_time(total)}"
         real = " (real run)" if is_real(run.summary) else ""

@@ -50,9 +50,12 @@ SAVE = {"png": {"metadata": {"Software": None}},
         "svg": {"metadata": {"Date": None, "Creator": None}},
         "pdf": {"metadata": {"CreationDate": None, "Creator": None, "Producer": None}}}
 KIND_COLOURS = {"compute": "#4878d0", "data": "#6acc64", "update": "#956cb4",
-                "overhead": "#d65f5f", "wire": "#ee854a", "wait": "#a0a0a0"}
+                "overhead": "#d65f5f", "wire": "#ee854a", "wait": "#a0a0a0",
+                "checkpoint": "#8c613c", "restart": "#dc7ec0", "recompute": "#d5bb67"}
 KIND_NAMES = {"compute": "compute", "data": "batch gather", "update": "update",
-              "overhead": "message CPU", "wire": "network", "wait": "wait"}
+              "overhead": "message CPU", "wire": "network", "wait": "wait",
+              "checkpoint": "checkpoint", "restart": "restart", "recompute": "recomputation"}
+FAULT_KINDS = ("checkpoint", "restart", "recompute")  # in a legend only when shown
 _CYCLE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
           "#7f7f7f", "#bcbd22", "#17becf"]  # tab10
 _DASHES = ["-", "--", ":", "-."]

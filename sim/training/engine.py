@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import simpy
 
 from sim.config import Config, dump_config
+from sim.faults.recovery import build_recovery
 from sim.kernels import NonFiniteError
 from sim.network.fabrics import get_fabric
 from sim.network.runner import build_network
@@ -134,6 +135,7 @@ def build_simulation(config: Config) -> Simulation:
     if model is not None:
         recorder.evaluate = lambda: model.evaluate(strategy.model_of_record(), data.X_test,
                                                    data.y_test)
+    ctx.recovery = build_recovery(ctx, strategy)
     return Simulation(env, ctx, strategy)
 
 
@@ -146,6 +148,7 @@ def simulate(config: Config,
     where it is: the result is what it reached, with ``complete: false`` and ``stopped_by``.
     """
     env, ctx, strategy = build_simulation(config)
+    recovery = ctx.recovery
     recorder = ctx.recorder
     recorder.on_update = progress
     ctx.network.start_log(config.run.trace_flows, tuple(config.run.trace_window_s or
@@ -156,7 +159,9 @@ def simulate(config: Config,
         strategy.start()
         recorder.evaluate_now()
         limit = config.run.time_limit_s
-        until = ctx.done if limit is None else simpy.AnyOf(env, [ctx.done, env.timeout(limit)])
+        stop = None if limit is None else (env.timeout(limit) if recovery is None
+                                           else recovery.limit(limit))
+        until = ctx.done if stop is None else simpy.AnyOf(env, [ctx.done, stop])
         env.run(until=until)
         if not recorder.finished:  # stopped by the time limit: evaluate where it stopped
             recorder.evaluate_now()
@@ -169,6 +174,8 @@ def simulate(config: Config,
                            f"{recorder.iteration} updates: {exc}") from None
     wall_s = time.perf_counter() - started
     extra = {} if stopped_by is None else {"stopped_by": stopped_by}
+    if recovery is not None:
+        extra.update(recovery.finish())
     summary = recorder.summary(config.run.seed, wall_s, env.events_processed,
                                complete=stopped_by is None,
                                strategy=config.strategy.kind, fabric=ctx.network.fabric.name,
@@ -177,4 +184,6 @@ def simulate(config: Config,
                                compute_time_s=ctx.compute.base_s, **extra,
                                **strategy.summary_extra())
     trace = recorder.trace(ctx.network.flow_log, ctx.network.topology.link_name)
+    if recovery is not None:
+        trace = recovery.trace(trace)
     return Result(summary, recorder.metrics_csv(), trace, dump_config(config))

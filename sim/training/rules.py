@@ -38,6 +38,7 @@ class ParameterStore(Protocol):
     params: np.ndarray
     version: int
     clocks: np.ndarray
+    alive: np.ndarray
     gaps: list[int | None]
     arrived: dict[int, tuple[np.ndarray, float]]
     last_step: list[int]
@@ -80,6 +81,11 @@ class Rules:
 
     name: ClassVar[str]
     uses_servers: ClassVar[bool] = False
+    # after a failure (sim.faults): "restart" the whole job from its last checkpoint (the
+    # synchronous strategies: lost steps are recomputed, the numbers stay those of a run
+    # without failures) or carry on "elastic" (a dead worker is dropped until it rejoins, a
+    # dead shard restarts from its own checkpoint while the workers wait for it)
+    recovery: ClassVar[str] = "restart"
 
     def __init__(self, config: Any, workers: int) -> None:
         self.config, self.n = config, workers
@@ -183,6 +189,7 @@ class EASGD(Rules):
 
     name = "easgd"
     uses_servers = True
+    recovery = "elastic"
 
     def elastic_difference(self, x: np.ndarray, center: np.ndarray) -> np.ndarray:
         """alpha (x - center), computed in ``center``'s buffer."""
@@ -214,6 +221,7 @@ class ASP(Rules):
 
     name = "asp"
     uses_servers = True
+    recovery = "elastic"
 
     def lr(self, staleness: int = 0) -> float:
         return super().lr(staleness) * ASYNC_LR[self.config.strategy.async_lr](self.n)
@@ -256,7 +264,12 @@ class SSP(ASP):
         return self.clock_gap(store, worker) <= self.config.strategy.staleness
 
     def clock_gap(self, store: ParameterStore, worker: int) -> int:
-        return int(store.clocks[worker] - store.clocks.min())
+        """Clocks ``worker`` is ahead of the slowest live worker (itself, at least)."""
+        if store.alive.all():
+            return int(store.clocks[worker] - store.clocks.min())
+        alive = store.alive.copy()
+        alive[worker] = True
+        return int(store.clocks[worker] - store.clocks[alive].min())
 
 
 class BSPPS(Rules):
@@ -275,9 +288,13 @@ class BSPPS(Rules):
             store.dropped += 1
             return None  # a late gradient of a closed step: dropped on arrival
         store.accept(worker, grad, loss)
-        if len(store.arrived) < self.needed:
-            return None
-        return self.close(store)
+        return self.close(store) if self.step_full(store) else None
+
+    def step_full(self, store: ParameterStore) -> bool:
+        """Whether the gradients arrived close the step: ``needed`` of them, or as many
+        as there are live workers after failures (a dead worker's arrived gradient
+        counts)."""
+        return len(store.arrived) >= min(self.needed, int(store.alive.sum()))
 
     def close(self, store: ParameterStore) -> UpdateRecord:
         """Apply the mean of the arrived gradients (worker order) as one step."""
@@ -298,6 +315,7 @@ class Backup(BSPPS):
     closes)."""
 
     name = "backup"
+    recovery = "elastic"
 
     @property
     def needed(self) -> int:

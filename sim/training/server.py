@@ -56,6 +56,30 @@ class ParameterServer:
         self.edges = np.concatenate([[0.0], np.cumsum(self.share)])
         self._splits: dict[tuple[float, float, float], _Split] = {}
         self._splits_of = self.edges  # the edges those were computed with
+        # a shard that is down (restarting, or writing a blocking checkpoint) serves
+        # nothing until its event fires: messages to or from it, and work for it, wait
+        self.back_up: dict[int, simpy.Event] = {}
+        self._shard_of_host = {int(h): s for s, h in enumerate(self.hosts)}
+
+    def take_down(self, shard: int, seconds: float) -> simpy.Event:
+        """Shard ``shard`` serves nothing for ``seconds`` from now (or until it was to be
+        back, if later); returns the event of its return."""
+        env = self.network.env
+        current = self.back_up.get(shard)
+        until = max(env.now + seconds, getattr(current, "until", env.now))
+        back = env.timeout(until - env.now)
+        back.until = until  # type: ignore[attr-defined]
+        self.back_up[shard] = back
+        back.callbacks.append(lambda _: self._back(shard, back))
+        return back
+
+    def _back(self, shard: int, event: simpy.Event) -> None:
+        if self.back_up.get(shard) is event:
+            del self.back_up[shard]
+
+    def _awaited(self, shards: Any) -> list[simpy.Event]:
+        """The returns of those of ``shards`` that are down."""
+        return [self.back_up[s] for s in shards if s in self.back_up]
 
     def range_bytes(self, start: float, stop: float, nbytes: float) -> np.ndarray:
         """Bytes per shard of a message carrying the keys [start, stop) (fractions of the
@@ -97,6 +121,11 @@ class ParameterServer:
               sends: list[int] | None) -> simpy.Event:
         """Messages src[i] -> dst[i] of nbytes[i] (one alone by the network's cheaper
         path); the ids of the network's sends go to ``sends``."""
+        if self.back_up:
+            down = self._awaited(self._shard_of_host.get(h) for h in (*src, *dst))
+            if down:  # the client retries until the shard is back
+                env = self.network.env
+                return env.process(self._send_later(down, src, dst, nbytes, sends))
         first = self.network.sent
         if len(src) == 1:
             done = self.network.send(src[0], dst[0], nbytes[0])
@@ -105,6 +134,12 @@ class ParameterServer:
         if sends is not None:
             sends.extend(range(first, self.network.sent))
         return done
+
+    def _send_later(self, down: list[simpy.Event], src: list[int], dst: list[int],
+                    nbytes: list[float],
+                    sends: list[int] | None) -> Generator[simpy.Event, Any, None]:
+        yield simpy.AllOf(self.network.env, down)
+        yield self._send(src, dst, nbytes, sends)
 
     def process(self, owners: np.ndarray, seconds: np.ndarray,
                 sender: int | None = None, parts: np.ndarray | None = None,
@@ -128,6 +163,8 @@ class ParameterServer:
                        for r, p in zip(ranks, parts, strict=True)])
         jobs = [self.cores.run(r, float(t), woken=True, handshake_s=h)
                 for r, t, h in zip(ranks, seconds, handshakes, strict=True)]
+        if self.back_up:
+            jobs = [self._when_up(int(s), job) for s, job in zip(shards, jobs, strict=True)]
         if self.notes is not None:
             name = what or ("work" if sender is None else "push")
             flow = sends[0] if sends else None
@@ -135,6 +172,12 @@ class ParameterServer:
             jobs = [self._traced(int(s), job, float(t), name, sender, size, flow)
                     for s, job, t, size in zip(shards, jobs, seconds, sizes, strict=True)]
         return simpy.AllOf(env, [env.process(job) for job in jobs])
+
+    def _when_up(self, shard: int, job: Generator[simpy.Event, Any, None]
+                 ) -> Generator[simpy.Event, Any, None]:
+        while shard in self.back_up:
+            yield self.back_up[shard]
+        yield from job
 
     def _traced(self, shard: int, job: Generator[simpy.Event, Any, None], seconds: float,
                 what: str, sender: int | None, nbytes: float,

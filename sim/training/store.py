@@ -39,6 +39,22 @@ class ParameterStore:
         self.last_step: list[int] = []  # the workers whose gradients the last step used
         self._grads: dict[int, np.ndarray] = {}  # a buffer per worker for those gradients
         self.total = np.zeros_like(params)  # a synchronous step's mean
+        self.alive = np.ones(rules.n, bool)  # workers not dropped after a failure
+
+    # -- membership (elastic recovery, sim.faults) --
+
+    def drop(self, worker: int) -> None:
+        """``worker`` failed: the rules count only the others (its pull in progress, if
+        any, no longer counts as a read)."""
+        self.alive[worker] = False
+        self.fetched[worker] = False
+
+    def rejoin(self, worker: int) -> None:
+        """``worker`` is back, its clock at the slowest live worker's (it holds no one up and
+        is ahead of no one)."""
+        if self.alive.any():
+            self.clocks[worker] = self.clocks[self.alive].min()
+        self.alive[worker] = True
 
     @property
     def params(self) -> np.ndarray:

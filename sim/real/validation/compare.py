@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import UserError
+from sim.faults.timeline import GAP_KINDS
 from sim.record import KINDS
 from sim.results import Run, load_repeats
 
@@ -129,7 +130,9 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def _breakdown(sim: Run, reals: list[Run]) -> dict[str, Any]:
-    kinds = KINDS
+    # the fault activities only where a run spent time on them
+    kinds = [k for k in KINDS if k not in GAP_KINDS or any(
+        (run.summary.get(f"{k}_s") or 0) > 0 for run in (sim, *reals))]
     real_workers = [[[w.get(k, 0.0) for k in kinds] for w in r.summary.get("workers", [])]
                     for r in reals]
     real_mean = (np.mean(np.array(real_workers), axis=0) if real_workers[0]

@@ -42,6 +42,7 @@ class Context:
     network_options: dict[str, Any]  # topology, model, placement...: to rebuild the network
     hosts: Hosts  # the cores every rank's CPU work runs on (ranks: workers, then servers)
     cpu: CpuCosts  # seconds of CPU per activity
+    recovery: Any = None  # what the run does about failures (sim.faults.recovery)
     # the CPU side of each kind of message to or from the shards (see message_costs)
     message_memo: dict[tuple, MessageCosts] = field(default_factory=dict, repr=False)
 
@@ -76,13 +77,47 @@ class Context:
         return len(self.workers)
 
 
+FAILED = "failed"  # the cause of the interrupt that stops a failed worker's loop
+
+
 class Strategy(ABC):
-    """A training strategy: starts its SimPy processes and names its model of record."""
+    """A training strategy: starts its SimPy processes and names its model of record.
+
+    Strategies whose workers loop on their own (the parameter-server ones) start them with
+    :meth:`start_loops`; elastic recovery (:mod:`sim.faults.elastic`) then stops a failed
+    worker (:meth:`fail_worker`) and starts it again (:meth:`rejoin_worker`).
+    """
 
     name: ClassVar[str]
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.loops: list[simpy.Process] = []
+
+    def work(self, w: Worker) -> Generator[simpy.Event, Any, None]:
+        """Worker ``w``'s loop, for strategies that :meth:`start_loops`."""
+        raise NotImplementedError(f"{self.name} has no per-worker loop")
+
+    def start_loops(self) -> None:
+        """Start every worker's :meth:`work`."""
+        self.loops = [self.ctx.env.process(self._loop(w)) for w in self.ctx.workers]
+
+    def _loop(self, w: Worker) -> Generator[simpy.Event, Any, None]:
+        try:
+            yield from self.work(w)
+        except simpy.Interrupt as stop:
+            if stop.cause != FAILED:
+                raise
+
+    def fail_worker(self, index: int) -> None:
+        """Worker ``index`` fails now: its loop stops where it is (what it was sending or
+        computing is lost)."""
+        if self.loops[index].is_alive:
+            self.loops[index].interrupt(FAILED)
+
+    def rejoin_worker(self, index: int) -> None:
+        """Worker ``index`` starts again (its loop pulls first)."""
+        self.loops[index] = self.ctx.env.process(self._loop(self.ctx.workers[index]))
 
     @abstractmethod
     def start(self) -> None:

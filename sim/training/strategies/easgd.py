@@ -28,8 +28,12 @@ class EASGD(Strategy):
         ctx = self.ctx
         self.sgd = [SGD(ctx.params.copy(), ctx.config.workload) for _ in ctx.workers]
         self.replicas = [sgd.params for sgd in self.sgd]
-        for w in ctx.workers:
-            ctx.env.process(self.work(w))
+        self.restarted = [False] * ctx.n  # its replica was lost: it starts from the center
+        self.start_loops()
+
+    def rejoin_worker(self, index: int) -> None:
+        self.restarted[index] = True
+        super().rejoin_worker(index)
 
     def model_of_record(self) -> np.ndarray:
         return self.ctx.server.store.params  # the center variable
@@ -38,6 +42,8 @@ class EASGD(Strategy):
         ctx, rec, server = self.ctx, self.ctx.recorder, self.ctx.server
         strategy = ctx.config.strategy
         x, center = self.replicas[w.index], np.zeros(ctx.model.size)
+        if self.restarted[w.index]:
+            yield from pull(ctx, w, x)
         while not rec.finished:
             loss = w.gradient(x)
             yield from compute(ctx, w)

@@ -33,8 +33,7 @@ class ASP(Strategy):
         self.store = ctx.server.store
         self.decoded = np.zeros(ctx.model.size)
         self.advanced = ctx.env.event()  # a worker's clock moved: the gate may open
-        for w in ctx.workers:
-            ctx.env.process(self.work(w))
+        self.start_loops()
 
     def model_of_record(self) -> np.ndarray:
         return self.store.params
@@ -45,6 +44,16 @@ class ASP(Strategy):
             while not self.store.may_pull(w.index) and not self.ctx.recorder.finished:
                 yield self.advanced
         return self.store.admit(w.index)
+
+    def fail_worker(self, index: int) -> None:
+        """A dead worker no longer holds the others at the gate: it may open."""
+        super().fail_worker(index)
+        self.wake_gate()
+
+    def wake_gate(self) -> None:
+        if self.advanced.callbacks:  # someone waits at the gate
+            self.advanced.succeed()
+            self.advanced = self.ctx.env.event()
 
     def work(self, w: Worker) -> Generator[simpy.Event, Any, None]:
         ctx, rec = self.ctx, self.ctx.recorder
@@ -87,9 +96,7 @@ class ASP(Strategy):
     def finish(self, w: Worker, update: UpdateRecord) -> None:
         """``w``'s gradient made ``update``: its clock moved, so the gate may open."""
         w.clock = update.clock
-        if self.advanced.callbacks:  # someone waits at the gate
-            self.advanced.succeed()
-            self.advanced = self.ctx.env.event()
+        self.wake_gate()
         self.ctx.recorder.record(update)
 
 

@@ -34,6 +34,7 @@ from sim.training.messages import Message, message_slice
 from sim.training.pipeline import ParameterServerChannel
 from sim.training.server import REQUEST_BYTES, ParameterServer
 from sim.training.strategies.base import (
+    FAILED,
     Strategy,
     answer_s,
     cpu,
@@ -57,7 +58,7 @@ class Backup(Strategy):
         self.replicas = [np.zeros(ctx.model.size) for _ in ctx.workers]
         self.decoded = np.zeros(ctx.model.size)  # the store keeps its own copy
         self.closed = ctx.env.event()  # fires when the step in progress closes
-        self.loops = [ctx.env.process(self.work(w)) for w in ctx.workers]
+        self.start_loops()
 
     def model_of_record(self) -> np.ndarray:
         return self.store.params
@@ -67,8 +68,17 @@ class Backup(Strategy):
         while not self.ctx.recorder.finished:
             try:
                 yield from self.round(w)
-            except simpy.Interrupt:
-                pass  # cancelled: the step closed without this worker; it pulls again
+            except simpy.Interrupt as stop:
+                if stop.cause == FAILED:
+                    raise
+                # cancelled: the step closed without this worker; it pulls again
+
+    def fail_worker(self, index: int) -> None:
+        """Without the dead worker the gradients arrived may be enough to close the step."""
+        super().fail_worker(index)
+        store = self.store
+        if store.arrived and self.ctx.rules.step_full(store):
+            self.close(self.ctx.rules.close(store))
 
     def round(self, w: Worker) -> Generator[simpy.Event, Any, None]:
         ctx, rec = self.ctx, self.ctx.recorder
@@ -93,7 +103,7 @@ class Backup(Strategy):
             w.clock = int(self.store.clocks[w.index])
         if ctx.rules.cancels_late:
             for w in ctx.workers:
-                if w.index not in self.store.last_step:
+                if w.index not in self.store.last_step and self.loops[w.index].is_alive:
                     self.loops[w.index].interrupt("step closed")
         closed, self.closed = self.closed, ctx.env.event()
         closed.succeed(update)
