@@ -9,7 +9,7 @@ recorded times, the trace and the activity breakdown are moved to wall time.
 from __future__ import annotations
 
 import copy
-from collections.abc import Generator
+import math
 from typing import Any
 
 import simpy
@@ -35,20 +35,43 @@ class RestartRecovery:
                 at_updates.setdefault(failure.at_update, []).append(failure.rank)
         self.timeline = RestartTimeline(clock, faults.restart_s,
                                         checkpoint_plan(ctx, max(servers, 1)), at_updates)
+        self.limit_s = math.inf
+        self.reached: simpy.Event | None = None
+        self.armed = 0  # the newest check of the limit
         ctx.recorder.on_step = self._step
 
     def _step(self, step: int, worker: int, last: bool) -> None:
+        offset = self.timeline.offset_s
         self.timeline.step_end(float(self.ctx.env.now), step, last)
+        if self.reached is not None and self.timeline.offset_s != offset:
+            self._arm()  # the gaps just inserted bring the limit closer
 
     def limit(self, limit_s: float) -> simpy.Event:
         """Fires once the run's wall time (failures and checkpoints included) reaches
-        ``limit_s``: at the first moment of fault-free time whose wall time does."""
-        return self.ctx.env.process(self._watch(limit_s))
+        ``limit_s``."""
+        self.limit_s = limit_s
+        self.reached = self.ctx.env.event()
+        self._arm()
+        return self.reached
 
-    def _watch(self, limit_s: float) -> Generator[simpy.Event, Any, None]:
-        env = self.ctx.env
-        while (left := limit_s - self.timeline.wall_now(float(env.now))) > 0:
-            yield env.timeout(left)  # wall time grows at least as fast: never past it
+    def _arm(self) -> None:
+        """Check again when the limit would be reached if no gap came first (wall time
+        grows at least as fast as fault-free time), or at the next failure, whose gap
+        may cross it; a later gap re-arms (only the newest check counts)."""
+        env, timeline, reached = self.ctx.env, self.timeline, self.reached
+        if reached is None or reached.triggered:
+            return
+        left = self.limit_s - timeline.wall_now(float(env.now))
+        if left <= 0:
+            reached.succeed()
+            return
+        failure = timeline.failures.peek()
+        if failure is not None:
+            left = min(left, failure.at_s - timeline.offset_s - env.now)
+        self.armed += 1
+        armed = self.armed
+        env.timeout(left).callbacks.append(lambda _: self._arm() if armed == self.armed
+                                           else None)
 
     def finish(self) -> dict[str, Any]:
         """Move the recorder to wall time; the summary's fault keys."""
@@ -57,21 +80,31 @@ class RestartRecovery:
         timeline.wall_now(end)  # the failures up to a stop by the time limit
         self.map = timeline.mapper()
         recorder.retime(self.map)
-        for kind, start, stop in self.map.spans():
+        # stopped by the time limit inside a gap: the run ends at the limit
+        self.wall_end = max(float(self.map(end)),
+                            min(float(self.map(end, after=True)), self.limit_s))
+        for kind, start, stop in self.spans():
             recorder.add_time(kind, stop - start)
-        wall_end = float(self.map(end))
-        recorder.clock = lambda: wall_end
-        return {"recovery": "restart", **timeline.summary(recorder.iteration, wall_end)}
+        recorder.clock = lambda: self.wall_end
+        return {"recovery": "restart",
+                **timeline.summary(recorder.iteration, self.wall_end, self.spans())}
 
     def trace(self, trace: dict[str, Any]) -> dict[str, Any]:
         """``trace`` in wall time, with every worker's checkpoint, restart and
         recomputation slices."""
-        return retime_trace(trace, self.map, self.ctx.n)
+        return retime_trace(trace, self.map, self.spans(), self.ctx.n)
+
+    def spans(self) -> list[tuple[str, float, float]]:
+        """The gaps in wall time, up to the run's end."""
+        return [(kind, a, min(b, self.wall_end)) for kind, a, b in self.map.spans()
+                if a < self.wall_end]
 
 
-def retime_trace(trace: dict[str, Any], to_wall: TimeMap, workers: int) -> dict[str, Any]:
+def retime_trace(trace: dict[str, Any], to_wall: TimeMap,
+                 gaps: list[tuple[str, float, float]], workers: int) -> dict[str, Any]:
     """Chrome trace events moved through ``to_wall`` (a slice that crosses a gap is cut
-    in two around it), plus each gap as a slice on every worker's thread."""
+    in two around it), plus each of ``gaps`` (kind, wall start, end) as a slice on every
+    worker's thread."""
     events = []
     for event in trace["traceEvents"]:
         if "ts" not in event:
@@ -83,7 +116,7 @@ def retime_trace(trace: dict[str, Any], to_wall: TimeMap, workers: int) -> dict[
             continue
         for a, b in to_wall.pieces(start, start + event.get("dur", 0.0) * 1e-6):
             events.append({**copy.copy(event), "ts": a * 1e6, "dur": (b - a) * 1e6})
-    for kind, a, b in to_wall.spans():
+    for kind, a, b in gaps:
         events += [{"ph": "X", "name": kind, "cat": kind, "pid": WORKERS, "tid": w,
                     "ts": a * 1e6, "dur": (b - a) * 1e6} for w in range(workers)]
     return {**trace, "traceEvents": events}

@@ -58,4 +58,5 @@ def expected_lost_s(segment_s: float, mtbf_s: float) -> float:
     conditioned on falling in [0, L), M - L / (e^{L/M} - 1)."""
     if segment_s <= 0:
         return 0.0
-    return mtbf_s - segment_s / math.expm1(segment_s / mtbf_s)
+    x = segment_s / mtbf_s
+    return mtbf_s if x > 700 else mtbf_s - segment_s / math.expm1(x)  # (e^700: overflow)

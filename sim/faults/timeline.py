@@ -63,7 +63,8 @@ class RestartTimeline:
         self.saved: list[Saved] = []
         self.last_begun_s = 0.0  # work time the last checkpoint began
         self.failed = 0
-        self.lost_s = 0.0
+        self.lost_s = 0.0  # work lost to failures (recomputed), s
+        self.losses: list[float | None] = []  # each failure's (None: while restarting)
 
     # ---- as the fault-free run goes ---------------------------------------------------
 
@@ -84,7 +85,7 @@ class RestartTimeline:
             self._checkpoint(t, step)
 
     def _fail_until(self, t: float) -> None:
-        while (f := self.failures.peek()) is not None and f.at_s < t + self.offset_s:
+        while (f := self.failures.peek()) is not None and f.at_s <= t + self.offset_s:
             self.failures.pop()
             self._recover(f.at_s, f.at_s - self.offset_s)
 
@@ -111,22 +112,32 @@ class RestartTimeline:
 
     def _recover(self, wall_s: float, t: float) -> None:
         """A failure at wall time ``wall_s``, fault-free time ``t``: restart (again, if
-        another failure cuts it short), read the last usable checkpoint, recompute."""
-        self.failed += 1
+        another failure cuts it short), read the last usable checkpoint, recompute.
+
+        Each failure's lost work (:attr:`losses`) is the work since the checkpoint that
+        it undoes: the fault-free work since training resumed from it, or, for a failure
+        during the recomputation, the part recomputed so far; a failure while restarting
+        or reading loses none."""
         work = t + self.paused_s
         usable = [s for s in self.saved if s.durable_s <= work]
         lost = work - (usable[-1].resume_s if usable else 0.0)
         restart = self.restart_s + (self.plan.read_s if usable else 0.0)
-        attempt = restart + lost
+        self._failed(lost)
         start = wall_s
-        while (f := self.failures.peek()) is not None and f.at_s < start + attempt:
+        while (f := self.failures.peek()) is not None and f.at_s < start + restart + lost:
             self.failures.pop()
-            self.failed += 1
-            self._gap(t, f.at_s - start, "restart")
+            into = f.at_s - start
+            self._gap(t, min(into, restart), "restart")
+            self._gap(t, into - restart, "recompute")
+            self._failed(max(0.0, into - restart) if into > restart else None)
             start = f.at_s
         self._gap(t, restart, "restart")
         self._gap(t, lost, "recompute")
-        self.lost_s += lost
+
+    def _failed(self, lost: float | None) -> None:
+        self.failed += 1
+        self.losses.append(lost)
+        self.lost_s += lost or 0.0
 
     def _gap(self, t: float, length: float, kind: str, pause: bool = False) -> None:
         if length <= 0:
@@ -141,10 +152,11 @@ class RestartTimeline:
     def mapper(self) -> TimeMap:
         return TimeMap(self.gaps)
 
-    def summary(self, iterations: int, wall_end_s: float) -> dict[str, Any]:
-        """The run's fault figures (summary.json keys)."""
-        spent = {kind: sum(g.length_s for g in self.gaps if g.kind == kind)
-                 for kind in GAP_KINDS}
+    def summary(self, iterations: int, wall_end_s: float,
+                spans: Sequence[tuple[str, float, float]]) -> dict[str, Any]:
+        """The run's fault figures (summary.json keys); ``spans``: the gaps in wall time
+        up to the run's end."""
+        spent = {kind: sum(b - a for k, a, b in spans if k == kind) for kind in GAP_KINDS}
         return {"failures": self.failed, "checkpoints": len(self.saved),
                 "lost_work_s": self.lost_s, "checkpoint_time_s": spent["checkpoint"],
                 "restart_time_s": spent["restart"],
