@@ -21,6 +21,7 @@ from sim.real.executors.collective import make_allreduce
 from sim.real.executors.compute import RealCompute
 from sim.real.executors.context import RankContext
 from sim.real.executors.replica import Replica
+from sim.real.executors.restart import RestartRecovery
 from sim.record import UpdateRecord
 from sim.workloads.workload import Workload
 
@@ -29,23 +30,30 @@ def run(ctx: RankContext) -> RankLog:
     comm, workload, rank, config = ctx.comm, ctx.workload, ctx.rank, ctx.config
     worker = workload.workers[rank]
     replica = Replica(ctx)
+    recovery = RestartRecovery(ctx, replica)
+    done = recovery.resume()  # updates a checkpoint holds (0: from the start)
     allreduce = make_allreduce(ctx.impl, comm, config.strategy.collective, replica.params.size,
                                ctx.waiter)
     ctx.warm_kernels(replica.params)
     allreduce(np.zeros_like(replica.params))  # warm-up: connections and MPI buffers
     ctx.start_clock()
+    recovery.started()
     compute = RealCompute(workload, rank, ctx.t0)
-    replica.snapshot(0)
+    recovery.attach(compute, allreduce)
+    replica.snapshot(done)
     allreduce.parts.clear()  # the warm-up's
-    for _ in range(config.run.iterations):
+    iterations = config.run.iterations
+    for update in range(done + 1, iterations + 1):
         loss, _ = compute.gradient(replica.params)
         computed = ctx.now()
         allreduce(worker.grad)  # codec "none": the message is the gradient, summed in place
-        if not replica.step(worker.grad, compute.parts() + allreduce.take(ctx.t0), computed,
-                            loss):
+        if not replica.step(worker.grad, recovery.parts(compute.parts() +
+                                                        allreduce.take(ctx.t0)),
+                            computed, loss):
             break
-    log = replica.log
-    log.kernel_s, log.messages, log.steps = compute.kernel_s, allreduce.messages, replica.steps
+        recovery.after(update, update == iterations)
+    log = recovery.finish(replica.log)
+    log.steps = replica.steps
     return log
 
 

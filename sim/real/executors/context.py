@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sim.config import Config
@@ -23,6 +25,8 @@ class RankContext:
     impl: str  # allreduce implementation: schedule or mpi
     heartbeat: Heartbeat
     t0: float = 0.0  # perf_counter() at the common start (set by start_clock)
+    spec: dict[str, Any] = field(default_factory=dict)  # the launcher's spec (faults, ...)
+    workdir: Path = Path(".")  # shared with the launcher: markers, the runner's records
 
     @property
     def config(self) -> Config:
@@ -37,9 +41,16 @@ class RankContext:
         return time.perf_counter() - self.t0
 
     def start_clock(self) -> None:
-        """Every rank is ready (warmed up): start the common clock, as rank 0 reads it."""
+        """Every rank is ready (warmed up): start the common clock, as rank 0 reads it
+        (a job started again after a failure keeps the first job's: the spec's origin)."""
         self.comm.Barrier()
         self.t0 = self.comm.bcast(time.perf_counter(), root=0)
+        origin = (self.spec.get("faults") or {}).get("origin")
+        if origin is not None:  # a job started again: one clock since the run's start
+            self.t0 = float(origin)
+        if self.spec.get("faults") and self.rank == 0:  # for the runner: when this job began
+            (self.workdir / "clock.json").write_text(json.dumps(
+                {"t0": self.t0, "start_s": self.now()}))
 
     def warm_kernels(self, params: Any) -> None:
         """One gradient on a fixed batch, outside the worker's batch stream and the clock:

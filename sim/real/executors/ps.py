@@ -39,6 +39,7 @@ from sim.kernels import NonFiniteError
 from sim.real.executors.assemble import RankLog
 from sim.real.executors.compute import RealCompute
 from sim.real.executors.context import RankContext
+from sim.real.executors.elastic import WorkerMonitor, worker_plan
 from sim.training.rules import Rules
 from sim.training.store import ParameterCache, ParameterStore
 from sim.workloads.workload import Workload
@@ -74,6 +75,8 @@ def work(ctx: RankContext) -> RankLog:
     compute = RealCompute(ctx.workload, w, ctx.t0)
     cancellable = ctx.rules.cancels_late
     log = RankLog(ctx.rank)
+    plan = worker_plan(ctx)  # None unless this worker is to fail
+    pushed_s = 0.0  # when its last push was sent: work after it dies with it
 
     def send(message: np.ndarray) -> None:
         """Post (overhead), then block until MPI has the message (wire)."""
@@ -113,6 +116,8 @@ def work(ctx: RankContext) -> RankLog:
             log.span(w, "wait" if inbox[7] else "wire", arrival, min(grant, got))
             log.span(w, "wire", max(grant, asked), got)
             cache.pulled(int(inbox[2]), None if np.isnan(inbox[6]) else int(inbox[6]))
+        if plan is not None:  # the updates this worker knows of: the last pull's
+            plan.check(cache.version, ctx.now(), log, ctx.now() - pushed_s)
         version = cache.version
         loss, dropped = compute.gradient(
             params, (lambda v=version: cancelled(v)) if cancellable else None)
@@ -131,7 +136,7 @@ def work(ctx: RankContext) -> RankLog:
             pass
         log.span(w, "overhead", packing, ctx.now())
         send(outbox)
-        writing = ctx.now()
+        writing = pushed_s = ctx.now()
         if cache.pushed(worker.grad):  # read-my-writes: an SGD step on the worker's cache
             log.span(w, "update", writing, ctx.now())
     log.kernel_s = compute.kernel_s
@@ -162,6 +167,7 @@ class ServerProtocol:
         self.pending: dict[int, float] = {}  # worker -> arrival time of its pull
         self.held: set[int] = set()  # workers whose pull could not be answered on arrival
         self.stopped: set[int] = set()
+        self.dead: set[int] = set()  # workers found dead (elastic recovery)
         self.finished = False
         self.log = RankLog(self.n)
         self.log.snapshot(self.store.params, rules, 0)
@@ -183,11 +189,35 @@ class ServerProtocol:
             return []
         if update is None:
             return []
-        self.log.record(now, update, self.store.params, self.rules, self.store.version)
-        self.finished = self.store.version >= self.iterations
+        self._applied(update, now)
         if update.worker >= 0 or not self.rules.leaves_workers_out:  # nobody left out
             return []
         return [(w, step) for w in range(self.n) if w not in self.store.last_step]
+
+    def _applied(self, update: Any, now: float) -> None:
+        self.log.record(now, update, self.store.params, self.rules, self.store.version)
+        self.finished = self.store.version >= self.iterations
+
+    @property
+    def over(self) -> bool:
+        """Every worker has been sent STOP or is dead."""
+        return len(self.stopped | self.dead) >= self.n
+
+    def drop(self, worker: int, now: float) -> None:
+        """``worker`` died: the rules count the others only (its pull is forgotten); a
+        synchronous step it held up closes with the gradients that have arrived."""
+        self.dead.add(worker)
+        self.pending.pop(worker, None)
+        self.held.discard(worker)
+        self.store.drop(worker)
+        step_full = getattr(self.rules, "step_full", None)
+        if self.finished or step_full is None or not self.store.arrived or \
+                not step_full(self.store):
+            return
+        try:
+            self._applied(self.rules.close(self.store), now)
+        except NonFiniteError:
+            self.log.diverged = self.finished = True
 
     def replies(self) -> list[Reply]:
         """Every held pull that may be answered now, in worker order."""
@@ -216,8 +246,9 @@ def serve(ctx: RankContext) -> RankLog:
     inbox = np.zeros(HEADER + size)
     replies = [np.zeros(HEADER + size) for _ in range(n)]
     sending: list[Any] = [None] * n  # the reply in flight to each worker
-    notes: list[tuple[np.ndarray, Any]] = []  # cancels in flight
+    notes: list[tuple[int, np.ndarray, Any]] = []  # cancels in flight
     log = protocol.log
+    monitor = WorkerMonitor.of(ctx, protocol)  # None unless workers may die
 
     def reply(r: Reply) -> None:
         if sending[r.worker] is not None:
@@ -240,10 +271,12 @@ def serve(ctx: RankContext) -> RankLog:
         log.span(n, "overhead", began, ctx.now())
 
     def cancel(w: int, step: int) -> None:
-        notes[:] = [(m, r) for m, r in notes if not r.Test()]
+        if w in protocol.dead:
+            return
+        notes[:] = [(v, m, r) for v, m, r in notes if not r.Test()]
         note = np.zeros(HEADER)
         note[0], note[1], note[2] = CANCEL, w, step
-        notes.append((note, comm.Isend([note, MPI.DOUBLE], dest=w, tag=TAG)))
+        notes.append((w, note, comm.Isend([note, MPI.DOUBLE], dest=w, tag=TAG)))
         log.messages += 1
 
     for _ in range(n):  # warm-up: a full-size round trip with every worker
@@ -252,9 +285,16 @@ def serve(ctx: RankContext) -> RankLog:
         ctx.waiter.one(comm.Isend([replies[w], MPI.DOUBLE], dest=w, tag=TAG))
     K.copy(protocol.store.total, protocol.store.params)  # first touch, off the clock
     ctx.start_clock()
-    while len(protocol.stopped) < n:
+    while not protocol.over:
         began = ctx.now()
-        ctx.waiter.one(comm.Irecv([inbox, MPI.DOUBLE], source=MPI.ANY_SOURCE, tag=TAG), status)
+        request = comm.Irecv([inbox, MPI.DOUBLE], source=MPI.ANY_SOURCE, tag=TAG)
+        if monitor is None:
+            ctx.waiter.one(request, status)
+        elif not monitor.receive(request, status,
+                                 lambda: [reply(r) for r in protocol.replies()]):
+            # every worker stopped or died while the server waited
+            log.span(n, "wire", began, ctx.now())
+            break
         now = ctx.now()
         log.span(n, "wire", began, now)  # idle until a message arrives
         kind, w = inbox[0], int(inbox[1])
@@ -269,6 +309,10 @@ def serve(ctx: RankContext) -> RankLog:
         for r in protocol.replies():
             reply(r)
         ctx.heartbeat.beat()
-    ctx.waiter.all([r for r in sending if r is not None] + [r for _, r in notes])
+    live = [w for w in range(n) if w not in protocol.dead]  # a dead one receives nothing
+    ctx.waiter.all([sending[w] for w in live if sending[w] is not None] +
+                   [r for w, _, r in notes if w not in protocol.dead])
+    if monitor is not None:
+        log.extra.update(monitor.summary())
     log.extra.update(ctx.rules.summary(protocol.store))
     return log

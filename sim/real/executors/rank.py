@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import time
 import traceback
 from pathlib import Path
@@ -26,6 +27,7 @@ def train(comm: object, spec: dict, workdir: Path, started: float) -> None:
     from sim.config import load_config
     from sim.real.executors.assemble import assemble
     from sim.real.executors.context import RankContext
+    from sim.real.executors.elastic import collect, elastic
     from sim.real.executors.registry import REAL_STRATEGIES
     from sim.real.executors.timing import Heartbeat, Waiter
     from sim.training.rules import make_rules
@@ -40,11 +42,15 @@ def train(comm: object, spec: dict, workdir: Path, started: float) -> None:
     if comm.Get_size() != strategy.ranks(config):
         raise RuntimeError(f"{strategy.name} needs {strategy.ranks(config)} ranks, "
                            f"got {comm.Get_size()}")
-    ctx = RankContext(comm, workload, rules, Waiter(spec["wait"]), spec["impl"], heartbeat)
+    ctx = RankContext(comm, workload, rules, Waiter(spec["wait"]), spec["impl"], heartbeat,
+                      spec=spec, workdir=workdir)
     log = strategy.run(ctx)
     (workdir / f"rank{rank}.done").touch()
-    logs = comm.gather(log, root=0)
-    if rank == 0:
+    if elastic(ctx):  # no collective: a worker may be dead; the server writes the files
+        logs, writer = collect(ctx, log), workload.n
+    else:
+        logs, writer = comm.gather(log, root=0), 0
+    if rank == writer:
         strategy.combine(logs, workload)
         extra = {"net": spec["net"], "allreduce_impl": spec["impl"], "wait_mode": spec["wait"],
                  "ranks": comm.Get_size(), "repeat": spec.get("repeat", 0),
@@ -68,12 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     (workdir / f"rank{rank}.pid").write_text(f"{os.getpid()}\n")
+    elastic = bool((spec.get("faults") or {}).get("elastic"))
+    if elastic:  # the process manager tells the others of a planned death: carry on
+        for sig in (signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_IGN)
     try:
         train(comm, spec, workdir, started)
     except BaseException as exc:  # noqa: BLE001 - any failure must end every rank
         (workdir / f"rank{rank}.err").write_text(
             f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
         comm.Abort(1)
+    if elastic:  # MPI_Finalize could wait for the dead rank
+        os._exit(0)
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from sim.real.executors.registry import check_supported
 from sim.real.executors.timing import WAIT_MODES
 from sim.real.launch.emulate import Emulation, EmulationError, parse_rate
 from sim.real.launch.launcher import Job, launch
+from sim.real.launch.recovery import read_records, recovery_of, run_elastic, run_restarting
 from sim.real.validation.load import OtherLoad
 from sim.record import atomic_dir, check_out_dir, write_run
 from sim.results import iteration_s
@@ -104,8 +106,13 @@ def terminated_cleanly() -> contextlib.AbstractContextManager[None]:
 
 
 def run_once(config: Config, ranks: int, options: RealOptions, emulation: Emulation | None,
-             repeat: int = 0, argv: list[str] | None = None) -> dict[str, str]:
-    """Launch the ranks once; the run's files (name -> text) as rank 0 wrote them."""
+             repeat: int = 0, argv: list[str] | None = None,
+             faults: dict[str, Any] | None = None,
+             records: dict[str, Any] | None = None) -> dict[str, str]:
+    """Launch the ranks once; the run's files (name -> text) as rank 0 wrote them.
+
+    ``faults``: the spec's failure and checkpoint part (:mod:`sim.real.launch.recovery`);
+    ``records`` is filled with what the job left for the runner, also when it failed."""
     with tempfile.TemporaryDirectory(prefix="sgd-real-") as tmp:
         work = Path(tmp)
         os.chmod(work, 0o755)
@@ -113,23 +120,32 @@ def run_once(config: Config, ranks: int, options: RealOptions, emulation: Emulat
         spec = {"config": str(work / "config.toml"), "workdir": str(work),
                 "result": str(work / "result.json"), "net": options.net,
                 "impl": options.impl, "repeat": repeat,
-                "wait": wait_mode(options.wait, ranks, config.compute.time_s is None)}
+                "wait": wait_mode(options.wait, ranks, config.compute.time_s is None),
+                "faults": faults}
         (work / "spec.json").write_text(json.dumps(spec))
         job = Job(argv or [sys.executable, "-m", "sim.real.executors.rank", "--spec",
                            str(work / "spec.json")], ranks, work,
                   env=emulation.env if emulation else {},
                   prefix=emulation.prefix if emulation else None,
-                  timeout_s=options.timeout_s, hang_s=options.hang_s)
-        launch(job)
+                  timeout_s=options.timeout_s, hang_s=options.hang_s,
+                  manager="gforker" if (faults or {}).get("elastic") else "hydra")
+        try:
+            launch(job)
+        finally:
+            if records is not None:
+                records.update(read_records(work))
         return json.loads((work / "result.json").read_text())
 
 
-def write_repeats(out: Path, config: Config, runs: list[dict[str, str]]) -> None:
-    """OUT/r0, OUT/r1, ... plus config.toml and repeats.json, renamed into place at once."""
+def write_repeats(out: Path, config: Config, runs: list[dict[str, str]],
+                  checkpoints: Path | None = None) -> None:
+    """OUT/r0, OUT/r1, ... plus config.toml and repeats.json, renamed into place at once
+    (with ``checkpoints``: each repeat's checkpoints, ``checkpoints/r<i>``, in its own)."""
     with atomic_dir(out) as tmp:
         summaries = []
         for i, files in enumerate(runs):
             write_run(tmp / f"r{i}", files)
+            move_checkpoints(checkpoints and checkpoints / f"r{i}", tmp / f"r{i}")
             summaries.append(json.loads(files["summary.json"]))
         (tmp / "config.toml").write_text(dump_config(config))
         times = [iteration_s(s) for s in summaries]
@@ -137,6 +153,38 @@ def write_repeats(out: Path, config: Config, runs: list[dict[str, str]]) -> None
             {"repeats": len(runs), "iteration_s": times,
              "time_to_target_s": [s.get("time_to_target_s") for s in summaries]},
             indent=2) + "\n")
+
+
+def write_single(out: Path, files: dict[str, str], checkpoints: Path | None) -> None:
+    """The run directory, with ``OUT/checkpoints`` if the run wrote any."""
+    with atomic_dir(out) as tmp:
+        for name, text in files.items():
+            (tmp / name).write_text(text)
+        move_checkpoints(checkpoints and checkpoints / "r0", tmp)
+
+
+def move_checkpoints(directory: Path | None, run: Path) -> None:
+    if directory is not None and directory.is_dir():
+        os.replace(directory, run / "checkpoints")
+
+
+def checkpoint_root(out: Path) -> Path:
+    """Where a run's checkpoints go while it runs: beside ``out`` (a reader never takes
+    ``out`` for a finished run), moved into it at the end."""
+    return out.parent / f".{out.name}.checkpoints-{os.getpid()}"
+
+
+def run_faulty(config: Config, ranks: int, options: RealOptions,
+               emulation: Emulation | None, repeat: int, recovery: str,
+               directory: Path) -> dict[str, str]:
+    """One repeat under ``[faults]`` / ``[checkpoint]``: restarted or elastic."""
+    def launch(faults: dict[str, Any], records: dict[str, Any]) -> dict[str, str]:
+        return run_once(config, ranks, options, emulation, repeat, faults=faults,
+                        records=records)
+
+    if recovery == "restart":
+        return run_restarting(config, directory, launch)
+    return run_elastic(config, launch)
 
 
 def run_real(config: Config, out: Path, options: RealOptions,
@@ -147,21 +195,30 @@ def run_real(config: Config, out: Path, options: RealOptions,
     """
     strategy = check_supported(config)
     check_options(options)
+    recovery = recovery_of(config, options.net)
     check_out_dir(out)
     ranks = strategy.ranks(config)
     runs = []
-    with terminated_cleanly(), network(options.net, ranks) as emulation:
-        for repeat in range(options.repeat):
-            with OtherLoad() as load:
-                files = run_once(config, ranks, options, emulation, repeat)
-            summary = json.loads(files["summary.json"])
-            summary["other_load"] = load.fraction  # CPU share other processes took meanwhile
-            files["summary.json"] = json.dumps(summary, indent=2) + "\n"
-            runs.append(files)
-            if progress:
-                progress(repeat, json.loads(runs[-1]["summary.json"]))
-    if options.repeat == 1:
-        write_run(out, runs[0])
-    else:
-        write_repeats(out, config, runs)
+    root = checkpoint_root(out) if recovery == "restart" else None
+    try:
+        with terminated_cleanly(), network(options.net, ranks) as emulation:
+            for repeat in range(options.repeat):
+                with OtherLoad() as load:
+                    files = run_once(config, ranks, options, emulation, repeat) \
+                        if recovery is None else run_faulty(
+                            config, ranks, options, emulation, repeat, recovery,
+                            root / f"r{repeat}" if root else Path())
+                summary = json.loads(files["summary.json"])
+                summary["other_load"] = load.fraction  # CPU share other processes took
+                files["summary.json"] = json.dumps(summary, indent=2) + "\n"
+                runs.append(files)
+                if progress:
+                    progress(repeat, json.loads(runs[-1]["summary.json"]))
+        if options.repeat == 1:
+            write_single(out, runs[0], root)
+        else:
+            write_repeats(out, config, runs, root)
+    finally:
+        if root is not None:  # moved into the run directory, or the run failed
+            shutil.rmtree(root, ignore_errors=True)
     return [json.loads(files["summary.json"]) for files in runs]
