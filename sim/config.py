@@ -242,6 +242,9 @@ class Checkpoint(Section):
     mode: Literal["blocking", "background"] = doc(
         "blocking", "blocking: training waits for the write; background: it waits only for "
         "a snapshot in memory, then the write runs beside it (CheckFreq, Mohan et al. 2021)")
+    state_bytes: Positive | None = doc(
+        None, "bytes of a checkpoint (default: the parameters, and the momentum buffer if "
+        "any): set it to study a larger model's checkpoints on a small stand-in")
 
     @property
     def enabled(self) -> bool:

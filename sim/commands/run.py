@@ -14,6 +14,9 @@ from sim.record import check_out_dir, write_run
 SHOWN = ("sim_time_s", "iterations", "final_loss", "final_accuracy", "time_to_target_s",
          "samples_per_s", "staleness_mean", "staleness_max", "compute_s", "comm_s", "wait_s",
          "events", "wall_s")
+# shown when the run had [faults] or [checkpoint]
+FAULT_SHOWN = ("failures", "checkpoints", "lost_work_s", "lost_updates", "checkpoint_time_s",
+               "restart_time_s", "goodput_updates_per_s")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,9 +34,10 @@ def default_out(config_path: Path) -> Path:
 
 
 def format_summary(summary: dict) -> str:
-    width = max(map(len, SHOWN))
+    keys = SHOWN + tuple(k for k in FAULT_SHOWN if k in summary)
+    width = max(map(len, keys))
     lines = []
-    for key in SHOWN:
+    for key in keys:
         value = summary.get(key)
         shown = "-" if value is None else (f"{value:.6g}" if isinstance(value, float)
                                             else str(value))

@@ -49,8 +49,10 @@ class CheckpointPlan:
 
 
 def state_bytes(ctx: Any) -> float:
-    """Bytes of a checkpoint: the parameters (float32 of a timing profile's layers when
-    there are no numbers) and the momentum buffer, if any."""
+    """Bytes of a checkpoint: ``checkpoint.state_bytes``, else the parameters (float32 of
+    a timing profile's layers when there are no numbers) and the momentum buffer, if any."""
+    if ctx.config.checkpoint.state_bytes is not None:
+        return ctx.config.checkpoint.state_bytes
     params = ctx.params.nbytes if ctx.numerics else float(sum(ctx.layers.grad_bytes))
     return params * (2 if ctx.config.workload.momentum > 0 else 1)
 

@@ -12,6 +12,7 @@ import copy
 import math
 from typing import Any
 
+import numpy as np
 import simpy
 
 from sim.faults.checkpoints import checkpoint_plan
@@ -28,7 +29,11 @@ class RestartRecovery:
         self.ctx = ctx
         config, servers = ctx.config, (len(ctx.server.hosts) if ctx.server else 0)
         faults = config.faults
-        clock = FailureClock(faults, random_ranks(faults, ctx.n, servers), config.run.seed)
+        ranks = random_ranks(faults, ctx.n, servers)
+        clock = FailureClock(faults, ranks, config.run.seed)
+        # failures of the job as a whole: the ranks' failure processes superposed (for
+        # exponential ones exactly a Poisson process of rate ranks / mtbf)
+        self.job_mtbf_s = faults.mtbf_s / len(ranks) if ranks else None
         at_updates: dict[int, list[int]] = {}
         for failure in faults.failures:
             if failure.at_update is not None:
@@ -86,7 +91,8 @@ class RestartRecovery:
         for kind, start, stop in self.spans():
             recorder.add_time(kind, stop - start)
         recorder.clock = lambda: self.wall_end
-        return {"recovery": "restart",
+        return {"recovery": "restart", "job_mtbf_s": self.job_mtbf_s, "fault_free_s": end,
+                "restart_delay_s": self.timeline.restart_s,
                 **timeline.summary(recorder.iteration, self.wall_end, self.spans())}
 
     def trace(self, trace: dict[str, Any]) -> dict[str, Any]:
@@ -104,19 +110,29 @@ def retime_trace(trace: dict[str, Any], to_wall: TimeMap,
                  gaps: list[tuple[str, float, float]], workers: int) -> dict[str, Any]:
     """Chrome trace events moved through ``to_wall`` (a slice that crosses a gap is cut
     in two around it), plus each of ``gaps`` (kind, wall start, end) as a slice on every
-    worker's thread."""
-    events = []
-    for event in trace["traceEvents"]:
-        if "ts" not in event:
-            events.append(event)
-            continue
-        start = event["ts"] * 1e-6
-        if event.get("ph") != "X":
-            events.append({**event, "ts": float(to_wall(start)) * 1e6})
-            continue
-        for a, b in to_wall.pieces(start, start + event.get("dur", 0.0) * 1e-6):
-            events.append({**copy.copy(event), "ts": a * 1e6, "dur": (b - a) * 1e6})
+    worker's thread. (Vectorised: a long run's trace has millions of events.)"""
+    events = trace["traceEvents"]
+    timed = [e for e in events if "ts" in e]
+    starts = np.array([e["ts"] for e in timed], float) * 1e-6
+    ends = starts + np.array([e.get("dur", 0.0) if e.get("ph") == "X" else 0.0
+                              for e in timed], float) * 1e-6
+    slices = np.array([e.get("ph") == "X" for e in timed], bool)
+    # points move as what ended there (before a gap at their time); slices begin after
+    moved_starts = np.where(slices, to_wall(starts, after=True), to_wall(starts)) * 1e6
+    moved_ends = to_wall(ends) * 1e6
+    crossed = slices & (np.searchsorted(to_wall.at, ends, "left")
+                        > np.searchsorted(to_wall.at, starts, "right"))
+    out = [e for e in events if "ts" not in e]
+    for i, event in enumerate(timed):
+        if crossed[i]:
+            out += [{**copy.copy(event), "ts": a * 1e6, "dur": (b - a) * 1e6}
+                    for a, b in to_wall.pieces(float(starts[i]), float(ends[i]))]
+        elif slices[i]:
+            out.append({**event, "ts": float(moved_starts[i]),
+                        "dur": float(moved_ends[i] - moved_starts[i])})
+        else:
+            out.append({**event, "ts": float(moved_starts[i])})
     for kind, a, b in gaps:
-        events += [{"ph": "X", "name": kind, "cat": kind, "pid": WORKERS, "tid": w,
-                    "ts": a * 1e6, "dur": (b - a) * 1e6} for w in range(workers)]
-    return {**trace, "traceEvents": events}
+        out += [{"ph": "X", "name": kind, "cat": kind, "pid": WORKERS, "tid": w,
+                 "ts": a * 1e6, "dur": (b - a) * 1e6} for w in range(workers)]
+    return {**trace, "traceEvents": out}

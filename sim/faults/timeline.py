@@ -157,7 +157,10 @@ class RestartTimeline:
         """The run's fault figures (summary.json keys); ``spans``: the gaps in wall time
         up to the run's end."""
         spent = {kind: sum(b - a for k, a, b in spans if k == kind) for kind in GAP_KINDS}
+        plan = self.plan
         return {"failures": self.failed, "checkpoints": len(self.saved),
+                "checkpoint_write_s": plan.write_s if plan.enabled else None,
+                "checkpoint_read_s": plan.read_s if plan.enabled else None,
                 "lost_work_s": self.lost_s, "checkpoint_time_s": spent["checkpoint"],
                 "restart_time_s": spent["restart"],
                 "goodput_updates_per_s": iterations / wall_end_s if wall_end_s > 0 else None}

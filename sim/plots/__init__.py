@@ -17,6 +17,8 @@ confidence interval; a real run is dashed in its simulated twin's colour, on wal
 - :func:`plot_scaling`: throughput and speedup vs workers (log-log) from a sweep's results.csv
 - :func:`plot_pipelining`: speedup of each pipelining mode vs M / C, with the ideal;
   :func:`plot_buckets`: iteration time vs bucket size (both from a sweep's results.csv)
+- :func:`plot_checkpoint_interval`: wall time vs checkpoint interval under failures, with
+  Daly's expectation and optimum and Young's (from a sweep of ``checkpoint.every_steps``)
 - :func:`plot_runs`: the kinds asked for (the ``plot`` command);
   :func:`plot_sweep`: a sweep's standard comparison figures into ``SWEEP/plots/``
 """
@@ -28,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim.errors import UserError
+from sim.faults.analysis import INTERVAL_KEY
+from sim.plots.faults import interval_figure, plot_checkpoint_interval
 from sim.plots.figures import breakdown_figure, plot_breakdown, plot_staleness, staleness_figure
 from sim.plots.gantt import gantt_figure, plot_gantt
 from sim.plots.labels import differing_keys, run_labels
@@ -52,6 +56,7 @@ from sim.plots.scaling import plot_scaling, scaling_figure, sweeps_workers
 from sim.results import Run, Sweep, expand
 
 __all__ = ["KINDS", "PlotOptions", "breakdown_figure", "buckets_figure", "differing_keys",
+           "interval_figure", "plot_checkpoint_interval",
            "gantt_figure", "loss_figure", "parse_kinds", "parse_xlim", "pipelining_figure",
            "plot_breakdown", "plot_buckets", "plot_gantt", "plot_loss_time",
            "plot_loss_updates", "plot_pipelining", "plot_runs", "plot_scaling",
@@ -76,7 +81,8 @@ RUN_PLOTS: dict[str, RunPlot] = {
 }
 LOSS_KINDS = ("loss-time", "loss-updates")
 # figures of a whole sweep: kind -> (the swept key it needs, the function)
-SWEEP_PLOTS = {"pipelining": (MODE, plot_pipelining), "buckets": (BUCKET, plot_buckets)}
+SWEEP_PLOTS = {"pipelining": (MODE, plot_pipelining), "buckets": (BUCKET, plot_buckets),
+               "checkpoint-interval": (INTERVAL_KEY, plot_checkpoint_interval)}
 KINDS = (*RUN_PLOTS, "scaling", *SWEEP_PLOTS)
 NO_LOSS = ("no loss plots: no run evaluated the held-out loss (timing-only runs, "
            "workload.numerics = false)")
