@@ -88,7 +88,7 @@ class RestartRecovery:
         checkpoint if one is due (none after the run's last update)."""
         ctx = self.ctx
         self.plan.check(update, ctx.now(), None)
-        if self.dir is None or last or not self.due(update):
+        if self.dir is None or not self.cfg.enabled or last or not self.due(update):
             return
         began = ctx.now()
         record = self.record()

@@ -167,5 +167,9 @@ def run_elastic(config: Config, launch: Launch) -> dict[str, str]:
     records: dict[str, Any] = {}
     files = launch({"elastic": True}, records)
     markers = records.get("killed", [])
-    return with_summary(files, fault_summary(files, "elastic", len(markers), 0,
-                                             markers=markers))
+    found = json.loads(files["summary.json"]).get("found_dead_s", {})
+    # how long the server took to notice each death (its pid checks, every 10 ms)
+    detection = [found[str(m["rank"])] - m["at_s"] for m in markers if str(m["rank"]) in found]
+    return with_summary(files, fault_summary(
+        files, "elastic", len(markers), 0, {"detection_s": max(detection, default=None)},
+        markers))
