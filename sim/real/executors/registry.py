@@ -31,6 +31,7 @@ class RealStrategy:
     name: str
     module: str  # has run(ctx: RankContext) -> RankLog, optionally combine(logs, workload)
     pipelined: str | None = None  # the module with strategy.pipelining; None: not run for real
+    restarts: bool = False  # its unpipelined module checkpoints and restarts (restart.py)
 
     @property
     def servers(self) -> int:
@@ -56,7 +57,8 @@ class RealStrategy:
 
 
 REAL_STRATEGIES: dict[str, RealStrategy] = {s.name: s for s in (
-    RealStrategy("bsp", "sim.real.executors.bsp", pipelined="sim.real.executors.bsp_pipelined"),
+    RealStrategy("bsp", "sim.real.executors.bsp", pipelined="sim.real.executors.bsp_pipelined",
+                 restarts=True),
     RealStrategy("bsp-ps", "sim.real.executors.ps"),
     RealStrategy("backup", "sim.real.executors.ps"),
     RealStrategy("asp", "sim.real.executors.ps"),

@@ -25,6 +25,7 @@ from sim.config import Config
 from sim.errors import UserError
 from sim.real.executors import checkpoint as ckpt
 from sim.real.executors.faults import killed
+from sim.real.executors.registry import REAL_STRATEGIES
 from sim.real.launch.launcher import RunFailed
 from sim.training.rules import RULES
 
@@ -43,9 +44,12 @@ def recovery_of(config: Config, net: str = "shm", source: str = "config") -> str
     recovery = RULES[kind].recovery
     key = "faults.failures" if faults.failures else \
         f"checkpoint.{'every_steps' if cp.every_steps is not None else 'every_s'}"
-    if recovery == "restart" and (kind != "bsp" or config.strategy.pipelining != "none"):
-        raise UserError(f"{source}: {key}: real runs checkpoint and restart unpipelined bsp "
-                        f"only ({kind} with failures or checkpoints is simulated only)")
+    restarting = [s.name for s in REAL_STRATEGIES.values() if s.restarts]
+    if recovery == "restart" and (kind not in restarting or
+                                  config.strategy.pipelining != "none"):
+        raise UserError(f"{source}: {key}: real runs checkpoint and restart unpipelined "
+                        f"{', '.join(restarting)} only ({kind} with failures or checkpoints "
+                        "is simulated only)")
     if recovery == "restart" and cp.enabled and cp.mode != "blocking":
         raise UserError(f"{source}: checkpoint.mode {cp.mode!r}: real runs write "
                         "checkpoints blocking")
