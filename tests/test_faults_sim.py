@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 
 import numpy as np
 import pytest
@@ -200,3 +201,18 @@ def test_bad_fault_settings_exit_2_naming_the_key(tmp_path, capsys, keys, named)
 
 def test_the_fault_kinds_are_activities():
     assert set(GAP_KINDS) <= set(KINDS)
+
+
+def test_a_calibrated_storage_profile_is_read_with_its_source(tmp_path):
+    path = tmp_path / "storage.json"
+    path.write_text(json.dumps({"format": "sgd-lab.storage-profile/1", "write_Bps": 5e8,
+                                "read_Bps": 9e8, "latency_s": 4e-3,
+                                "source": "measured here", "points": [1, 2]}))
+    disk = get_storage(f"calibrated:{path}")
+    assert (disk.write_Bps, disk.read_Bps, disk.latency_s) == (5e8, 9e8, 4e-3)
+    assert disk.source == "measured here"
+    with pytest.raises(ValueError, match="missing key 'latency_s'"):
+        path.write_text(json.dumps({"write_Bps": 5e8, "read_Bps": 9e8}))
+        get_storage(f"calibrated:{path}")
+    with pytest.raises(ValueError, match="storage profile"):
+        get_storage(f"calibrated:{tmp_path / 'none.json'}")

@@ -16,7 +16,9 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sim.names import unknown
+from sim.record import preset_or_path, read_profile
+
+PROFILE_FORMAT = "sgd-lab.storage-profile/1"
 
 
 @dataclass(frozen=True)
@@ -77,16 +79,27 @@ _FIELDS = {f.name for f in fields(Storage)} - {"name", "source"}
 
 
 def get_storage(spec: str | dict[str, Any]) -> Storage:
-    """A preset by name, or a table {write_Bps, read_Bps, latency_s, aggregate_Bps}.
-    Raises ValueError naming an unknown preset or key, or a bad value."""
+    """A preset by name, ``calibrated:PATH`` (a JSON profile: ``format``
+    "sgd-lab.storage-profile/1", the table's keys, ``source``), or a table {write_Bps,
+    read_Bps, latency_s, aggregate_Bps}. Raises ValueError naming an unknown preset or
+    key, a bad value or an unreadable profile."""
     if isinstance(spec, str):
-        if spec not in STORAGE:
-            raise ValueError(unknown("storage", spec, sorted(STORAGE)))
-        return STORAGE[spec]
+        preset, path = preset_or_path(spec, STORAGE, "storage")
+        if path is None:
+            return preset
+        data = read_profile(path, PROFILE_FORMAT, "storage profile")
+        source = str(data.pop("source", f"calibrated: {path}"))
+        data = {k: v for k, v in data.items() if k in _FIELDS}
+        return _from_table(data, f"storage profile {path}", source)
+    return _from_table(spec, "table", "config table")
+
+
+def _from_table(spec: dict[str, Any], what: str, source: str) -> Storage:
     extra = sorted(set(spec) - _FIELDS)
     if extra:
-        raise ValueError(f"unknown key {extra[0]!r} (expected {', '.join(sorted(_FIELDS))})")
+        raise ValueError(f"{what}: unknown key {extra[0]!r} (expected "
+                         f"{', '.join(sorted(_FIELDS))})")
     missing = sorted({"write_Bps", "read_Bps", "latency_s"} - set(spec))
     if missing:
-        raise ValueError(f"missing key {missing[0]!r}")
-    return Storage("custom", **spec, source="config table")
+        raise ValueError(f"{what}: missing key {missing[0]!r}")
+    return Storage("custom" if what == "table" else "calibrated", **spec, source=source)
