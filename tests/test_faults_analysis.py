@@ -55,3 +55,39 @@ def test_sweeps_that_cannot_be_studied_are_refused():
         interval_study(mixed)
     with pytest.raises(UserError, match="edge"):
         fitted_optimum(np.array([1.0, 2.0, 3.0]), np.array([3.0, 2.0, 1.0]))
+
+
+def test_the_interval_figure_shows_the_study(tmp_path):
+    """A small sweep of the experiment: the figure's series are the study's numbers."""
+    from pathlib import Path
+
+    from sim.cli import main
+    from sim.plots import interval_figure, plot_runs
+    from sim.results import Sweep
+
+    experiment = Path(__file__).resolve().parents[1] / "experiments" / "fault-tolerance.toml"
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(experiment), "--out", str(out), "--jobs", "1", "--no-plots",
+                 "--set", "run.iterations=1500", "--set", "run.seeds=[1, 2, 3]",
+                 "--set", "sweep.checkpoint.every_steps=[8, 16, 34, 60, 100]"]) == 0
+    study = interval_study(Sweep(out).rows)
+    fig = interval_figure(out)
+    top, bottom = fig.axes
+    lines = {line.get_label().split(":")[0]: line for line in top.lines}
+    bars = top.containers[0]
+    assert bars.get_label() == "simulated (mean of 3 seeds)"
+    simulated = bars.lines[0]
+    assert simulated.get_xdata().tolist() == study.tau_s.tolist()
+    assert np.allclose(simulated.get_ydata(), [w.mean / 3600 for w in study.wall_s])
+    assert lines["Daly (2006), expected"].get_linestyle() == "--"
+    marks = [lines[name].get_xdata()[0] for name in
+             ("simulated optimum", "Daly's optimum", "Young's optimum")]
+    assert marks == pytest.approx([study.optimum_s, study.daly_optimum_s,
+                                   study.young_optimum_s])
+    assert bottom.get_xscale() == "log" and top.get_ylabel() == "wall time (h)"
+    below = {line.get_label(): line for line in bottom.lines}
+    assert np.allclose(below["simulated"].get_ydata(), 100 * study.sim_overhead)
+    assert np.allclose(below["Young (1974), first order"].get_ydata(),
+                       100 * study.young_overhead)
+    written = plot_runs([out], tmp_path / "plots", "checkpoint-interval")
+    assert {p.suffix for p in written} == {".png", ".svg", ".pdf"}

@@ -16,8 +16,13 @@ from matplotlib.figure import Figure
 
 from sim.faults import theory
 from sim.faults.analysis import interval_study
-from sim.plots.style import colour, figure, fmt_time, save
+from sim.plots.style import colour, figure, log_ticks, save, wrap
 from sim.results import Sweep
+
+
+def seconds(x: float) -> str:
+    """Seconds as a paper writes them here: 1,000 s, 10.2 s."""
+    return f"{x:,.0f} s" if x >= 100 else f"{x:.3g} s"
 
 
 def interval_figure(sweep_dir: Path | str) -> Figure:
@@ -42,7 +47,7 @@ def interval_figure(sweep_dir: Path | str) -> Figure:
                                (study.young_optimum_s, "Young's optimum", ":")):
             for ax in (top, bottom):
                 ax.axvline(x, color=colour(3), linestyle=style, linewidth=1.0,
-                           label=f"{name}: {fmt_time(x)}" if ax is top else None)
+                           label=f"{name}: {seconds(x)}" if ax is top else None)
         top.set_ylabel("wall time (h)")
         top.legend(loc="best")
         bottom.plot(tau, 100 * study.sim_overhead, marker="o", markersize=4, color=colour(0),
@@ -50,14 +55,16 @@ def interval_figure(sweep_dir: Path | str) -> Figure:
         bottom.plot(tau, 100 * study.young_overhead, color="0.35", linestyle=":",
                     label="Young (1974), first order")
         bottom.set_xscale("log")
+        log_ticks(bottom.xaxis)
         bottom.set_xlabel("work between checkpoints, tau (s)")
         bottom.set_ylabel("time lost (% of work)")
         bottom.legend(loc="best")
         fig.suptitle("Checkpoint interval under exponential failures", fontweight="bold")
-        top.set_title(f"job MTBF {fmt_time(study.mtbf_s)}, checkpoint {fmt_time(study.delta_s)}"
-                      f", restart and read {fmt_time(study.restart_s)}, "
-                      f"{fmt_time(study.work_s)} of work; simulated optimum "
-                      f"{100 * study.optimum_error:+.1f}% from Daly's", color="0.3")
+        top.set_title(wrap(f"job MTBF M = {seconds(study.mtbf_s)}, checkpoint delta = "
+                           f"{seconds(study.delta_s)}, restart and read R = "
+                           f"{seconds(study.restart_s)}, {seconds(study.work_s)} of work, "
+                           f"simulated optimum {100 * study.optimum_error:+.1f}% from "
+                           f"Daly's", 90), color="0.3")
     return fig
 
 
