@@ -68,7 +68,7 @@ def test_the_interval_figure_shows_the_study(tmp_path):
     experiment = Path(__file__).resolve().parents[1] / "experiments" / "fault-tolerance.toml"
     out = tmp_path / "sweep"
     assert main(["sweep", str(experiment), "--out", str(out), "--jobs", "1", "--no-plots",
-                 "--set", "run.iterations=1500", "--set", "run.seeds=[1, 2, 3]",
+                 "--set", "run.iterations=500", "--set", "run.seeds=[1, 2, 3]",
                  "--set", "sweep.checkpoint.every_steps=[8, 16, 34, 60, 100]"]) == 0
     study = interval_study(Sweep(out).rows)
     fig = interval_figure(out)
