@@ -141,8 +141,9 @@ def test_the_shipped_matrix_covers_every_level_of_every_axis():
         [len(v) for v in matrix.axes.values()])
     for axis, levels in matrix.axes.items():
         assert {c.levels[axis] for c in cases} == set(levels)
-    # no stragglers (32), small with stragglers (16), real kernels on shm (8), pipelining (3)
-    assert len(cases) == 59
+    # no stragglers (32), small with stragglers (16), real kernels on shm (8), pipelining
+    # (3), killed and restarted (2)
+    assert len(cases) == 61
     full = expand(dataclasses.replace(matrix, blocks=[]))
     assert len(full) == int(np.prod([len(v) for v in matrix.axes.values()]))
     small = expand(matrix, ["workers=2", "strategy=bsp", "network=shm"])

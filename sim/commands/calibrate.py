@@ -1,8 +1,10 @@
 """``python -m sim calibrate --out DIR [--net ...]``: profiles of this machine for the simulator.
 
 Writes ``DIR/fabric.json`` (``cluster.fabric = "calibrated:DIR/fabric.json"``),
-``DIR/device.json`` (``compute.device = "calibrated:DIR/device.json"``) and
-``DIR/host.json`` (``cluster.host = "calibrated:DIR/host.json"``).
+``DIR/device.json`` (``compute.device = "calibrated:DIR/device.json"``),
+``DIR/host.json`` (``cluster.host = "calibrated:DIR/host.json"``), and
+``DIR/storage.json`` (``checkpoint.storage = "calibrated:DIR/storage.json"``, checkpoint
+files written and read in DIR) with ``DIR/recovery.json`` (``faults.restart_s``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from sim.names import config_path, unknown
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True,
-                        help="directory for fabric.json, device.json and host.json")
+                        help="directory for fabric.json, device.json, host.json, "
+                             "storage.json and recovery.json")
     parser.add_argument("--net", default="shm",
                         help="network to measure: shm (default) or emulate:RATE")
     parser.add_argument("--ranks", default="2,4",
@@ -34,8 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=1,
                         help="time kernels and the host's vector costs in this many "
                              "processes at once (default 1)")
-    parser.add_argument("--only", choices=["network", "compute", "host"],
-                        help="measure only the network, the kernels or the host's CPU costs")
+    parser.add_argument("--only", choices=["network", "compute", "host", "recovery"],
+                        help="measure only the network, the kernels, the host's CPU costs "
+                             "or checkpoint files and restarts (bsp jobs of each --workload, "
+                             "killed and started again)")
     parser.add_argument("--wait", default="auto", choices=["auto", "spin", "sleep"],
                         help="how ranks wait, as for `sim real` (default auto)")
     parser.add_argument("--quick", action="store_true",
@@ -118,6 +123,15 @@ def main(args: argparse.Namespace) -> int:
             print(f"error: host measurement failed: {exc}", file=sys.stderr)
             return 1
         print("\n".join(lines))
+    if args.only in (None, "recovery"):
+        from sim.real.calibration.recovery import calibrate_recovery
+
+        configs = [load_config(p) for p in args.workloads] or [C.default_workloads()[1]]
+        try:
+            print("\n".join(calibrate_recovery(args.out, configs, args.quick)))
+        except RunFailed as exc:
+            print(f"error: restart measurement failed: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -117,6 +117,7 @@ def compare(sim_dir: Path, real_dir: Path) -> dict[str, Any]:
                                     "real": _mean([r.summary.get("staleness_mean")
                                                    for r in reals])}}
     report["breakdown"] = _breakdown(sim, reals)
+    report["faults"] = _faults(sim, reals)
     report["placement"] = placement_note(sim_dir, len(sim.summary.get("workers", [])),
                                          reals[0].summary)
     report["incomplete"] = [str(r.path) for r in [sim, *reals]
@@ -147,6 +148,25 @@ def _breakdown(sim: Run, reals: list[Run]) -> dict[str, Any]:
     return out
 
 
+FAULT_FIGURES = ("sim_time_s", "restart_time_s", "checkpoint_time_s", "lost_work_s")
+
+
+def _faults(sim: Run, reals: list[Run]) -> dict[str, Any] | None:
+    """Under failures or checkpoints (either side's summary has ``recovery``): the time to
+    finish and the fault figures (s), simulated and real mean, with errors; the counts."""
+    if not any(run.summary.get("recovery") for run in (sim, *reals)):
+        return None
+    out: dict[str, Any] = {key: {"sim": sim.summary.get(key),
+                                 "real": [r.summary.get(key) for r in reals]}
+                           for key in ("failures", "checkpoints")}
+    for key in FAULT_FIGURES:
+        values = [r.summary.get(key) for r in reals]
+        real = spread(values) if all(v is not None for v in values) else None
+        out[key] = {"sim": sim.summary.get(key), "real": real,
+                    "error": relative_error(sim.summary.get(key), real and real["mean"])}
+    return out
+
+
 def _per_update(run: Run, kind: str) -> float | None:
     """Seconds of ``kind`` per update (a worker's mean over the run / updates applied)."""
     value, updates = run.summary.get(f"{kind}_s"), run.summary.get("iterations")
@@ -162,6 +182,10 @@ def _activity_line(kind: str, row: dict[str, Any]) -> str:
            if each.get("sim") is not None and each.get("real") is not None else "")
     error = f"{e:+8.1%}" if e is not None else ("   exact" if s == r else "  (real 0)")
     return f"  {kind:<9} sim {s:9.4g} s  real {r:9.4g} s  error {error}{per}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
 
 
 def placement_note(sim_dir: Path, workers: int, real: dict[str, Any]) -> str | None:
@@ -209,6 +233,16 @@ def format_report(report: dict[str, Any]) -> str:
     b = report["breakdown"]
     lines.append("  time by activity (mean per worker; error = (sim - real) / real):")
     lines += [_activity_line(k, b[f"{k}_s"]) for k in b["kinds"]]
+    faults = report.get("faults")
+    if faults:
+        lines.append(f"  failures         sim {faults['failures']['sim']}   real "
+                     f"{faults['failures']['real']}; checkpoints sim "
+                     f"{faults['checkpoints']['sim']}   real {faults['checkpoints']['real']}")
+        for key in FAULT_FIGURES:
+            f = faults[key]
+            if f["sim"] is not None and f["real"] is not None:
+                lines.append(f"  {key:<17} sim {f['sim']:9.4f} s  real {f['real']['mean']:9.4f}"
+                             f" s  error {_pct(f['error'])}")
     st = report["staleness"]["mean"]
     lines.append(f"  staleness mean   sim {st['sim']:.3g}   real {st['real']:.3g}")
     if report.get("placement"):

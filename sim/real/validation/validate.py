@@ -18,6 +18,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
+import tempfile
 import time
 import tomllib
 from collections.abc import Callable
@@ -27,6 +29,7 @@ from typing import Any
 
 from sim.config import Config, apply_overrides, read_toml, validate
 from sim.errors import UserError
+from sim.real.calibration.recovery import simulation_sets
 from sim.real.launch.emulate import unavailable
 from sim.real.launch.launcher import RunFailed
 from sim.real.validation.load import OtherLoad, wait_for_quiet
@@ -45,17 +48,21 @@ class Matrix:
     levels: dict[str, dict[str, dict[str, Any]]]
     repeat: int = 3
     blocks: list[dict[str, list[Any]]] = field(default_factory=list)  # [] = the full product
+    unnamed: dict[str, str] = field(default_factory=dict)  # axis -> level left out of names
 
 
 @dataclass
 class Case:
     levels: dict[str, Any]
     overrides: dict[str, Any] = field(default_factory=dict)
+    unnamed: tuple[str, ...] = ()  # axes whose level the name leaves out
 
     @property
     def name(self) -> str:
         parts = []
         for axis, level in self.levels.items():
+            if axis in self.unnamed:
+                continue
             text = str(level).replace("emulate:", "")
             parts.append(f"w{text}" if axis == "workers" else text)
         return "-".join(parts)
@@ -91,8 +98,13 @@ def load_matrix(path: Path) -> Matrix:
             if axis not in axes or unknown:
                 raise UserError(f"{path}: [[blocks]] {axis} = {values}: every axis and level "
                                 "of a block must be in [axes]")
+    unnamed = data.get("unnamed", {})
+    for axis, level in unnamed.items():
+        if level not in axes.get(axis, []):
+            raise UserError(f"{path}: [unnamed] {axis} = {level!r}: expected an axis of [axes] "
+                            "and one of its levels")
     base = read_toml(path.parent / data.get("base", "base.toml"))
-    return Matrix(path, base, axes, levels, int(data.get("repeat", 3)), blocks)
+    return Matrix(path, base, axes, levels, int(data.get("repeat", 3)), blocks, unnamed)
 
 
 def expand(matrix: Matrix, only: list[str] | None = None) -> list[Case]:
@@ -121,21 +133,41 @@ def expand(matrix: Matrix, only: list[str] | None = None) -> list[Case]:
                 overrides["strategy.kind"] = level
             elif axis != "network":
                 overrides.update(matrix.levels[axis][str(level)])
-        cases.append(Case(levels, overrides))
+        cases.append(Case(levels, overrides, tuple(
+            a for a, level in matrix.unnamed.items() if str(levels[a]) == str(level))))
     if not cases:
         raise UserError("--only: no case of the matrix matches")
     return cases
 
 
+def toml_value(value: Any) -> str:
+    """``value`` as a TOML value for ``--set`` (tables inline)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {toml_value(v)}"
+                               for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def overrides_of(case: Case) -> list[str]:
+    return [f"{key}={toml_value(value)}" for key, value in case.overrides.items()]
+
+
 def case_config(matrix: Matrix, case: Case, profiles: dict[str, Path]) -> Config:
-    """The case's resolved config, simulated on the calibrated profiles of its network."""
-    sets = [f"{key}={json.dumps(value)}" for key, value in case.overrides.items()]
+    """The case's resolved config, simulated on the calibrated profiles of its network (and,
+    under ``[faults]`` or ``[checkpoint]``, the calibrated storage and restart delay)."""
+    sets = overrides_of(case)
     sets += [f'cluster.fabric="calibrated:{profiles[case.net] / "fabric.json"}"',
              f'compute.device="calibrated:{profiles["device"] / "device.json"}"']
     where = f"{matrix.path} case {case.name}"
     config = validate(apply_overrides(matrix.base, sets), where)
+    try:  # with failures or checkpoints: the calibrated storage and restart delay
+        sets += simulation_sets(config, profiles.get("recovery"))
+    except ValueError as exc:
+        raise UserError(f"{where}: {exc}") from None
     if not (profiles["host"] / "host.json").exists():
-        return config
+        return validate(apply_overrides(matrix.base, sets), where)
     # every real rank runs on this machine: one host with its cores
     ranks = config.cluster.workers + (config.cluster.servers
                                       if make_rules(config).uses_servers else 0)
@@ -171,8 +203,7 @@ def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
     profiles: dict[str, Path] = {"device": out / "device"}
     configs = {}
     for case in cases:  # one config per distinct workload
-        config = validate(apply_overrides(matrix.base, [
-            f"{k}={json.dumps(v)}" for k, v in case.overrides.items()]), str(matrix.path))
+        config = validate(apply_overrides(matrix.base, overrides_of(case)), str(matrix.path))
         configs[config.workload.model_dump_json()] = config
     say(f"calibrating compute on {len(configs)} workload(s)")
     concurrency = min(2, os.cpu_count() or 1)  # as in a 2-worker run: both cores busy
@@ -201,9 +232,37 @@ def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
     summary["host"] = quietly(lambda: calibrate_host(
         profiles["host"] / "host.json", quick, fabric_overhead_s=shm["overhead_s"],
         fabric_Bps=shm["bandwidth_Bps"], concurrency=concurrency), quiet, retries)
+    faulty = recovered_configs(matrix, cases)
+    if faulty:
+        from sim.real.calibration.recovery import calibrate_recovery
+
+        say(f"calibrating checkpoints and restarts ({len(faulty)} config(s))")
+        profiles["recovery"] = out / "recovery"
+        summary["recovery"] = quietly(lambda: calibrate_recovery(
+            profiles["recovery"], faulty, quick), quiet, retries)
+        for line in summary["recovery"]:
+            say(line)
     write_atomic(out / "calibration.json", json.dumps(summary, indent=2) + "\n")
     profiles["workloads"] = list(configs.values())  # type: ignore[assignment]
     return profiles
+
+
+def recovered_configs(matrix: Matrix, cases: list[Case]) -> list[Config]:
+    """One config per distinct restart (workload, ranks) among the cases whose real runs
+    restart from checkpoints."""
+    from sim.real.calibration.recovery import config_key
+    from sim.real.launch.recovery import recovery_of
+
+    found: dict[str, Config] = {}
+    for case in cases:
+        config = validate(apply_overrides(matrix.base, overrides_of(case)), str(matrix.path))
+        try:
+            restarts = recovery_of(config, case.net) == "restart"
+        except UserError:  # refused for real: the case fails on its own, saying why
+            continue
+        if restarts:
+            found.setdefault(config_key(config), config)
+    return list(found.values())
 
 
 def device_drift(profiles: dict[str, Any], quiet: tuple[float, float],
@@ -228,18 +287,33 @@ def device_drift(profiles: dict[str, Any], quiet: tuple[float, float],
 def run_repeats(config: Config, case: Case, ranks: int, real_dir: Path, repeat: int,
                 quiet: tuple[float, float], retries: int) -> dict[str, Any]:
     """The real repeats, each taken again (up to ``retries`` times) when other load took
-    more than ``quiet[0]`` of the CPUs during it; the least disturbed attempt is kept."""
-    from sim.real.launch.runner import RealOptions, network, run_once, write_repeats
+    more than ``quiet[0]`` of the CPUs during it; the least disturbed attempt is kept.
+    Under ``[faults]`` / ``[checkpoint]`` each attempt is restarted or carried on as by
+    ``sim real``, its checkpoints in a directory of its own beside ``real_dir`` (removed)."""
+    from sim.real.launch.recovery import recovery_of
+    from sim.real.launch.runner import RealOptions, network, run_faulty, run_once, write_repeats
 
     options = RealOptions(net=case.net, hang_s=120)
+    recovery = recovery_of(config, case.net)
     kept, loads, discarded = [], [], []
+
+    def attempt(emulation: Any, i: int) -> dict[str, str]:
+        if recovery is None:
+            return run_once(config, ranks, options, emulation, i)
+        real_dir.parent.mkdir(parents=True, exist_ok=True)
+        place = Path(tempfile.mkdtemp(prefix=".checkpoints-", dir=real_dir.parent))
+        try:
+            return run_faulty(config, ranks, options, emulation, i, recovery, place)
+        finally:
+            shutil.rmtree(place, ignore_errors=True)
+
     with network(case.net, ranks) as emulation:
         for i in range(repeat):
             attempts = []
             for _ in range(1 + retries):
                 wait_for_quiet(*quiet)
                 with OtherLoad() as load:
-                    files = run_once(config, ranks, options, emulation, i)
+                    files = attempt(emulation, i)
                 attempts.append((load.fraction, files))
                 if load.fraction <= quiet[0]:
                     break
@@ -302,6 +376,8 @@ def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | Non
     else:
         profiles = {"device": profiles_dir / "device", "host": profiles_dir / "host"}
         profiles |= {c.net: profiles_dir / c.net.replace(":", "-") for c in cases}
+        if (profiles_dir / "recovery").is_dir():
+            profiles["recovery"] = profiles_dir / "recovery"
     rows = []
     for i, case in enumerate(cases):
         row = run_case(matrix, case, profiles, out / "cases", repeat or matrix.repeat, quiet,

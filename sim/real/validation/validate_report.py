@@ -43,7 +43,7 @@ def _mpi() -> str:
 
 
 def _profile_lines(profiles: dict[str, Path]) -> list[str]:
-    lines = []
+    lines = _recovery_profile_lines(profiles.get("recovery"))
     for net, place in profiles.items():
         path = place / ("device.json" if net == "device" else "fabric.json")
         try:
@@ -60,6 +60,45 @@ def _profile_lines(profiles: dict[str, Path]) -> list[str]:
                          f"{data['bandwidth_Bps'] / 1e9:.3f} GB/s, o "
                          f"{data['overhead_s'] * 1e6:.1f} us (`{path}`)")
     return lines
+
+
+def _recovery_profile_lines(place: Path | None) -> list[str]:
+    try:
+        storage = json.loads((place / "storage.json").read_text())
+        restart = json.loads((place / "recovery.json").read_text())
+    except (OSError, TypeError, json.JSONDecodeError):
+        return []
+    each = ", ".join(f"{p.get('workload', '?')} {p['restart_s']:.3f} s" for p in restart["points"])
+    return [f"- checkpoint files: write {storage['write_latency_s'] * 1e3:.2f} ms + bytes / "
+            f"{storage['write_Bps'] / 1e6:.0f} MB/s, read {storage['read_latency_s'] * 1e3:.2f} "
+            f"ms + bytes / {storage['read_Bps'] / 1e6:.0f} MB/s (`{place / 'storage.json'}`); "
+            f"restart delay {each} (`{place / 'recovery.json'}`)"]
+
+
+def _fault_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The section on the cases with failures: time to finish and each fault figure."""
+    faulty = [r for r in rows if "error" not in r and r["report"].get("faults")]
+    if not faulty:
+        return []
+    lines = ["## Failures and restarts", "",
+             "The cases whose runs lose a rank: the time to finish (the run's wall time, "
+             "restart included) and what the failure and the checkpoints cost, simulated "
+             "vs real (mean of the repeats [min..max]), s. restart: from the kill to the "
+             "resumed job's start (the simulation: the calibrated restart delay plus the "
+             "checkpoint's read); lost work: the work since the checkpoint, done again.", "",
+             "| case | time to finish | restart | checkpoints (time) | lost work |",
+             "|---|---|---|---|---|"]
+    for row in faulty:
+        f = row["report"]["faults"]
+        cells = []
+        for key in ("sim_time_s", "restart_time_s", "checkpoint_time_s", "lost_work_s"):
+            real = f[key]["real"]
+            cells.append("-" if f[key]["sim"] is None or real is None else
+                         f"{f[key]['sim']:.3f} vs {real['mean']:.3f} [{real['min']:.3f}.."
+                         f"{real['max']:.3f}] ({_pct(f[key]['error'])})")
+        cells[2] = f"{f['checkpoints']['sim']} vs {f['checkpoints']['real'][0]}: {cells[2]}"
+        lines.append(f"| {row['case']} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def activities(row: dict[str, Any]) -> str:
@@ -234,12 +273,16 @@ def write_readme(path: Path, rows: list[dict[str, Any]], skipped: list[str],
         "overhead, wire, wait), largest first. ms/update: simulated time / "
         "updates (a bsp/backup step is one update; asp/ssp apply one gradient per update). "
         "TTT: time to the target loss (reached in how many real repeats). Loss dist.: mean "
-        "|loss_sim - loss_real| over the common time span, relative to the real loss.",
+        "|loss_sim - loss_real| over the common time span, relative to the real loss. "
+        "A case ending in `killed` loses rank 1 to a SIGKILL mid-run; the job starts again "
+        "from its last checkpoint, so its time per update covers the checkpoints, the "
+        "restart and the work done again (checkpoint, restart and recompute in the last "
+        "column; see also [Failures and restarts](#failures-and-restarts)).",
         "",
         *_table(rows),
         "",
     ]
-    text += _speedup_lines(rows)
+    text += _speedup_lines(rows) + _fault_lines(rows)
     if skipped:
         text += [f"Skipped (emulated network not available here): {', '.join(skipped)}", ""]
     write_atomic(path, "\n".join(text))
