@@ -99,6 +99,9 @@ def test_elastic_runs_carry_on_without_a_dead_worker(kind):
     s = result.summary
     assert s["iterations"] == 40 and s["failures"] == 1 and s["recovery"] == "elastic"
     failed_at = float(update_rows(result)[9]["time_s"])
+    # the dead worker spent the rest of the run restarting
+    assert s["workers"][2]["restart"] == pytest.approx(s["sim_time_s"] - failed_at, rel=0.05)
+    assert s["restart_time_s"] == pytest.approx(s["workers"][2]["restart"])
     if kind != "backup":  # (backup records aggregates, worker -1)
         assert all(r["worker"] != "2" for r in update_rows(result)
                    if float(r["time_s"]) > failed_at)

@@ -53,6 +53,7 @@ class ElasticRecovery:
                 self.at_updates.setdefault(failure.at_update, []).append(failure.rank)
         self.saves: list[list[ShardSave]] = [[] for _ in range(self.shards)]
         self.down_until = np.zeros(ctx.n)  # a failed worker's return
+        self.down_since = np.zeros(ctx.n)  # and when it failed
         self.shard_up_s = np.zeros(self.shards)  # a failed shard's return
         self.progress_s = np.zeros(ctx.n)  # when each worker last contributed an update
         self.last_begun_s = 0.0
@@ -92,7 +93,7 @@ class ElasticRecovery:
         ctx = self.ctx
         now = float(ctx.env.now)
         self.lost_s += now - self.progress_s[w]
-        self.down_until[w] = now + self.faults.restart_s
+        self.down_since[w], self.down_until[w] = now, now + self.faults.restart_s
         self.server.store.drop(w)
         self.strategy.fail_worker(w)
         ctx.env.process(self._rejoin(w, now))
@@ -187,6 +188,9 @@ class ElasticRecovery:
     def finish(self) -> dict[str, Any]:
         rec = self.ctx.recorder
         end = float(self.ctx.env.now)
+        for w in np.flatnonzero(self.down_until > end):  # still restarting at the end
+            rec.add_span(int(w), "restart", float(self.down_since[w]), end)
+            self.restart_s += end - float(self.down_since[w])
         useful = rec.iteration - self.lost_updates
         return {"recovery": "elastic", "failures": self.failed,
                 "checkpoints": min((len(s) for s in self.saves), default=0),
