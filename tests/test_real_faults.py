@@ -13,27 +13,14 @@ import pytest
 from sim.cli import main
 from sim.real.executors import checkpoint as ckpt
 from sim.record import KINDS
+from tests.test_real_runs import TINY
 
 pytest.importorskip("mpi4py")
 
-BASE = """
-[cluster]
-workers = 2
-[workload]
-model = "logreg"
-features = 32
-samples = 600
-batch = 16
-lr = 0.5
-momentum = 0.9
-[strategy]
-kind = "{kind}"
-staleness = 1
-[run]
-iterations = 60
-eval_every = 5
-seed = 3
-"""
+# test_real_runs' tiny config with momentum (a checkpoint then holds its buffer too), a
+# longer run and ssp's bound 1 (no backup worker)
+BASE = (TINY.replace("lr = 0.5\n", "lr = 0.5\nmomentum = 0.9\n")
+        .replace("backup = 1\n", "").replace("iterations = 20", "iterations = 60"))
 CHECKPOINTS = "[checkpoint]\nevery_steps = 10\n"
 LIMITS = ["--timeout", "60", "--hang-timeout", "20"]  # nothing may hang
 

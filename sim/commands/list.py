@@ -63,26 +63,26 @@ def devices() -> list[str]:
             f"({d.source})" for name, d in DEVICES.items()]
 
 
+def _rate(bps: float, infinite: str, digits: str = ".1f") -> str:
+    """Bytes/s as GB/s, or ``infinite``."""
+    return infinite if bps == float("inf") else f"{bps / 1e9:{digits}} GB/s"
+
+
 def hosts() -> list[str]:
     from sim.training.cpu import HOSTS
 
-    def rate(bps: float) -> str:
-        return "free" if bps == float("inf") else f"{bps / 1e9:.1f} GB/s"
-
-    return [f"{name:<10} copy {rate(h.copy_Bps)}, update {rate(h.update_Bps)}, reduce "
-            f"{rate(h.reduce_Bps)}, {h.message_s * 1e6:.1f} us/message, {h.step_s * 1e6:.1f} "
-            f"us/step ({h.source})" for name, h in HOSTS.items()]
+    return [f"{name:<10} copy {_rate(h.copy_Bps, 'free')}, update {_rate(h.update_Bps, 'free')}"
+            f", reduce {_rate(h.reduce_Bps, 'free')}, {h.message_s * 1e6:.1f} us/message, "
+            f"{h.step_s * 1e6:.1f} us/step ({h.source})" for name, h in HOSTS.items()]
 
 
 def storage() -> list[str]:
     from sim.faults.storage import STORAGE
 
-    def rate(bps: float) -> str:
-        return "no limit" if bps == float("inf") else f"{bps / 1e9:.3g} GB/s"
-
-    return [f"{name:<13} write {rate(s.write_Bps)}, read {rate(s.read_Bps)}, "
-            f"{s.latency_s * 1e3:.3g} ms per file, all writers {rate(s.aggregate_Bps)} "
-            f"({s.source})" for name, s in STORAGE.items()]
+    return [f"{name:<13} write {_rate(s.write_Bps, 'no limit', '.3g')}, read "
+            f"{_rate(s.read_Bps, 'no limit', '.3g')}, {s.latency_s * 1e3:.3g} ms per file, "
+            f"all writers {_rate(s.aggregate_Bps, 'no limit', '.3g')} ({s.source})"
+            for name, s in STORAGE.items()]
 
 
 def description(path: Path) -> str:
