@@ -39,6 +39,7 @@ class ParameterStore(Protocol):
     version: int
     clocks: np.ndarray
     alive: np.ndarray
+    live: int
     gaps: list[int | None]
     arrived: dict[int, tuple[np.ndarray, float]]
     last_step: list[int]
@@ -265,7 +266,7 @@ class SSP(ASP):
 
     def clock_gap(self, store: ParameterStore, worker: int) -> int:
         """Clocks ``worker`` is ahead of the slowest live worker (itself, at least)."""
-        if store.alive.all():
+        if store.live == self.n:
             return int(store.clocks[worker] - store.clocks.min())
         alive = store.alive.copy()
         alive[worker] = True
@@ -294,7 +295,7 @@ class BSPPS(Rules):
         """Whether the gradients arrived close the step: ``needed`` of them, or as many
         as there are live workers after failures (a dead worker's arrived gradient
         counts)."""
-        return len(store.arrived) >= min(self.needed, int(store.alive.sum()))
+        return len(store.arrived) >= min(self.needed, store.live)
 
     def close(self, store: ParameterStore) -> UpdateRecord:
         """Apply the mean of the arrived gradients (worker order) as one step."""

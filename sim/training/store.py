@@ -40,20 +40,23 @@ class ParameterStore:
         self._grads: dict[int, np.ndarray] = {}  # a buffer per worker for those gradients
         self.total = np.zeros_like(params)  # a synchronous step's mean
         self.alive = np.ones(rules.n, bool)  # workers not dropped after a failure
+        self.live = rules.n  # how many (an int: the rules read it on every push)
 
     # -- membership (elastic recovery, sim.faults) --
 
     def drop(self, worker: int) -> None:
         """``worker`` failed: the rules count only the others (its pull in progress, if
         any, no longer counts as a read)."""
+        self.live -= int(self.alive[worker])
         self.alive[worker] = False
         self.fetched[worker] = False
 
     def rejoin(self, worker: int) -> None:
         """``worker`` is back, its clock at the slowest live worker's (it holds no one up and
         is ahead of no one)."""
-        if self.alive.any():
+        if self.live:
             self.clocks[worker] = self.clocks[self.alive].min()
+        self.live += int(not self.alive[worker])
         self.alive[worker] = True
 
     @property
