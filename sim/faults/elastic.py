@@ -194,7 +194,7 @@ class ElasticRecovery:
         useful = rec.iteration - self.lost_updates
         return {"recovery": "elastic", "failures": self.failed,
                 "checkpoints": min((len(s) for s in self.saves), default=0),
-                "lost_work_s": self.lost_s, "lost_updates": self.lost_updates,
+                "lost_work_s": float(self.lost_s), "lost_updates": self.lost_updates,
                 "checkpoint_time_s": self.checkpoint_s, "restart_time_s": self.restart_s,
                 "goodput_updates_per_s": useful / end if end > 0 else None}
 
