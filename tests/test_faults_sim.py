@@ -219,3 +219,32 @@ def test_a_calibrated_storage_profile_is_read_with_its_source(tmp_path):
         get_storage(f"calibrated:{path}")
     with pytest.raises(ValueError, match="storage profile"):
         get_storage(f"calibrated:{tmp_path / 'none.json'}")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.dictionaries(
+    st.sampled_from(["faults.mtbf_s", "faults.distribution", "faults.weibull_shape",
+                     "faults.ranks", "faults.failures", "faults.restart_s",
+                     "checkpoint.every_steps", "checkpoint.every_s", "checkpoint.storage",
+                     "checkpoint.mode", "checkpoint.state_bytes"]),
+    st.one_of(st.integers(-3, 50), st.floats(allow_nan=True, allow_infinity=True),
+              st.text(max_size=4), st.booleans(),
+              st.lists(st.fixed_dictionaries({"rank": st.integers(-1, 9)},
+                                              optional={"at_s": st.floats(-1, 1e3),
+                                                        "at_update": st.integers(-1, 60)}),
+                       max_size=2)),
+    max_size=3))
+def test_any_fault_settings_load_or_are_refused_naming_their_table(keys):
+    """Whatever the values, a config either loads or is refused with a UserError that
+    names the [faults] or [checkpoint] key; never another exception."""
+    from sim.config import validate
+    from sim.errors import UserError
+
+    nested: dict = {"run": {"iterations": 40}}
+    for dotted, value in keys.items():
+        section, key = dotted.split(".")
+        nested.setdefault(section, {})[key] = value
+    try:
+        validate(nested)
+    except UserError as exc:
+        assert "faults." in str(exc) or "checkpoint." in str(exc), str(exc)
