@@ -22,7 +22,7 @@ import numpy as np
 import simpy
 
 from sim.faults.checkpoints import checkpoint_plan
-from sim.faults.failures import FailureClock, random_ranks
+from sim.faults.failures import FailureClock, at_updates, random_ranks
 
 
 @dataclass
@@ -47,10 +47,7 @@ class ElasticRecovery:
         self.plan = checkpoint_plan(ctx, self.shards)
         self.clock = FailureClock(self.faults, random_ranks(self.faults, ctx.n, self.shards),
                                   config.run.seed)
-        self.at_updates: dict[int, list[int]] = {}
-        for failure in self.faults.failures:
-            if failure.at_update is not None:
-                self.at_updates.setdefault(failure.at_update, []).append(failure.rank)
+        self.at_updates = at_updates(self.faults)
         self.saves: list[list[ShardSave]] = [[] for _ in range(self.shards)]
         self.down_until = np.zeros(ctx.n)  # a failed worker's return
         self.down_since = np.zeros(ctx.n)  # and when it failed

@@ -79,3 +79,12 @@ class FailureClock:
         if random:
             self._push(at_s + self._draw(self._rngs[rank]), rank, True)
         return FailureEvent(at_s, rank)
+
+
+def at_updates(faults: Any) -> dict[int, list[int]]:
+    """The listed failures at an update: update -> the ranks that fail right after it."""
+    out: dict[int, list[int]] = {}
+    for failure in faults.failures:
+        if failure.at_update is not None:
+            out.setdefault(failure.at_update, []).append(failure.rank)
+    return out

@@ -8,7 +8,6 @@ recorded times, the trace and the activity breakdown are moved to wall time.
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any
 
@@ -16,7 +15,7 @@ import numpy as np
 import simpy
 
 from sim.faults.checkpoints import checkpoint_plan
-from sim.faults.failures import FailureClock, random_ranks
+from sim.faults.failures import FailureClock, at_updates, random_ranks
 from sim.faults.timeline import RestartTimeline, TimeMap
 from sim.trace import WORKERS
 
@@ -34,12 +33,9 @@ class RestartRecovery:
         # failures of the job as a whole: the ranks' failure processes superposed (for
         # exponential ones exactly a Poisson process of rate ranks / mtbf)
         self.job_mtbf_s = faults.mtbf_s / len(ranks) if ranks else None
-        at_updates: dict[int, list[int]] = {}
-        for failure in faults.failures:
-            if failure.at_update is not None:
-                at_updates.setdefault(failure.at_update, []).append(failure.rank)
         self.timeline = RestartTimeline(clock, faults.restart_s,
-                                        checkpoint_plan(ctx, max(servers, 1)), at_updates)
+                                        checkpoint_plan(ctx, max(servers, 1)),
+                                        at_updates(faults))
         self.limit_s = math.inf
         self.reached: simpy.Event | None = None
         self.armed = 0  # the newest check of the limit
@@ -125,7 +121,7 @@ def retime_trace(trace: dict[str, Any], to_wall: TimeMap,
     out = [e for e in events if "ts" not in e]
     for i, event in enumerate(timed):
         if crossed[i]:
-            out += [{**copy.copy(event), "ts": a * 1e6, "dur": (b - a) * 1e6}
+            out += [{**event, "ts": a * 1e6, "dur": (b - a) * 1e6}
                     for a, b in to_wall.pieces(float(starts[i]), float(ends[i]))]
         elif slices[i]:
             out.append({**event, "ts": float(moved_starts[i]),
