@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import pickle
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ from sim.workloads.workload import build_workload
 def saved(update: int, size: int = 5) -> ckpt.Saved:
     rng = np.random.default_rng(update)
     return ckpt.Saved(update, rng.normal(size=size), rng.normal(size=size), [update, update],
-                      {"taken_s": 0.25 * update}, pickle.dumps([{"rank": 0}, {"rank": 1}]))
+                      {"taken_s": 0.25 * update})
 
 
 def test_a_checkpoint_round_trips_exactly_and_leaves_no_temporary_file(tmp_path):
@@ -31,9 +30,20 @@ def test_a_checkpoint_round_trips_exactly_and_leaves_no_temporary_file(tmp_path)
     assert back.params.tobytes() == original.params.tobytes()
     assert back.velocity.tobytes() == original.velocity.tobytes()
     assert back.meta == {"taken_s": 5.0}
-    assert back.logs() == [{"rank": 0}, {"rank": 1}]
     no_momentum = ckpt.load(ckpt.save(tmp_path, ckpt.Saved(30, np.ones(3))))
-    assert no_momentum.velocity is None and no_momentum.logs() == []
+    assert no_momentum.velocity is None
+
+
+def test_records_beside_checkpoints_are_read_back_in_order_up_to_one(tmp_path):
+    for update in (10, 20, 30):
+        for rank in (0, 1):
+            ckpt.save_record(tmp_path, update, rank, {"update": update, "rank": rank})
+    assert ckpt.record_updates(tmp_path, 1, 20) == [10, 20]
+    assert ckpt.load_records(tmp_path, 1, [10, 20]) == [{"update": 10, "rank": 1},
+                                                        {"update": 20, "rank": 1}]
+    ckpt.record_path(tmp_path, 20, 0).write_bytes(b"not a pickle")
+    with pytest.raises(ckpt.CorruptCheckpoint, match="record of checkpoint 20"):
+        ckpt.load_records(tmp_path, 0, [10, 20])
 
 
 def test_the_header_holds_the_format_length_and_sha256(tmp_path):
@@ -118,7 +128,8 @@ def test_a_restart_resumes_from_the_newest_valid_checkpoint_and_says_so(tmp_path
     assert specs[0]["resume"] is None and specs[0]["origin"] is None
     resume = specs[1]["resume"]
     assert resume["path"].endswith("ckpt-000000010.sgd") and resume["kill_s"] == 0.9
-    assert resume["gaps"] == [["checkpoint", 0.2, 0.25], ["recompute", 0.25, 0.9]]
+    # (checkpoint 10's own span is in the ranks' records beside it)
+    assert resume["gaps"] == [["recompute", 0.25, 0.9]]
     assert specs[1]["done"] == [0] and specs[1]["origin"] == 123.0
     err = capsys.readouterr().err
     assert "ckpt-000000020.sgd skipped: truncated" in err

@@ -13,9 +13,12 @@ hold; a truncated or corrupt newer one is skipped with one line saying so, and t
 before it is used.
 
 A checkpoint (:class:`Saved`) holds what resumes a bsp run exactly: the update count, the
-parameters, the momentum buffer (if any), how many mini-batches each worker has drawn (the
-streams are fast-forwarded by that many, :func:`skip_batches`) and, for the lab's record,
-the ranks' logs so far (pickled: the losses and time spans of the updates before it).
+parameters, the momentum buffer (if any) and how many mini-batches each worker has drawn
+(the streams are fast-forwarded by that many, :func:`skip_batches`): the training state, as
+a training job saves it. The lab's record of the updates before it (each rank's losses and
+time spans) is beside it, a piece per rank and checkpoint holding what that rank logged
+since its last one (:func:`save_record`, :func:`load_records`): no rank waits for the
+others' logs, and the timed checkpoint is the training state's write alone.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from sim.record import write_atomic
+
 MAGIC = b"SGDCKPT 1\n"
 FORMAT = "npz"
 PATTERN = "ckpt-*.sgd"
@@ -42,17 +47,13 @@ class CorruptCheckpoint(ValueError):
 
 @dataclass
 class Saved:
-    """The state a checkpoint resumes (arrays in float64; ``history``: pickled logs)."""
+    """The state a checkpoint resumes (arrays in float64)."""
 
     update: int
     params: np.ndarray
     velocity: np.ndarray | None = None
     batches: list[int] = field(default_factory=list)  # mini-batches each worker has drawn
     meta: dict[str, Any] = field(default_factory=dict)  # JSON: times, counts
-    history: bytes = b""  # the ranks' logs up to ``update`` (the lab's record)
-
-    def logs(self) -> list[Any]:
-        return pickle.loads(self.history) if self.history else []
 
 
 def path_for(directory: Path, update: int) -> Path:
@@ -122,8 +123,7 @@ def save(directory: Path, saved: Saved) -> Path:
     arrays = {"params": saved.params,
               "batches": np.asarray(saved.batches, dtype=np.int64),
               "meta": np.frombuffer(json.dumps({"update": saved.update, **saved.meta})
-                                    .encode(), dtype=np.uint8),
-              "history": np.frombuffer(saved.history, dtype=np.uint8)}
+                                    .encode(), dtype=np.uint8)}
     if saved.velocity is not None:
         arrays["velocity"] = saved.velocity
     buffer = io.BytesIO()
@@ -142,7 +142,7 @@ def load(path: Path) -> Saved:
             meta = json.loads(z["meta"].tobytes())
             velocity = z["velocity"].copy() if "velocity" in z.files else None
             return Saved(int(meta.pop("update")), z["params"].copy(), velocity,
-                         [int(b) for b in z["batches"]], meta, z["history"].tobytes())
+                         [int(b) for b in z["batches"]], meta)
     except (ValueError, KeyError, OSError) as exc:  # a valid checksum over a bad archive
         raise CorruptCheckpoint(f"unreadable payload ({exc})") from None
 
@@ -157,6 +157,37 @@ def load_latest(directory: Path) -> tuple[Saved | None, list[str]]:
         except (CorruptCheckpoint, OSError) as exc:
             notes.append(f"checkpoint {path.name} skipped: {exc}; using an older one")
     return None, notes
+
+
+def record_path(directory: Path, update: int, rank: int) -> Path:
+    return Path(directory) / f"log-{update:09d}-r{rank}.pkl"
+
+
+def save_record(directory: Path, update: int, rank: int, piece: Any) -> None:
+    """Rank ``rank``'s log since its last checkpoint, beside checkpoint ``update``: written
+    through a rename, not fsynced (a killed process's writes survive it; this is the lab's
+    record, not training state)."""
+    write_atomic(record_path(directory, update, rank), pickle.dumps(piece))
+
+
+def record_updates(directory: Path, rank: int, upto: int) -> list[int]:
+    """The checkpoints up to update ``upto`` that rank ``rank`` left a record beside."""
+    found = (int(p.name.split("-")[1]) for p in Path(directory).glob(f"log-*-r{rank}.pkl"))
+    return sorted(u for u in found if u <= upto)
+
+
+def load_records(directory: Path, rank: int, updates: list[int]) -> list[Any]:
+    """Rank ``rank``'s pieces of the checkpoints ``updates``, in that order. Raises
+    CorruptCheckpoint naming a piece that is missing or unreadable."""
+    pieces = []
+    for update in updates:
+        path = record_path(directory, update, rank)
+        try:
+            pieces.append(pickle.loads(path.read_bytes()))
+        except (OSError, pickle.UnpicklingError, EOFError) as exc:
+            raise CorruptCheckpoint(f"{path.name}: the record of checkpoint {update} is "
+                                    f"unreadable ({exc})") from None
+    return pieces
 
 
 def skip_batches(worker: Any, count: int) -> None:

@@ -123,7 +123,7 @@ def run_restarting(config: Config, directory: Path, launch: Launch) -> dict[str,
         lost_updates += int(marker["update"]) - update
         kept = [g for g in gaps if g[1] >= resumed]  # gaps before it are in its record
         lost: Gap = ("recompute", max(resumed, started), kill_s)
-        carried = ([("checkpoint", *span)] if span else []) + kept + [lost]
+        carried = kept + [lost]  # (the checkpoint's own span is in its record)
         gaps = kept + [lost, ("restart", kill_s, kill_s)]
         resume = {"path": str(ckpt.path_for(directory, update)) if saved else None,
                   "kill_s": kill_s, "gaps": carried}
