@@ -40,6 +40,14 @@ class CheckpointPlan:
     def read_s(self) -> float:
         return self.storage.read_s(self.state_bytes, self.writers)
 
+    def timing(self, now_s: float, previous_durable_s: float) -> tuple[float, float]:
+        """(how long training waits, when the checkpoint is usable) for one begun at
+        ``now_s`` after one usable from ``previous_durable_s`` (times of the same clock)."""
+        if self.background:  # the snapshot first waits for the previous write
+            wait = max(0.0, previous_durable_s - now_s) + self.snapshot_s
+            return wait, now_s + wait + self.write_s
+        return self.write_s, now_s + self.write_s
+
     def due(self, step: int, since_last_s: float) -> bool:
         """Whether a checkpoint follows update ``step``, ``since_last_s`` after the last one
         began (or the run's start)."""

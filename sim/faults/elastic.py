@@ -155,19 +155,13 @@ class ElasticRecovery:
             self._checkpoint(now)
 
     def _checkpoint(self, now: float) -> None:
-        plan, store = self.plan, self.server.store
+        store = self.server.store
         self.last_begun_s = now
         for shard in range(self.shards):
             keys = self._keys(shard) if self.ctx.numerics else None
             velocity = store.sgd.velocity
-            previous = self.saves[shard][-1].durable_s if self.saves[shard] else 0.0
-            if plan.background:
-                start = max(now, previous)  # the snapshot waits for the last write
-                wait = start - now + plan.snapshot_s
-                durable = start + plan.snapshot_s + plan.write_s
-            else:
-                wait = plan.write_s
-                durable = now + wait
+            saves = self.saves[shard]
+            wait, durable = self.plan.timing(now, saves[-1].durable_s if saves else 0.0)
             if wait > 0:
                 self.server.take_down(shard, wait)
                 self._note(shard, "checkpoint", now, now + wait)

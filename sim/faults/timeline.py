@@ -90,14 +90,10 @@ class RestartTimeline:
             self._recover(f.at_s, f.at_s - self.offset_s)
 
     def _checkpoint(self, t: float, step: int) -> None:
-        plan = self.plan
         work = t + self.paused_s
         self.last_begun_s = work
-        if plan.background:
-            previous = self.saved[-1].durable_s if self.saved else 0.0
-            remaining = max(0.0, previous - work) + plan.snapshot_s
-        else:
-            remaining = plan.write_s
+        remaining, durable = self.plan.timing(work, self.saved[-1].durable_s if self.saved
+                                              else 0.0)
         while (f := self.failures.peek()) is not None and \
                 f.at_s < t + self.offset_s + remaining:
             self.failures.pop()
@@ -106,9 +102,7 @@ class RestartTimeline:
             remaining -= part
             self._recover(f.at_s, t)
         self._gap(t, remaining, "checkpoint", pause=True)
-        resume = t + self.paused_s
-        self.saved.append(Saved(step, resume,
-                                resume + plan.write_s if plan.background else resume))
+        self.saved.append(Saved(step, t + self.paused_s, durable))
 
     def _recover(self, wall_s: float, t: float) -> None:
         """A failure at wall time ``wall_s``, fault-free time ``t``: restart (again, if

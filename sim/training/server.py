@@ -59,23 +59,22 @@ class ParameterServer:
         # a shard that is down (restarting, or writing a blocking checkpoint) serves
         # nothing until its event fires: messages to or from it, and work for it, wait
         self.back_up: dict[int, simpy.Event] = {}
+        self._up_at: dict[int, float] = {}  # when each of those is back (s)
         self._shard_of_host = {int(h): s for s, h in enumerate(self.hosts)}
 
     def take_down(self, shard: int, seconds: float) -> simpy.Event:
         """Shard ``shard`` serves nothing for ``seconds`` from now (or until it was to be
         back, if later); returns the event of its return."""
         env = self.network.env
-        current = self.back_up.get(shard)
-        until = max(env.now + seconds, getattr(current, "until", env.now))
+        until = max(env.now + seconds, self._up_at.get(shard, env.now))
         back = env.timeout(until - env.now)
-        back.until = until  # type: ignore[attr-defined]
-        self.back_up[shard] = back
+        self.back_up[shard], self._up_at[shard] = back, until
         back.callbacks.append(lambda _: self._back(shard, back))
         return back
 
     def _back(self, shard: int, event: simpy.Event) -> None:
         if self.back_up.get(shard) is event:
-            del self.back_up[shard]
+            del self.back_up[shard], self._up_at[shard]
 
     def _awaited(self, shards: Any) -> list[simpy.Event]:
         """The returns of those of ``shards`` that are down."""
