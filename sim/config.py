@@ -182,6 +182,10 @@ class Run(Section):
                                       "window; a cut is marked; 0: no link side)")
     trace_window_s: list[NonNegative] = doc([], "[start, end]: only the link flows of this "
                                             "simulated span go on the trace (empty: all)")
+    trace_samples: NonNegativeInt = doc(200_000, "link utilisation and flows-in-flight "
+                                        "samples kept on trace.json's link counters (the "
+                                        "first ones; a flow's start or end can change a "
+                                        "thousand links at once; a cut is marked; 0: none)")
 
     @field_validator("trace_window_s")
     @classmethod

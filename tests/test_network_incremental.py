@@ -168,3 +168,39 @@ def test_send_all_fires_with_the_last_delivery_of_send_many(model: str, count: i
             times[how] = max(arrivals)
     assert times["all"] == times["many"] > 0
     assert sizes.tolist() == sent  # the caller's array is not worked down
+
+
+def link_samples(seed: int, topology: str, every_link: bool) -> dict[str, list]:
+    """The trace's link counters of a random mix of single messages and one batch, sampling
+    the links the engines say changed, or (``every_link``) every link at every settle."""
+    rng = np.random.default_rng(seed)
+    hosts, count = 6, 14
+    options = {"hosts_per_leaf": 3, "oversubscription": 2} if topology == "leaf-spine" else {}
+    net = build_network(simpy.Environment(), IDEAL, hosts, topology=topology, **options)
+    net.start_log(10**6)
+    if every_link:
+        net._changed_links = lambda: set(range(len(net.capacity)))
+    src = rng.integers(0, hosts, count)
+    dst = (src + rng.integers(1, hosts, count)) % hosts
+    starts = np.round(rng.uniform(0, 10, count), 1).tolist()
+    sizes = rng.integers(50, 1000, count).astype(float).tolist()
+
+    def batch_sender():
+        yield net.env.timeout(float(np.round(rng.uniform(0, 10), 1)))
+        net.send_many(src[:8], dst[:8], np.full(8, 300.0), lambda which: None)
+
+    net.env.process(batch_sender())
+    deliveries(net, [(i, starts[i], int(src[i]), int(dst[i]), sizes[i])
+                     for i in range(count)])
+    log = net.flow_log
+    return {**{k: list(v) for k, v in log.link_samples.items()},
+            **{f"in_flight_{k}": list(v) for k, v in log.in_flight.items()}}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(["star", "leaf-spine", "ring"]))
+def test_the_link_counters_sample_only_changed_links_yet_miss_no_change(seed, topology):
+    # (they sampled every busy link at every flow start or end: O(links) per event)
+    changed = link_samples(seed, topology, every_link=False)
+    assert changed["time_s"]
+    assert changed == link_samples(seed, topology, every_link=True)

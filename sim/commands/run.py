@@ -86,6 +86,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"trace: {flows['left_out']} of {flows['finished']} link flows left out "
               f"(run.trace_flows = {flows['limit']}, window {window}); trace.json marks "
               "the cut")
+    if flows and flows.get("samples_cut_s") is not None:
+        print(f"trace: the link counters stop at {flows['samples_cut_s']:g} s after "
+              f"{flows['sample_limit']} samples (run.trace_samples); trace.json marks the cut")
     if summary["complete"]:
         return 0
     stop = Stopped(summary["stopped_by"])

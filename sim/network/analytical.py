@@ -111,7 +111,8 @@ class AnalyticalNetwork:
         """Time of one message of nbytes bytes on idle links (s)."""
         return self.alpha_s + nbytes * self.beta_s
 
-    def start_log(self, limit: int, window_s: tuple[float, float] = (0.0, math.inf)) -> None:
+    def start_log(self, limit: int, window_s: tuple[float, float] = (0.0, math.inf),
+                  sample_limit: int = 0) -> None:
         """Nothing to log (see :meth:`FlowNetwork.start_log`)."""
 
     def send(self, src: int, dst: int, nbytes: float) -> simpy.Event:

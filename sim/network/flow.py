@@ -157,11 +157,15 @@ class FlowNetwork:
         yield Execution(self, plan).done
         return self.env.now - started
 
-    def start_log(self, limit: int, window_s: tuple[float, float] = (0.0, math.inf)) -> None:
+    def start_log(self, limit: int, window_s: tuple[float, float] = (0.0, math.inf),
+                  sample_limit: int = 200_000) -> None:
         """Keep finished flows for the trace's link tracks in :attr:`flow_log` (a
         :class:`~sim.network.linklog.FlowLog`: the first ``limit`` that lie within
-        ``window_s``, and the links' utilisation over the same span)."""
-        self.flow_log = FlowLog(limit, window_s)
+        ``window_s``, and the links' utilisation over the same span, at most
+        ``sample_limit`` samples)."""
+        self.flow_log = FlowLog(limit, window_s, sample_limit)
+        self._single.follow_changes(self.flow_log.sampling)
+        self._bulk_links: set[int] = set()  # the table's links at the last sample
 
     def _register(self, batch: _Batch) -> int:
         key = self._next_batch
@@ -224,8 +228,6 @@ class FlowNetwork:
             return batch, index, len(route)
         flow = Flow((batch, index, len(route)), route, size, self.env.now)
         self.flows_started += 1
-        if self.flow_log is not None and self.flow_log.sampling:
-            self.flow_log.touch(route)
         if self._bulk.n_flows and self._bulk.busy(list(route)):
             # into the table, with whatever it shares its other links with: the table and
             # the incremental engine must never share a link
@@ -255,8 +257,6 @@ class FlowNetwork:
                 # keep the table closed: the flows these share links with join it
                 self._to_bulk(self._single.extract(np.unique(paths.link).tolist(), now))
             self.flows_started += len(index)
-            if self.flow_log is not None and self.flow_log.sampling:
-                self.flow_log.touch(np.unique(paths.link).tolist())
             self._bulk.add(now, {"left": nbytes, "size": nbytes, "hops": paths.hops,
                                  "batch": np.full(len(index), batch), "index": index,
                                  "started": np.full(len(index), now)},
@@ -310,9 +310,27 @@ class FlowNetwork:
     def _sample_links(self) -> None:
         """The rates are settled: the log samples the links' utilisation, if it still does."""
         log = self.flow_log
-        if log is not None and log.sampling:
-            log.sample(self.env.now, self._link_rates, self._single.capacity,
-                       self._single.n_flows + self._bulk.n_flows)
+        if log is None or not log.sampling:
+            return
+        changed = self._changed_links()
+        # the first sample in the window shows every busy link, changed or not
+        links = list(range(len(self.capacity))) if not log.opened else sorted(changed)
+        log.sample(self.env.now, links, self._link_rates,
+                   self._single.capacity, self._single.n_flows + self._bulk.n_flows)
+        if not log.sampling:
+            self._single.follow_changes(False)
+
+    def _changed_links(self) -> set[int]:
+        """The links whose rates may have changed since the last sample: the incremental
+        engine's, and every link the table used then or uses now (its rates move as a
+        whole)."""
+        changed = self._single.take_changed()
+        bulk = self._bulk
+        if bulk.n_flows or self._bulk_links:
+            links = set(np.unique(bulk.pair_link).tolist()) if bulk.n_flows else set()
+            changed |= links | self._bulk_links
+            self._bulk_links = links
+        return changed
 
     def _link_rates(self, links: list[int]) -> list[float]:
         """Bytes/s on each of ``links`` (the engines never share a link)."""

@@ -132,6 +132,22 @@ class IncrementalMaxMin:
         self._dirty: list[_Component] = []
         self._due: list[tuple[float, int, _Group, int]] = []  # (first finish, tiebreak, ...)
         self._tiebreak = count()
+        # links whose rate may have changed since take_changed(), while someone asks: a
+        # hub's rate change touches every link of the component, O(flows) per event
+        self._changed: set[int] | None = None
+
+    def follow_changes(self, on: bool) -> None:
+        """Start (or stop) noting the links whose rates change, for :meth:`take_changed`."""
+        self._changed = set() if on else None
+
+    def take_changed(self) -> set[int]:
+        """The links whose rates may have changed since the last call (once settled); empty
+        unless :meth:`follow_changes` is on."""
+        changed = self._changed
+        if changed is None:
+            return set()
+        self._changed = set()
+        return changed
 
     @property
     def pending(self) -> bool:
@@ -173,6 +189,8 @@ class IncrementalMaxMin:
         comp = flow.comp
         self._detach(flow)
         del comp.flows[flow]
+        if self._changed is not None:
+            self._changed.update(flow.route)
         for link in flow.route:
             if not self.count[link]:
                 self.comp_of[link] = None
@@ -263,6 +281,8 @@ class IncrementalMaxMin:
                     flow.group.version += 1  # its due entries go stale
         for flow, _ in taken:
             self._detach(flow)
+            if self._changed is not None:
+                self._changed.update(flow.route)
             for link in flow.route:
                 self.comp_of[link] = None
             flow.comp = flow.group = None
@@ -358,6 +378,8 @@ class IncrementalMaxMin:
         self._enter(group, flow, flow.size)
         self._make_hub(comp, group, hub)
         self._push_due(group)
+        if self._changed is not None:
+            self._changed.update(flow.route)
 
     def _make_hub(self, comp: _Component, group: _Group, hub: int) -> None:
         capacity, count_ = self.capacity, self.count
@@ -395,6 +417,8 @@ class IncrementalMaxMin:
             self._rebase(group)
         group.version += 1
         self._push_due(group)
+        if self._changed is not None:
+            self._changed.update(comp.links)
         return True
 
     def _new_hub(self, comp: _Component, flow: Flow) -> int | None:
@@ -435,6 +459,8 @@ class IncrementalMaxMin:
         group.set_rate(share, now)
         group.version += 1
         self._push_due(group)
+        if self._changed is not None:
+            self._changed.update(comp.links)
         return True
 
     def _rebase(self, group: _Group) -> None:
@@ -489,6 +515,8 @@ class IncrementalMaxMin:
             self._enter(group, flow, remaining)
         for group in groups.values():
             self._push_due(group)
+        if self._changed is not None:
+            self._changed.update(comp.links)
         if len(groups) == 1:
             hub = self._hub_of(comp, rates[0])
             if hub is not None:

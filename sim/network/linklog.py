@@ -5,8 +5,11 @@ time and the number of flows in flight.
 finished flow, so that what was left out is known) and, over the same span, samples of each
 busy link's utilisation (its flows' max-min rates over its capacity) and of the flows in
 flight, taken whenever the rates change (a flow starts or ends). Max-min rates are constant
-between such instants, so the samples are exact. Once the log is full or past the window it
-stops sampling, and its counters drop to 0 where its link tracks end.
+between such instants, so the samples are exact. Once the log is full or past the window, or
+has taken ``sample_limit`` samples, it stops sampling, and its counters drop to 0 there: a
+flow's start or end can change the rate of every flow sharing its bottleneck (a parameter
+server's NIC with a thousand workers: a thousand links per event), so the samples, unlike
+the flows, need a budget of their own.
 """
 
 from __future__ import annotations
@@ -29,22 +32,28 @@ class FlowLog:
 
     limit: int
     window_s: tuple[float, float] = (0.0, math.inf)
+    sample_limit: int = 200_000
     flows: list[LoggedFlow] = field(default_factory=list)
     finished: int = 0
     first_left_out_s: float | None = None
+    samples_cut_s: float | None = None  # where the sample budget ran out, if it did
 
     def __post_init__(self) -> None:
-        self.sampling = self.limit > 0  # whether rates are still followed
-        self.touched: set[int] = set()  # links that flows started on since the last sample
+        self.sampling = self.limit > 0 and self.sample_limit > 0  # rates still followed
         self.link_samples = {"time_s": array("d"), "link": array("q"),
                              "utilisation": array("d")}
         self.in_flight = {"time_s": array("d"), "flows": array("q")}
         self._shown: dict[int, tuple[float, int]] = {}  # link -> (value, its sample's row)
-        self._busy: list[int] = []  # links carrying a flow at the last sample
+        self.opened = False  # whether it has sampled inside the window (every link, first)
 
     @property
     def left_out(self) -> int:
         return self.finished - len(self.flows)
+
+    @property
+    def samples(self) -> int:
+        """Counter samples taken (utilisation and flows in flight)."""
+        return len(self.link_samples["time_s"]) + len(self.in_flight["time_s"])
 
     def keep(self, now: float, finished: Iterable[tuple[float, float, tuple[int, ...], int,
                                                        int]], n: int) -> None:
@@ -65,39 +74,33 @@ class FlowLog:
         if self.sampling and len(self.flows) >= self.limit:
             self._stop(now)
 
-    def touch(self, links: Iterable[int]) -> None:
-        """Flows started on ``links``: their rates are sampled next."""
-        self.touched.update(links)
-
-    def sample(self, now: float, link_rates: Callable[[list[int]], Sequence[float]],
+    def sample(self, now: float, links: list[int],
+               link_rates: Callable[[list[int]], Sequence[float]],
                capacity: Sequence[float], flows: int) -> None:
-        """The rates settled at ``now``: record every link whose utilisation changed
+        """The rates settled at ``now``: record each of ``links`` (every link whose rate
+        may have changed since the last sample, sorted) whose utilisation changed
         (``link_rates(links)``: bytes/s on each, ``capacity``: bytes/s of every link, Python
-        floats) and the ``flows`` in flight."""
+        floats), and the ``flows`` in flight."""
         if now > self.window_s[1]:
             self._stop(self.window_s[1])
             return
-        links = sorted(self.touched.union(self._busy))
-        self.touched.clear()
-        busy = []
-        shown = now >= self.window_s[0]
+        if now < self.window_s[0]:
+            return
+        self.opened = True
         for link, rate in zip(links, link_rates(links), strict=True):
             # max-min never loads a link beyond capacity; the rounding of a sum of shares
             # can (by an ulp or so)
-            value = min(round(rate / capacity[link], 12), 1.0)
-            if value > 0:
-                busy.append(link)
-            if shown:
-                self._show(now, link, value)
-        self._busy = busy
-        if shown:
-            self._count(now, flows)
+            self._show(now, link, min(round(rate / capacity[link], 12), 1.0))
+        self._count(now, flows)
+        if self.samples >= self.sample_limit:
+            self.samples_cut_s = now
+            self._stop(now)
 
     def _show(self, now: float, link: int, value: float) -> None:
         """Sample ``link`` at ``value`` if it changed (a second sample at one instant
         replaces the first: only the settled rate counts)."""
         shown = self._shown.get(link)
-        if shown is not None and shown[0] == value:
+        if shown is None and value == 0 or shown is not None and shown[0] == value:
             return
         samples = self.link_samples
         if shown is not None and samples["time_s"][shown[1]] == now:
@@ -126,4 +129,3 @@ class FlowLog:
             for link in sorted(self._shown):
                 self._show(now, link, 0.0)
             self._count(now, 0)
-        self.touched.clear()

@@ -152,7 +152,8 @@ def simulate(config: Config,
     recorder = ctx.recorder
     recorder.on_update = progress
     ctx.network.start_log(config.run.trace_flows, tuple(config.run.trace_window_s or
-                                                        (0.0, math.inf)))
+                                                        (0.0, math.inf)),
+                          config.run.trace_samples)
     started = time.perf_counter()
     stopped_by = None
     try:
