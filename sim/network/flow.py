@@ -165,6 +165,7 @@ class FlowNetwork:
         ``sample_limit`` samples)."""
         self.flow_log = FlowLog(limit, window_s, sample_limit)
         self._single.follow_changes(self.flow_log.sampling)
+        self._sample_due = False  # a sample waits for the end of the instant
         self._bulk_links: set[int] = set()  # the table's links at the last sample
 
     def _register(self, batch: _Batch) -> int:
@@ -308,10 +309,19 @@ class FlowNetwork:
         self._sample_links()
 
     def _sample_links(self) -> None:
-        """The rates are settled: the log samples the links' utilisation, if it still does."""
+        """The rates are settled: the log samples the links' utilisation at the end of the
+        instant, if it still does (flows start and end by the dozen at one instant, and
+        only the last rates of an instant count)."""
         log = self.flow_log
-        if log is None or not log.sampling:
-            return
+        if log is not None and log.sampling and not self._sample_due:
+            self._sample_due = True
+            _EndOfInstant(self.env).callbacks.append(self._take_sample)
+
+    def _take_sample(self, _: simpy.Event) -> None:
+        self._sample_due = False
+        log = self.flow_log
+        if self._settling or not log.sampling:
+            return  # a settling pass comes later in this instant, and samples after it
         changed = self._changed_links()
         # the first sample in the window shows every busy link, changed or not
         links = list(range(len(self.capacity))) if not log.opened else sorted(changed)

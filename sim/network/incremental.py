@@ -264,7 +264,12 @@ class IncrementalMaxMin:
     def link_rate(self, link: int) -> float:
         """Bytes/s the flows on ``link`` send now (0 if none; once settled)."""
         members = self.members[link]
-        return sum(flow.group.rate for flow in members) if members else 0.0
+        if not members:
+            return 0.0
+        comp = self.comp_of[link]
+        if comp.group is not None:  # a hub: every flow at the one rate (n x r, not n sums)
+            return self.count[link] * comp.group.rate
+        return sum(flow.group.rate for flow in members)
 
     def left(self, flow: Flow, now: float) -> float:
         """Bytes ``flow`` has still to send at ``now`` (its size until it has a rate)."""

@@ -87,10 +87,22 @@ class FlowLog:
         if now < self.window_s[0]:
             return
         self.opened = True
+        shown_of, samples = self._shown, self.link_samples
+        times, values = samples["time_s"], samples["utilisation"]
         for link, rate in zip(links, link_rates(links), strict=True):
             # max-min never loads a link beyond capacity; the rounding of a sum of shares
             # can (by an ulp or so)
-            self._show(now, link, min(round(rate / capacity[link], 12), 1.0))
+            value = min(round(rate / capacity[link], 12), 1.0)
+            shown = shown_of.get(link)
+            if shown is None:
+                if value:
+                    self._show(now, link, value)
+            elif shown[0] != value:
+                if times[shown[1]] == now:  # a second sample at one instant replaces the first
+                    values[shown[1]] = value
+                    shown_of[link] = (value, shown[1])
+                else:
+                    self._show(now, link, value)
         self._count(now, flows)
         if self.samples >= self.sample_limit:
             self.samples_cut_s = now
