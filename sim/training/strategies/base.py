@@ -290,6 +290,8 @@ def reply_handshake(ctx: Context, rank: int,
                     parts: np.ndarray) -> Generator[simpy.Event, Any, None]:
     """Worker ``rank`` finishes receiving the shards' ``parts`` (bytes per shard): the
     largest part's rendezvous, if any (:meth:`sim.training.hosts.Hosts.handshake_s`)."""
+    if not ctx.hosts.handshakes:  # no rank sleeps on a shared host (numpy costs ~4 us)
+        return
     owners = np.flatnonzero(parts > 0)
     handshake = ctx.hosts.slowest_handshake_s(ctx.server.first_rank + owners, rank,
                                               parts[owners])
