@@ -87,30 +87,18 @@ class FlowLog:
         if now < self.window_s[0]:
             return
         self.opened = True
-        shown_of, samples = self._shown, self.link_samples
-        times, values = samples["time_s"], samples["utilisation"]
         for link, rate in zip(links, link_rates(links), strict=True):
             # max-min never loads a link beyond capacity; the rounding of a sum of shares
             # can (by an ulp or so)
-            value = min(round(rate / capacity[link], 12), 1.0)
-            shown = shown_of.get(link)
-            if shown is None:
-                if value:
-                    self._show(now, link, value)
-            elif shown[0] != value:
-                if times[shown[1]] == now:  # a second sample at one instant replaces the first
-                    values[shown[1]] = value
-                    shown_of[link] = (value, shown[1])
-                else:
-                    self._show(now, link, value)
+            self._show(now, link, min(round(rate / capacity[link], 12), 1.0))
         self._count(now, flows)
         if self.samples >= self.sample_limit:
             self.samples_cut_s = now
             self._stop(now)
 
     def _show(self, now: float, link: int, value: float) -> None:
-        """Sample ``link`` at ``value`` if it changed (a second sample at one instant
-        replaces the first: only the settled rate counts)."""
+        """Sample ``link`` at ``value`` if it changed (a link never shown starts at 0; a
+        second sample at one instant replaces the first: only the settled rate counts)."""
         shown = self._shown.get(link)
         if shown is None and value == 0 or shown is not None and shown[0] == value:
             return
