@@ -100,6 +100,8 @@ class FlowNetwork:
         self.flows_started = 0
         self.messages_delivered = 0
         self.flow_log: FlowLog | None = None
+        self._sample_due = False  # a sample of the log waits for the end of the instant
+        self._bulk_links: set[int] = set()  # the table's links at the log's last sample
 
     @property
     def sent(self) -> int:
@@ -165,8 +167,6 @@ class FlowNetwork:
         ``sample_limit`` samples)."""
         self.flow_log = FlowLog(limit, window_s, sample_limit)
         self._single.follow_changes(self.flow_log.sampling)
-        self._sample_due = False  # a sample waits for the end of the instant
-        self._bulk_links: set[int] = set()  # the table's links at the last sample
 
     def _register(self, batch: _Batch) -> int:
         key = self._next_batch

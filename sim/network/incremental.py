@@ -149,6 +149,11 @@ class IncrementalMaxMin:
         self._changed = set()
         return changed
 
+    def _note_changed(self, links: Iterable[int]) -> None:
+        """The rates on ``links`` may have changed (noted while someone follows them)."""
+        if self._changed is not None:
+            self._changed.update(links)
+
     @property
     def pending(self) -> bool:
         """Whether some component waits for :meth:`settle`."""
@@ -189,8 +194,7 @@ class IncrementalMaxMin:
         comp = flow.comp
         self._detach(flow)
         del comp.flows[flow]
-        if self._changed is not None:
-            self._changed.update(flow.route)
+        self._note_changed(flow.route)
         for link in flow.route:
             if not self.count[link]:
                 self.comp_of[link] = None
@@ -286,8 +290,7 @@ class IncrementalMaxMin:
                     flow.group.version += 1  # its due entries go stale
         for flow, _ in taken:
             self._detach(flow)
-            if self._changed is not None:
-                self._changed.update(flow.route)
+            self._note_changed(flow.route)
             for link in flow.route:
                 self.comp_of[link] = None
             flow.comp = flow.group = None
@@ -383,8 +386,7 @@ class IncrementalMaxMin:
         self._enter(group, flow, flow.size)
         self._make_hub(comp, group, hub)
         self._push_due(group)
-        if self._changed is not None:
-            self._changed.update(flow.route)
+        self._note_changed(flow.route)
 
     def _make_hub(self, comp: _Component, group: _Group, hub: int) -> None:
         capacity, count_ = self.capacity, self.count
@@ -422,8 +424,7 @@ class IncrementalMaxMin:
             self._rebase(group)
         group.version += 1
         self._push_due(group)
-        if self._changed is not None:
-            self._changed.update(comp.links)
+        self._note_changed(comp.links)
         return True
 
     def _new_hub(self, comp: _Component, flow: Flow) -> int | None:
@@ -464,8 +465,7 @@ class IncrementalMaxMin:
         group.set_rate(share, now)
         group.version += 1
         self._push_due(group)
-        if self._changed is not None:
-            self._changed.update(comp.links)
+        self._note_changed(comp.links)
         return True
 
     def _rebase(self, group: _Group) -> None:
@@ -520,8 +520,7 @@ class IncrementalMaxMin:
             self._enter(group, flow, remaining)
         for group in groups.values():
             self._push_due(group)
-        if self._changed is not None:
-            self._changed.update(comp.links)
+        self._note_changed(comp.links)
         if len(groups) == 1:
             hub = self._hub_of(comp, rates[0])
             if hub is not None:
