@@ -10,7 +10,7 @@
 # only when M ≈ C.
 #
 # The runs are timing-only: ResNet-50's 54 layers (FLOPs and float32 gradient sizes of the
-# real network, `sim.workloads.profiles`) on 8 A100-class workers with ring allreduce; the
+# real network, `sim.workloads.timing_profiles`) on 8 A100-class workers with ring allreduce; the
 # batch sets C, the fabric sets M.
 
 # %% tags=["parameters"]

@@ -117,8 +117,8 @@ plt.show()
 
 # %%
 from sim.config import load_config
-from sim.record import write_run
-from sim.training.engine import simulate as simulate_run
+from sim.rundir import write_run
+from sim.simulated.engine import simulate as simulate_run
 
 config_path = EXPERIMENTS / CONFIG
 reports = {}

@@ -38,8 +38,8 @@ ROOT, EXPERIMENTS, RUNS = setup_notebook(NOTEBOOK, QUICK)
 # A common rule of thumb says a sparse format pays only below 1-5% density. Here the C
 # kernels `sim.kernels.csr_matvec` (y = A x) and `sim.kernels.csr_matmat` (Y = A B, B with
 # k columns) run against BLAS (numpy's OpenBLAS, one thread: gemv and gemm) on the same
-# random matrices stored densely (`sim.bench.kernels.random_csr`), timed in alternating
-# rounds of one run by `sim.bench.timing.compare`, as `python -m sim bench kernels` does.
+# random matrices stored densely (`sim.bench.kernel_bench.random_csr`), timed in alternating
+# rounds of one run by `sim.bench.side_by_side.compare`, as `python -m sim bench kernels` does.
 #
 # The two ends differ in kind. A matrix-vector product uses each entry of A once: both
 # kernels are **memory-bound**, and CSR moves 16 bytes per non-zero (value and int64 column
@@ -58,8 +58,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from sim import kernels as K
-from sim.bench.kernels import crossover, random_csr
-from sim.bench.timing import compare
+from sim.bench.kernel_bench import crossover, random_csr
+from sim.bench.side_by_side import compare
 
 DENSITIES = np.geomspace(1e-3, 1.0, DENSITY_POINTS)
 rng = np.random.default_rng(0)

@@ -52,7 +52,7 @@ ROOT, EXPERIMENTS, RUNS = setup_notebook(NOTEBOOK, QUICK)
 # differences between intervals are not noise between seeds.
 
 # %%
-from sim.faults.analysis import interval_study
+from sim.faults.interval_study import interval_study
 from sim.plots import plot_checkpoint_interval
 from sim.results import Sweep
 
@@ -98,8 +98,8 @@ import json
 
 from sim.config import load_config
 from sim.plots import plot_gantt
-from sim.record import write_run
-from sim.training.engine import simulate
+from sim.rundir import write_run
+from sim.simulated.engine import simulate
 
 timeline_overrides = ["run.iterations=40", "faults.mtbf_s=1e15", "checkpoint.every_steps=10",
                       "run.eval_every=5"]

@@ -303,11 +303,11 @@ def _known(key: str, value: str, names: list[str]) -> None:
 
 
 def _check_names(c: Config) -> None:
+    from sim.calibrated import CALIBRATED
     from sim.network.collectives import REGISTRY as COLLECTIVES
     from sim.network.topology import TOPOLOGIES
-    from sim.record import CALIBRATED
-    from sim.training.compute import DEVICES
-    from sim.training.strategies import STRATEGIES
+    from sim.simulated.strategies import STRATEGIES
+    from sim.training.compute_model import DEVICES
     from sim.workloads.datasets import DATASETS
     from sim.workloads.models import MODELS
 
@@ -327,7 +327,7 @@ def _check_names(c: Config) -> None:
     if not c.compute.device.startswith(CALIBRATED):
         _known("compute.device", c.compute.device, list(DEVICES))
     else:
-        from sim.training.compute import load_device
+        from sim.training.compute_model import load_device
 
         try:
             load_device(c.compute.device)
@@ -356,7 +356,7 @@ def _check_fabric(c: Config) -> None:
 
 
 def _check_hosts(c: Config) -> None:
-    from sim.training.cpu import load_host
+    from sim.training.host_costs import load_host
     from sim.training.rules import RULES
 
     try:

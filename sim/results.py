@@ -1,6 +1,6 @@
 """Reading result files: run directories, sweep directories, their CSV and JSON.
 
-The one reader of the result contract (:mod:`sim.record` writes it): plots, the analysis
+The one reader of the result contract (:mod:`sim.recorder` writes it): plots, the analysis
 helpers and the sim-vs-real comparison all read runs here. Everything works from paths on
 disk only. Bad input (a missing directory, a directory
 that is neither a run nor a sweep, an unreadable or malformed file) raises
@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from sim.errors import UserError
-from sim.record import KINDS, RUN_FILES, is_run_dir
+from sim.recorder import KINDS
+from sim.rundir import RUN_FILES, is_run_dir
 
 RESULTS = "results.csv"  # what makes a directory a sweep directory
 _WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\((.*)\)$")  # e.g. np.float64(0.5)

@@ -3,7 +3,7 @@
 Processes, shown in this order (``process_sort_index``):
 
 - pid 0 ``workers``: a thread per worker with its slices, named and categorised by activity
-  (:data:`sim.record.KINDS`);
+  (:data:`sim.recorder.KINDS`);
 - pid 1 ``overlapped communication``: the workers' communication beside their compute
   (pipelined runs), in lanes where it overlaps;
 - pid 3 ``servers``: a thread per parameter-server shard with its CPU work (``push``,

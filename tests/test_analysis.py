@@ -18,9 +18,9 @@ import tomli_w
 from sim import analysis
 from sim.config import parse_override, validate
 from sim.errors import UserError
-from sim.record import write_run
+from sim.rundir import write_run
+from sim.simulated.engine import simulate
 from sim.sweep import run_sweep
-from sim.training.engine import simulate
 
 #: 2 workers on a small Gaussian problem, swept over bsp-ps and ssp (s = 1), two seeds each.
 TINY = {"cluster": {"workers": 2},

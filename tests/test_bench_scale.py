@@ -8,11 +8,11 @@ import tracemalloc
 
 import numpy as np
 
-from sim.bench.scale import GRADIENTS_PER_WORKER, KINDS, NETWORKS, QUICK_WORKERS, exponent
+from sim.bench.scale_bench import GRADIENTS_PER_WORKER, KINDS, NETWORKS, QUICK_WORKERS, exponent
 from sim.cli import main
 from sim.config import validate
+from sim.training.workload import build_workload
 from sim.workloads.datasets import DatasetSpec, make_dataset
-from sim.workloads.workload import build_workload
 
 
 def test_quick_scale_bench_runs_every_case_with_work_growing_as_p(capsys) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import COMMANDS, main
-from sim.record import SUMMARY_KEYS
+from sim.recorder import SUMMARY_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "experiments" / "quickstart.toml"
@@ -78,7 +78,7 @@ def test_bad_arguments_exit_2_without_traceback():
 
 def test_time_limit_stops_every_strategy_at_the_same_simulated_time():
     from sim.config import validate
-    from sim.training.engine import simulate
+    from sim.simulated.engine import simulate
 
     for kind in ("bsp", "asp"):
         result = simulate(validate({"cluster": {"workers": 4}, "strategy": {"kind": kind},

@@ -12,11 +12,11 @@ import pytest
 from matplotlib.colors import to_hex
 
 from sim.cli import build_parser, main
+from sim.commands.collective import sweep
 from sim.network import nccl
-from sim.network.calculator import sweep
 from sim.network.collectives import REGISTRY as COLLECTIVES
 from sim.network.fabrics import REGISTRY as FABRICS
-from sim.plots.collectives import binary_label, draw, read_points, size_ticks
+from sim.plots.collective_sweep import binary_label, draw, read_points, size_ticks
 from sim.plots.style import figure
 
 

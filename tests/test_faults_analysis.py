@@ -8,7 +8,7 @@ import pytest
 
 from sim.errors import UserError
 from sim.faults import theory
-from sim.faults.analysis import fitted_optimum, interval_study
+from sim.faults.interval_study import fitted_optimum, interval_study
 
 WORK, M, DELTA, DELAY, READ, STEP = 20_000.0, 1000.0, 10.0, 60.0, 10.0, 4.0
 

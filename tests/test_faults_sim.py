@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from sim.cli import main
 from sim.faults.storage import STORAGE, Storage, get_storage
 from sim.faults.timeline import GAP_KINDS
-from sim.record import KINDS
+from sim.recorder import KINDS
+from sim.simulated.engine import build_simulation, simulate
 from sim.trace import WORKERS
-from sim.training.engine import build_simulation, simulate
 from tests.training_cases import make
 
 # runs of 40 updates take 0.2-0.4 ms fault-free

@@ -12,10 +12,10 @@ from sim.cli import main
 from sim.config import load_config
 from sim.network.collectives import get_collective
 from sim.network.fabrics import get_fabric
-from sim.record import KINDS
-from sim.training.cpu import HOSTS, cpu_costs
-from sim.training.engine import simulate
-from sim.training.hosts import Hosts
+from sim.recorder import KINDS
+from sim.simulated.engine import simulate
+from sim.simulated.hosts import Hosts
+from sim.training.host_costs import HOSTS, cpu_costs
 
 
 def finish_times(k: int, cores: int, task_s: float, slice_s: float) -> list[float]:

@@ -1,4 +1,4 @@
-"""The reload transient (sim.training.hosts, sim.real.calibration.reload) against its closed
+"""The reload transient (sim.simulated.hosts, sim.real.calibration.reload_bench) against its closed
 form: work after a gap in a rank's CPU activity takes R (1 - exp(-gap / tau)) longer."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import simpy
 
-from sim.real.calibration.reload import fit_reload
-from sim.training.cpu import HostProfile
-from sim.training.hosts import Hosts
+from sim.real.calibration.reload_bench import fit_reload
+from sim.simulated.hosts import Hosts
+from sim.training.host_costs import HostProfile
 
 R, TAU = 200e-6, 2e-3
 

@@ -17,7 +17,7 @@ from sim.config import load_config
 from sim.plots.figures import labelled
 from sim.progress import Progress, Stopped
 from sim.results import Run
-from sim.training.engine import simulate
+from sim.simulated.engine import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "experiments" / "sync-async-ssp.toml"
@@ -70,13 +70,13 @@ def test_sigterm_during_sim_run_writes_an_incomplete_run(tmp_path):
 
 def test_plots_and_comparisons_label_incomplete_runs(tmp_path):
     config = load_config(CONFIG, ["run.iterations=200", "strategy.kind=asp"])
-    from sim.record import write_run
+    from sim.rundir import write_run
 
     write_run(tmp_path / "cut", simulate(config, stop_at(50, "SIGINT")).files())
     write_run(tmp_path / "whole", simulate(config).files())
     labels = list(labelled([Run(tmp_path / "cut"), Run(tmp_path / "whole")]))
     assert labels[0].endswith("(incomplete)") and not labels[1].endswith("(incomplete)")
-    from sim.real.validation.compare import compare, format_report
+    from sim.real.validation.sim_vs_real import compare, format_report
 
     files = simulate(config).files()  # stands in for a real run: same files, kind "real"
     files["summary.json"] = json.dumps({**json.loads(files["summary.json"]), "kind": "real"})

@@ -19,11 +19,11 @@ from sim.errors import UserError
 from sim.network.collectives import REGISTRY, get_collective
 from sim.network.fabrics import REGISTRY as FABRICS
 from sim.network.fabrics import Fabric, get_fabric
-from sim.network.runner import run_alone, simulate
 from sim.network.schedule import Schedule
+from sim.network.simulate import run_alone, simulate
 from sim.real.executors.collective import ScheduleAllreduce
-from sim.training.engine import build_simulation
-from sim.training.engine import simulate as train
+from sim.simulated.engine import build_simulation
+from sim.simulated.engine import simulate as train
 
 ALLGATHERS = ["ring-allgather", "recursive-doubling-allgather"]
 COMPRESSION = Path(__file__).resolve().parents[1] / "experiments" / "compression.toml"

@@ -8,8 +8,8 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.simulated.pipeline import AllreduceChannel, ParameterServerChannel, Pipeline
 from sim.training.messages import Message, StepCosts, plan_messages
-from sim.training.pipeline import AllreduceChannel, ParameterServerChannel, Pipeline
 
 
 def run_pipeline(forward, backward, layer_bytes, mode, comm_s, *, priority=False,

@@ -7,8 +7,8 @@ import pytest
 
 from sim.config import validate
 from sim.network.fabrics import get_fabric
-from sim.training.engine import build_simulation, simulate
-from sim.workloads.profiles import get_profile
+from sim.simulated.engine import build_simulation, simulate
+from sim.workloads.timing_profiles import get_profile
 
 MLP = {"cluster": {"workers": 4, "fabric": "eth-10g"},
        "workload": {"model": "mlp", "dataset": "digits", "hidden": [128, 64], "batch": 16},

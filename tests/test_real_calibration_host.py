@@ -14,7 +14,7 @@ from sim.real.calibration.host import (
     fit,
     fit_gather,
 )
-from sim.training.cpu import HostProfile, load_host
+from sim.training.host_costs import HostProfile, load_host
 
 pytest.importorskip("mpi4py")
 

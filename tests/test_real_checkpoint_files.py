@@ -10,8 +10,8 @@ import pytest
 from sim.config import load_config
 from sim.real.executors import checkpoint as ckpt
 from sim.real.launch.launcher import RunFailed
-from sim.real.launch.recovery import run_restarting
-from sim.workloads.workload import build_workload
+from sim.real.launch.relaunch import run_restarting
+from sim.training.workload import build_workload
 
 
 def saved(update: int, size: int = 5) -> ckpt.Saved:

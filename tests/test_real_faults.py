@@ -12,7 +12,7 @@ import pytest
 
 from sim.cli import main
 from sim.real.executors import checkpoint as ckpt
-from sim.record import KINDS
+from sim.recorder import KINDS
 from tests.test_real_runs import TINY
 
 pytest.importorskip("mpi4py")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
-from sim.record import KINDS, SUMMARY_KEYS
+from sim.recorder import KINDS, SUMMARY_KEYS
 
 pytest.importorskip("mpi4py")
 

@@ -1,10 +1,10 @@
-"""sim.real.executors.timing.sleep_until on a clock whose sleeps end late, as they do here."""
+"""sim.real.executors.rank_clock.sleep_until on a clock whose sleeps end late, as they do here."""
 
 from __future__ import annotations
 
 import pytest
 
-from sim.real.executors import timing
+from sim.real.executors import rank_clock as timing
 
 
 class LateClock:

@@ -15,12 +15,12 @@ from sim.cli import main
 from sim.faults.timeline import GAP_KINDS
 from sim.network.collectives import get_collective
 from sim.network.fabrics import get_fabric
-from sim.real.calibration.calibrate import fit_device, fit_network
+from sim.real.calibration.suite import fit_device, fit_network
 from sim.real.executors.collective import rank_rounds
-from sim.real.validation.validate import expand, load_matrix
+from sim.real.validation.matrix import expand, load_matrix
 from sim.real.validation.validate_report import pipelining_speedups
-from sim.record import KINDS
-from sim.training.compute import load_device
+from sim.recorder import KINDS
+from sim.training.compute_model import load_device
 
 pytest.importorskip("mpi4py")
 

@@ -13,9 +13,9 @@ import math
 import numpy as np
 import pytest
 
-import sim.training.engine as engine
+import sim.simulated.engine as engine
 from sim.config import validate
-from sim.record import KINDS, Recorder
+from sim.recorder import KINDS, Recorder
 
 
 class ListRecorder(Recorder):

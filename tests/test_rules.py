@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from training_cases import make
 
 from sim.real.executors.ps import PARAMS, ServerProtocol
-from sim.training.engine import build_simulation
+from sim.simulated.engine import build_simulation
 from sim.training.rules import RULES, make_rules
 from sim.training.store import ParameterCache, ParameterStore
-from sim.workloads.workload import build_workload
+from sim.training.workload import build_workload
 
 
 def store_for(kind: str, workers: int = 3, d: int = 5, **keys) -> ParameterStore:
@@ -27,7 +27,7 @@ def store_for(kind: str, workers: int = 3, d: int = 5, **keys) -> ParameterStore
 # ---- closed forms ---------------------------------------------------------------------------
 
 def test_every_strategy_has_rules_and_a_simulated_executor():
-    from sim.training.strategies import STRATEGIES
+    from sim.simulated.strategies import STRATEGIES
 
     assert set(RULES) == set(STRATEGIES)
 
@@ -254,7 +254,7 @@ def test_the_simulated_and_the_real_server_follow_the_same_rules_bit_for_bit(kin
 # ---- layering ---------------------------------------------------------------------------------
 
 PURE = ["sim.training.rules", "sim.training.store", "sim.training.messages",
-        "sim.workloads.workload", "sim.record", "sim.real.executors.registry"]
+        "sim.training.workload", "sim.recorder", "sim.real.executors.registry"]
 RANK_PROGRAMS = ["sim.real.executors.rank", "sim.real.executors.bsp",
                  "sim.real.executors.bsp_pipelined", "sim.real.executors.ps"]
 

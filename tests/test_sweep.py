@@ -235,7 +235,7 @@ def test_unreachable_scheduler_is_a_user_error(tmp_path):
 # ---- failures and bad input --------------------------------------------------------------
 
 def test_a_failing_point_is_reported_and_the_rest_kept(tmp_path, monkeypatch, capsys):
-    import sim.training.engine as engine
+    import sim.simulated.engine as engine
 
     real = engine.simulate
 

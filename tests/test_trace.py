@@ -13,9 +13,9 @@ import pytest
 
 from sim.config import validate
 from sim.errors import UserError
-from sim.record import write_run
-from sim.training.engine import simulate
-from sim.workloads.workload import build_workload
+from sim.rundir import write_run
+from sim.simulated.engine import simulate
+from sim.training.workload import build_workload
 
 SMALL = {"model": "mlp", "dataset": "digits", "hidden": [32], "batch": 8}
 

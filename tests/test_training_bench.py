@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sim import kernels as K
-from sim.bench.training import measure_case, render
-from sim.workloads.workload import Worker
+from sim.bench.training_bench import measure_case, render
+from sim.training.workload import Worker
 
 
 def test_bench_splits_wall_time_and_puts_the_kernels_back():

@@ -12,7 +12,7 @@ import pytest
 from training_cases import MODELS, make, train, update_table
 
 from sim import kernels as K
-from sim.training.engine import build_simulation
+from sim.simulated.engine import build_simulation
 
 DENSE = ["logreg", "softmax", "mlp"]
 EXPONENTIAL = {"compute.distribution": "exponential", "compute.time_s": 1e-3}

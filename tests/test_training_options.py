@@ -9,7 +9,7 @@ import pytest
 from training_cases import BASE, MODELS, count_pushes, make, rows, update_table
 
 from sim.errors import UserError
-from sim.training.engine import build_simulation, simulate
+from sim.simulated.engine import build_simulation, simulate
 
 WIDE = {"workload.features": 1000, "workload.samples": 2048, "workload.batch": 16}
 EASY = {"workload.separation": 4.0, "workload.lr": 0.5, "run.iterations": 200,

@@ -13,9 +13,9 @@ import pytest
 from training_cases import MODELS, make, rows
 
 from sim.cli import main as cli_main
-from sim.record import METRIC_COLUMNS, SUMMARY_KEYS
-from sim.training.engine import simulate
-from sim.training.strategies import STRATEGIES
+from sim.recorder import METRIC_COLUMNS, SUMMARY_KEYS
+from sim.simulated.engine import simulate
+from sim.simulated.strategies import STRATEGIES
 
 ROOT = Path(__file__).resolve().parent.parent
 LEARN = {"run.iterations": 60, "run.eval_every": 30, "workload.lr": 0.3}
@@ -162,7 +162,7 @@ def test_strategy_extras_keep_the_common_summary_keys(kind, pipelining):
 
 
 def test_summary_refuses_extras_that_replace_common_keys():
-    from sim.record import Recorder
+    from sim.recorder import Recorder
 
     recorder = Recorder(lambda: 1.0, 2, 10, lambda i: False, None)
     with pytest.raises(ValueError, match="comm_s"):

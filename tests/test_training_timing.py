@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from training_cases import FREE_NETWORK, harmonic, make, rows, train, update_table
 
-from sim.training.engine import build_simulation, simulate
+from sim.simulated.engine import build_simulation, simulate
 
 RATE = 2.0  # lambda: exponential compute times of mean 1 / RATE s
 EXPONENTIAL = {"compute.distribution": "exponential", "compute.time_s": 1 / RATE}

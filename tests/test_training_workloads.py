@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from training_cases import make
 
-from sim.training.compute import ComputeModel
-from sim.training.engine import build_simulation
+from sim.simulated.engine import build_simulation
+from sim.training.compute_model import ComputeModel
 from sim.workloads.datasets import DatasetSpec, make_dataset, shard
 
 

@@ -1,5 +1,5 @@
 """The validation's killed-and-restarted cases: the recovery calibration (checkpoint files
-and the restart delay, sim.real.calibration.recovery), the matrix's faults axis (the old
+and the restart delay, sim.real.calibration.restart_costs), the matrix's faults axis (the old
 cases keep their names) and the calibrated profiles in a killed case's config."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from sim.config import validate
 from sim.errors import UserError
 from sim.faults.storage import get_storage
 from sim.network.fabrics import Fabric, save_profile
-from sim.real.calibration import recovery as R
-from sim.real.validation.validate import case_config, expand, load_matrix, toml_value
-from sim.training.compute import save_device_profile
+from sim.real.calibration import restart_costs as R
+from sim.real.validation.matrix import case_config, expand, load_matrix, toml_value
+from sim.training.compute_model import save_device_profile
 
 pytest.importorskip("mpi4py")
 

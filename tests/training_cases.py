@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from sim.config import Config, validate
-from sim.training.engine import build_simulation
+from sim.simulated.engine import build_simulation
 
 # A network that costs nothing measurable: no latency or overhead and 1 EB/s links, so
 # simulated time is compute time (to ~1e-14 s a message).

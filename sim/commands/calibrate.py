@@ -60,9 +60,9 @@ def parse_ranks(text: str) -> list[int]:
 def main(args: argparse.Namespace) -> int:
     from sim.config import load_config
     from sim.network.collectives import REGISTRY
-    from sim.real.calibration import calibrate as C
+    from sim.real.calibration import suite as C
     from sim.real.launch.launcher import RunFailed
-    from sim.real.launch.runner import network, terminated_cleanly
+    from sim.real.launch.real_run import network, terminated_cleanly
     from sim.real.validation.load import OtherLoad
 
     ranks = parse_ranks(args.ranks)
@@ -124,7 +124,7 @@ def main(args: argparse.Namespace) -> int:
             return 1
         print("\n".join(lines))
     if args.only in (None, "recovery"):
-        from sim.real.calibration.recovery import calibrate_recovery
+        from sim.real.calibration.restart_costs import calibrate_recovery
 
         configs = [load_config(p) for p in args.workloads] or [C.default_workloads()[1]]
         try:

@@ -18,8 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from sim.real.validation.compare import compare, format_report
-    from sim.record import write_atomic
+    from sim.real.validation.sim_vs_real import compare, format_report
+    from sim.rundir import write_atomic
 
     report = compare(args.sim_dir, args.real_dir)
     out = args.out or args.real_dir.with_name(args.real_dir.name + "-compare")

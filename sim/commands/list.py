@@ -25,7 +25,7 @@ def fabrics() -> list[str]:
 
 
 def strategies() -> list[str]:
-    from sim.training.strategies import STRATEGIES
+    from sim.simulated.strategies import STRATEGIES
 
     return [f"{name:<10} {_first_line(cls)}" for name, cls in STRATEGIES.items()]
 
@@ -57,7 +57,7 @@ def topologies() -> list[str]:
 
 
 def devices() -> list[str]:
-    from sim.training.compute import DEVICES
+    from sim.training.compute_model import DEVICES
 
     return [f"{name:<9} {d.flops_per_s / 1e12:8.3f} TFLOP/s  +{d.overhead_s * 1e6:.1f} us/step "
             f"({d.source})" for name, d in DEVICES.items()]
@@ -69,7 +69,7 @@ def _rate(bps: float, infinite: str, digits: str = ".1f") -> str:
 
 
 def hosts() -> list[str]:
-    from sim.training.cpu import HOSTS
+    from sim.training.host_costs import HOSTS
 
     return [f"{name:<10} copy {_rate(h.copy_Bps, 'free')}, update {_rate(h.update_Bps, 'free')}"
             f", reduce {_rate(h.reduce_Bps, 'free')}, {h.message_s * 1e6:.1f} us/message, "

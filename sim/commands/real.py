@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from sim.commands.run import format_summary
     from sim.real.launch.launcher import RunFailed
-    from sim.real.launch.runner import RealOptions, run_real
+    from sim.real.launch.real_run import RealOptions, run_real
     from sim.results import iteration_s
 
     config = load_config(args.config, args.overrides)

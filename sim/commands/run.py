@@ -9,7 +9,7 @@ from pathlib import Path
 from sim.config import config_warnings, load_config
 from sim.names import CONFIG_HELP, config_path
 from sim.progress import Progress, Stopped, shielded, stop_on_signals
-from sim.record import check_out_dir, write_run
+from sim.rundir import check_out_dir, write_run
 
 SHOWN = ("sim_time_s", "iterations", "final_loss", "final_accuracy", "time_to_target_s",
          "samples_per_s", "staleness_mean", "staleness_max", "compute_s", "comm_s", "wait_s",
@@ -50,7 +50,7 @@ def format_summary(summary: dict) -> str:
 def main(args: argparse.Namespace) -> int:
     """Run it; Ctrl-C or SIGTERM stops it and keeps what it reached (``complete: false``),
     exiting 128 + the signal's number."""
-    from sim.training.engine import simulate
+    from sim.simulated.engine import simulate
 
     config = load_config(args.config, args.overrides)
     if config.sweep:

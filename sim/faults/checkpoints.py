@@ -66,7 +66,7 @@ def state_bytes(ctx: Any) -> float:
 
 
 def checkpoint_plan(ctx: Any, writers: int) -> CheckpointPlan:
-    """The run's checkpoints (``ctx``: a strategy's :class:`~sim.training.strategies.Context`)."""
+    """The run's checkpoints (``ctx``: a strategy's :class:`~sim.simulated.strategies.Context`)."""
     cfg = ctx.config.checkpoint
     nbytes = state_bytes(ctx)
     return CheckpointPlan(cfg.every_steps, cfg.every_s, cfg.mode == "background",

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sim.record import preset_or_path, read_profile
+from sim.calibrated import preset_or_path, read_profile
 
 PROFILE_FORMAT = "sgd-lab.storage-profile/1"
 

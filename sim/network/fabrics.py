@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.names import unknown
-from sim.record import write_atomic
+from sim.rundir import write_atomic
 
 PROFILE_FORMAT = "sgd-lab.fabric-profile/1"
 CALIBRATED_PREFIX = "calibrated:"

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim.errors import UserError
-from sim.faults.analysis import INTERVAL_KEY
-from sim.plots.faults import interval_figure, plot_checkpoint_interval
+from sim.faults.interval_study import INTERVAL_KEY
+from sim.plots.checkpoint_interval import interval_figure, plot_checkpoint_interval
 from sim.plots.figures import breakdown_figure, plot_breakdown, plot_staleness, staleness_figure
 from sim.plots.gantt import gantt_figure, plot_gantt
 from sim.plots.labels import differing_keys, run_labels

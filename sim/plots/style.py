@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import Formatter, FuncFormatter, LogLocator, NullLocator
 
 from sim.errors import UserError
-from sim.record import write_atomic
+from sim.rundir import write_atomic
 
 STYLE: dict[str, Any] = {
     "svg.hashsalt": "sgd-lab",  # fixed ids: identical SVG bytes for identical data

@@ -2,12 +2,12 @@
 
 * :mod:`~sim.real.launch` (parent side, plain Python): the runner writes a spec, the
   launcher starts ``mpiexec`` (optionally inside emulated network namespaces) and the
-  runner turns what rank 0 hands back into a run directory (:func:`sim.record.write_run`).
+  runner turns what rank 0 hands back into a run directory (:func:`sim.rundir.write_run`).
 * :mod:`~sim.real.executors` (rank side, under MPI): every rank builds the run's workload
-  (:func:`sim.workloads.workload.build_workload`) and the strategy's rules
+  (:func:`sim.training.workload.build_workload`) and the strategy's rules
   (:mod:`sim.training.rules`, the same the simulator follows) and runs the strategy's rank
   program (:mod:`~sim.real.executors.registry`); rank 0 replays every rank's log through the
-  simulator's :class:`~sim.record.Recorder`, so both kinds of run write the same files.
+  simulator's :class:`~sim.recorder.Recorder`, so both kinds of run write the same files.
 * :mod:`~sim.real.calibration`: this machine's kernel rates and network as profiles.
 * :mod:`~sim.real.validation`: simulated against real runs, the validation matrix.
 """

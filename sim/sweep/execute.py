@@ -1,6 +1,6 @@
 """Running a sweep: resumable execution on local processes or a Dask cluster.
 
-Each point is written atomically to ``DIR/runs/NAME/`` (:func:`sim.record.write_run`), so a
+Each point is written atomically to ``DIR/runs/NAME/`` (:func:`sim.rundir.write_run`), so a
 run directory holding ``summary.json`` is complete and a restarted sweep skips it.
 ``DIR/sweep.json`` records the points (values, hash of the resolved config) and
 ``DIR/sweep.toml`` the definition after ``--set``; a DIR made by another definition is
@@ -26,7 +26,7 @@ from typing import Any
 
 from sim.config import validate
 from sim.errors import UserError
-from sim.record import write_atomic
+from sim.rundir import write_atomic
 from sim.sweep.grid import TEMP_RUN, Sweep, load_sweep
 
 
@@ -53,8 +53,8 @@ def run_point(task: dict[str, Any]) -> dict[str, Any]:
     """
     name = task["name"]
     try:
-        from sim.record import write_run
-        from sim.training.engine import simulate
+        from sim.rundir import write_run
+        from sim.simulated.engine import simulate
 
         result = simulate(validate(task["data"], task["source"]))
         if not result.summary["complete"]:  # Ctrl-C in this process: the sweep stops, and
@@ -320,7 +320,7 @@ def _consume(out: Path, outcomes: Iterator[dict[str, Any]], report: SweepReport,
         for outcome in outcomes:
             name = outcome["name"]
             if outcome["error"] is None and outcome["files"] is not None:
-                from sim.record import write_run
+                from sim.rundir import write_run
 
                 try:  # a Dask result: written here
                     write_run(out / "runs" / name, outcome["files"])

@@ -1,6 +1,6 @@
 """Layer-wise messages of a step: which layers leave together, and what each layer costs.
 
-Pure (numpy only): the simulated pipeline (:mod:`sim.training.pipeline`) and the real
+Pure (numpy only): the simulated pipeline (:mod:`sim.simulated.pipeline`) and the real
 pipelined ranks (:mod:`sim.real.executors.bsp_pipelined`) plan the same messages here.
 
 - ``none``: one message with every layer, after the whole backward;

@@ -1,7 +1,7 @@
 """Strategy rules: what each strategy does, decided in one place for both executors.
 
 Pure numerics and bookkeeping: numpy and the kernels, no SimPy, no MPI. The simulated
-executor (:mod:`sim.training.strategies`) decides *when* things happen and the MPI executor
+executor (:mod:`sim.simulated.strategies`) decides *when* things happen and the MPI executor
 (:mod:`sim.real.executors`) makes them happen for real; both ask the strategy's rules
 
 * what the servers do with a push: apply it, accumulate it for a synchronous step, or drop
@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from sim import kernels as K
-from sim.record import UpdateRecord
+from sim.recorder import UpdateRecord
 
 
 class ParameterStore(Protocol):

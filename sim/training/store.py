@@ -4,7 +4,7 @@ A :class:`ParameterStore` keeps the parameters of record, their version (updates
 every worker's clock (updates it contributed to), the gradients of the synchronous step in
 progress, and the clock gap each worker last read at. What happens on a push or a pull is
 the strategy's rule (:mod:`sim.training.rules`); the store only holds the state those rules
-work on, so the simulated servers (:mod:`sim.training.server`) and the real server rank
+work on, so the simulated servers (:mod:`sim.simulated.server`) and the real server rank
 (:mod:`sim.real.executors.ps`) follow the same rules on the same state.
 
 A :class:`ParameterCache` is the workers' side: the parameters a worker holds, which it

@@ -1,5 +1,5 @@
 """This machine's CPU costs besides gradients, as a host profile
-(:class:`sim.training.cpu.HostProfile`, ``cluster.host = "calibrated:PATH"``).
+(:class:`sim.training.host_costs.HostProfile`, ``cluster.host = "calibrated:PATH"``).
 
 Each cost is measured through the real runner's own code path, over several sizes, and
 ``time = constant + bytes / rate`` is fitted by least squares on relative errors:
@@ -28,7 +28,7 @@ Each cost is measured through the real runner's own code path, over several size
   as real ranks wait (netbench mode ``share``): work runs ``1 + k x share`` slower
   (``spin_share`` for spinning waiters, ``nap_share`` for napping ones).
 * reload: a step's host work warm and right after sleeps of 0.1-20 ms
-  (:mod:`sim.real.calibration.reload`): ``reload_base_s``, ``reload_s`` and
+  (:mod:`sim.real.calibration.reload_bench`): ``reload_base_s``, ``reload_s`` and
   ``reload_tau_s``.
 
 ``slice_s`` (the scheduler's time slice when ranks share a core) is not measured: 3 ms.
@@ -48,10 +48,10 @@ from typing import Any
 
 import numpy as np
 
-from sim.real.calibration.reload import FEATURES, measure_reload
-from sim.training.cpu import HostProfile, save_host_profile
+from sim.real.calibration.reload_bench import FEATURES, measure_reload
+from sim.training.host_costs import HostProfile, save_host_profile
 
-SLICE_S = 3e-3  # not measured (see sim.training.cpu's epyc-core preset)
+SLICE_S = 3e-3  # not measured (see sim.training.host_costs's epyc-core preset)
 MAX_ERROR = 0.10  # a fit whose error is larger gets a warning
 BUSY_LOAD = 0.5  # 1-minute load average above which other processes use the CPU
 # gathers: row counts per row width (features), from data sets of GATHER_DATA_BYTES at least
@@ -113,7 +113,7 @@ def measure_copy(quick: bool, min_time_s: float) -> tuple[list[float], list[floa
     """The gather of ``Worker.next_batch`` for several batch sizes and two row widths, from
     data sets larger than the caches (as real ones are): (rows, bytes, seconds)."""
     from sim.config import validate
-    from sim.workloads.workload import build_workload
+    from sim.training.workload import build_workload
 
     rows, nbytes, seconds = [], [], []
     for features, counts in (GATHER_QUICK if quick else GATHER).items():
@@ -186,8 +186,8 @@ def measure_messages(quick: bool, wait: str) -> tuple[list[float], list[float]]:
     """Back-to-back messages between 2 ranks, sent and received as ps.py does: each size's
     fastest of ``MESSAGE_LAUNCHES`` launches (one disturbed launch made the 1.5 MB message
     5x slower here, and other runs' messages are not)."""
-    from sim.real.calibration.calibrate import netbench
-    from sim.real.launch.runner import wait_mode
+    from sim.real.calibration.suite import netbench
+    from sim.real.launch.real_run import wait_mode
 
     sizes = MESSAGE_BYTES_QUICK if quick else MESSAGE_BYTES
     spec = {"mode": "message", "sizes": sizes, "reps": 20 if quick else 100,
@@ -199,7 +199,7 @@ def measure_messages(quick: bool, wait: str) -> tuple[list[float], list[float]]:
 def measure_step(quick: bool, wait: str) -> dict[str, Any]:
     """The per-update loop time of a real asp run (1 worker, 1 server)."""
     from sim.config import validate
-    from sim.real.launch.runner import RealOptions, run_real
+    from sim.real.launch.real_run import RealOptions, run_real
 
     iterations = 200 if quick else 1000
     config = validate({"cluster": {"workers": 1}, "strategy": {"kind": "asp"},
@@ -227,7 +227,7 @@ def measure_poll(quick: bool) -> dict[str, Any]:
     """How often a sleeping waiter polls: one nap of the real runner's waiter
     (``time.sleep(POLL_SLEEP_S)`` with the timer slack real ranks set) and the wake-up after
     it, as its median duration."""
-    from sim.real.executors.timing import POLL_SLEEP_S, SPIN_BEFORE_NAP_S, tighten_timer_slack
+    from sim.real.executors.rank_clock import POLL_SLEEP_S, SPIN_BEFORE_NAP_S, tighten_timer_slack
 
     tighten_timer_slack()
     naps = []
@@ -282,7 +282,7 @@ def measure_rendezvous(quick: bool) -> dict[str, Any]:
     beyond the eager limit adds, per rank beyond the cores
     (:mod:`sim.real.calibration.netbench` modes ``pingpong``, spinning, and ``notice`` with
     cores + 1, cores + 2 and 2 cores + 1 ranks waiting by napping)."""
-    from sim.real.calibration.calibrate import netbench
+    from sim.real.calibration.suite import netbench
 
     reps = 30 if quick else 150
     sizes = [*EAGER_SIZES, RENDEZVOUS_PROBE_BYTES]
@@ -316,7 +316,7 @@ def measure_wait_share(quick: bool) -> dict[str, Any]:
     waiting): work runs ``1 + k x share`` times slower than alone, ``share`` fitted over
     k = 1, 2 by least squares."""
     from sim import kernels as K
-    from sim.real.calibration.calibrate import netbench
+    from sim.real.calibration.suite import netbench
 
     total, part = np.zeros(2048), np.ones(2048)
     calls = max(1, round(SHARE_UNIT_S / median_s(lambda: K.sum_into(total, part), 0.02)))
@@ -401,7 +401,7 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
     their errors, warnings, and the config line).
 
     ``fabric_overhead_s``: the o of the fabric profile calibrated with it, which the
-    simulator adds to every message's CPU (:func:`sim.training.cpu.cpu_costs`); the
+    simulator adds to every message's CPU (:func:`sim.training.host_costs.cpu_costs`); the
     measured per-message constant includes it, so ``message_s`` is the rest. Likewise
     ``fabric_Bps``, its bandwidth, is taken out of the messages' per-byte time: what is left
     is ``message_Bps``. ``concurrency``: gather, update and sum are timed in this many
@@ -435,7 +435,7 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                           rendezvous["notice_base_s"], reload["reload_s"],
                           reload["reload_tau_s"], reload["reload_base_s"])
     measured_through = {
-        "copy": f"sim.workloads.workload.Worker.next_batch (numpy row gather), "
+        "copy": f"sim.training.workload.Worker.next_batch (numpy row gather), "
                 f"{concurrency} process(es) at once",
         "update": f"sim.training.rules.SGD.step -> sim.kernels.sgd_update, {concurrency} "
                   "process(es) at once",
@@ -446,13 +446,14 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                    f"{MESSAGE_LAUNCHES} launches",
         "step": "a real asp run (1 worker, 1 server): summary loop_s per update, the "
                 "worker's time between its timed spans",
-        "poll": "sim.real.executors.timing: one nap of a sleeping waiter (time.sleep of "
+        "poll": "sim.real.executors.rank_clock: one nap of a sleeping waiter (time.sleep of "
                 "POLL_SLEEP_S, timer slack tightened) and its wake-up, median; the spin "
                 "before napping is the waiter's SPIN_BEFORE_NAP_S",
         "rendezvous": f"sim.real.calibration.netbench: a spinning ping-pong over "
                       f"{EAGER_SIZES[0]}-{EAGER_SIZES[-1]} B (the eager limit: where it "
                       f"steps up) and {RENDEZVOUS_PROBE_BYTES} B; then cores + 1, cores + 2 "
-                      f"and 2 cores + 1 ranks napping as sim.real.executors.timing.Waiter does, "
+                      f"and 2 cores + 1 ranks napping as sim.real.executors.rank_clock.Waiter "
+                      f"does, "
                       f"all but the last sending it a message after each "
                       f"{NOTICE_WORK_S * 1e6:.0f} us of CPU and waiting for its answer: "
                       f"the mean time to have a {EAGER_SIZES[0]} B message less the "
@@ -461,9 +462,9 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                       f"ping-pong's growth as rendezvous_s per rank beyond the cores",
         "share": f"sim.real.calibration.netbench mode share: ranks pinned to one core, one "
                  f"running {SHARE_UNIT_S * 1e3:.0f} ms units of sim.kernels.sum_into while "
-                 f"{SHARE_WAITERS} others wait in sim.real.executors.timing.Waiter "
+                 f"{SHARE_WAITERS} others wait in sim.real.executors.rank_clock.Waiter "
                  f"(spinning, then napping); the mean unit against the unit alone",
-        "reload": f"sim.real.calibration.reload: {reload['steps']} steps of "
+        "reload": f"sim.real.calibration.reload_bench: {reload['steps']} steps of "
                   f"Worker.next_batch + SGD.step + sim.kernels.copy of a message (logistic "
                   f"regression, {FEATURES} features), warm and right after sleeps of "
                   f"{', '.join(f'{g * 1e3:g}' for g in reload['gaps_s'])} ms; the median "

@@ -1,13 +1,13 @@
 """What ranks log during a real run, and rank 0 turning all logs into the run's files.
 
-Every rank logs spans (worker, one of :data:`sim.record.KINDS`, start, end), the updates it
+Every rank logs spans (worker, one of :data:`sim.recorder.KINDS`, start, end), the updates it
 applied and snapshots of the model of record at evaluation points, all in seconds since the
 common start. A worker's spans are laid end to end from the start: a span is clipped to
 begin where the previous one ended, and a gap between two timed spans is the per-step
 loop's Python code, logged as ``overhead`` (and summed in ``loop_s``). Only worker ranks'
 spans reach the summary's breakdown; a server rank's time by activity goes to
 ``server_breakdown``. After training, rank 0 gathers the logs and *replays* them, in time
-order, through the simulator's own :class:`sim.record.Recorder`, its clock reading the
+order, through the simulator's own :class:`sim.recorder.Recorder`, its clock reading the
 replayed time. So summary.json, metrics.csv and trace.json are computed by the same code as
 for a simulated run; the evaluations (held-out loss and accuracy of each snapshot) run after
 training, off the clock.
@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from sim.config import dump_config
-from sim.real.executors.compute import median_kernel_s
-from sim.record import Recorder, UpdateRecord
+from sim.real.executors.rank_compute import median_kernel_s
+from sim.recorder import Recorder, UpdateRecord
 from sim.training.rules import Rules
-from sim.workloads.workload import Workload
+from sim.training.workload import Workload
 
 Span = tuple[int, str, float, float]  # worker, kind, start_s, end_s
 Part = tuple[str, float, float]  # kind, start_s, end_s (of one rank, before laying out)

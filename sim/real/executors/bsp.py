@@ -18,12 +18,12 @@ import numpy as np
 
 from sim.real.executors.assemble import Part, RankLog
 from sim.real.executors.collective import make_allreduce
-from sim.real.executors.compute import RealCompute
 from sim.real.executors.context import RankContext
+from sim.real.executors.rank_compute import RealCompute
 from sim.real.executors.replica import Replica
-from sim.real.executors.restart import RestartRecovery
-from sim.record import UpdateRecord
-from sim.workloads.workload import Workload
+from sim.real.executors.restart_rank import RestartRecovery
+from sim.recorder import UpdateRecord
+from sim.training.workload import Workload
 
 
 def run(ctx: RankContext) -> RankLog:

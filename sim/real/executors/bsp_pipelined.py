@@ -1,7 +1,7 @@
 """``bsp`` with layer-wise pipelining on real ranks: wait-free backprop or DDP-style buckets.
 
-Mirrors :class:`sim.training.strategies.allreduce.BSP` with ``strategy.pipelining`` set, and
-the model in :mod:`sim.training.pipeline`: the gradient leaves in the same messages
+Mirrors :class:`sim.simulated.strategies.allreduce.BSP` with ``strategy.pipelining`` set, and
+the model in :mod:`sim.simulated.pipeline`: the gradient leaves in the same messages
 (``plan_messages``); a message is allreduced (non-blocking) once backward has produced all
 its layers; one message is on the wire at a time, in the order they became ready; the
 communication is progressed between layers while backward goes on. Every rank produces
@@ -21,8 +21,8 @@ from sim.kernels import NonFiniteError
 from sim.real.executors import bsp
 from sim.real.executors.assemble import RankLog, carve
 from sim.real.executors.collective import Allreduce, make_allreduce
-from sim.real.executors.compute import RealCompute
 from sim.real.executors.context import RankContext
+from sim.real.executors.rank_compute import RealCompute
 from sim.real.executors.replica import Replica
 from sim.training.messages import LayerCosts, message_slice, plan_messages
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.record import write_atomic
+from sim.rundir import write_atomic
 
 MAGIC = b"SGDCKPT 1\n"
 FORMAT = "npz"

@@ -30,7 +30,7 @@ from sim import kernels as K
 from sim.kernels import NonFiniteError
 from sim.network.collectives import get_collective
 from sim.network.schedule import SUM
-from sim.real.executors.timing import Waiter
+from sim.real.executors.rank_clock import Waiter
 
 TAG_BASE = 1 << 12  # round r of a schedule uses tag TAG_BASE + r
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from sim.config import Config
-from sim.real.executors.timing import Heartbeat, Waiter
+from sim.real.executors.rank_clock import Heartbeat, Waiter
 from sim.training.rules import Rules
-from sim.workloads.workload import Workload
+from sim.training.workload import Workload
 
 
 @dataclass

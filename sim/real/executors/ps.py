@@ -37,12 +37,12 @@ import numpy as np
 from sim import kernels as K
 from sim.kernels import NonFiniteError
 from sim.real.executors.assemble import RankLog
-from sim.real.executors.compute import RealCompute
 from sim.real.executors.context import RankContext
-from sim.real.executors.elastic import WorkerMonitor, worker_plan
+from sim.real.executors.elastic_rank import WorkerMonitor, worker_plan
+from sim.real.executors.rank_compute import RealCompute
 from sim.training.rules import Rules
 from sim.training.store import ParameterCache, ParameterStore
-from sim.workloads.workload import Workload
+from sim.training.workload import Workload
 
 HEADER = 8  # type, worker, version, loss, arrival_s, grant_s, clock_gap (NaN: none), held
 PULL, PARAMS, PUSH, STOP, CANCEL, WARM = 1.0, 2.0, 3.0, 4.0, 5.0, 6.0

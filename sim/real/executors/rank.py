@@ -1,6 +1,6 @@
 """The program every MPI rank runs: ``python -m sim.real.executors.rank --spec SPEC.json``.
 
-The spec (written by :mod:`sim.real.launch.runner`) names the resolved config, the work directory
+The spec (written by :mod:`sim.real.launch.real_run`) names the resolved config, the work directory
 shared with the launcher, the allreduce implementation and the wait mode. A rank leaves in
 the work directory ``rankR.pid`` (so the launcher can name a rank that died), touches
 ``rankR.beat`` while it makes progress and ``rankR.done`` when it has finished training;
@@ -18,7 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
-from sim.record import write_atomic
+from sim.rundir import write_atomic
 
 
 def train(comm: object, spec: dict, workdir: Path, started: float) -> None:
@@ -27,11 +27,11 @@ def train(comm: object, spec: dict, workdir: Path, started: float) -> None:
     from sim.config import load_config
     from sim.real.executors.assemble import assemble
     from sim.real.executors.context import RankContext
-    from sim.real.executors.elastic import collect, elastic
+    from sim.real.executors.elastic_rank import collect, elastic
+    from sim.real.executors.rank_clock import Heartbeat, Waiter
     from sim.real.executors.registry import REAL_STRATEGIES
-    from sim.real.executors.timing import Heartbeat, Waiter
     from sim.training.rules import make_rules
-    from sim.workloads.workload import build_workload
+    from sim.training.workload import build_workload
 
     rank = comm.Get_rank()
     heartbeat = Heartbeat(workdir / f"rank{rank}.beat")
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spec = json.loads(args.spec.read_text())
     workdir = Path(spec["workdir"])
-    from sim.real.executors.timing import tighten_timer_slack
+    from sim.real.executors.rank_clock import tighten_timer_slack
 
     tighten_timer_slack()
     from mpi4py import MPI

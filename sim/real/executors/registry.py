@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sim.config import Config
 from sim.errors import UserError
 from sim.training.rules import RULES
-from sim.workloads.workload import Workload
+from sim.training.workload import Workload
 
 if TYPE_CHECKING:
     from sim.real.executors.context import RankContext

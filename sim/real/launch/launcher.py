@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sim.real.executors.faults import alive
+from sim.real.executors.fault_injection import alive
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository: `import sim` works from here
 TOKEN_VAR = "SGD_REAL_RUN"
@@ -46,7 +46,7 @@ class Job:
     hang_s: float = 60.0
     # "hydra" stops every rank when one dies; "gforker" lets the others run on (hydra's
     # -disable-auto-cleanup still killed them in about half of the runs here, MPICH 5.0.2):
-    # a run whose workers may die as planned (elastic recovery, sim.real.executors.elastic)
+    # a run whose workers may die as planned (elastic recovery, sim.real.executors.elastic_rank)
     manager: str = "hydra"
 
 

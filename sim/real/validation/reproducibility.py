@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from sim.record import write_atomic
+from sim.rundir import write_atomic
 
 FORMAT = "sgd-lab.validation-real/1"
 CLOSE = 0.05  # "within 5%", as the iteration-time target

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.real.validation import reproducibility
-from sim.record import write_atomic
+from sim.rundir import write_atomic
 
 ITERATION_TARGET, ITERATION_WORST, TTT_TARGET = 0.05, 0.15, 0.10
 

@@ -1,0 +1,249 @@
+"""Calibration: this machine's kernel rates and network, as profiles the simulator reads.
+
+Compute: the gradient kernel of each workload (``model.loss_grad`` on a batch from
+``worker.next_batch``, the call real runs time as ``compute``; gathering the batch is
+``data``, a host cost: :mod:`sim.real.calibration.host`) is timed, optionally in
+``concurrency`` processes at once (all cores busy, as during a real run), and
+``time = overhead_s + FLOPs / flops_per_s`` is fitted by least squares on relative errors.
+The result is a device profile (:func:`sim.training.compute_model.save_device_profile`) for
+``compute.device = "calibrated:PATH"``.
+
+Network: on the network being calibrated (shared memory or ``emulate:RATE``) and waiting as
+real runs wait, :mod:`sim.real.calibration.netbench` measures ping-pong times, back-to-back small
+messages (the per-message overhead o) and allreduce times through the simulator's schedule
+on p ranks. One (alpha, beta) is fitted to all of them, ping-pong as
+``alpha + n beta`` and the allreduce as the algorithm's closed form (the simulator's own),
+minimising squared log ratios (a 2x error counts the same for small and large messages);
+with o measured, the per-hop latency is ``(alpha - 2 o) / 2`` on the two hops of one switch.
+Allreduces on more ranks than cores are measured and reported but left out of the fit: their
+time is CPU scheduling (ranks waiting for a core), which no fabric parameter describes.
+The result is a fabric profile (:func:`sim.network.fabrics.save_profile`) for
+``cluster.fabric = "calibrated:PATH"``. Every raw sample and the fit errors are kept in it.
+
+Host: :func:`sim.real.calibration.host.calibrate_host` writes ``host.json`` for
+``cluster.host = "calibrated:PATH"``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import multiprocessing
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.config import Config, validate
+from sim.network.collectives import get_collective
+from sim.network.fabrics import Fabric, save_profile
+from sim.real.launch.emulate import Emulation
+from sim.real.launch.launcher import Job, launch
+from sim.training.compute_model import save_device_profile
+
+SIZES = [8, 512, 4096, 32768, 262144, 1 << 20, 4 << 20]
+QUICK_SIZES = [8, 4096, 262144]
+# Workloads timed by default: small fused kernels to larger GEMM-bound MLPs.
+DEFAULT_WORKLOADS: list[dict[str, Any]] = [
+    {"workload": {"model": "logreg", "features": 64, "batch": 32}},
+    {"workload": {"model": "logreg", "features": 256, "batch": 64}},
+    {"workload": {"model": "softmax", "features": 256, "classes": 10, "batch": 64}},
+    {"workload": {"model": "mlp", "features": 64, "classes": 10, "hidden": [128],
+                  "batch": 64}},
+    {"workload": {"model": "mlp", "features": 256, "classes": 10, "hidden": [512],
+                  "batch": 64, "samples": 8192}},
+]
+
+
+def default_workloads() -> list[Config]:
+    return [validate({**w, "cluster": {"workers": 1}}, "default workload")
+            for w in DEFAULT_WORKLOADS]
+
+
+def _describe(config: Config) -> str:
+    w = config.workload
+    shape = f"{w.features}" + (f"-{'-'.join(map(str, w.hidden))}" if w.model == "mlp" else "")
+    return f"{w.model} {shape} x{w.classes} batch {w.batch}"
+
+
+# ---- compute -----------------------------------------------------------------------------
+
+def time_kernels(configs: list[Config], min_time_s: float = 0.2) -> list[float]:
+    """Median seconds of one gradient (worker 0 of each config)."""
+    from sim.training.workload import build_workload
+
+    medians = []
+    for config in configs:
+        workload = build_workload(config)
+        worker, params = workload.workers[0], workload.params
+        for _ in range(5):
+            worker.gradient(params)
+        samples, spent = [], 0.0
+        while spent < min_time_s or len(samples) < 20:
+            X, y = worker.next_batch()  # data, not compute
+            start = time.perf_counter()
+            worker.model.loss_grad(params, X, y, out=worker.grad)
+            samples.append(time.perf_counter() - start)
+            spent += samples[-1]
+        medians.append(float(np.median(samples)))
+    return medians
+
+
+def _time_kernels_child(args: tuple[list[dict], float]) -> list[float]:
+    dumps, min_time_s = args
+    return time_kernels([validate(d) for d in dumps], min_time_s)
+
+
+def measure_kernels(configs: list[Config], concurrency: int = 1,
+                    min_time_s: float = 0.2) -> list[dict[str, Any]]:
+    """One point per config: its FLOPs and the median gradient time (mean over processes)."""
+    from sim.training.workload import build_workload
+
+    if concurrency <= 1:
+        seconds = time_kernels(configs, min_time_s)
+    else:
+        dumps = [c.model_dump(mode="json", exclude_none=True) for c in configs]
+        # spawned, not forked (see sim.real.calibration.host.measure_vectors_together)
+        with multiprocessing.get_context("spawn").Pool(concurrency) as pool:
+            per_process = pool.map(_time_kernels_child, [(dumps, min_time_s)] * concurrency)
+        seconds = np.mean(per_process, axis=0).tolist()
+    return [{"workload": _describe(c), "flops": build_workload(c).model.flops(c.workload.batch),
+             "seconds": s} for c, s in zip(configs, seconds, strict=True)]
+
+
+def fit_device(points: list[dict[str, Any]]) -> tuple[float, float, list[float]]:
+    """(flops_per_s, overhead_s, relative error of each point) of time = o + F / rate."""
+    flops = np.array([p["flops"] for p in points])
+    seconds = np.array([p["seconds"] for p in points])
+    A = np.column_stack([np.ones_like(flops), flops]) / seconds[:, None]
+    (overhead, inverse_rate), *_ = np.linalg.lstsq(A, np.ones_like(seconds), rcond=None)
+    if inverse_rate <= 0:  # all points the same size: a pure rate through the origin
+        overhead, inverse_rate = 0.0, float(np.median(seconds / flops))
+    overhead = max(float(overhead), 0.0)
+    predicted = overhead + flops * inverse_rate
+    return 1.0 / float(inverse_rate), overhead, (predicted / seconds - 1).tolist()
+
+
+# ---- network -----------------------------------------------------------------------------
+
+def netbench(spec: dict[str, Any], ranks: int, emulation: Emulation | None,
+             timeout_s: float = 600.0) -> dict[str, Any]:
+    """Run :mod:`sim.real.calibration.netbench` on ``ranks`` ranks; its result."""
+    with tempfile.TemporaryDirectory(prefix="sgd-calibrate-") as tmp:
+        work = Path(tmp)
+        os.chmod(work, 0o755)
+        spec = {**spec, "result": str(work / "result.json")}
+        (work / "spec.json").write_text(json.dumps(spec))
+        launch(Job([sys.executable, "-m", "sim.real.calibration.netbench", "--spec",
+                    str(work / "spec.json")], ranks, work,
+                   env=emulation.env if emulation else {},
+                   prefix=emulation.prefix if emulation else None, timeout_s=timeout_s))
+        return json.loads((work / "result.json").read_text())
+
+
+def measure_network(emulation: Emulation | None, ranks: list[int], wait: str,
+                    algorithm: str = "ring", quick: bool = False) -> dict[str, Any]:
+    """Ping-pong, stream and allreduce measurements (see :mod:`sim.real.calibration.netbench`)."""
+    from sim.real.launch.real_run import wait_mode
+
+    sizes, reps = (QUICK_SIZES, 20) if quick else (SIZES, 100)
+    out = {"pingpong": netbench({"mode": "pingpong", "sizes": sizes, "reps": reps,
+                                 "wait": wait_mode(wait, 2)}, 2, emulation),
+           "stream": netbench({"mode": "stream", "reps": reps, "wait": wait_mode(wait, 2)},
+                              2, emulation),
+           "allreduce": [netbench({"mode": "allreduce", "sizes": sizes, "reps": reps,
+                                   "algorithm": algorithm, "wait": wait_mode(wait, p)},
+                                  p, emulation) for p in ranks]}
+    out["algorithm"] = algorithm
+    return out
+
+
+def fit_log(A: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """Non-negative (alpha, beta) minimising the squared log ratios of ``A @ x`` to ``t``.
+
+    Log ratios weigh a 2x over- and under-estimate alike, so small messages (alpha) and
+    large ones (beta) both count, whatever their absolute times.
+    """
+    start, *_ = np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)
+    u = np.log(np.maximum(start, [1e-9, 1e-13]))  # x = exp(u) > 0
+    damping = 1e-3
+
+    def cost(u: np.ndarray) -> float:
+        return float(np.sum(np.log(A @ np.exp(u) / t) ** 2))
+
+    for _ in range(200):  # Levenberg-Marquardt on two parameters
+        x = np.exp(u)
+        predicted = A @ x
+        r = np.log(predicted / t)
+        J = A * x / predicted[:, None]
+        step = np.linalg.solve(J.T @ J + damping * np.eye(2), -J.T @ r)
+        if cost(u + step) < cost(u):
+            u, damping = u + step, damping / 3
+            if np.abs(step).max() < 1e-10:
+                break
+        else:
+            damping *= 5
+    x = np.exp(u)
+    return float(x[0]), float(x[1])
+
+
+def fit_network(measured: dict[str, Any]) -> dict[str, Any]:
+    """alpha, beta, o and per-hop latency from the measurements, with each point's error."""
+    algo = get_collective(measured["algorithm"])
+    rows, times, labels = [], [], []
+    pp = measured["pingpong"]
+    for n, t in zip(pp["sizes"], pp["seconds"], strict=True):
+        rows.append((1.0, float(n)))
+        times.append(t)
+        labels.append(f"pingpong {n} B")
+    cores = os.cpu_count() or 1
+    for ar in measured["allreduce"]:
+        p = ar["ranks"]
+        a1, b1 = algo.closed_form_s(p, 0, 1.0, 0.0), algo.closed_form_s(p, 1.0, 0.0, 1.0)
+        for n, t in zip(ar["sizes"], ar["seconds"], strict=True):
+            rows.append((a1, b1 * n))
+            times.append(t)
+            labels.append(f"allreduce p={p} {n} B" + (" (not fitted)" if p > cores else ""))
+    A, t = np.array(rows), np.array(times)
+    fitted = np.array(["not fitted" not in label for label in labels])
+    alpha, beta = fit_log(A[fitted], t[fitted])
+    overhead = min(float(measured["stream"]["seconds"][0]), alpha / 2)
+    errors = (A @ np.array([alpha, beta]) / t - 1).tolist()
+    return {"alpha_s": float(alpha), "beta_s_per_byte": float(beta),
+            "bandwidth_Bps": 1.0 / float(beta), "overhead_s": overhead,
+            "latency_s": max(0.0, (float(alpha) - 2 * overhead) / 2),
+            "points": [{"what": w, "measured_s": m, "error": e}
+                       for w, m, e in zip(labels, times, errors, strict=True)]}
+
+
+# ---- profiles ----------------------------------------------------------------------------
+
+def stamp() -> str:
+    return f"{dt.date.today().isoformat()}, {platform.node()}, {os.cpu_count()} CPUs"
+
+
+def write_fabric(path: Path, net: str, measured: dict[str, Any],
+                 fit: dict[str, Any]) -> Fabric:
+    fabric = Fabric(f"calibrated-{net}", 8 * fit["bandwidth_Bps"], fit["latency_s"],
+                    fit["overhead_s"], source=f"sim calibrate --net {net}: ping-pong, stream "
+                    f"and {measured['algorithm']} allreduce fits; {stamp()}")
+    save_profile(path, fabric, source=fabric.source,
+                 measurements={"raw": measured, "fit": fit})
+    return fabric
+
+
+def write_device(path: Path, points: list[dict[str, Any]], concurrency: int) -> dict:
+    rate, overhead, errors = fit_device(points)
+    for point, error in zip(points, errors, strict=True):
+        point["error"] = error
+    save_device_profile(path, rate, overhead,
+                        f"sim calibrate: gradient times of {len(points)} workloads, "
+                        f"{concurrency} process(es) at once; {stamp()}",
+                        name=f"calibrated-{platform.node()}", points=points,
+                        concurrency=concurrency)
+    return {"flops_per_s": rate, "overhead_s": overhead, "errors": errors}

@@ -1,0 +1,404 @@
+"""The validation matrix: every case simulated and run for real, compared, tabulated.
+
+``experiments/validation/matrix.toml`` names a base config, the axes (workers, strategy,
+network, and any others whose levels set config keys), optionally blocks (the cases are the
+union of the blocks' products; without blocks, the full product) and the real repeats. For
+each network the machine is calibrated first (:mod:`sim.real.calibration.suite`): the
+simulation of a case uses the calibrated fabric of its network and the calibrated device,
+the real run uses that network. Each case's comparison (:mod:`sim.real.validation.sim_vs_real`)
+becomes a row of the README (:mod:`sim.real.validation.validate_report`). Before each case
+the machine must be quiet: other load on its cores would be timed as part of the real run:
+each real repeat waits (a while) for the machine to be quiet, measures the other load during
+it, is taken again when that load was too high, and the table reports the load the kept
+repeats saw.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.config import Config, apply_overrides, read_toml, validate
+from sim.errors import UserError
+from sim.real.calibration.restart_costs import simulation_sets
+from sim.real.launch.emulate import unavailable
+from sim.real.launch.launcher import RunFailed
+from sim.real.validation.load import OtherLoad, wait_for_quiet
+from sim.results import iteration_s
+from sim.rundir import write_atomic
+from sim.training.rules import make_rules
+
+SPECIAL_AXES = ("workers", "strategy", "network")
+
+
+@dataclass
+class Matrix:
+    path: Path
+    base: dict[str, Any]
+    axes: dict[str, list[Any]]
+    levels: dict[str, dict[str, dict[str, Any]]]
+    repeat: int = 3
+    blocks: list[dict[str, list[Any]]] = field(default_factory=list)  # [] = the full product
+    unnamed: dict[str, str] = field(default_factory=dict)  # axis -> level left out of names
+
+
+@dataclass
+class Case:
+    levels: dict[str, Any]
+    overrides: dict[str, Any] = field(default_factory=dict)
+    unnamed: tuple[str, ...] = ()  # axes whose level the name leaves out
+
+    @property
+    def name(self) -> str:
+        parts = []
+        for axis, level in self.levels.items():
+            if axis in self.unnamed:
+                continue
+            text = str(level).replace("emulate:", "")
+            parts.append(f"w{text}" if axis == "workers" else text)
+        return "-".join(parts)
+
+    @property
+    def net(self) -> str:
+        return str(self.levels.get("network", "shm"))
+
+
+def load_matrix(path: Path) -> Matrix:
+    """Read matrix.toml. Raises UserError naming what is wrong."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such matrix file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML: {exc}") from None
+    axes, levels = data.get("axes"), data.get("levels", {})
+    if not isinstance(axes, dict) or not axes or not all(
+            isinstance(v, list) and v for v in axes.values()):
+        raise UserError(f"{path}: [axes] must map each axis to a non-empty list of levels")
+    for axis, values in axes.items():
+        if axis in SPECIAL_AXES:
+            continue
+        for value in values:
+            if str(value) not in levels.get(axis, {}):
+                raise UserError(f"{path}: axis {axis!r} level {value!r} has no "
+                                f"[levels.{axis}.{value}] table")
+    blocks = data.get("blocks", [])
+    for block in blocks:
+        for axis, values in block.items():
+            unknown = [v for v in values if v not in axes.get(axis, [])]
+            if axis not in axes or unknown:
+                raise UserError(f"{path}: [[blocks]] {axis} = {values}: every axis and level "
+                                "of a block must be in [axes]")
+    unnamed = data.get("unnamed", {})
+    for axis, level in unnamed.items():
+        if level not in axes.get(axis, []):
+            raise UserError(f"{path}: [unnamed] {axis} = {level!r}: expected an axis of [axes] "
+                            "and one of its levels")
+    base = read_toml(path.parent / data.get("base", "base.toml"))
+    return Matrix(path, base, axes, levels, int(data.get("repeat", 3)), blocks, unnamed)
+
+
+def expand(matrix: Matrix, only: list[str] | None = None) -> list[Case]:
+    """Every combination of levels, keeping those that match all ``AXIS=LEVEL`` filters."""
+    wanted: dict[str, set[str]] = {}
+    for text in only or []:
+        axis, sep, level = text.partition("=")
+        if not sep or axis not in matrix.axes:
+            raise UserError(f"--only {text!r}: expected AXIS=LEVEL with AXIS one of "
+                            f"{', '.join(matrix.axes)}")
+        wanted.setdefault(axis, set()).add(level)
+    cases, seen = [], set()
+    combos = itertools.chain.from_iterable(
+        itertools.product(*(block.get(a, v) for a, v in matrix.axes.items()))
+        for block in (matrix.blocks or [{}]))
+    for combo in combos:
+        levels = dict(zip(matrix.axes, combo, strict=True))
+        if combo in seen or any(str(levels[a]) not in allowed for a, allowed in wanted.items()):
+            continue
+        seen.add(combo)
+        overrides: dict[str, Any] = {}
+        for axis, level in levels.items():
+            if axis == "workers":
+                overrides["cluster.workers"] = level
+            elif axis == "strategy":
+                overrides["strategy.kind"] = level
+            elif axis != "network":
+                overrides.update(matrix.levels[axis][str(level)])
+        cases.append(Case(levels, overrides, tuple(
+            a for a, level in matrix.unnamed.items() if str(levels[a]) == str(level))))
+    if not cases:
+        raise UserError("--only: no case of the matrix matches")
+    return cases
+
+
+def toml_value(value: Any) -> str:
+    """``value`` as a TOML value for ``--set`` (tables inline)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {toml_value(v)}"
+                               for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def overrides_of(case: Case) -> list[str]:
+    return [f"{key}={toml_value(value)}" for key, value in case.overrides.items()]
+
+
+def case_config(matrix: Matrix, case: Case, profiles: dict[str, Path]) -> Config:
+    """The case's resolved config, simulated on the calibrated profiles of its network (and,
+    under ``[faults]`` or ``[checkpoint]``, the calibrated storage and restart delay)."""
+    sets = overrides_of(case)
+    sets += [f'cluster.fabric="calibrated:{profiles[case.net] / "fabric.json"}"',
+             f'compute.device="calibrated:{profiles["device"] / "device.json"}"']
+    where = f"{matrix.path} case {case.name}"
+    config = validate(apply_overrides(matrix.base, sets), where)
+    try:  # with failures or checkpoints: the calibrated storage and restart delay
+        sets += simulation_sets(config, profiles.get("recovery"))
+    except ValueError as exc:
+        raise UserError(f"{where}: {exc}") from None
+    if not (profiles["host"] / "host.json").exists():
+        return validate(apply_overrides(matrix.base, sets), where)
+    # every real rank runs on this machine: one host with its cores
+    ranks = config.cluster.workers + (config.cluster.servers
+                                      if make_rules(config).uses_servers else 0)
+    sets += [f'cluster.host="calibrated:{profiles["host"] / "host.json"}"',
+             f"cluster.cores={os.cpu_count() or 1}", f"cluster.ranks_per_host={ranks}"]
+    return validate(apply_overrides(matrix.base, sets), where)
+
+
+# ---- the machine -----------------------------------------------------------------------
+
+def quietly(measure: Callable[[], Any], quiet: tuple[float, float], retries: int) -> Any:
+    """``measure()`` on a quiet machine: waited for, and taken again when disturbed."""
+    best: tuple[float, Any] | None = None
+    for _ in range(1 + retries):
+        wait_for_quiet(*quiet)
+        with OtherLoad() as load:
+            result = measure()
+        if best is None or load.fraction < best[0]:
+            best = (load.fraction, result)
+        if load.fraction <= quiet[0]:
+            break
+    return best[1]
+
+
+def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
+                  quick: bool = False, quiet: tuple[float, float] = (1.0, 0.0),
+                  retries: int = 0) -> dict:
+    """Calibrate the device (the matrix's workloads) and each network the cases use."""
+    from sim.real.calibration import suite as C
+    from sim.real.calibration.host import calibrate_host
+    from sim.real.launch.real_run import network
+
+    profiles: dict[str, Path] = {"device": out / "device"}
+    configs = {}
+    for case in cases:  # one config per distinct workload
+        config = validate(apply_overrides(matrix.base, overrides_of(case)), str(matrix.path))
+        configs[config.workload.model_dump_json()] = config
+    say(f"calibrating compute on {len(configs)} workload(s)")
+    concurrency = min(2, os.cpu_count() or 1)  # as in a 2-worker run: both cores busy
+    points = quietly(lambda: C.measure_kernels(list(configs.values()), concurrency,
+                                               0.05 if quick else 0.3), quiet, retries)
+    profiles["device"].mkdir(parents=True, exist_ok=True)
+    device = C.write_device(profiles["device"] / "device.json", points, concurrency)
+    summary: dict[str, Any] = {"device": device | {"points": points}}
+    ranks = sorted({int(w) for w in matrix.axes.get("workers", [2])} | {2})
+    for net in sorted({case.net for case in cases}):
+        say(f"calibrating network {net}")
+        place = out / net.replace(":", "-")
+        place.mkdir(parents=True, exist_ok=True)
+        with network(net, max(ranks)) as emulation:
+            measured = quietly(lambda e=emulation: C.measure_network(e, ranks, "auto",
+                                                                     quick=quick),
+                               quiet, retries)
+        fit = C.fit_network(measured)
+        C.write_fabric(place / "fabric.json", net, measured, fit)
+        profiles[net] = place
+        summary[net] = fit
+    say("calibrating the host's CPU costs")
+    profiles["host"] = out / "host"
+    shm = json.loads((profiles["shm"] / "fabric.json").read_text()) if "shm" in profiles \
+        else {"overhead_s": 0.0, "bandwidth_Bps": float("inf")}
+    summary["host"] = quietly(lambda: calibrate_host(
+        profiles["host"] / "host.json", quick, fabric_overhead_s=shm["overhead_s"],
+        fabric_Bps=shm["bandwidth_Bps"], concurrency=concurrency), quiet, retries)
+    faulty = recovered_configs(matrix, cases)
+    if faulty:
+        from sim.real.calibration.restart_costs import calibrate_recovery
+
+        say(f"calibrating checkpoints and restarts ({len(faulty)} config(s))")
+        profiles["recovery"] = out / "recovery"
+        summary["recovery"] = quietly(lambda: calibrate_recovery(
+            profiles["recovery"], faulty, quick), quiet, retries)
+        for line in summary["recovery"]:
+            say(line)
+    write_atomic(out / "calibration.json", json.dumps(summary, indent=2) + "\n")
+    profiles["workloads"] = list(configs.values())  # type: ignore[assignment]
+    return profiles
+
+
+def recovered_configs(matrix: Matrix, cases: list[Case]) -> list[Config]:
+    """One config per distinct restart (workload, ranks) among the cases whose real runs
+    restart from checkpoints."""
+    from sim.real.calibration.restart_costs import config_key
+    from sim.real.launch.relaunch import recovery_of
+
+    found: dict[str, Config] = {}
+    for case in cases:
+        config = validate(apply_overrides(matrix.base, overrides_of(case)), str(matrix.path))
+        try:
+            restarts = recovery_of(config, case.net) == "restart"
+        except UserError:  # refused for real: the case fails on its own, saying why
+            continue
+        if restarts:
+            found.setdefault(config_key(config), config)
+    return list(found.values())
+
+
+def device_drift(profiles: dict[str, Any], quiet: tuple[float, float],
+                 retries: int) -> list[dict[str, Any]]:
+    """The calibrated kernel times measured again now: how far the machine's speed moved."""
+    from sim.real.calibration import suite as C
+
+    before = json.loads((profiles["device"] / "device.json").read_text())["points"]
+    configs = profiles.get("workloads")
+    if not configs:
+        return []
+    concurrency = int(json.loads((profiles["device"] / "device.json").read_text())
+                      .get("concurrency", 1))
+    now = quietly(lambda: C.measure_kernels(configs, concurrency, 0.3), quiet, retries)
+    return [{"workload": b["workload"], "start_s": b["seconds"], "end_s": n["seconds"],
+             "change": n["seconds"] / b["seconds"] - 1} for b, n in zip(before, now,
+                                                                          strict=True)]
+
+
+# ---- the run -----------------------------------------------------------------------------
+
+def run_repeats(config: Config, case: Case, ranks: int, real_dir: Path, repeat: int,
+                quiet: tuple[float, float], retries: int) -> dict[str, Any]:
+    """The real repeats, each taken again (up to ``retries`` times) when other load took
+    more than ``quiet[0]`` of the CPUs during it; the least disturbed attempt is kept.
+    Under ``[faults]`` / ``[checkpoint]`` each attempt is restarted or carried on as by
+    ``sim real``, its checkpoints in a directory of its own beside ``real_dir`` (removed)."""
+    from sim.real.launch.real_run import RealOptions, network, run_faulty, run_once, write_repeats
+    from sim.real.launch.relaunch import recovery_of
+
+    options = RealOptions(net=case.net, hang_s=120)
+    recovery = recovery_of(config, case.net)
+    kept, loads, discarded = [], [], []
+
+    def attempt(emulation: Any, i: int) -> dict[str, str]:
+        if recovery is None:
+            return run_once(config, ranks, options, emulation, i)
+        real_dir.parent.mkdir(parents=True, exist_ok=True)
+        place = Path(tempfile.mkdtemp(prefix=".checkpoints-", dir=real_dir.parent))
+        try:
+            return run_faulty(config, ranks, options, emulation, i, recovery, place)
+        finally:
+            shutil.rmtree(place, ignore_errors=True)
+
+    with network(case.net, ranks) as emulation:
+        for i in range(repeat):
+            attempts = []
+            for _ in range(1 + retries):
+                wait_for_quiet(*quiet)
+                with OtherLoad() as load:
+                    files = attempt(emulation, i)
+                attempts.append((load.fraction, files))
+                if load.fraction <= quiet[0]:
+                    break
+            attempts.sort(key=lambda a: a[0])
+            kept.append(attempts[0][1])
+            loads.append(attempts[0][0])
+            discarded += [{"repeat": i, "other_load": f, "iteration_s": iteration_s(
+                json.loads(files["summary.json"]))} for f, files in attempts[1:]]
+    write_repeats(real_dir, config, kept)
+    return {"other_load": loads, "discarded": discarded}
+
+
+def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, repeat: int,
+             quiet: tuple[float, float], retries: int = 2) -> dict[str, Any]:
+    """Simulate and run one case; its row for the README (with ``error`` if it failed)."""
+    from sim.real.executors.registry import check_supported
+    from sim.real.validation.sim_vs_real import compare
+    from sim.rundir import write_run
+    from sim.simulated.engine import simulate
+
+    row: dict[str, Any] = {"case": case.name, "levels": case.levels}
+    try:
+        config = case_config(matrix, case, profiles)
+        row["ranks"] = check_supported(config).ranks(config)
+        sim_dir, real_dir = out / case.name / "sim", out / case.name / "real"
+        result = simulate(config)
+        write_run(sim_dir, {"config.toml": result.config_toml,
+                            "summary.json": json.dumps(result.summary, indent=2) + "\n",
+                            "metrics.csv": result.metrics_csv,
+                            "trace.json": json.dumps(result.trace)})
+        started = time.monotonic()
+        row |= run_repeats(config, case, row["ranks"], real_dir, repeat, quiet, retries)
+        row["real_s"] = time.monotonic() - started
+        row["report"] = compare(sim_dir, real_dir)
+    except (UserError, RunFailed) as exc:
+        row["error"] = str(exc)
+    return row
+
+
+def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | None,
+               repeat: int | None, profiles_dir: Path | None, quiet: tuple[float, float],
+               say: Callable = print, quick: bool = False,
+               retries: int = 2) -> list[dict[str, Any]]:
+    from sim.real.validation import reproducibility
+    from sim.real.validation.validate_report import write_readme
+
+    matrix = load_matrix(matrix_path)
+    cases = expand(matrix, only)
+    skipped: list[str] = []
+    reason = unavailable() if any(c.net != "shm" for c in cases) else None
+    if reason:
+        skipped = [c.name for c in cases if c.net != "shm"]
+        cases = [c for c in cases if c.net == "shm"]
+        say(f"skipping {len(skipped)} emulated-network case(s): {reason}")
+    if (out / "cases").exists() and any((out / "cases").iterdir()):
+        raise UserError(f"{out}/cases: already holds results; choose another --out")
+    started = time.monotonic()
+    if profiles_dir is None:
+        profiles = calibrate_all(matrix, cases, out / "profiles", say, quick, quiet, retries)
+    else:
+        profiles = {"device": profiles_dir / "device", "host": profiles_dir / "host"}
+        profiles |= {c.net: profiles_dir / c.net.replace(":", "-") for c in cases}
+        if (profiles_dir / "recovery").is_dir():
+            profiles["recovery"] = profiles_dir / "recovery"
+    rows = []
+    for i, case in enumerate(cases):
+        row = run_case(matrix, case, profiles, out / "cases", repeat or matrix.repeat, quiet,
+                       retries)
+        rows.append(row)
+        if "error" in row:
+            say(f"[{i + 1}/{len(cases)}] {case.name}: FAILED: {row['error']}")
+        else:
+            it = row["report"]["iteration_s"]
+            say(f"[{i + 1}/{len(cases)}] {case.name}: sim {it['sim'] * 1e3:.3f} ms, real "
+                f"{it['real']['mean'] * 1e3:.3f} ms, error {it['error']:+.1%} (other load "
+                f"<= {max(row['other_load']):.0%}, {len(row['discarded'])} repeat(s) "
+                "taken again)")
+    write_atomic(out / "rows.json", json.dumps(rows, indent=2) + "\n")
+    drift = device_drift(profiles, quiet, retries)
+    profiles.pop("workloads", None)
+    real_json = readme.with_name("real.json")
+    write_readme(readme, rows, skipped, {"drift": drift,
+        "matrix": matrix, "out": out, "profiles": profiles, "only": only,
+        "repeat": repeat or matrix.repeat, "elapsed_s": time.monotonic() - started,
+        "quiet": quiet, "retries": retries, "before": reproducibility.load(real_json)})
+    if not only:  # a subset (--only) compares with it but leaves the whole matrix's be
+        reproducibility.save(real_json, rows)
+    return rows

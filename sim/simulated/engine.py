@@ -1,0 +1,190 @@
+"""Build a simulation from a resolved config, run it, and return its results.
+
+:func:`build_simulation` puts the SimPy side (environment, network, hosts, servers,
+recorder, the strategy's processes) around :func:`sim.training.workload.build_workload`,
+which real ranks use alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import simpy
+
+from sim.config import Config, dump_config
+from sim.kernels import NonFiniteError
+from sim.network.fabrics import get_fabric
+from sim.network.simulate import build_network
+from sim.network.topology import place, topology_options
+from sim.recorder import Recorder
+from sim.simulated.hosts import Hosts
+from sim.simulated.recovery import build_recovery
+from sim.simulated.server import ParameterServer
+from sim.simulated.strategies import STRATEGIES, Context, Strategy
+from sim.training.host_costs import CpuCosts, cpu_costs, load_host
+from sim.training.rules import make_rules
+from sim.training.store import ParameterStore
+from sim.training.workload import build_workload
+
+
+class CountingEnvironment(simpy.Environment):
+    """A SimPy environment that counts the events it processes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events_processed = 0
+
+    def step(self) -> None:
+        self.events_processed += 1
+        super().step()
+
+
+@dataclass
+class Result:
+    summary: dict[str, Any]
+    metrics_csv: str
+    trace: dict[str, Any]
+    config_toml: str
+
+    def files(self) -> dict[str, str]:
+        """The run directory's files (name -> text), as :func:`sim.rundir.write_run` takes."""
+        return {"config.toml": self.config_toml,
+                "summary.json": json.dumps(self.summary, indent=2) + "\n",
+                "metrics.csv": self.metrics_csv,
+                "trace.json": json.dumps(self.trace)}
+
+
+class Simulation(NamedTuple):
+    """A simulation ready to start: ``strategy.start()``, then run ``env`` until ``ctx.done``."""
+
+    env: CountingEnvironment
+    ctx: Context
+    strategy: Strategy
+
+
+def _topology_kwargs(config: Config) -> dict[str, Any]:
+    accepted = topology_options(config.cluster.topology)
+    given = {"oversubscription": config.cluster.oversubscription,
+             "hosts_per_leaf": config.cluster.hosts_per_leaf}
+    return {k: v for k, v in given.items() if k in accepted}
+
+
+def rank_hosts(cluster: Any, ranks: int) -> list[int]:
+    """The host of every rank (workers, then servers)."""
+    return list(cluster.rank_hosts) or [r // cluster.ranks_per_host for r in range(ranks)]
+
+
+def build_hosts(env: simpy.Environment, config: Config, ranks: int,
+                costs: CpuCosts) -> Hosts:
+    """The cores of the cluster's hosts, with every rank placed on one."""
+    cluster = config.cluster
+    placed = rank_hosts(cluster, ranks)
+    shared = any(placed.count(h) > cluster.cores for h in set(placed))
+    # auto, as `sim real` chooses: spin unless ranks share cores with real kernels (with
+    # compute.time_s a gradient is a sleep, and spinning waiters take no CPU from it)
+    kernels = config.compute.time_s is None
+    spin = cluster.wait == "spin" or (cluster.wait == "auto" and not (shared and kernels))
+    host = costs.host
+    return Hosts(env, placed, cluster.cores, host.slice_s, spin, host.poll_spin_s, host.poll_s,
+                 host.notice_s, host.rendezvous_bytes, host.rendezvous_s, host.spin_share,
+                 host.nap_share, idle_waiters=range(cluster.workers, ranks),
+                 notice_base_s=host.notice_base_s, reload_s=host.reload_s,
+                 reload_tau_s=host.reload_tau_s, reload_base_s=host.reload_base_s)
+
+
+def build_simulation(config: Config) -> Simulation:
+    """The environment, the strategy's context and the strategy, ready to start.
+
+    With ``workload.numerics = false`` (a timing profile only) there is no data set and
+    no parameter vector: the run simulates time alone.
+    """
+    cluster, run = config.cluster, config.run
+    workload = build_workload(config)
+    rules = make_rules(config)
+    strategy_cls = STRATEGIES[config.strategy.kind]
+    servers = cluster.servers if rules.uses_servers else 0
+    env = CountingEnvironment()
+    options = {"topology": cluster.topology, "model": cluster.network,
+               **_topology_kwargs(config)}
+    fabric = get_fabric(cluster.fabric)
+    costs = cpu_costs(load_host(cluster.host), fabric)
+    if costs.charged:  # LogGP o is paid on the hosts' cores instead of the wire
+        fabric = dataclasses.replace(fabric, overhead_s=0.0)
+    network = build_network(env, fabric, cluster.workers + servers, **options)
+    hosts = place(network.topology, cluster.workers + servers, cluster.placement)
+    for w in workload.workers:
+        w.host = int(hosts[w.index])
+    recorder = Recorder(lambda: env.now, cluster.workers, run.iterations,
+                        rules.evaluates_after, run.target_loss, run.samples)
+    done = env.event()
+    recorder.on_done = done.succeed
+    cores = build_hosts(env, config, cluster.workers + servers, costs)
+    server = ParameterServer(network, hosts[cluster.workers:],
+                             ParameterStore(rules, workload.params.copy(), config.workload),
+                             cores, cluster.workers, recorder.notes) if servers else None
+    ctx = Context(env, config, network, workload, rules, recorder, done, server,
+                  {**options, "placement": cluster.placement}, cores, costs)
+    strategy = strategy_cls(ctx)
+    model, data = workload.model, workload.data
+    if model is not None:
+        recorder.evaluate = lambda: model.evaluate(strategy.model_of_record(), data.X_test,
+                                                   data.y_test)
+    ctx.recovery = build_recovery(ctx, strategy)
+    return Simulation(env, ctx, strategy)
+
+
+def simulate(config: Config,
+             progress: Callable[[int, float, int], None] | None = None) -> Result:
+    """Run the experiment; a diverged run (NaN/Inf) stops early with ``diverged: true``.
+
+    ``progress(updates_done, simulated_s, samples_used)`` is called after every update. A
+    KeyboardInterrupt (Ctrl-C; :class:`sim.progress.Stopped` for SIGTERM too) stops the run
+    where it is: the result is what it reached, with ``complete: false`` and ``stopped_by``.
+    """
+    env, ctx, strategy = build_simulation(config)
+    recovery = ctx.recovery
+    recorder = ctx.recorder
+    recorder.on_update = progress
+    ctx.network.start_log(config.run.trace_flows, tuple(config.run.trace_window_s or
+                                                        (0.0, math.inf)),
+                          config.run.trace_samples)
+    started = time.perf_counter()
+    stopped_by = None
+    try:
+        strategy.start()
+        recorder.evaluate_now()
+        limit = config.run.time_limit_s
+        stop = None if limit is None else (env.timeout(limit) if recovery is None
+                                           else recovery.limit(limit))
+        until = ctx.done if stop is None else simpy.AnyOf(env, [ctx.done, stop])
+        env.run(until=until)
+        if not recorder.finished:  # stopped by the time limit: evaluate where it stopped
+            recorder.evaluate_now()
+    except NonFiniteError:
+        recorder.diverge()
+    except KeyboardInterrupt as exc:  # the metrics so far are kept; no evaluation now
+        stopped_by = getattr(exc, "signal_name", "SIGINT")
+    except RuntimeError as exc:  # SimPy: no events left before `done`
+        raise RuntimeError(f"simulation stalled at t={env.now:.6g} s after "
+                           f"{recorder.iteration} updates: {exc}") from None
+    wall_s = time.perf_counter() - started
+    extra = {} if stopped_by is None else {"stopped_by": stopped_by}
+    if recovery is not None:
+        extra.update(recovery.finish())
+    summary = recorder.summary(config.run.seed, wall_s, env.events_processed,
+                               complete=stopped_by is None,
+                               strategy=config.strategy.kind, fabric=ctx.network.fabric.name,
+                               workers_n=ctx.n, stragglers=ctx.compute.stragglers,
+                               slowdowns=ctx.compute.slowdown_windows,
+                               compute_time_s=ctx.compute.base_s, **extra,
+                               **strategy.summary_extra())
+    trace = recorder.trace(ctx.network.flow_log, ctx.network.topology.link_name)
+    if recovery is not None:
+        trace = recovery.trace(trace)
+    return Result(summary, recorder.metrics_csv(), trace, dump_config(config))

@@ -1,0 +1,340 @@
+"""Hosts: the cores that ranks' CPU work runs on, shared in time slices.
+
+Every rank (workers first, then server shards) lives on a host with ``cores`` cores. A rank
+is one thread: its CPU tasks run one after another. Ranks that outnumber their host's cores
+take turns in round-robin time slices of ``slice_s``: a task holds a core for at most one
+slice, then queues behind the others (first come, first served). This is how Linux shares
+cores, measured here (2 cores, Linux 6.18 EEVDF): tasks shorter than a slice (~3 ms) run to
+completion in wake-up order, and long ones end together as under processor sharing (k
+tasks of T on c cores all end near k T / c). Round robin covers both; processor sharing is
+its limit for slices much shorter than the tasks.
+
+A waiting rank either spins (MPI busy polling) or sleeps, as ``sim real --wait`` chooses. A
+spinning rank yields between polls (MPICH's blocking wait calls sched_yield), so it holds no
+core against work: it notices what it waits for at once while a core is free of work, else
+when one frees. A sleeping rank polls
+as the real runner's waiter does (:class:`sim.real.executors.rank_clock.Waiter`): it spins
+``poll_spin_s`` first (holding a core), then naps and checks, noticing the event only at
+the end of a nap, every ``poll_s`` (the nap plus the kernel's wake-up latency, measured).
+
+A rank's first task after a gap in its CPU activity (a modelled gradient that sleeps, a
+nap; not a spinning wait) takes longer: it refetches what the idle cores lost
+(:mod:`sim.simulated.core_reload`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator, Sequence
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.simulated.core_reload import Reload
+
+
+class Hosts:
+    """Cores of each host and the thread of each rank. ``rank_hosts[r]`` is rank r's host."""
+
+    def __init__(self, env: simpy.Environment, rank_hosts: Sequence[int], cores: int,
+                 slice_s: float, spin: bool, poll_spin_s: float = 0.0,
+                 poll_s: float = 0.0, notice_s: float = 0.0,
+                 rendezvous_bytes: float = math.inf, rendezvous_s: float = 0.0,
+                 spin_share: float = 0.0, nap_share: float = 0.0,
+                 idle_waiters: Sequence[int] = (), notice_base_s: float = 0.0,
+                 reload_s: float = 0.0, reload_tau_s: float = 0.0,
+                 reload_base_s: float = 0.0) -> None:
+        self.env, self.slice_s = env, slice_s
+        # what gaps in ranks' CPU activity cost their next task (None: nothing)
+        self.reloads = (Reload(env, rank_hosts, cores, reload_s, reload_tau_s, reload_base_s)
+                        if reload_s > 0 or reload_base_s > 0 else None)
+        self.poll_spin_s, self.poll_s = poll_spin_s, poll_s
+        self.notice_base_s, self.notice_s = notice_base_s, notice_s
+        self.rendezvous_bytes, self.rendezvous_s = rendezvous_bytes, rendezvous_s
+        self.rank_hosts = list(rank_hosts)
+        ranks_on = {h: self.rank_hosts.count(h) for h in set(self.rank_hosts)}
+        self.cores = {h: simpy.Resource(env, cores) for h in ranks_on}
+        self.shared = {h: ranks_on[h] > cores for h in ranks_on}  # ranks outnumber cores
+        self.excess = {h: max(ranks_on[h] - cores, 0) for h in ranks_on}
+        # whether any message can need a handshake: spared on every message otherwise
+        self.handshakes = (rendezvous_s > 0 and not spin and poll_s > 0
+                           and any(self.shared.values()))
+        self.threads = [simpy.Resource(env, 1) for _ in self.rank_hosts]
+        self.free_at = [0.0] * len(self.rank_hosts)  # when each rank's thread is next idle
+        self.lingering: dict[int, Any] = {}  # rank -> the core it ran on until now
+        # waiters take a share of the cores they share with work (:meth:`stretch`)
+        self.wait_share = spin_share if spin else nap_share
+        self.working = [False] * len(self.rank_hosts)  # has a task on its thread
+        self.busy = dict.fromkeys(ranks_on, 0)  # ranks with a task, per host
+        self.waiting = dict.fromkeys(ranks_on, 0)  # ranks waiting (spinning or napping)
+        # ranks that wait for messages whenever they have no task (parameter servers)
+        self.idle_waiters = {h: [r for r in idle_waiters if self.rank_hosts[r] == h]
+                             for h in ranks_on}
+        self.spin = spin
+        self.spins_waiting = spin or poll_s <= 0  # waits spin (else: spin, then nap)
+        for rank in idle_waiters:  # a server waits for messages from the start
+            self._rest(rank)
+
+    def run(self, rank: int, seconds: float, woken: bool = False,
+            handshake_s: float = 0.0) -> Generator[simpy.Event, Any, None]:
+        """Run ``seconds`` of CPU work on ``rank``'s thread (after its earlier tasks).
+        ``woken``: the work is handling a message that just arrived, which an idle sleeping
+        rank notices only when it next polls (:meth:`woken_at`). ``handshake_s``: the thread
+        first waits this long in a receive (a rendezvous, :meth:`handshake_s`) on no core."""
+        if seconds <= 0 and handshake_s <= 0:
+            return
+        if woken and (late := self.woken_at(rank) - self.env.now) > 0:
+            self.free_at[rank] = self.env.now + late  # asleep until then: nothing else runs
+            yield self.env.timeout(late)
+        if not self.shared[self.rank_hosts[rank]]:
+            yield from self._run_alone(rank, seconds + handshake_s)
+            return
+        with self.threads[rank].request() as thread:
+            yield thread
+            if handshake_s > 0:
+                yield self.env.timeout(handshake_s)
+            host = self.rank_hosts[rank]
+            seconds += self._task_starts(rank)
+            self._work(rank, host, True)
+            try:
+                yield from self._slices(rank, host, seconds)
+            finally:
+                self._work(rank, host, False)
+                self._rest(rank)
+            self.free_at[rank] = self.env.now
+
+    def _spin(self, rank: int) -> None:
+        """``rank`` spins from now on: it keeps its core (:mod:`sim.simulated.core_reload`)."""
+        if self.reloads:
+            self.reloads.spin(rank)
+
+    def _release(self, rank: int, after_s: float = 0.0) -> None:
+        """``rank`` sleeps from ``after_s`` on (spinning until then): a gap grows."""
+        if self.reloads:
+            self.reloads.idle(rank, after_s)
+
+    def _task_starts(self, rank: int) -> float:
+        """Seconds ``rank``'s task starting now spends reloading after its gaps."""
+        return self.reloads.work(rank) if self.reloads else 0.0
+
+    def _rest(self, rank: int) -> None:
+        """``rank`` waits for what it does next as real ranks wait in MPI: spinning, or
+        spinning ``poll_spin_s`` and then napping."""
+        if self.spins_waiting:
+            self._spin(rank)
+        else:
+            self._release(rank, self.poll_spin_s)
+
+    def sleep(self, rank: int, seconds: float) -> Generator[simpy.Event, Any, None]:
+        """``rank`` sleeps ``seconds`` off its core (a modelled gradient, which the real
+        runner sleeps out), then waits as it waits for messages."""
+        self._release(rank)
+        yield self.env.timeout(seconds)
+        self._rest(rank)
+
+    def _slices(self, rank: int, host: int,
+                seconds: float) -> Generator[simpy.Event, Any, None]:
+        """``seconds`` of work on a shared host's cores, a slice at a time; each slice takes
+        longer by :meth:`stretch` while waiters share the cores."""
+        left = seconds
+        while left > 0:
+            core = yield from self._core(rank, host)
+            ran = min(left, self.slice_s)
+            try:
+                yield self.env.timeout(ran * self.stretch(host))
+            except simpy.Interrupt:
+                self.cores[host].release(core)
+                raise
+            left -= ran
+            if left > 0:  # the slice is over: to the back of the queue
+                self.cores[host].release(core)
+            else:
+                self._linger(rank, host, core)
+
+    def _work(self, rank: int, host: int, working: bool) -> None:
+        self.working[rank] = working
+        self.busy[host] += 1 if working else -1
+
+    def stretch(self, host: int) -> float:
+        """How much longer work takes on ``host`` now than on a core of its own (>= 1).
+
+        Ranks that wait for messages, spinning in MPI (which yields between polls) or
+        napping (waking every poll), still take CPU from work on their core: with k
+        waiters per busy core, work runs 1 + k x ``spin_share`` (or ``nap_share``) times
+        slower (measured: :func:`sim.real.calibration.host.measure_wait_share`). Waiters
+        take the cores that no work uses first."""
+        working = self.busy[host]
+        if not working or not self.wait_share:
+            return 1.0
+        idle = sum(not self.working[r] for r in self.idle_waiters[host])
+        cores = self.cores[host].capacity
+        waiters = max(0, self.waiting[host] + idle - max(0, cores - working))
+        return 1.0 + self.wait_share * waiters / min(working, cores)
+
+    def _core(self, rank: int, host: int) -> Generator[simpy.Event, Any, Any]:
+        """A core of ``host`` for ``rank``: the one it is still on (:meth:`_linger`), else
+        the next free one (first come, first served). Returns the granted request."""
+        core = self.lingering.pop(rank, None)
+        if core is not None:
+            return core
+        core = self.cores[host].request()
+        try:
+            yield core
+        except simpy.Interrupt:
+            core.cancel()
+            raise
+        return core
+
+    def _linger(self, rank: int, host: int, core: Any) -> None:
+        """``rank`` stays on ``core`` for what it does next at this instant (more work, or
+        the spin before a nap), as a Linux thread keeps its CPU until its slice ends or it
+        sleeps; the core is given up if nothing follows at once."""
+        self.lingering[rank] = core
+
+        def give_up(turns: int) -> None:
+            if self.lingering.get(rank) is not core:
+                return
+            if turns:  # the rank's next task first takes a turn to get its thread
+                self.env.timeout(0).callbacks.append(lambda _: give_up(turns - 1))
+                return
+            del self.lingering[rank]
+            self.cores[host].release(core)
+
+        give_up(2)
+
+    def _run_alone(self, rank: int, seconds: float) -> Generator[simpy.Event, Any, None]:
+        """A core of its own: the thread is a FIFO queue, so the task ends ``seconds`` after
+        the rank's earlier tasks (one event, no slices)."""
+        end = max(self.env.now, self.free_at[rank]) + seconds + self._task_starts(rank)
+        self.free_at[rank] = end
+        try:
+            yield self.env.timeout(end - self.env.now)
+        except simpy.Interrupt:
+            if self.free_at[rank] == end:  # cancelled last task: the thread is free now
+                self.free_at[rank] = self.env.now
+                self._rest(rank)
+            raise
+        if self.free_at[rank] == end:  # no later task queued behind it
+            self._rest(rank)
+
+    def wait(self, rank: int, event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
+        """Wait for ``event``; a spinning rank on a shared host holds cores while it waits,
+        a sleeping one polls. Returns the event's value."""
+        event = self._plain(event)
+        host = self.rank_hosts[rank]
+        if not self.spin and self.poll_s > 0:
+            return (yield from self._poll(rank, host, event))
+        self._spin(rank)
+        value = yield from self._waiting(host, event)
+        if self.spin and self.shared[host] and self._all_cores_working(host):
+            # MPICH's blocking wait calls sched_yield between polls (strace: ~10^4 per
+            # 0.5 s), so spinners pass cores among themselves at once and hold none
+            # against work; the spinner notices once a core is free of work
+            with self.cores[host].request() as core:
+                yield core
+        return value
+
+    def _waiting(self, host: int, event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
+        """Wait for ``event``, counted among ``host``'s waiters (:meth:`stretch`) where its
+        ranks share cores. Returns the event's value."""
+        if not self.shared[host]:
+            return (yield event)
+        self.waiting[host] += 1
+        try:
+            return (yield event)
+        finally:
+            self.waiting[host] -= 1
+
+    def _all_cores_working(self, host: int) -> bool:
+        """Whether every core of ``host`` runs a rank's work (spinners hold no cores)."""
+        cores = self.cores[host]
+        return cores.count >= cores.capacity
+
+    def _plain(self, event: simpy.Event) -> simpy.Event:
+        """``event``, or a plain event that follows it if it is a condition (AllOf...):
+        ``condition | timeout`` would flatten it, and its own check would be dropped when
+        the timeout wins (SimPy removes nested conditions' callbacks)."""
+        if not isinstance(event, simpy.events.Condition) or event.callbacks is None:
+            return event
+        plain = self.env.event()
+
+        def follow(done: simpy.Event) -> None:
+            if done.ok:
+                plain.succeed(done.value)
+            else:
+                done.defused = True
+                plain.fail(done.value)
+
+        event.callbacks.append(follow)
+        return plain
+
+    def _poll(self, rank: int, host: int,
+              event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
+        """Spin ``poll_spin_s`` (on a core: on a shared host the one the rank is on, else
+        the queue's next), then nap until the end of the nap in which ``event`` fires."""
+        if event.processed:  # (a timeout is "triggered" as soon as it is made)
+            return (yield event)
+        self._spin(rank)  # before it naps
+        if self.shared[host]:
+            core = yield from self._core(rank, host)
+            yield event | self.env.timeout(self.poll_spin_s)
+            if event.processed:  # noticed while spinning: it goes on on that core
+                self._linger(rank, host, core)
+                return event.value
+            self.cores[host].release(core)
+            self._release(rank)
+            napping_from = self.env.now
+        else:
+            napping_from = self.env.now + self.poll_spin_s
+            self._release(rank, self.poll_spin_s)
+        value = yield from self._waiting(host, event)
+        late = self._noticed(host, napping_from, self.env.now) - self.env.now
+        if late > 0:
+            yield self.env.timeout(late)
+        return value
+
+    def _noticed(self, host: int, napping_from: float, fired: float) -> float:
+        """When a waiter napping since ``napping_from`` notices what happened at ``fired``:
+        the end of that nap; where ranks outnumber the host's cores, ``notice_base_s`` and
+        ``notice_s`` for every rank beyond them later (the nap, then waiting for a core:
+        measured as one)."""
+        if fired <= napping_from:
+            return fired
+        if self.shared[host] and (self.notice_s > 0 or self.notice_base_s > 0):
+            return fired + self.notice_base_s + self.notice_s * self.excess[host]
+        return napping_from + math.ceil((fired - napping_from) / self.poll_s) * self.poll_s
+
+    def woken_at(self, rank: int) -> float:
+        """When an idle ``rank`` that sleeps while it waits notices a message arriving now
+        (now, if it is busy, spinning or spins while it waits)."""
+        now = self.env.now
+        if self.spin or self.poll_s <= 0 or self.free_at[rank] >= now:
+            return now
+        return self._noticed(self.rank_hosts[rank], self.free_at[rank] + self.poll_spin_s,
+                             now)
+
+    def sleeps_shared(self, rank: int) -> bool:
+        """Whether ``rank`` naps while it waits, on a host whose ranks outnumber its cores."""
+        return not self.spin and self.poll_s > 0 and self.shared[self.rank_hosts[rank]]
+
+    def handshake_s(self, src: int, dst: int, nbytes: float) -> float:
+        """The rendezvous of a message of ``nbytes`` from rank ``src`` to ``dst`` beyond the
+        eager limit: its legs wait for napping ranks' polls, ``rendezvous_s`` per rank its
+        ends' hosts have beyond their cores (measured) where either end sleeps on a shared
+        host; 0 otherwise (a spinning peer answers within the wire's latency)."""
+        if not self.handshakes or nbytes <= self.rendezvous_bytes:
+            return 0.0
+        ends = [r for r in (src, dst) if self.sleeps_shared(r)]
+        return max((self.rendezvous_s * self.excess[self.rank_hosts[r]] for r in ends),
+                   default=0.0)
+
+    def slowest_handshake_s(self, src: Any, dst: Any, nbytes: Any) -> float:
+        """The longest :meth:`handshake_s` of messages ``src[i] -> dst[i]`` of
+        ``nbytes[i]`` (arrays, or a scalar end shared by all); 0 for none."""
+        if not self.handshakes:
+            return 0.0
+        src, dst, nbytes = np.broadcast_arrays(src, dst, nbytes)
+        return max((self.handshake_s(int(s), int(d), float(n))
+                    for s, d, n in zip(src.flat, dst.flat, nbytes.flat, strict=True)),
+                   default=0.0)

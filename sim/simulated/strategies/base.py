@@ -1,0 +1,305 @@
+"""What every simulated strategy shares: the run context and the strategy interface.
+
+A strategy here decides *when* things happen (SimPy processes on the simulated network);
+*what* happens (apply, accumulate or drop a push, the pull gate, combining, learning rates)
+is its rules' (:mod:`sim.training.rules`), which the real executor follows too.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+import simpy
+
+from sim.recorder import Recorder
+from sim.simulated.hosts import Hosts
+from sim.simulated.server import REQUEST_BYTES, ParameterServer
+from sim.trace import Facts
+from sim.training.compute_model import ComputeModel
+from sim.training.host_costs import CpuCosts
+from sim.training.messages import LayerCosts
+from sim.training.rules import Rules
+from sim.training.workload import Worker, Workload
+from sim.workloads.models import Model
+
+
+@dataclass
+class Context:
+    """Everything a strategy works with, built by :mod:`sim.simulated.engine`."""
+
+    env: simpy.Environment
+    config: Any  # sim.config.Config
+    network: Any  # FlowNetwork or AnalyticalNetwork
+    workload: Workload
+    rules: Rules
+    recorder: Recorder
+    done: simpy.Event  # fires when the recorder has every update
+    server: ParameterServer | None  # for strategies whose rules use servers
+    network_options: dict[str, Any]  # topology, model, placement...: to rebuild the network
+    hosts: Hosts  # the cores every rank's CPU work runs on (ranks: workers, then servers)
+    cpu: CpuCosts  # seconds of CPU per activity
+    recovery: Any = None  # what the run does about failures (sim.simulated.recovery)
+    # the CPU side of each kind of message to or from the shards (see message_costs)
+    message_memo: dict[tuple, MessageCosts] = field(default_factory=dict, repr=False)
+
+    @property
+    def model(self) -> Model | None:
+        return self.workload.model
+
+    @property
+    def params(self) -> np.ndarray:
+        """The initial parameters."""
+        return self.workload.params
+
+    @property
+    def workers(self) -> list[Worker]:
+        return self.workload.workers
+
+    @property
+    def compute(self) -> ComputeModel:
+        return self.workload.compute
+
+    @property
+    def layers(self) -> LayerCosts:
+        return self.workload.layers
+
+    @property
+    def numerics(self) -> bool:
+        """False: timing only (a profile, no data and no parameters)."""
+        return self.workload.numerics
+
+    @property
+    def n(self) -> int:
+        return len(self.workers)
+
+
+FAILED = "failed"  # the cause of the interrupt that stops a failed worker's loop
+
+
+class Strategy(ABC):
+    """A training strategy: starts its SimPy processes and names its model of record.
+
+    Strategies whose workers loop on their own (the parameter-server ones) start them with
+    :meth:`start_loops`; elastic recovery (:mod:`sim.simulated.elastic_recovery`) then stops a
+    failed worker (:meth:`fail_worker`) and starts it again (:meth:`rejoin_worker`).
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.loops: list[simpy.Process] = []
+
+    def work(self, w: Worker) -> Generator[simpy.Event, Any, None]:
+        """Worker ``w``'s loop, for strategies that :meth:`start_loops`."""
+        raise NotImplementedError(f"{self.name} has no per-worker loop")
+
+    def start_loops(self) -> None:
+        """Start every worker's :meth:`work`."""
+        self.loops = [self.ctx.env.process(self._loop(w)) for w in self.ctx.workers]
+
+    def _loop(self, w: Worker) -> Generator[simpy.Event, Any, None]:
+        try:
+            yield from self.work(w)
+        except simpy.Interrupt as stop:
+            if stop.cause != FAILED:
+                raise
+
+    def fail_worker(self, index: int) -> None:
+        """Worker ``index`` fails now: its loop stops where it is (what it was sending or
+        computing is lost)."""
+        if self.loops[index].is_alive:
+            self.loops[index].interrupt(FAILED)
+
+    def rejoin_worker(self, index: int) -> None:
+        """Worker ``index`` starts again (its loop pulls first)."""
+        self.loops[index] = self.ctx.env.process(self._loop(self.ctx.workers[index]))
+
+    @abstractmethod
+    def start(self) -> None:
+        """Start the SimPy processes that train until ``ctx.recorder.finished``."""
+
+    @abstractmethod
+    def model_of_record(self) -> np.ndarray:
+        """The parameters that evaluations measure."""
+
+    def summary_extra(self) -> dict[str, Any]:
+        """Strategy-specific summary keys (by default the rules', from the servers' state)."""
+        server = self.ctx.server
+        return {} if server is None else self.ctx.rules.summary(server.store)
+
+
+def cpu(ctx: Context, rank: int, kind: str, seconds: float,
+        overlapped: bool = False) -> Generator[simpy.Event, Any, None]:
+    """``seconds`` of CPU work on worker ``rank``'s core, recorded as ``kind``
+    (``overlapped``: beside the worker's compute, as pipelined communication)."""
+    if seconds <= 0:  # nothing to run (the ideal host): no span either, it would be empty
+        return
+    with ctx.recorder.span(rank, kind, overlapped):
+        yield from ctx.hosts.run(rank, seconds)
+
+
+def everyone(ctx: Context, kind: str, seconds: float,
+             overlapped: bool = False) -> Generator[simpy.Event, Any, None]:
+    """Every worker spends ``seconds`` of CPU on ``kind`` (the parts of a collective that
+    run on each rank); ends when the last has."""
+    if seconds <= 0:
+        return
+    env = ctx.env
+    yield simpy.AllOf(env, [env.process(cpu(ctx, w.index, kind, seconds, overlapped))
+                            for w in ctx.workers])
+
+
+def block(ctx: Context, rank: int, kind: str, event: simpy.Event | None,
+          overlapped: bool = False, facts: Facts | None = None,
+          ) -> Generator[simpy.Event, Any, Any]:
+    """Wait for ``event`` (recorded as ``kind``: wire or wait, with ``facts`` for the
+    trace); returns its value. None: nothing to wait for."""
+    if event is None:
+        return None
+    with ctx.recorder.span(rank, kind, overlapped, facts):
+        return (yield from ctx.hosts.wait(rank, event))
+
+
+def prologue(ctx: Context, worker: Worker) -> Generator[simpy.Event, Any, None]:
+    """What ``worker`` does before each gradient: the framework's per-step code and
+    gathering its batch."""
+    yield from cpu(ctx, worker.index, "overhead", ctx.cpu.step_s)
+    yield from cpu(ctx, worker.index, "data",
+                   ctx.cpu.data_s(worker.batch_bytes, worker.batch))
+
+
+def compute(ctx: Context, worker: Worker) -> Generator[simpy.Event, Any, float]:
+    """One step of ``worker``'s loop: :func:`prologue`, then its gradient; returns the
+    gradient's duration (s)."""
+    yield from prologue(ctx, worker)
+    duration = ctx.compute.duration(worker.index, ctx.env.now)
+    if ctx.compute.on_host:
+        yield from cpu(ctx, worker.index, "compute", duration)
+    else:  # a modelled time or an accelerator: no host core
+        with ctx.recorder.span(worker.index, "compute"):
+            yield from ctx.hosts.sleep(worker.index, duration)
+    return duration
+
+
+def push(ctx: Context, worker: Worker, nbytes: float, apply_s: Callable[[float], float],
+         keys: tuple[float, float] = (0.0, 1.0), overlapped: bool = False,
+         layers: tuple[int, int] | None = None,
+         ) -> Generator[simpy.Event, Any, simpy.Event | None]:
+    """``worker`` sends a gradient of ``nbytes`` (for ``keys``, fractions of the vector;
+    ``layers``, first and last, for the trace) to the shards that own them; returns the
+    event of the shards having received and processed it (message CPU + ``apply_s(bytes)``
+    each; None when that costs no CPU): the worker does not wait for that, the update
+    happens then."""
+    server = ctx.server
+    costs = message_costs(ctx, keys, nbytes, apply_s)
+    yield from cpu(ctx, worker.index, "overhead", costs.sender_s, overlapped)
+    facts = Facts("push", nbytes, layers)
+    first = ctx.network.sent
+    delivered = server.push(worker.host, nbytes, keys)
+    facts.sends.extend(range(first, ctx.network.sent))  # the flows' ids on the trace
+    yield from block(ctx, worker.index, "wire", delivered, overlapped, facts)
+    if not costs.shards_busy:  # the servers would take no CPU: nothing to wait for
+        return None
+    return server.process(costs.owners, costs.shard_s, worker.index, costs.owned,
+                          sends=facts.sends)
+
+
+def gradient_pushed(ctx: Context, worker: Worker, params: np.ndarray,
+                    apply_s: Callable[[float], float], waits_as: str,
+                    decoded: np.ndarray) -> Generator[simpy.Event, Any, float | None]:
+    """``worker``'s gradient at ``params``: computed, pushed, waited for (as ``waits_as``)
+    until the servers have processed it, then decoded into ``decoded``. Returns its
+    mini-batch loss, or None when the run finished meanwhile (nothing decoded)."""
+    loss = worker.gradient(params)
+    yield from compute(ctx, worker)
+    message, nbytes = worker.codec.encode(worker.grad)
+    processed = yield from push(ctx, worker, nbytes, apply_s)
+    yield from block(ctx, worker.index, waits_as, processed)
+    if ctx.recorder.finished:
+        return None
+    worker.codec.decode(message, decoded)
+    return loss
+
+
+def pull(ctx: Context, worker: Worker, out: np.ndarray,
+         rows: np.ndarray | None = None) -> Generator[simpy.Event, Any, int]:
+    """``worker`` asks the shards for the parameters (or ``rows``) and copies them into
+    ``out``; each shard answers after the work queued on it. Returns the version read."""
+    server = ctx.server
+    params = server.store.params
+    nbytes = params.nbytes if rows is None else rows.size * params.itemsize
+    costs = message_costs(ctx, (0.0, 1.0), nbytes, None)
+    yield from cpu(ctx, worker.index, "overhead", costs.request_s)
+    facts = Facts("pull", nbytes)
+    with ctx.recorder.span(worker.index, "wire", facts=facts):
+        version = yield from server.pull(worker.host, out, rows,
+                                         costs.shard_s if costs.shards_busy else None,
+                                         lambda reply: ctx.hosts.wait(worker.index, reply),
+                                         sends=facts.sends)
+        facts.version_read = version
+        yield from reply_handshake(ctx, worker.index, costs.parts)
+    yield from cpu(ctx, worker.index, "overhead", costs.sender_s)
+    return version
+
+
+class MessageCosts(NamedTuple):
+    """The CPU side of one kind of message between a worker and the shards (its bytes split
+    over the shards, the host's costs): the same for every such message, so computed once
+    (numpy on a few shards costs more than the rest of a message)."""
+
+    parts: np.ndarray  # bytes per shard (read-only)
+    owners: np.ndarray  # the shards that take part
+    owned: np.ndarray  # their bytes
+    sender_s: float  # the worker's CPU for its messages to (or from) the owners
+    request_s: float  # a pull: the worker's CPU for its requests
+    shard_s: np.ndarray  # each owner's CPU: receiving and applying, or answering a pull
+    shards_busy: bool  # whether any owner spends CPU at all
+
+
+_MESSAGE_KINDS_KEPT = 4096  # sparse batches vary in size: remember the first ones
+
+
+def message_costs(ctx: Context, keys: tuple[float, float], nbytes: float,
+                  apply_s: Callable[[float], float] | None) -> MessageCosts:
+    """The costs of a push of ``nbytes`` for ``keys`` (``apply_s``: a shard's CPU to
+    apply its part) or, with ``apply_s`` None, of a pull of ``nbytes``."""
+    key = (keys, nbytes, apply_s)
+    found = ctx.message_memo.get(key)
+    if found is not None:
+        return found
+    costs = ctx.cpu
+    parts = ctx.server.range_bytes(*keys, nbytes)
+    owners = parts > 0
+    owned = parts[owners]
+    shard_s = (answer_s(costs, owned) if apply_s is None
+               else np.array([costs.message_s(p) + apply_s(p) for p in owned]))
+    found = MessageCosts(parts, owners, owned, float(costs.message_s(owned).sum()),
+                         int(owners.sum()) * costs.message_s(REQUEST_BYTES), shard_s,
+                         bool(np.any(shard_s > 0)))
+    if len(ctx.message_memo) < _MESSAGE_KINDS_KEPT:
+        ctx.message_memo[key] = found
+    return found
+
+
+def reply_handshake(ctx: Context, rank: int,
+                    parts: np.ndarray) -> Generator[simpy.Event, Any, None]:
+    """Worker ``rank`` finishes receiving the shards' ``parts`` (bytes per shard): the
+    largest part's rendezvous, if any (:meth:`sim.simulated.hosts.Hosts.handshake_s`)."""
+    if not ctx.hosts.handshakes:  # no rank sleeps on a shared host (numpy costs ~4 us)
+        return
+    owners = np.flatnonzero(parts > 0)
+    handshake = ctx.hosts.slowest_handshake_s(ctx.server.first_rank + owners, rank,
+                                              parts[owners])
+    if handshake > 0:
+        yield ctx.env.timeout(handshake)
+
+
+def answer_s(costs: CpuCosts, parts: np.ndarray) -> np.ndarray:
+    """Each shard's CPU to answer a pull of ``parts`` bytes from it: receiving the request,
+    then copying out and sending its part."""
+    return costs.message_s(REQUEST_BYTES) + costs.message_s(parts)

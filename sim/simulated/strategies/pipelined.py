@@ -1,0 +1,128 @@
+"""Synchronous strategies whose steps run through the layer-wise pipeline.
+
+The numbers and the timing are kept apart: every worker's gradient for step k+1 is
+computed (on the parameters after step k) when step k's last message lands, and the
+pipeline decides when each layer's compute and each message happen. This is exact
+because a step's backward cannot start before all of the previous step's messages
+have landed (its forward needs every layer).
+
+Summary metrics, over the steps the run completed: C = the slowest worker's compute of
+each step, summed (so waiting for stragglers is not in it: ``straggler_wait_s`` is the mean
+worker's compute short of C); M = ``comm_alone_s``, each message alone on the network, one
+after another, per step, summed; T = ``sim_time_s``. ``iter_s`` = T / steps;
+``exposed_comm_s`` = (T - C) / steps; ``pipelining_ratio`` = M / C;
+``overlap_efficiency`` = (C + M - T) / min(C, M), the share of the shorter of compute and
+communication hidden behind the other, in [0, 1] (clipped: CPU costs of messages beyond
+the wire can make T exceed C + M); ``speedup_vs_none`` = T_none / T, with T_none = C plus
+the whole-gradient message alone per step (1 exactly for ``none``; exact for an allreduce,
+which starts when the slowest worker is done, and an upper bound for parameter servers with
+stragglers, whose early pushes overlap the slowest worker's compute even without
+pipelining). ``comm_s`` stays the
+measured exposed communication of the mean worker, as for every strategy;
+``overlapped_comm_s`` is the communication that ran beside its compute.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from contextlib import AbstractContextManager
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.simulated.pipeline import Pipeline
+from sim.simulated.strategies.base import Strategy, prologue
+from sim.trace import Facts
+from sim.training.messages import Message, StepCosts, plan_messages
+
+UNBOUNDED = 1 << 62  # steps: the run stops on the recorder, not on a step count
+
+
+class PipelinedStrategy(Strategy):
+    """Base: subclasses give the channel, the numerics of a step and the message time."""
+
+    def start_pipeline(self, channel: Any) -> None:
+        ctx = self.ctx
+        strategy = ctx.config.strategy
+        self.layers = ctx.layers
+        self.messages = plan_messages(self.layers.grad_bytes, strategy.pipelining,
+                                      strategy.bucket_bytes)
+        self.slowest_compute_s = 0.0  # sum over steps of the slowest worker's compute
+        self.worker_compute_s = np.zeros(ctx.n)  # each worker's, over the same steps
+        self._step_compute: dict[int, np.ndarray] = {}
+        charged = ctx.cpu.charged  # a host with CPU costs (not the ideal one)
+        on_core = charged and ctx.compute.on_host
+        self.pipe = Pipeline(ctx.env, ctx.n, self.messages, channel, self.costs,
+                             ctx.recorder.add_span, self.step_done,
+                             busy=ctx.hosts.run if on_core else ctx.hosts.sleep,
+                             prologue=self.prologue if charged else None, tag=self.tag)
+        if ctx.numerics:
+            self.compute_gradients()
+        self.pipe.start(UNBOUNDED)
+
+    def tag(self, msg: Message, overlapped: bool) -> AbstractContextManager:
+        """The spans recorded inside are ``msg``'s collective (for the trace)."""
+        facts = Facts("collective", self.message_bytes(msg), (msg.lo, msg.hi))
+        return self.ctx.recorder.tagging(facts, overlapped)
+
+    def prologue(self, worker: int) -> Generator[simpy.Event, Any, None]:
+        yield from prologue(self.ctx, self.ctx.workers[worker])
+
+    def costs(self, worker: int, step: int) -> StepCosts:
+        seconds = self.ctx.compute.duration(worker, self.ctx.env.now)
+        self._step_compute.setdefault(step, np.zeros(self.ctx.n))[worker] = seconds
+        return self.layers.split(seconds)
+
+    def step_done(self, step: int) -> None:
+        compute = self._step_compute.pop(step, np.zeros(self.ctx.n))
+        self.slowest_compute_s += float(compute.max())
+        self.worker_compute_s += compute
+        loss = self.apply_step(step) if self.ctx.numerics else math.nan
+        for w in self.ctx.workers:
+            w.clock = step + 1
+        self.ctx.recorder.update(-1, step + 1, step, 0, loss,
+                                 self.ctx.n * self.ctx.config.workload.batch)
+        if self.ctx.recorder.finished:
+            self.pipe.stopped = True
+        elif self.ctx.numerics:
+            self.compute_gradients()
+
+    def compute_gradients(self) -> None:
+        """Every worker's gradient at the current parameters (numerics of the next step)."""
+        self.losses = [w.gradient(self.model_of_record()) for w in self.ctx.workers]
+
+    def apply_step(self, step: int) -> float:
+        """Apply the step's update (the messages have all landed); returns the mean loss."""
+        raise NotImplementedError
+
+    def alone_s(self, msg: Message) -> float:
+        """Seconds ``msg`` takes alone on an idle network."""
+        raise NotImplementedError
+
+    def message_bytes(self, msg: Message) -> int:
+        """Bytes on the wire for ``msg`` (smaller when compressed)."""
+        return msg.nbytes
+
+    def summary_extra(self) -> dict[str, Any]:
+        rec, steps = self.ctx.recorder, max(1, self.ctx.recorder.iteration)
+        C = self.slowest_compute_s
+        M = steps * sum(self.alone_s(m) for m in self.messages)
+        T = float(self.ctx.env.now)
+        mode = self.ctx.config.strategy.pipelining
+        whole = plan_messages(self.layers.grad_bytes, "none", 0)[0]
+        T_none = T if mode == "none" else C + steps * self.alone_s(whole)
+        hidden = (C + M - T) / min(C, M) if min(C, M) > 0 else None
+        return {"pipelining": mode,
+                "priority": self.ctx.config.strategy.priority,
+                "messages_per_step": len(self.messages),
+                "timing": self.layers.source + ("" if self.ctx.numerics else " (timing only)"),
+                "comm_alone_s": M,
+                "overlapped_comm_s": float(rec.overlapped_s.mean()),
+                "straggler_wait_s": C - float(self.worker_compute_s.mean()),
+                "iter_s": T / steps,
+                "exposed_comm_s": (T - C) / steps,
+                "pipelining_ratio": M / C if C > 0 else None,
+                "overlap_efficiency": None if hidden is None else min(1.0, max(0.0, hidden)),
+                "speedup_vs_none": T_none / T if T > 0 else None}

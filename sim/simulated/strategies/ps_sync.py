@@ -1,0 +1,220 @@
+"""Synchronous training through parameter servers: ``bsp-ps`` and ``backup``.
+
+``bsp-ps``: every worker computes its gradient and pushes it; once every worker has
+pushed, the servers average the gradients in worker order, step the parameters and send
+them back, and the next step's forward begins. It runs through the layer-wise pipeline
+(:mod:`sim.simulated.pipeline`), so ``strategy.pipelining`` can push each layer or bucket
+as soon as backprop has produced it.
+
+``backup`` (Chen et al. 2016, "Revisiting distributed synchronous SGD"): each worker loops
+pull, compute, push; a step closes as soon as N - b gradients read at its version have
+arrived, and the workers whose gradients it used pull once it has. A worker still
+computing then finishes and pushes (its gradient is dropped on arrival as stale) before it
+pulls, as TensorFlow's SyncReplicasOptimizer does; with ``strategy.late_gradients =
+"cancel"`` it is interrupted when the step closes and pulls at once.
+
+When a step closes, how its gradients are combined, what happens to late ones and when a
+worker may pull are the rules' (:class:`sim.training.rules.BSPPS`,
+:class:`~sim.training.rules.Backup`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.network.simulate import build_network
+from sim.network.topology import place
+from sim.recorder import UpdateRecord
+from sim.simulated.pipeline import ParameterServerChannel
+from sim.simulated.server import REQUEST_BYTES, ParameterServer
+from sim.simulated.strategies.base import (
+    FAILED,
+    Strategy,
+    answer_s,
+    cpu,
+    gradient_pushed,
+    pull,
+    push,
+    reply_handshake,
+)
+from sim.simulated.strategies.pipelined import PipelinedStrategy
+from sim.trace import Facts
+from sim.training.messages import Message, message_slice
+from sim.training.workload import Worker
+
+
+class Backup(Strategy):
+    """Synchronous SGD with b backup workers: each step uses the first N - b gradients."""
+
+    name = "backup"
+
+    def start(self) -> None:
+        ctx = self.ctx
+        self.store = ctx.server.store
+        self.replicas = [np.zeros(ctx.model.size) for _ in ctx.workers]
+        self.decoded = np.zeros(ctx.model.size)  # the store keeps its own copy
+        self.closed = ctx.env.event()  # fires when the step in progress closes
+        self.start_loops()
+
+    def model_of_record(self) -> np.ndarray:
+        return self.store.params
+
+    def work(self, w: Worker) -> Generator[simpy.Event, Any, None]:
+        """``w``'s loop, one gradient (or one wait for its step to close) a round."""
+        while not self.ctx.recorder.finished:
+            try:
+                yield from self.round(w)
+            except simpy.Interrupt as stop:
+                if stop.cause == FAILED:
+                    raise
+                # cancelled: the step closed without this worker; it pulls again
+
+    def fail_worker(self, index: int) -> None:
+        """Without the dead worker the gradients arrived may be enough to close the step."""
+        super().fail_worker(index)
+        store = self.store
+        if store.arrived and self.ctx.rules.step_full(store):
+            self.close(self.ctx.rules.close(store))
+
+    def round(self, w: Worker) -> Generator[simpy.Event, Any, None]:
+        ctx, rec = self.ctx, self.ctx.recorder
+        if not self.store.may_pull(w.index):  # its gradient waits in the open step
+            with rec.span(w.index, "wait"):
+                yield self.closed
+            return
+        version = yield from pull(ctx, w, self.replicas[w.index])
+        loss = yield from gradient_pushed(ctx, w, self.replicas[w.index], ctx.cpu.reduce_s,
+                                          "wait", self.decoded)
+        if loss is None:
+            return
+        update = self.store.push(w.index, self.decoded, version, loss)  # None: kept or dropped
+        if update is not None:  # this gradient closed the step
+            self.close(update)
+
+    def close(self, update: UpdateRecord) -> None:
+        """The step closed: the workers left out are cancelled if the rules say so, the
+        ones waiting go on, and the update is recorded."""
+        ctx = self.ctx
+        for w in ctx.workers:
+            w.clock = int(self.store.clocks[w.index])
+        if ctx.rules.cancels_late:
+            for w in ctx.workers:
+                if w.index not in self.store.last_step and self.loops[w.index].is_alive:
+                    self.loops[w.index].interrupt("step closed")
+        closed, self.closed = self.closed, ctx.env.event()
+        closed.succeed(update)
+        ctx.recorder.record(update)
+
+
+class BSPPS(PipelinedStrategy):
+    """Synchronous SGD through sharded parameter servers: push, barrier, pull."""
+
+    name = "bsp-ps"
+
+    def start(self) -> None:
+        ctx = self.ctx
+        self.total = np.zeros(ctx.params.size)
+        self.compressed_bytes: int | None = None
+        offsets = np.concatenate([[0], np.cumsum(ctx.layers.grad_bytes)])
+        self.key_edges = offsets / offsets[-1]  # layer boundaries as fractions of the keys
+        self.alone: dict[tuple[int, int], float] = {}
+        self.start_pipeline(ParameterServerChannel(ctx.env, ctx.config.strategy.priority,
+                                                   self.push, self.apply_message, self.pull))
+
+    def model_of_record(self) -> np.ndarray:
+        return self.ctx.server.store.params
+
+    def keys(self, msg: Message) -> tuple[float, float]:
+        return float(self.key_edges[msg.lo]), float(self.key_edges[msg.hi + 1])
+
+    def message_bytes(self, msg: Message) -> int:
+        return self.compressed_bytes if self.compressed_bytes is not None else msg.nbytes
+
+    def compute_gradients(self) -> None:
+        """The gradients, each replaced by what the servers receive (decoded, if compressed)."""
+        super().compute_gradients()
+        if self.ctx.config.strategy.compression != "none":
+            for w in self.ctx.workers:
+                message, self.compressed_bytes = w.codec.encode(w.grad)
+                w.codec.decode(message, w.grad)
+
+    def push(self, w: int, msg: Message) -> Generator[simpy.Event, Any, None]:
+        """Worker ``w`` sends the message; each shard receives its part and adds it to the
+        step's sum (on its core, queued behind earlier work). After its last message of
+        the step the worker sends its (held) pull request."""
+        ctx, worker, lapped = self.ctx, self.ctx.workers[w], self.pipe.overlapped
+        yield from push(ctx, worker, self.message_bytes(msg), ctx.cpu.reduce_s,
+                        self.keys(msg), lapped, (msg.lo, msg.hi))
+        if msg.lo == 0:
+            shards = int(np.count_nonzero(ctx.server.share))
+            yield from cpu(ctx, w, "overhead", shards * ctx.cpu.message_s(REQUEST_BYTES),
+                           lapped)
+
+    def pull(self, w: int, msg: Message) -> Generator[simpy.Event, Any, None]:
+        """Each shard answers ``w``'s held request with its part of the message's layers
+        (uncompressed), after the work queued on its core; ``w`` receives them."""
+        ctx, server, costs = self.ctx, self.ctx.server, self.ctx.cpu
+        keys, lapped = self.keys(msg), self.pipe.overlapped
+        parts = server.range_bytes(*keys, msg.nbytes)
+        owners = parts > 0
+        facts = Facts("pull", msg.nbytes, (msg.lo, msg.hi))
+        with ctx.recorder.span(w, "wire", lapped, facts):
+            served = server.process(owners, answer_s(costs, parts[owners]), what="pull")
+            if served is not None:
+                yield served
+            yield from ctx.hosts.wait(w, server.send_range(ctx.workers[w].host, *keys,
+                                                           msg.nbytes, facts.sends))
+            yield from reply_handshake(ctx, w, parts)
+        yield from cpu(ctx, w, "overhead", float(costs.message_s(parts[owners]).sum()),
+                       lapped)
+
+    def apply_message(self, step: int, msg: Message) -> None:
+        """The servers average the message's layers over the workers and step them (each
+        shard's update of its part is queued on its core before it answers pulls)."""
+        ctx = self.ctx
+        parts = ctx.server.range_bytes(*self.keys(msg), msg.nbytes)
+        costs = ctx.cpu  # the mean (a pass at the summing rate), then the step
+        ctx.server.process(parts > 0, np.array([costs.reduce_s(p) + costs.update_s(p)
+                                                for p in parts[parts > 0]]), what="apply")
+        if not ctx.numerics:
+            return
+        keys = message_slice(msg, ctx.model)
+        mean = ctx.rules.mean([w.grad[keys] for w in ctx.workers], self.total[keys])
+        ctx.server.store.sgd.step(mean, ctx.rules.lr(0), keys)
+
+    def apply_step(self, step: int) -> float:
+        self.ctx.server.store.version += 1
+        return float(np.mean(self.losses))
+
+    def alone_s(self, msg: Message) -> float:
+        """Every worker pushes ``msg`` at once, then the servers send it back to all.
+
+        Pipelined steps also overlap one message's pull with the next one's push (opposite
+        link directions), so with several messages T can beat this M and
+        overlap_efficiency can exceed 1.
+        """
+        if (msg.lo, msg.hi) not in self.alone:
+            ctx = self.ctx
+            env = simpy.Environment()
+            options = dict(ctx.network_options)
+            placement = options.pop("placement")
+            n_hosts = ctx.n + len(ctx.server.hosts)
+            network = build_network(env, ctx.network.fabric, n_hosts, **options)
+            hosts = place(network.topology, n_hosts, placement)
+            server = ParameterServer(network, hosts[ctx.n:], ctx.server.store)
+            server.share, server.edges = ctx.server.share, ctx.server.edges
+            keys = self.keys(msg)
+
+            def exchange() -> Generator[simpy.Event, Any, None]:
+                yield simpy.AllOf(env, [server.push_range(h, *keys, self.message_bytes(msg))
+                                        for h in hosts[:ctx.n]])
+                yield simpy.AllOf(env, [server.send_range(h, *keys, msg.nbytes)
+                                        for h in hosts[:ctx.n]])
+
+            env.run(env.process(exchange()))
+            self.alone[msg.lo, msg.hi] = float(env.now)
+        return self.alone[msg.lo, msg.hi]

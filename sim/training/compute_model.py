@@ -1,0 +1,130 @@
+"""Compute-time model: how long a worker takes for one gradient, in simulated seconds.
+
+time = (FLOPs / device rate + per-call overhead), or a fixed ``compute.time_s``;
+times a noise factor of mean 1 (constant, exponential, shifted exponential or lognormal),
+times the
+straggler slowdown of the worker, times any named slowdown active when the
+gradient starts. Every worker draws from its own generator, spawned from the
+run's seed, so a worker's draws do not depend on how events interleave.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.calibrated import preset_or_path, read_profile
+from sim.rundir import write_atomic
+
+PROFILE_FORMAT = "sgd-lab.device-profile/1"
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    flops_per_s: float  # sustained rate on the training kernels
+    overhead_s: float  # fixed cost per gradient (kernel launches, framework)
+    source: str
+    on_host: bool = False  # the gradient runs on a host core (a CPU device)
+
+
+DEVICES: dict[str, Device] = {
+    # Measured here: `python -m sim bench kernels`, fused logistic regression, n=64, d=1000,
+    # float64 (the simulator's dtype): 4 n d = 256 kFLOP in 12.2 us = 21 GFLOP/s on one AMD
+    # EPYC (Zen 4) core, 2026-11-22 (8.7 us in float32); the per-call cost is the Python
+    # wrapper's ~3.5 us.
+    "cpu-core": Device("cpu-core", 21e9, 3.5e-6, "measured here (bench kernels, float64)",
+                       True),
+    # NVIDIA V100 SXM2 datasheet: 15.7 TFLOP/s FP32 peak; ~10 us of kernel launches per step.
+    "v100": Device("v100", 15.7e12, 10e-6, "NVIDIA V100 datasheet (FP32 peak)"),
+    # NVIDIA A100 SXM datasheet: 19.5 TFLOP/s FP32 peak (156 TF32 with tensor cores).
+    "a100": Device("a100", 19.5e12, 10e-6, "NVIDIA A100 datasheet (FP32 peak)"),
+    # NVIDIA H100 SXM datasheet: 67 TFLOP/s FP32 peak.
+    "h100": Device("h100", 67e12, 10e-6, "NVIDIA H100 datasheet (FP32 peak)"),
+}
+
+
+def load_device(spec: str) -> Device:
+    """A preset name or ``calibrated:PATH`` (JSON: flops_per_s, overhead_s). Raises ValueError."""
+    preset, path = preset_or_path(spec, DEVICES, "device")
+    if path is None:
+        return preset
+    data = read_profile(path, PROFILE_FORMAT, "device profile")
+    try:
+        rate, overhead = float(data["flops_per_s"]), float(data.get("overhead_s", 0.0))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"device profile {path}: {exc}") from None
+    if not (rate > 0 and overhead >= 0):
+        raise ValueError(f"device profile {path}: need flops_per_s > 0 and overhead_s >= 0")
+    return Device(data.get("name", path.stem), rate, overhead, data.get("source", str(path)),
+                  on_host=bool(data.get("on_host", True)))  # calibrate measures this CPU
+
+
+def save_device_profile(path: str | Path, flops_per_s: float, overhead_s: float,
+                        source: str, **extra: object) -> None:
+    """Write a device profile that ``compute.device = "calibrated:PATH"`` reads."""
+    data = {"format": PROFILE_FORMAT, "flops_per_s": flops_per_s, "overhead_s": overhead_s,
+            "source": source, **extra}
+    write_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+
+
+# name -> factor(rng, compute config), each of mean 1
+NOISE: dict[str, Callable[[np.random.Generator, Any], float]] = {
+    "constant": lambda rng, cfg: 1.0,
+    # can take almost no time: below the FLOP limit of the device
+    "exponential": lambda rng, cfg: rng.exponential(1.0),
+    # a fixed minimum (the work itself) plus an exponential tail (interference): Dutta et
+    # al. 2018, "Slow and stale gradients can win the race", Sec. 5
+    "shifted-exponential": lambda rng, cfg: cfg.shift + rng.exponential(1.0 - cfg.shift)
+    if cfg.shift < 1 else 1.0,
+    "lognormal": lambda rng, cfg: rng.lognormal(-cfg.sigma ** 2 / 2, cfg.sigma),
+}
+
+
+class ComputeModel:
+    """Seconds per gradient for each worker (see the module docstring)."""
+
+    def __init__(self, cfg, flops_per_gradient: float, workers: int, seed: int) -> None:
+        self.device = load_device(cfg.device)
+        self.base_s = cfg.time_s if cfg.time_s is not None else (
+            self.device.overhead_s + flops_per_gradient / self.device.flops_per_s)
+        self.noise, self.cfg = NOISE[cfg.distribution], cfg
+        streams = np.random.SeedSequence([seed, 0xC0FFEE]).spawn(workers + 1)
+        self.rngs = [np.random.default_rng(s) for s in streams[:workers]]
+        chooser = np.random.default_rng(streams[-1])
+        slow = chooser.choice(workers, int(round(cfg.straggler_fraction * workers)),
+                              replace=False)
+        self.factor = np.ones(workers)
+        self.factor[slow] = cfg.straggler_slowdown
+        self.slowdowns = cfg.slowdowns
+        # a modelled compute.time_s is a sleep on real ranks, not CPU work
+        self.on_host = self.device.on_host and cfg.time_s is None
+
+    @property
+    def stragglers(self) -> list[int]:
+        """The workers ever slowed: the fixed stragglers and the named slowdowns'."""
+        return sorted({window["worker"] for window in self.slowdown_windows})
+
+    @property
+    def slowdown_windows(self) -> list[dict[str, Any]]:
+        """Every slowdown as {worker, factor, start_s, end_s (None: to the end)}: the fixed
+        stragglers' for the whole run, then compute.slowdowns' (factor 1 changes nothing)."""
+        fixed = [{"worker": w, "factor": float(self.factor[w]), "start_s": 0.0, "end_s": None}
+                 for w in np.flatnonzero(self.factor > 1).tolist()]
+        named = [{"worker": s.worker, "factor": s.factor, "start_s": s.start_s,
+                  "end_s": s.end_s} for s in self.slowdowns if s.factor > 1]
+        return fixed + named
+
+    def duration(self, worker: int, now: float) -> float:
+        """Seconds for worker's next gradient, starting at simulated time ``now``."""
+        t = self.base_s * self.noise(self.rngs[worker], self.cfg) * self.factor[worker]
+        for slow in self.slowdowns:
+            if slow.worker == worker and slow.start_s <= now and (
+                    slow.end_s is None or now < slow.end_s):
+                t *= slow.factor
+        return t

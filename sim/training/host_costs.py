@@ -1,0 +1,225 @@
+"""CPU costs of a rank's activities besides its gradient: host profiles and their presets.
+
+A real rank does more than compute gradients (Li et al., OSDI 2014, size parameter servers
+by CPU for this reason): it gathers its mini-batch rows, applies updates, copies messages in
+and out of buffers, runs its framework's code around every message and every step, and a
+server sums and applies every push it receives. Each costs CPU time on the rank's core:
+
+    data     = rows x copy_row_s + batch bytes gathered / copy_Bps
+    update   = parameter bytes / update_Bps            (an SGD step over those parameters)
+    reduce   = bytes summed / reduce_Bps               (gamma of Thakur, Rabenseifner and
+                                                        Gropp 2005: gamma = 1 / reduce_Bps)
+    message  = message_s + stack_s + bytes / message_Bps (+ bytes / stack_Bps)  at each end
+    step     = step_s                                  (the framework, once per update)
+
+``message_s`` and ``message_Bps`` are the host's (Python, MPI library, buffer copies beyond
+what the wire's bandwidth already charges); data, update and reduce also have a constant per
+call (``*_call_s``: Python around the kernel);
+``stack_s`` and ``stack_Bps`` are the fabric's network stack on the CPU (LogGP's o:
+Alexandrov et al. 1995): a TCP socket costs a system call per message and a kernel copy per
+byte, RDMA verbs post a work request and copy nothing. The wire (alpha + n beta) stays the
+network's.
+
+A host profile is a preset name or ``calibrated:PATH`` (JSON written by ``sim calibrate``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.calibrated import preset_or_path, read_profile
+from sim.rundir import write_atomic
+
+PROFILE_FORMAT = "sgd-lab.host-profile/1"
+
+
+@dataclass(frozen=True)
+class HostProfile:
+    """CPU rates and constants of one core of a host. Raises ValueError when out of range."""
+
+    name: str
+    copy_Bps: float  # memcpy of a message or of batch rows, bytes/s
+    update_Bps: float  # an SGD step over parameters, parameter bytes/s
+    reduce_Bps: float  # a += b over gradients, bytes of b/s (1 / gamma)
+    message_s: float  # framework and MPI-library code per message, at each end
+    step_s: float  # framework code per update (loop, bookkeeping)
+    slice_s: float  # the scheduler's time slice when ranks share a core
+    # a sleeping waiter (sim real --wait sleep) spins poll_spin_s, then naps: it notices what
+    # it waits for at the end of a nap, every poll_s (the nap and the wake-up after it)
+    poll_spin_s: float = 0.0
+    poll_s: float = 0.0
+    message_Bps: float = math.inf  # a message's bytes on each end's CPU, beyond the wire
+    copy_call_s: float = 0.0  # the constant of each gather (a call into numpy)
+    copy_row_s: float = 0.0  # each row a gather fetches (a random access into the data set)
+    update_call_s: float = 0.0  # the constant of each SGD step (Python around the kernel)
+    reduce_call_s: float = 0.0  # the constant of each sum
+    source: str = ""
+    # a sleeping rank on a host whose ranks outnumber its cores notices a message
+    # notice_base_s + notice_s per rank beyond the cores after it arrives (its nap, then a
+    # core); a message over
+    # rendezvous_bytes (the MPI library's eager limit) needs a handshake first (LogGPS's
+    # synchronisation: Ino, Fujimoto and Hagihara 2001): rendezvous_s longer per rank
+    # beyond the cores, for such sleeping ranks
+    notice_s: float = 0.0
+    rendezvous_bytes: float = math.inf
+    rendezvous_s: float = 0.0
+    # ranks waiting for messages take CPU from work on their core: beside k waiters per
+    # core work runs 1 + k x spin_share (spinning in MPI) or nap_share (napping) times
+    # slower, measured
+    spin_share: float = 0.0
+    nap_share: float = 0.0
+    notice_base_s: float = 0.0
+    # a rank's first CPU work after a gap of t > 0 in its CPU activity (a sleep, a nap)
+    # reloads what the gap displaced from its caches: reload_base_s + reload_s x (1 -
+    # exp(-t / reload_tau_s)) longer (Thiebaut and Stone 1987's reload transient), measured
+    reload_s: float = 0.0
+    reload_tau_s: float = 0.0
+    reload_base_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("copy_Bps", "update_Bps", "reduce_Bps", "slice_s", "message_Bps",
+                     "rendezvous_bytes"):
+            value = getattr(self, name)
+            if not value > 0:  # also refuses NaN; inf: free
+                raise ValueError(f"host profile {self.name!r}: {name} must be > 0, got {value}")
+        for name in ("message_s", "step_s", "poll_spin_s", "poll_s", "copy_call_s",
+                     "copy_row_s", "update_call_s", "reduce_call_s", "notice_s",
+                     "rendezvous_s", "spin_share", "nap_share", "notice_base_s",
+                     "reload_s", "reload_tau_s", "reload_base_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "
+                                 f"got {value}")
+        if self.reload_s > 0 and not self.reload_tau_s > 0:
+            raise ValueError(f"host profile {self.name!r}: reload_tau_s must be > 0 when "
+                             f"reload_s is, got {self.reload_tau_s}")
+
+
+INF = math.inf
+HOSTS: dict[str, HostProfile] = {
+    # No CPU costs and a core for every rank: the model before hosts existed. Closed-form
+    # network and strategy tests use it.
+    "ideal": HostProfile("ideal", INF, INF, INF, 0.0, 0.0, 3e-3, source="no CPU costs"),
+    # One core of this machine (2-core AMD EPYC VM, Linux 6.18), measured here on
+    # 2026-11-23 by `sim calibrate --concurrency 2` through the real runner's code paths:
+    # batch gather 1.6 us + 0.25 us per row + bytes at 13.1 GB/s from data sets larger than
+    # the caches (fit within 19%); from an earlier run (load 0.9, 99.9% of a core): SGD step
+    # 37.6 GB/s + 5.9 us (9%), sum 44.4 GB/s + 1.8 us (7%); a message 3.6 us, of which
+    # 1.9 us is the shared-memory fabric's o, and 5.2 GB/s per byte, of which 7.8 GB/s is
+    # that fabric's bandwidth (the rest: 15.9 GB/s); 9.1 us of loop per update (asp); a
+    # 20 us nap takes 41 us. The message fit varies most between runs (up to 50% off under
+    # load). The time slice: k busy processes on 2 cores end together (processor sharing)
+    # from ~20 ms of work up, and run to completion in wake-up order below ~3 ms (EEVDF).
+    "epyc-core": HostProfile("epyc-core", copy_Bps=13.1e9, update_Bps=37.6e9,
+                             reduce_Bps=44.4e9, message_s=1.76e-6, step_s=9.1e-6,
+                             slice_s=3e-3, poll_spin_s=50e-6, poll_s=41e-6,
+                             message_Bps=15.9e9, copy_call_s=1.6e-6, copy_row_s=0.25e-6,
+                             update_call_s=5.9e-6, reduce_call_s=1.8e-6,
+                             source="measured here (sim calibrate, 2026-11-23, 2-core EPYC "
+                                    "VM)"),
+}
+
+
+def load_host(spec: str) -> HostProfile:
+    """A preset name or ``calibrated:PATH``. Raises ValueError naming the missing key."""
+    preset, path = preset_or_path(spec, HOSTS, "host profile")
+    if path is None:
+        return preset
+    data = read_profile(path, PROFILE_FORMAT, "host profile")
+    values: dict[str, Any] = {"name": str(data.get("name", path.stem)),
+                              "source": str(data.get("source", path))}
+    for f in fields(HostProfile):
+        if f.name in values:
+            continue
+        if f.name not in data:
+            raise ValueError(f"host profile {path}: missing key {f.name!r}")
+        try:
+            values[f.name] = float(data[f.name])
+        except (TypeError, ValueError):
+            raise ValueError(f"host profile {path}: {f.name} must be a number, "
+                             f"got {data[f.name]!r}") from None
+    return HostProfile(**values)
+
+
+def save_host_profile(path: str | Path, profile: HostProfile, **extra: Any) -> None:
+    """Write a profile that ``cluster.host = "calibrated:PATH"`` reads (``extra``: how it was
+    measured: fits, errors, samples)."""
+    data = {"format": PROFILE_FORMAT, **asdict(profile), **extra}
+    write_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+
+
+def cpu_costs(host: HostProfile, fabric: Any) -> CpuCosts:
+    """The costs of ``host`` with ``fabric``'s network stack (LogGP o per message, its
+    per-byte copies) moved onto the CPU; the ideal host pays nothing at all."""
+    if host is HOSTS["ideal"]:
+        return CpuCosts(host)
+    return CpuCosts(host, fabric.overhead_s, fabric.stack_Bps)
+
+
+@dataclass(frozen=True)
+class CpuCosts:
+    """Seconds of CPU per activity for a host profile and a fabric's network stack."""
+
+    host: HostProfile
+    stack_s: float = 0.0  # the fabric's per-message CPU cost at each end
+    stack_Bps: float = INF  # the fabric's per-byte CPU cost at each end, as a rate
+
+    def data_s(self, nbytes: float, rows: int = 0) -> float:
+        """Gathering ``rows`` mini-batch rows of ``nbytes`` in all."""
+        return self.host.copy_call_s + rows * self.host.copy_row_s + nbytes / self.host.copy_Bps
+
+    def update_s(self, nbytes: float) -> float:
+        """An SGD step over ``nbytes`` of parameters."""
+        return self.host.update_call_s + nbytes / self.host.update_Bps
+
+    def reduce_s(self, nbytes: float) -> float:
+        """Summing ``nbytes`` of gradient into an accumulator (gamma * n, plus the call)."""
+        return self.host.reduce_call_s + nbytes / self.host.reduce_Bps
+
+    def message_s(self, nbytes: float) -> float:
+        """Sending or receiving one message of ``nbytes`` (each end pays this)."""
+        return (self.host.message_s + self.stack_s + nbytes / self.host.message_Bps
+                + nbytes / self.stack_Bps)
+
+    def round_s(self, rnd: Any, endpoints: int,
+                itemsize: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """CPU seconds of each endpoint in one round of a collective (a
+        :class:`sim.network.schedule.Round` of ``itemsize``-byte elements): posting what it
+        sends, and receiving what it gets, plus summing it in ``SUM`` rounds (Thakur et
+        al.'s gamma term)."""
+        nbytes = rnd.count * itemsize
+        each = self.message_s(nbytes)
+        received = each + (self.reduce_s(nbytes) if rnd.op == "sum" else 0.0)
+        return (np.bincount(rnd.src, each, endpoints),
+                np.bincount(rnd.dst, received, endpoints))
+
+    def collective_s(self, schedule: Any, itemsize: float) -> float:
+        """CPU seconds of a collective on its busiest path: a round ends with its slowest
+        endpoint (:meth:`round_s`; (p - 1) / p n gamma of summing for the ring).
+        ``schedule``: :class:`sim.network.schedule.Schedule`, ``itemsize``: bytes per
+        element on the wire."""
+        if self.host is HOSTS["ideal"]:
+            return 0.0
+        total = 0.0
+        for r in range(schedule.n_rounds):
+            rnd = schedule.round(r)
+            if len(rnd):
+                sent, received = self.round_s(rnd, schedule.n_endpoints, itemsize)
+                total += float((sent + received).max())
+        return total
+
+    @property
+    def step_s(self) -> float:
+        return self.host.step_s
+
+    @property
+    def charged(self) -> bool:
+        """True: ranks pay CPU costs (any host but the ideal one); LogGP o is then paid on
+        the CPU, so the wire must not charge it again."""
+        return self.host is not HOSTS["ideal"]
