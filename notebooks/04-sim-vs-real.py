@@ -116,9 +116,10 @@ plt.show()
 # drops whichever gradient comes last) the curves differ a little.
 
 # %%
-from sim.config import load_config
 from sim.rundir import write_run
 from sim.simulated.engine import simulate as simulate_run
+from sim.training.checks import load_config
+from sim.training.strategies import row_of
 
 config_path = EXPERIMENTS / CONFIG
 reports = {}
@@ -126,7 +127,8 @@ for kind in STRATEGIES:
     base = [f"strategy.kind={kind}", "cluster.workers=2", f"run.iterations={ITERATIONS}",
             f"run.target_loss={TARGET_LOSS}"]
     calibrated = [*base, f"cluster.fabric={FABRIC}", f"compute.device={DEVICE}"]
-    ranks = 2 if kind == "bsp" else 3  # the parameter-server strategies add a server rank
+    job = load_config(config_path, calibrated)
+    ranks = row_of(job).ranks(job)  # the workers, and a server rank for the PS strategies
     on_this_machine = [*calibrated, f"cluster.host={HOST}", f"cluster.cores={os.cpu_count()}",
                        f"cluster.ranks_per_host={ranks}"]
     for name, overrides in (("preset", base), ("calibrated", on_this_machine)):

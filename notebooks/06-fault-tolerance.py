@@ -96,10 +96,10 @@ pd.DataFrame({"tau_s": study.tau_s,
 # %%
 import json
 
-from sim.config import load_config
 from sim.plots import plot_gantt
 from sim.rundir import write_run
 from sim.simulated.engine import simulate
+from sim.training.checks import load_config
 
 timeline_overrides = ["run.iterations=40", "faults.mtbf_s=1e15", "checkpoint.every_steps=10",
                       "run.eval_every=5"]

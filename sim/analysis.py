@@ -38,6 +38,7 @@ from sim import seeds
 from sim.errors import UserError
 from sim.results import Run, Sweep, as_runs
 from sim.seeds import config_keys
+from sim.training.strategies import STRATEGIES
 
 PathLike = str | Path
 #: What the functions that read runs accept: a run or sweep directory, a Run, a list of
@@ -82,11 +83,9 @@ def strategy_label(config: Mapping[str, Any]) -> str:
     ``backup b=4`` (the ssp bound and the backup count are part of the name)."""
     strategy = config.get("strategy", {})
     kind = str(strategy.get("kind", "?"))
-    if kind == "ssp":
-        return f"ssp s={strategy.get('staleness')}"
-    if kind == "backup":
-        return f"backup b={strategy.get('backup')}"
-    return kind
+    if kind not in STRATEGIES:
+        return kind
+    return STRATEGIES[kind].short.of({f"strategy.{k}": v for k, v in strategy.items()})
 
 
 def _samples_per_update(summary: Mapping[str, Any]) -> float:

@@ -2,10 +2,12 @@
 
 A config is a TOML file with the tables ``[cluster]``, ``[workload]``, ``[strategy]``,
 ``[compute]``, ``[run]`` and optionally ``[faults]``, ``[checkpoint]`` and ``[sweep]``.
-Every key has a default, so an empty file is a valid experiment. :func:`load_config`
-returns the resolved :class:`Config`; :func:`dump_config` writes it back as TOML (defaults
-filled in), which reruns identically. Anything wrong raises :class:`sim.errors.UserError`
-naming the file, the dotted key and what was expected.
+Every key has a default, so an empty file is a valid experiment. This module is the schema
+alone: :func:`parse` checks types and ranges; the checks across keys and against the
+registries, and :func:`~sim.training.checks.load_config`, are :mod:`sim.training.checks`'s.
+:func:`dump_config` writes a config back as TOML (defaults filled in), which reruns
+identically. Anything wrong raises :class:`sim.errors.UserError` naming the file, the
+dotted key and what was expected.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.errors import UserError
-from sim.names import literal_hint, unknown, unknown_key
+from sim.names import literal_hint, unknown_key
 
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
@@ -99,7 +101,7 @@ class Workload(Section):
 class Strategy(Section):
     """How workers combine their gradients."""
 
-    kind: str = doc("bsp", "bsp, bsp-ps, backup, asp, ssp, local-sgd or easgd")
+    kind: str = doc("bsp", "a strategy of the strategy table (`python -m sim list strategies`)")
     staleness: NonNegativeInt = doc(2, "ssp: the bound s on clock differences")
     backup: NonNegativeInt = doc(0, "backup: gradients dropped per step (first N - b used)")
     late_gradients: Literal["drop", "cancel"] = doc(
@@ -289,226 +291,11 @@ class Config(Section):
         return flat
 
     @model_validator(mode="after")
-    def _consistent(self) -> Config:
-        for check in CHECKS:
-            check(self)
+    def _derived_defaults(self) -> Config:
+        """Defaults that depend on other keys, written out so config.toml shows them."""
+        if self.strategy.elasticity is None:  # Zhang et al. 2015: alpha = beta / p, beta = 0.9
+            self.strategy.elasticity = min(1.0, 0.9 / self.cluster.workers)
         return self
-
-
-# ---- cross-key checks: each raises ValueError("dotted.key: message") -------------------
-
-def _known(key: str, value: str, names: list[str]) -> None:
-    if value not in names:
-        raise ValueError(f"{key}: {unknown(key.split('.')[-1], value, sorted(names))}")
-
-
-def _check_names(c: Config) -> None:
-    from sim.calibrated import CALIBRATED
-    from sim.network.collectives import REGISTRY as COLLECTIVES
-    from sim.network.topology import TOPOLOGIES
-    from sim.simulated.strategies import STRATEGIES
-    from sim.training.compute_model import DEVICES
-    from sim.workloads.datasets import DATASETS
-    from sim.workloads.models import MODELS
-
-    _known("strategy.kind", c.strategy.kind, list(STRATEGIES))
-    _known("workload.model", c.workload.model, list(MODELS))
-    _known("workload.dataset", c.workload.dataset, list(DATASETS))
-    _known("cluster.topology", c.cluster.topology, list(TOPOLOGIES))
-    allreduce = [n for n, cls in COLLECTIVES.items() if cls.kind == "allreduce" and n != "ps"]
-    gathers = [n for n, cls in COLLECTIVES.items() if cls.kind == "allgather"]
-    if c.strategy.collective in gathers:
-        raise ValueError(f"strategy.collective: {c.strategy.collective!r} is an allgather; "
-                         "strategy.collective names the allreduce of dense gradients "
-                         f"({', '.join(allreduce)}), strategy.allgather the allgather of "
-                         "compressed ones")
-    _known("strategy.collective", c.strategy.collective, allreduce)
-    _known("strategy.allgather", c.strategy.allgather, gathers)
-    if not c.compute.device.startswith(CALIBRATED):
-        _known("compute.device", c.compute.device, list(DEVICES))
-    else:
-        from sim.training.compute_model import load_device
-
-        try:
-            load_device(c.compute.device)
-        except ValueError as exc:
-            raise ValueError(f"compute.device: {exc}") from None
-
-
-def _check_topology(c: Config) -> None:
-    from sim.network.topology import topology_options
-
-    accepted = topology_options(c.cluster.topology)
-    defaults = Cluster()
-    for key in ("oversubscription", "hosts_per_leaf"):
-        if key not in accepted and getattr(c.cluster, key) != getattr(defaults, key):
-            raise ValueError(f"cluster.{key}: not an option of topology "
-                             f"{c.cluster.topology!r} (only of leaf-spine / fat-tree)")
-
-
-def _check_fabric(c: Config) -> None:
-    from sim.network.fabrics import get_fabric
-
-    try:
-        get_fabric(c.cluster.fabric)
-    except (ValueError, OSError) as exc:
-        raise ValueError(f"cluster.fabric: {exc}") from None
-
-
-def _check_hosts(c: Config) -> None:
-    from sim.training.host_costs import load_host
-    from sim.training.rules import RULES
-
-    try:
-        load_host(c.cluster.host)
-    except ValueError as exc:
-        raise ValueError(f"cluster.host: {exc}") from None
-    rules = RULES.get(c.strategy.kind)
-    ranks = c.cluster.workers + (c.cluster.servers if rules and rules.uses_servers else 0)
-    placed = len(c.cluster.rank_hosts)
-    if placed and placed != ranks:
-        raise ValueError(f"cluster.rank_hosts: places {placed} ranks, the cluster has "
-                         f"{ranks} ({c.cluster.workers} workers"
-                         + (f" + {c.cluster.servers} servers)" if ranks > c.cluster.workers
-                            else ")"))
-
-
-def _check_workload(c: Config) -> None:
-    from sim.workloads.datasets import dataset_shape
-    from sim.workloads.models import MODELS
-
-    w = c.workload
-    if not w.numerics:
-        return  # timing only: no data set to check against
-    rows, features, classes, sparse = dataset_shape(w.dataset, w.samples, w.features,
-                                                    w.classes)
-    model = MODELS[w.model]
-    if model.sparse != sparse:
-        kind = "a sparse" if model.sparse else "a dense"
-        raise ValueError(f"workload.model: {w.model!r} needs {kind} dataset, "
-                         f"{w.dataset!r} is not")
-    if model.binary and classes != 2:
-        raise ValueError(f"workload.classes: {w.model!r} is binary but {w.dataset!r} has "
-                         f"{classes} classes")
-    shard = int(rows * (1 - w.test_fraction)) // c.cluster.workers
-    if w.batch > shard:
-        raise ValueError(f"workload.batch: {w.batch} is larger than a worker's shard "
-                         f"({shard} rows = {rows} x (1 - test_fraction) / "
-                         f"{c.cluster.workers} workers)")
-
-
-def _check_strategy(c: Config) -> None:
-    s = c.strategy
-    if s.compression != "none" and c.workload.model == "sparse-logreg":
-        raise ValueError("strategy.compression: sparse-logreg already sends only the touched "
-                         "features; compression applies to dense models")
-    if s.backup >= c.cluster.workers:
-        raise ValueError(f"strategy.backup: expected fewer than cluster.workers "
-                         f"({c.cluster.workers}) backup workers, got {s.backup}")
-    for slow in c.compute.slowdowns:
-        if slow.worker >= c.cluster.workers:
-            raise ValueError(f"compute.slowdowns: worker {slow.worker} does not exist "
-                             f"(cluster.workers = {c.cluster.workers})")
-        if slow.end_s is not None and slow.end_s <= slow.start_s:
-            raise ValueError(f"compute.slowdowns: end_s ({slow.end_s}) must be after "
-                             f"start_s ({slow.start_s})")
-
-
-PIPELINED = ("bsp", "bsp-ps")
-
-
-def _check_pipelining(c: Config) -> None:
-    s, w = c.strategy, c.workload
-    if (s.pipelining != "none" or s.priority) and s.kind not in PIPELINED:
-        raise ValueError(f"strategy.pipelining: layer-wise pipelining applies to "
-                         f"{' and '.join(PIPELINED)}, not {s.kind!r}")
-    if s.pipelining != "none" and s.compression != "none":
-        raise ValueError("strategy.compression: not combined with pipelining (each layer "
-                         "would need its own codec)")
-    if w.profile is not None and s.kind not in PIPELINED:
-        raise ValueError(f"workload.profile: timing profiles apply to "
-                         f"{' and '.join(PIPELINED)}, not {s.kind!r}")
-    if not w.numerics and w.profile is None:
-        raise ValueError("workload.numerics: false needs a workload.profile to time")
-    if not w.numerics and s.compression != "none":
-        raise ValueError("strategy.compression: a timing-only run has no gradient to compress")
-
-
-def _check_faults(c: Config) -> None:
-    from sim.faults.storage import get_storage
-    from sim.training.rules import RULES
-
-    rules = RULES.get(c.strategy.kind)
-    servers = c.cluster.servers if rules and rules.uses_servers else 0
-    ranks = c.cluster.workers + servers
-    for failure in c.faults.failures:
-        if failure.rank >= ranks:
-            raise ValueError(f"faults.failures: rank {failure.rank} does not exist (ranks "
-                             f"0..{ranks - 1}: {c.cluster.workers} workers"
-                             + (f", {servers} server shards)" if servers else ")"))
-        if failure.at_update is not None and failure.at_update >= c.run.iterations:
-            raise ValueError(f"faults.failures: at_update = {failure.at_update} is past the "
-                             f"run (run.iterations = {c.run.iterations}: the last failure "
-                             f"that changes anything is after update {c.run.iterations - 1})")
-        limit = c.run.time_limit_s
-        if failure.at_s is not None and limit is not None and failure.at_s >= limit:
-            raise ValueError(f"faults.failures: at_s = {failure.at_s:g} is past the run "
-                             f"(run.time_limit_s = {limit:g})")
-    if c.faults.ranks == "servers" and c.faults.mtbf_s is not None and not servers:
-        raise ValueError(f"faults.ranks: 'servers' but strategy {c.strategy.kind!r} has no "
-                         "parameter servers")
-    try:
-        get_storage(c.checkpoint.storage)
-    except ValueError as exc:
-        raise ValueError(f"checkpoint.storage: {exc}") from None
-
-
-def _fill_derived_defaults(c: Config) -> None:
-    """Defaults that depend on other keys, written out so config.toml shows them."""
-    if c.strategy.elasticity is None:  # Zhang et al. 2015: alpha = beta / p with beta = 0.9
-        c.strategy.elasticity = min(1.0, 0.9 / c.cluster.workers)
-
-
-CHECKS = [_check_names, _check_topology, _check_fabric, _check_hosts, _check_pipelining,
-          _check_workload,
-          _check_strategy, _check_faults, _fill_derived_defaults]
-
-
-# ---- warnings: valid settings that do nothing here (said before a run, never refused) ----
-
-def _one_leaf(c: Config) -> str | None:
-    cluster = c.cluster
-    hosts = cluster.workers + (cluster.servers if _uses_servers(c) else 0)
-    if cluster.topology in ("leaf-spine", "fat-tree") and cluster.oversubscription != 1 \
-            and hosts <= cluster.hosts_per_leaf:
-        return (f"cluster.oversubscription = {cluster.oversubscription:g} has no effect: "
-                f"all {hosts} hosts sit under one leaf (cluster.hosts_per_leaf = "
-                f"{cluster.hosts_per_leaf}); lower hosts_per_leaf to spread them over leaves")
-    return None
-
-
-def _uses_servers(c: Config) -> bool:
-    from sim.training.rules import RULES  # (it imports sim.config: not at module level)
-
-    rules = RULES.get(c.strategy.kind)
-    return bool(rules and rules.uses_servers)
-
-
-def _unused_allgather(c: Config) -> str | None:
-    s = c.strategy
-    if s.allgather != Strategy().allgather and (s.kind != "bsp" or s.compression == "none"):
-        return (f"strategy.allgather = {s.allgather!r} has no effect: only bsp with "
-                f"strategy.compression gathers compressed gradients (here {s.kind!r} with "
-                f"compression {s.compression!r})")
-    return None
-
-
-WARNINGS = [_one_leaf, _unused_allgather]
-
-
-def config_warnings(config: Config) -> list[str]:
-    """What in ``config`` is valid but has no effect, one line each."""
-    return [text for check in WARNINGS if (text := check(config))]
 
 
 # ---- loading, overrides, dumping -----------------------------------------------------
@@ -559,8 +346,10 @@ def _describe(error: dict[str, Any]) -> str:
     return f"{loc}: {msg.lower()}{shown}"
 
 
-def validate(data: dict[str, Any], source: str = "<config>") -> Config:
-    """The resolved Config, or UserError naming ``source``, the key and what was expected."""
+def parse(data: dict[str, Any], source: str = "<config>") -> Config:
+    """The resolved Config by the schema alone (types, ranges, one table at a time); the
+    checks across keys and against the registries are :func:`sim.training.checks.validate`'s.
+    Raises UserError naming ``source``, the key and what was expected."""
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
@@ -577,11 +366,6 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{path}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML: {exc}") from None
-
-
-def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
-    """Read, override and validate a config file. Raises UserError."""
-    return validate(apply_overrides(read_toml(path), overrides or []), str(path))
 
 
 def resolved(config: Config) -> dict[str, Any]:

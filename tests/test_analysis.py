@@ -16,11 +16,12 @@ import pytest
 import tomli_w
 
 from sim import analysis
-from sim.config import parse_override, validate
+from sim.config import parse_override
 from sim.errors import UserError
 from sim.rundir import write_run
 from sim.simulated.engine import simulate
 from sim.sweep import run_sweep
+from sim.training.checks import validate
 
 #: 2 workers on a small Gaussian problem, swept over bsp-ps and ssp (s = 1), two seeds each.
 TINY = {"cluster": {"workers": 2},

@@ -86,8 +86,11 @@ STRATEGY_BRANCH = re.compile(
     r"local-sgd|easgd)[\"']")
 
 
-def test_executors_do_not_branch_on_strategy_names():
-    places = [*(SIM / "real").rglob("*.py"), *(SIM / "training").rglob("*.py")]
+def test_only_the_strategy_table_names_strategies():
+    """A strategy's facts live in its row (sim/training/strategies.py): nothing in sim/ or
+    notebooks/ compares a name with a strategy's."""
+    table = SIM / "training" / "strategies.py"
+    places = [p for p in (*SIM.rglob("*.py"), *(ROOT / "notebooks").glob("*.py")) if p != table]
     hits = [f"{p.relative_to(ROOT)}:{n}" for p in places
             for n, line in enumerate(p.read_text().splitlines(), 1) if STRATEGY_BRANCH.search(line)]
     assert hits == []
@@ -107,3 +110,49 @@ def test_readme_points_only_inside_the_repository():
     missing = [p for p in named if "*" not in p and "<" not in p
                and not any((root / f"{p}{ext}").exists() for ext in ("", ".py"))]
     assert not missing, missing
+
+
+# ---- the layers (docs/architecture.md): a module imports only from layers below its own ----
+
+LAYERS: list[tuple[str, ...]] = [  # top to bottom
+    ("sim.__main__",),
+    ("sim.cli",),
+    ("sim.commands",),
+    ("sim.validation", "sim.bench", "sim.docs"),
+    ("sim.analysis",),
+    ("sim.sweep",),
+    ("sim.plots",),
+    ("sim.simulated", "sim.real"),
+    ("sim.training",),
+    ("sim.network", "sim.faults", "sim.workloads"),
+    ("sim.config", "sim.results", "sim.kernels", "sim.seeds", "sim.progress"),
+    ("sim.recorder", "sim.rundir", "sim.calibrated"),
+    ("sim.trace", "sim.stats", "sim.names"),
+    ("sim.errors", "sim._native", "sim"),
+]
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    """(the layer's index from the top, the top-level part) of a sim module."""
+    for index, parts in enumerate(LAYERS):
+        for part in parts:
+            if module == part or module.startswith(part + "."):
+                return index, part
+    raise AssertionError(f"{module}: in no layer of LAYERS")
+
+
+def test_every_module_imports_only_from_layers_below_it():
+    """Same-layer imports stay inside one part (a package or module): the two executors never
+    import each other, nor do the network, failure and workload models."""
+    mods = modules()
+    known = set(mods) | {"sim._native"}
+    wrong = []
+    for name, path in sorted(mods.items()):
+        layer, part = layer_of(name)
+        for target in sorted(imports(name, path, known)):
+            if target == "sim" and part != "sim":
+                continue  # `from sim import kernels`: names the module, checked below
+            t_layer, t_part = layer_of(target)
+            if t_layer < layer or (t_layer == layer and t_part != part and part != "sim"):
+                wrong.append(f"{name} -> {target}")
+    assert wrong == [], "\n".join(wrong)

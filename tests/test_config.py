@@ -8,8 +8,9 @@ import pytest
 import tomli_w
 
 from sim.cli import main
-from sim.config import Config, apply_overrides, dump_config, load_config, parse_override, validate
+from sim.config import Config, apply_overrides, dump_config, parse_override
 from sim.errors import UserError
+from sim.training.checks import load_config, validate
 
 TINY = {"cluster": {"workers": 2}, "workload": {"features": 8, "samples": 256},
         "run": {"iterations": 4, "eval_every": 2}}
@@ -137,7 +138,7 @@ def test_readme_config_reference_is_generated_from_the_schema():
 
 
 def test_oversubscription_under_one_leaf_is_said_to_have_no_effect(tmp_path, capsys):
-    from sim.config import config_warnings
+    from sim.training.checks import config_warnings
 
     def warnings(**cluster):
         return config_warnings(validate({"cluster": {"workers": 8, **cluster}}))

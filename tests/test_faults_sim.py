@@ -237,8 +237,8 @@ def test_a_calibrated_storage_profile_is_read_with_its_source(tmp_path):
 def test_any_fault_settings_load_or_are_refused_naming_their_table(keys):
     """Whatever the values, a config either loads or is refused with a UserError that
     names the [faults] or [checkpoint] key; never another exception."""
-    from sim.config import validate
     from sim.errors import UserError
+    from sim.training.checks import validate
 
     nested: dict = {"run": {"iterations": 40}}
     for dotted, value in keys.items():

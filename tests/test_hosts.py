@@ -9,12 +9,12 @@ import pytest
 import simpy
 
 from sim.cli import main
-from sim.config import load_config
 from sim.network.collectives import get_collective
 from sim.network.fabrics import get_fabric
 from sim.recorder import KINDS
 from sim.simulated.engine import simulate
 from sim.simulated.hosts import Hosts
+from sim.training.checks import load_config
 from sim.training.host_costs import HOSTS, cpu_costs
 
 

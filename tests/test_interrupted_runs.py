@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
-from sim.config import load_config
 from sim.plots.figures import labelled
 from sim.progress import Progress, Stopped
 from sim.results import Run
 from sim.simulated.engine import simulate
+from sim.training.checks import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "experiments" / "sync-async-ssp.toml"
@@ -76,7 +76,7 @@ def test_plots_and_comparisons_label_incomplete_runs(tmp_path):
     write_run(tmp_path / "whole", simulate(config).files())
     labels = list(labelled([Run(tmp_path / "cut"), Run(tmp_path / "whole")]))
     assert labels[0].endswith("(incomplete)") and not labels[1].endswith("(incomplete)")
-    from sim.real.validation.sim_vs_real import compare, format_report
+    from sim.validation.sim_vs_real import compare, format_report
 
     files = simulate(config).files()  # stands in for a real run: same files, kind "real"
     files["summary.json"] = json.dumps({**json.loads(files["summary.json"]), "kind": "real"})

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from test_network_collectives import FABRIC_CHOICES, TOPOLOGIES
 
 from sim.cli import main
-from sim.config import config_warnings, load_config
 from sim.errors import UserError
 from sim.network.collectives import REGISTRY, get_collective
 from sim.network.fabrics import REGISTRY as FABRICS
@@ -24,6 +23,7 @@ from sim.network.simulate import run_alone, simulate
 from sim.real.executors.collective import ScheduleAllreduce
 from sim.simulated.engine import build_simulation
 from sim.simulated.engine import simulate as train
+from sim.training.checks import config_warnings, load_config
 
 ALLGATHERS = ["ring-allgather", "recursive-doubling-allgather"]
 COMPRESSION = Path(__file__).resolve().parents[1] / "experiments" / "compression.toml"

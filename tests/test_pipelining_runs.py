@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.config import validate
 from sim.network.fabrics import get_fabric
 from sim.simulated.engine import build_simulation, simulate
+from sim.training.checks import validate
 from sim.workloads.timing_profiles import get_profile
 
 MLP = {"cluster": {"workers": 4, "fabric": "eth-10g"},

@@ -35,8 +35,8 @@ KINDS = ("bsp", "bsp-ps", "asp", "ssp")
 
 def write_tiny_run(out: Path, **overrides: object) -> dict:
     """A tiny simulated run written the way ``sim run`` writes it; its summary."""
-    from sim.config import validate
     from sim.simulated.engine import simulate
+    from sim.training.checks import validate
 
     data: dict = {"cluster": {"workers": 3}, "workload": {"samples": 512},
                   "run": {"iterations": 24, "eval_every": 4}}
@@ -425,8 +425,8 @@ def test_plot_runs_all_kinds(results: dict[str, Path], tmp_path: Path) -> None:
 
 def test_report_figure_in_the_common_style_with_its_legend_clear(results: dict[str, Path],
                                                                   tmp_path: Path) -> None:
-    from sim.real.validation.compare_plot import plot_report, report_figure
-    from sim.real.validation.sim_vs_real import compare
+    from sim.validation.compare_plot import plot_report, report_figure
+    from sim.validation.sim_vs_real import compare
 
     report = json.loads(json.dumps(compare(results["bsp"], results["real"])))  # as on disk
     fig = report_figure(report)

@@ -17,10 +17,10 @@ from sim.network.collectives import get_collective
 from sim.network.fabrics import get_fabric
 from sim.real.calibration.suite import fit_device, fit_network
 from sim.real.executors.collective import rank_rounds
-from sim.real.validation.matrix import expand, load_matrix
-from sim.real.validation.validate_report import pipelining_speedups
 from sim.recorder import KINDS
 from sim.training.compute_model import load_device
+from sim.validation.matrix import expand, load_matrix
+from sim.validation.validate_report import pipelining_speedups
 
 pytest.importorskip("mpi4py")
 

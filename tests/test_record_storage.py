@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import sim.simulated.engine as engine
-from sim.config import validate
 from sim.recorder import KINDS, Recorder
+from sim.training.checks import validate
 
 
 class ListRecorder(Recorder):

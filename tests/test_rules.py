@@ -14,8 +14,9 @@ from training_cases import make
 
 from sim.real.executors.ps import PARAMS, ServerProtocol
 from sim.simulated.engine import build_simulation
-from sim.training.rules import RULES, make_rules
+from sim.training.rules import Rules
 from sim.training.store import ParameterCache, ParameterStore
+from sim.training.strategies import STRATEGIES, make_rules
 from sim.training.workload import build_workload
 
 
@@ -26,10 +27,12 @@ def store_for(kind: str, workers: int = 3, d: int = 5, **keys) -> ParameterStore
 
 # ---- closed forms ---------------------------------------------------------------------------
 
-def test_every_strategy_has_rules_and_a_simulated_executor():
-    from sim.simulated.strategies import STRATEGIES
+def test_every_strategy_row_has_rules_and_a_simulated_executor():
+    from sim.simulated.strategies.base import Strategy
 
-    assert set(RULES) == set(STRATEGIES)
+    for row in STRATEGIES.values():
+        assert issubclass(row.rules, Rules), row.name
+        assert issubclass(row.simulated_class(), Strategy), row.name
 
 
 @pytest.mark.parametrize("kind, workers, staleness_lr, staleness, expected", [

@@ -11,10 +11,10 @@ from collections import defaultdict
 
 import pytest
 
-from sim.config import validate
 from sim.errors import UserError
 from sim.rundir import write_run
 from sim.simulated.engine import simulate
+from sim.training.checks import validate
 from sim.training.workload import build_workload
 
 SMALL = {"model": "mlp", "dataset": "digits", "hidden": [32], "batch": 8}

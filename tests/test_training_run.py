@@ -15,7 +15,7 @@ from training_cases import MODELS, make, rows
 from sim.cli import main as cli_main
 from sim.recorder import METRIC_COLUMNS, SUMMARY_KEYS
 from sim.simulated.engine import simulate
-from sim.simulated.strategies import STRATEGIES
+from sim.training.strategies import STRATEGIES
 
 ROOT = Path(__file__).resolve().parent.parent
 LEARN = {"run.iterations": 60, "run.eval_every": 30, "workload.lr": 0.3}

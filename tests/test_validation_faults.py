@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
-from sim.config import validate
 from sim.errors import UserError
 from sim.faults.storage import get_storage
 from sim.network.fabrics import Fabric, save_profile
 from sim.real.calibration import restart_costs as R
-from sim.real.validation.matrix import case_config, expand, load_matrix, toml_value
+from sim.training.checks import validate
 from sim.training.compute_model import save_device_profile
+from sim.validation.matrix import case_config, expand, load_matrix, toml_value
 
 pytest.importorskip("mpi4py")
 

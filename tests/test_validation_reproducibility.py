@@ -1,4 +1,4 @@
-"""The real runs' run-to-run spread (sim.real.validation.reproducibility)."""
+"""The real runs' run-to-run spread (sim.validation.reproducibility)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sim.real.validation import reproducibility as R
+from sim.validation import reproducibility as R
 
 
 def row(case: str, real_s: float) -> dict:

@@ -12,7 +12,7 @@ import pytest
 
 from sim.commands.calibrate import warn_fit, warn_load
 from sim.commands.real import load_warnings
-from sim.real.validation.load import OtherLoad
+from sim.real.launch.other_load import OtherLoad
 
 
 def test_real_runs_warn_when_other_processes_took_the_cpu():

@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from sim.bench.network_bench import _bare_simpy
-from sim.config import validate
 from sim.simulated.engine import build_simulation  # here: its imports are no case's memory
+from sim.training.checks import validate
+from sim.training.strategies import STRATEGIES
 
 KINDS = ("bsp", "asp")
 NETWORKS = ("flow", "analytical")
@@ -44,7 +45,7 @@ TARGET_EXPONENT = 1.2  # the target: wall time growing at most ~p^1.2
 def config(kind: str, network: str, workers: int, features: int) -> Any:
     """One case: enough rows for two batches per shard, one evaluation at the end."""
     samples = max(4096, int(np.ceil(2 * workers * BATCH / 0.8)))
-    updates = GRADIENTS_PER_WORKER * (1 if kind == "bsp" else workers)
+    updates = GRADIENTS_PER_WORKER * (1 if STRATEGIES[kind].synchronous else workers)
     return validate({
         "cluster": {"workers": workers, "network": network, "fabric": "eth-25g",
                     "topology": "leaf-spine", "oversubscription": 3.0},

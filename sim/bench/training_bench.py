@@ -30,7 +30,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from sim import kernels as K
-from sim.config import validate
+from sim.training.checks import validate
+from sim.training.strategies import STRATEGIES
 
 KINDS = ("bsp", "asp", "ssp")
 WORKERS = (8, 64)
@@ -114,7 +115,8 @@ def measure_case(kind: str, workers: int, network: str, iterations: int) -> dict
 def iterations_for(kind: str, workers: int, quick: bool) -> int:
     """Enough updates for a stable rate; a bsp update costs one gradient per worker."""
     budget = 300 if quick else 2000  # asp / ssp updates; bsp gets a comparable wall time
-    return budget if kind != "bsp" else max(20, budget * 2 // workers)
+    synchronous = STRATEGIES[kind].synchronous  # one update costs a gradient per worker
+    return max(20, budget * 2 // workers) if synchronous else budget
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:

@@ -58,12 +58,12 @@ def parse_ranks(text: str) -> list[int]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from sim.config import load_config
     from sim.network.collectives import REGISTRY
     from sim.real.calibration import suite as C
     from sim.real.launch.launcher import RunFailed
+    from sim.real.launch.other_load import OtherLoad
     from sim.real.launch.real_run import network, terminated_cleanly
-    from sim.real.validation.load import OtherLoad
+    from sim.training.checks import load_config
 
     ranks = parse_ranks(args.ranks)
     allreduces = [n for n, cls in REGISTRY.items() if cls.kind == "allreduce" and n != "ps"]
@@ -149,7 +149,7 @@ def warn_fit(name: str, errors: list[tuple[str, float]]) -> None:
 def warn_load(name: str, other: float) -> None:
     """A warning on stderr when other processes took more than ``MAX_OTHER_LOAD`` of the
     CPUs while ``name`` was measured (their time would be measured as this machine's)."""
-    from sim.real.validation.load import MAX_OTHER_LOAD
+    from sim.real.launch.other_load import MAX_OTHER_LOAD
 
     if other > MAX_OTHER_LOAD:
         print(f"warning: other processes used {other:.0%} of the CPUs while the {name} "

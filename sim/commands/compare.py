@@ -18,8 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from sim.real.validation.sim_vs_real import compare, format_report
     from sim.rundir import write_atomic
+    from sim.validation.sim_vs_real import compare, format_report
 
     report = compare(args.sim_dir, args.real_dir)
     out = args.out or args.real_dir.with_name(args.real_dir.name + "-compare")
@@ -27,7 +27,7 @@ def main(args: argparse.Namespace) -> int:
     write_atomic(out / "report.json", json.dumps(report, indent=2) + "\n")
     figures: list[Path] = []
     if not args.no_plot:
-        from sim.real.validation.compare_plot import plot_report
+        from sim.validation.compare_plot import plot_report
 
         figures = plot_report(report, out)
     print(format_report(report))

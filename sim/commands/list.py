@@ -25,9 +25,9 @@ def fabrics() -> list[str]:
 
 
 def strategies() -> list[str]:
-    from sim.simulated.strategies import STRATEGIES
+    from sim.training.strategies import STRATEGIES
 
-    return [f"{name:<10} {_first_line(cls)}" for name, cls in STRATEGIES.items()]
+    return [f"{name:<10} {row.summary}" for name, row in STRATEGIES.items()]
 
 
 def models() -> list[str]:

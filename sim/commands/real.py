@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from sim.config import load_config
 from sim.names import CONFIG_HELP, config_path
-from sim.real.validation.load import MAX_OTHER_LOAD
+from sim.real.launch.other_load import MAX_OTHER_LOAD
+from sim.training.checks import load_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

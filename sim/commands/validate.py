@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from sim.errors import UserError
     from sim.real.launch.real_run import terminated_cleanly
-    from sim.real.validation.matrix import run_matrix
+    from sim.validation.matrix import run_matrix
 
     if args.repeat is not None and args.repeat < 1:
         raise UserError("--repeat must be at least 1")

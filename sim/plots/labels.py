@@ -21,11 +21,11 @@ from sim.plots.readable import (
     CLOCK,
     KIND,
     STRATEGIES,
-    STRATEGY_PARAMS,
     fabric_name,
     fmt,
     key_value,
     strategy_name,
+    strategy_params,
 )
 
 __all__ = ["CLOCK", "SEED", "context", "differing_keys", "flatten", "fmt",
@@ -86,7 +86,8 @@ def label_keys(configs: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def _strategy_first(flat: Mapping[str, Any], keys: list[str]) -> list[str]:
     """Label parts with the strategy keys as one readable name (``SSP (s = 3)``)."""
-    strategy = [k for k in keys if k == KIND or k in STRATEGY_PARAMS]
+    params = strategy_params()
+    strategy = [k for k in keys if k == KIND or k in params]
     if not strategy:
         return [key_value(k, flat.get(k)) for k in keys]
     first = keys.index(strategy[0])
@@ -142,7 +143,7 @@ def context(configs: Sequence[Mapping[str, Any]]) -> str:
     workers = common("cluster.workers")
     fabric = common("cluster.fabric")
     kind = fmt(flat.get(KIND))
-    shown = {KIND, *(STRATEGIES[kind].params if kind in STRATEGIES else ())}
+    shown = {KIND, *(STRATEGIES[kind].label.params if kind in STRATEGIES else ())}
     parts = [" on ".join(p for p in (model, data) if p),
              f"{workers} workers" if workers else "",
              fabric_name(fabric) if fabric else "",

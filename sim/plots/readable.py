@@ -9,59 +9,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from matplotlib.ticker import EngFormatter
+
+from sim.training.strategies import STRATEGIES, fmt
 
 CLOCK = "clock"  # pseudo-key: "sim" or "real" when simulated and real runs are compared
 KIND = "strategy.kind"
 
 
-def fmt(value: Any) -> str:
-    """A config value as text: ``None`` -> ``-``, booleans lower case, floats short."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-@dataclass(frozen=True)
-class StrategyName:
-    text: str  # str.format template, one {} per parameter
-    params: tuple[str, ...] = ()  # the dotted keys the name shows
-
-    def of(self, flat: Mapping[str, Any]) -> str:
-        """The name with its parameters' values; bare when one is unknown."""
-        values = [flat.get(key) for key in self.params]
-        return self.bare if None in values else self.text.format(*map(fmt, values))
-
-    @property
-    def bare(self) -> str:
-        """The name without its parameter: ``SSP``."""
-        return self.text.split(" (")[0] if self.params else self.text
-
-
-STRATEGIES: dict[str, StrategyName] = {
-    "bsp": StrategyName("BSP"),
-    "bsp-ps": StrategyName("BSP (PS)"),
-    "backup": StrategyName("Backup (b = {})", ("strategy.backup",)),
-    "asp": StrategyName("ASP"),
-    "ssp": StrategyName("SSP (s = {})", ("strategy.staleness",)),
-    "local-sgd": StrategyName("Local SGD (H = {})", ("strategy.local_steps",)),
-    "easgd": StrategyName("EASGD (τ = {})", ("strategy.local_steps",)),
-}
-#: Every key a strategy's name can show (beside strategy.kind itself).
-STRATEGY_PARAMS = frozenset(key for name in STRATEGIES.values() for key in name.params)
+def strategy_params() -> frozenset[str]:
+    """Every key a strategy's name can show (beside strategy.kind itself)."""
+    return frozenset(key for row in STRATEGIES.values() for key in row.label.params)
 
 
 def strategy_name(flat: Mapping[str, Any]) -> str:
-    """``strategy.kind`` of a flattened config as a paper names it (with its parameter)."""
+    """``strategy.kind`` of a flattened config as a paper names it (with its parameter): its
+    row's label; an unknown strategy keeps its name."""
     kind = fmt(flat.get(KIND))
-    return STRATEGIES[kind].of(flat) if kind in STRATEGIES else kind
+    return STRATEGIES[kind].label.of(flat) if kind in STRATEGIES else kind
 
 
 def _plural(noun: str) -> Callable[[Any], str]:
@@ -120,7 +87,7 @@ KEYS: dict[str, Callable[[Any], str]] = {
     if isinstance(v, int | float) else fmt(v),
     "compute.straggler_slowdown": lambda v: f"stragglers {fmt(v)}× slower",
     "run.seed": lambda v: f"seed {fmt(v)}",
-    KIND: lambda v: STRATEGIES[v].bare if v in STRATEGIES else fmt(v),
+    KIND: lambda v: STRATEGIES[v].label.bare if v in STRATEGIES else fmt(v),
     CLOCK: fmt,
 }
 

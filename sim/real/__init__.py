@@ -9,5 +9,5 @@
   program (:mod:`~sim.real.executors.registry`); rank 0 replays every rank's log through the
   simulator's :class:`~sim.recorder.Recorder`, so both kinds of run write the same files.
 * :mod:`~sim.real.calibration`: this machine's kernel rates and network as profiles.
-* :mod:`~sim.real.validation`: simulated against real runs, the validation matrix.
+* :mod:`~sim.validation`: simulated against real runs, the validation matrix.
 """

@@ -26,10 +26,10 @@ from sim.recorder import Recorder
 from sim.simulated.hosts import Hosts
 from sim.simulated.recovery import build_recovery
 from sim.simulated.server import ParameterServer
-from sim.simulated.strategies import STRATEGIES, Context, Strategy
+from sim.simulated.strategies.base import Context, Strategy
 from sim.training.host_costs import CpuCosts, cpu_costs, load_host
-from sim.training.rules import make_rules
 from sim.training.store import ParameterStore
+from sim.training.strategies import make_rules, row_of
 from sim.training.workload import build_workload
 
 
@@ -107,8 +107,9 @@ def build_simulation(config: Config) -> Simulation:
     cluster, run = config.cluster, config.run
     workload = build_workload(config)
     rules = make_rules(config)
-    strategy_cls = STRATEGIES[config.strategy.kind]
-    servers = cluster.servers if rules.uses_servers else 0
+    row = row_of(config)
+    strategy_cls = row.simulated_class()
+    servers = row.server_ranks(config)
     env = CountingEnvironment()
     options = {"topology": cluster.topology, "model": cluster.network,
                **_topology_kwargs(config)}

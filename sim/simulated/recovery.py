@@ -1,4 +1,4 @@
-"""Recovery by name (the rules' ``recovery``): what a simulation does about ``[faults]``
+"""Recovery by name (the strategy row's ``recovery``): what a simulation does about ``[faults]``
 and ``[checkpoint]``. The engine calls :func:`build_recovery` and then the recovery's
 ``limit``, ``finish`` and ``trace``."""
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from sim.simulated.elastic_recovery import ElasticRecovery
 from sim.simulated.restart_recovery import RestartRecovery
+from sim.training.strategies import row_of
 
 RECOVERIES = {"restart": lambda ctx, strategy: RestartRecovery(ctx),
               "elastic": ElasticRecovery}
@@ -18,4 +19,4 @@ def build_recovery(ctx: Any, strategy: Any) -> RestartRecovery | ElasticRecovery
     config = ctx.config
     if not (config.faults.enabled or config.checkpoint.enabled):
         return None
-    return RECOVERIES[ctx.rules.recovery](ctx, strategy)
+    return RECOVERIES[row_of(config).recovery](ctx, strategy)

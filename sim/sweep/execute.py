@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.config import validate
 from sim.errors import UserError
 from sim.rundir import write_atomic
 from sim.sweep.grid import TEMP_RUN, Sweep, load_sweep
+from sim.training.checks import validate
 
 
 @dataclass

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.config import Config, apply_overrides, config_warnings, dump_config, read_toml, validate
+from sim.config import Config, apply_overrides, dump_config, read_toml
 from sim.errors import UserError
 from sim.names import close_match
+from sim.training.checks import config_warnings, validate
 
 FORMAT = "sgd-lab.sweep/1"
 MAX_NAME = 80  # characters of a run directory name before it is shortened with a hash

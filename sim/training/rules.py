@@ -17,13 +17,14 @@ executor (:mod:`sim.simulated.strategies`) decides *when* things happen and the 
 * the learning rate for a gradient of a given staleness (:meth:`Rules.lr`);
 * when the model of record is evaluated (:meth:`Rules.evaluates_after`).
 
-Strategies are a registry (:data:`RULES`, name -> class); nothing branches on names.
+Each strategy's row in :data:`sim.training.strategies.STRATEGIES` names its rules class;
+nothing branches on names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -79,14 +80,6 @@ class SGD:
 
 class Rules:
     """The rules every strategy shares; subclasses override what differs."""
-
-    name: ClassVar[str]
-    uses_servers: ClassVar[bool] = False
-    # after a failure (sim.faults): "restart" the whole job from its last checkpoint (the
-    # synchronous strategies: lost steps are recomputed, the numbers stay those of a run
-    # without failures) or carry on "elastic" (a dead worker is dropped until it rejoins, a
-    # dead shard restarts from its own checkpoint while the workers wait for it)
-    recovery: ClassVar[str] = "restart"
 
     def __init__(self, config: Any, workers: int) -> None:
         self.config, self.n = config, workers
@@ -161,7 +154,7 @@ class Rules:
     def push(self, store: ParameterStore, worker: int, grad: np.ndarray, version_read: int,
              loss: float, rows: np.ndarray | None = None) -> UpdateRecord | None:
         """What the servers do with a (decoded) gradient; the update it made, if any."""
-        raise NotImplementedError(f"{self.name} does not push to parameter servers")
+        raise NotImplementedError(f"{type(self).__name__} does not push to parameter servers")
 
     def summary(self, store: ParameterStore) -> dict[str, Any]:
         """The strategy's own summary keys, from its servers' state (both executors)."""
@@ -171,13 +164,11 @@ class Rules:
 class BSP(Rules):
     """Synchronous SGD over an allreduce: the mean of every worker's gradient, lr."""
 
-    name = "bsp"
 
 
 class LocalSGD(Rules):
     """H local steps per worker, then the replicas are averaged (Lin et al. 2020)."""
 
-    name = "local-sgd"
 
     @staticmethod
     def average(replicas: Sequence[np.ndarray], out: np.ndarray) -> np.ndarray:
@@ -188,9 +179,6 @@ class EASGD(Rules):
     """Elastic averaging (Zhang, Choromanska and LeCun 2015): every tau local steps a worker
     moves toward the center by alpha (x - center) and the center moves by as much."""
 
-    name = "easgd"
-    uses_servers = True
-    recovery = "elastic"
 
     def elastic_difference(self, x: np.ndarray, center: np.ndarray) -> np.ndarray:
         """alpha (x - center), computed in ``center``'s buffer."""
@@ -220,9 +208,6 @@ class ASP(Rules):
     """Asynchronous SGD (Dean et al. 2012): every gradient applied on arrival, at lr / N
     (``strategy.async_lr = "per-worker"``) or lr (``"full"``, as Downpour)."""
 
-    name = "asp"
-    uses_servers = True
-    recovery = "elastic"
 
     def lr(self, staleness: int = 0) -> float:
         return super().lr(staleness) * ASYNC_LR[self.config.strategy.async_lr](self.n)
@@ -252,7 +237,6 @@ class SSP(ASP):
     cache is never fresh (a push moves the worker's clock past it), so every read pulls.
     """
 
-    name = "ssp"
 
     @property
     def caches(self) -> bool:
@@ -277,8 +261,6 @@ class BSPPS(Rules):
     """Synchronous SGD through parameter servers: a step closes when every worker has
     pushed; a pull waits for the step its worker pushed to."""
 
-    name = "bsp-ps"
-    uses_servers = True
 
     def may_pull(self, store: ParameterStore, worker: int) -> bool:
         return worker not in store.arrived
@@ -315,8 +297,6 @@ class Backup(BSPPS):
     then pulls (or, with ``strategy.late_gradients = "cancel"``, stops when the step
     closes)."""
 
-    name = "backup"
-    recovery = "elastic"
 
     @property
     def needed(self) -> int:
@@ -325,12 +305,3 @@ class Backup(BSPPS):
     def summary(self, store: ParameterStore) -> dict[str, Any]:
         """``dropped_pushes``: late gradients dropped on arrival."""
         return {"dropped_pushes": store.dropped}
-
-
-RULES: dict[str, type[Rules]] = {
-    cls.name: cls for cls in (BSP, BSPPS, Backup, ASP, SSP, LocalSGD, EASGD)}
-
-
-def make_rules(config: Any, workers: int | None = None) -> Rules:
-    """The rules of ``config.strategy.kind`` for ``workers`` workers (default: the config's)."""
-    return RULES[config.strategy.kind](config, workers or config.cluster.workers)

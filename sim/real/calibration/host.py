@@ -112,7 +112,7 @@ def measure_copy(quick: bool, min_time_s: float) -> tuple[list[float], list[floa
                                                          list[float]]:
     """The gather of ``Worker.next_batch`` for several batch sizes and two row widths, from
     data sets larger than the caches (as real ones are): (rows, bytes, seconds)."""
-    from sim.config import validate
+    from sim.training.checks import validate
     from sim.training.workload import build_workload
 
     rows, nbytes, seconds = [], [], []
@@ -158,7 +158,7 @@ def fit_gather(rows: list[float], nbytes: list[float],
 
 def measure_update(quick: bool, min_time_s: float) -> tuple[list[float], list[float]]:
     """``SGD.step`` (the runs' update, with the default momentum) over several sizes."""
-    from sim.config import validate
+    from sim.training.checks import validate
     from sim.training.rules import SGD
 
     workload = validate({}, "host calibration").workload
@@ -198,8 +198,8 @@ def measure_messages(quick: bool, wait: str) -> tuple[list[float], list[float]]:
 
 def measure_step(quick: bool, wait: str) -> dict[str, Any]:
     """The per-update loop time of a real asp run (1 worker, 1 server)."""
-    from sim.config import validate
     from sim.real.launch.real_run import RealOptions, run_real
+    from sim.training.checks import validate
 
     iterations = 200 if quick else 1000
     config = validate({"cluster": {"workers": 1}, "strategy": {"kind": "asp"},

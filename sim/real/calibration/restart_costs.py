@@ -33,11 +33,12 @@ from typing import Any
 import numpy as np
 
 from sim.calibrated import read_profile
-from sim.config import Config, validate
+from sim.config import Config
 from sim.faults.storage import PROFILE_FORMAT, Storage, get_storage
 from sim.real.calibration.host import MAX_ERROR
 from sim.real.executors import checkpoint as ckpt
 from sim.rundir import write_atomic
+from sim.training.checks import validate
 
 SIZES = [1_000, 8_000, 64_000, 512_000, 2_000_000, 8_000_000]  # payload bytes
 QUICK_SIZES = [1_000, 64_000, 1_000_000]

@@ -39,11 +39,12 @@ from typing import Any
 
 import numpy as np
 
-from sim.config import Config, validate
+from sim.config import Config
 from sim.network.collectives import get_collective
 from sim.network.fabrics import Fabric, save_profile
 from sim.real.launch.emulate import Emulation
 from sim.real.launch.launcher import Job, launch
+from sim.training.checks import validate
 from sim.training.compute_model import save_device_profile
 
 SIZES = [8, 512, 4096, 32768, 262144, 1 << 20, 4 << 20]

@@ -24,13 +24,13 @@ from sim.rundir import write_atomic
 def train(comm: object, spec: dict, workdir: Path, started: float) -> None:
     from mpi4py import MPI
 
-    from sim.config import load_config
     from sim.real.executors.assemble import assemble
     from sim.real.executors.context import RankContext
     from sim.real.executors.elastic_rank import collect, elastic
     from sim.real.executors.rank_clock import Heartbeat, Waiter
-    from sim.real.executors.registry import REAL_STRATEGIES
-    from sim.training.rules import make_rules
+    from sim.real.executors.registry import real_strategy
+    from sim.training.checks import load_config
+    from sim.training.strategies import make_rules
     from sim.training.workload import build_workload
 
     rank = comm.Get_rank()
@@ -38,7 +38,7 @@ def train(comm: object, spec: dict, workdir: Path, started: float) -> None:
     config = load_config(spec["config"])
     workload = build_workload(config)
     rules = make_rules(config)
-    strategy = REAL_STRATEGIES[config.strategy.kind]
+    strategy = real_strategy(config)
     if comm.Get_size() != strategy.ranks(config):
         raise RuntimeError(f"{strategy.name} needs {strategy.ranks(config)} ranks, "
                            f"got {comm.Get_size()}")

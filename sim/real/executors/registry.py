@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from sim.config import Config
 from sim.errors import UserError
-from sim.training.rules import RULES
+from sim.training.strategies import STRATEGIES, StrategyRow, row_of
 from sim.training.workload import Workload
 
 if TYPE_CHECKING:
@@ -28,23 +28,24 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RealStrategy:
-    name: str
-    module: str  # has run(ctx: RankContext) -> RankLog, optionally combine(logs, workload)
-    pipelined: str | None = None  # the module with strategy.pipelining; None: not run for real
-    restarts: bool = False  # its unpipelined module checkpoints and restarts (restart.py)
+    """A strategy's row, run for real: its rank programs (the row's ``real``)."""
+
+    row: StrategyRow
 
     @property
-    def servers(self) -> int:
-        """Server ranks: one, after the workers, if the strategy's rules use servers."""
-        return 1 if RULES[self.name].uses_servers else 0
+    def name(self) -> str:
+        return self.row.name
 
     def ranks(self, config: Config) -> int:
-        return config.cluster.workers + self.servers
+        """Workers, then one server rank if the strategy uses servers (real runs have one)."""
+        return self.row.ranks(config)
 
     def program(self, config: Config) -> ModuleType:
         """The rank program's module for ``config``."""
+        real = self.row.real
+        assert real is not None  # check_supported refused the others
         pipelined = config.strategy.pipelining != "none"
-        return importlib.import_module(self.pipelined if pipelined else self.module)
+        return importlib.import_module(real.pipelined if pipelined else real.module)
 
     def run(self, ctx: RankContext) -> Any:
         return self.program(ctx.config).run(ctx)
@@ -56,33 +57,30 @@ class RealStrategy:
             combine(logs, workload)
 
 
-REAL_STRATEGIES: dict[str, RealStrategy] = {s.name: s for s in (
-    RealStrategy("bsp", "sim.real.executors.bsp", pipelined="sim.real.executors.bsp_pipelined",
-                 restarts=True),
-    RealStrategy("bsp-ps", "sim.real.executors.ps"),
-    RealStrategy("backup", "sim.real.executors.ps"),
-    RealStrategy("asp", "sim.real.executors.ps"),
-    RealStrategy("ssp", "sim.real.executors.ps"),
-)}
+def real_strategy(config: Config) -> RealStrategy:
+    """The real strategy of ``config`` (already checked by :func:`check_supported`)."""
+    return RealStrategy(row_of(config))
+
+
+def _real_names(where: Callable[[StrategyRow], bool] = lambda row: True) -> str:
+    return ", ".join(name for name, row in STRATEGIES.items() if row.real and where(row))
 
 
 def check_supported(config: Config, source: str = "config") -> RealStrategy:
     """The real strategy for ``config``, or UserError saying what real runs do not support."""
-    kind = config.strategy.kind
-    if kind not in REAL_STRATEGIES:
-        raise UserError(f"{source}: strategy.kind {kind!r} has no real runner yet; real runs "
-                        f"support {', '.join(REAL_STRATEGIES)}")
+    kind, row = config.strategy.kind, row_of(config)
+    if row.real is None:
+        raise UserError(f"{source}: strategy.kind {kind!r} {row.no_real}; real runs "
+                        f"support {_real_names()}")
     if config.strategy.compression != "none":
         raise UserError(f"{source}: strategy.compression {config.strategy.compression!r}: "
                         "real runs send dense gradients only (use \"none\")")
     from sim.workloads.models import MODELS
 
-    strategy = REAL_STRATEGIES[kind]
-    if config.strategy.pipelining != "none" and strategy.pipelined is None:
-        pipelined = ", ".join(s.name for s in REAL_STRATEGIES.values() if s.pipelined)
+    if config.strategy.pipelining != "none" and row.real.pipelined is None:
         raise UserError(f"{source}: strategy.pipelining {config.strategy.pipelining!r}: "
-                        f"real runs pipeline {pipelined} only ({kind} pipelining is "
-                        "simulated only)")
+                        f"real runs pipeline {_real_names(lambda r: bool(r.real.pipelined))} "
+                        f"only ({kind} pipelining is simulated only)")
     for key in ("time_limit_s", "samples"):
         if getattr(config.run, key) is not None:
             raise UserError(f"{source}: run.{key}: real runs stop after run.iterations "
@@ -97,7 +95,7 @@ def check_supported(config: Config, source: str = "config") -> RealStrategy:
     if MODELS[config.workload.model].sparse:
         raise UserError(f"{source}: workload.model {config.workload.model!r}: real runs "
                         "support dense models only")
-    if strategy.servers and config.cluster.servers != 1:
+    if row.uses_servers and config.cluster.servers != 1:
         raise UserError(f"{source}: cluster.servers = {config.cluster.servers}: real runs "
                         "use one parameter-server rank (set cluster.servers = 1)")
-    return strategy
+    return RealStrategy(row)

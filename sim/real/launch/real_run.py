@@ -28,8 +28,8 @@ from sim.real.executors.rank_clock import WAIT_MODES
 from sim.real.executors.registry import check_supported
 from sim.real.launch.emulate import Emulation, EmulationError, parse_rate
 from sim.real.launch.launcher import Job, launch
+from sim.real.launch.other_load import OtherLoad
 from sim.real.launch.relaunch import read_records, recovery_of, run_elastic, run_restarting
-from sim.real.validation.load import OtherLoad
 from sim.results import iteration_s
 from sim.rundir import atomic_dir, check_out_dir, write_run
 

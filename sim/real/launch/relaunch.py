@@ -25,9 +25,8 @@ from sim.config import Config
 from sim.errors import UserError
 from sim.real.executors import checkpoint as ckpt
 from sim.real.executors.fault_injection import killed
-from sim.real.executors.registry import REAL_STRATEGIES
 from sim.real.launch.launcher import RunFailed
-from sim.training.rules import RULES
+from sim.training.strategies import STRATEGIES, row_of
 
 Gap = tuple[str, float, float]  # kind, start_s, end_s on the run's clock
 
@@ -41,10 +40,10 @@ def recovery_of(config: Config, net: str = "shm", source: str = "config") -> str
     if faults.mtbf_s is not None:
         raise UserError(f"{source}: faults.mtbf_s: real runs inject only the failures listed "
                         "in faults.failures (random failures are simulated only)")
-    recovery = RULES[kind].recovery
+    recovery = row_of(config).recovery
     key = "faults.failures" if faults.failures else \
         f"checkpoint.{'every_steps' if cp.every_steps is not None else 'every_s'}"
-    restarting = [s.name for s in REAL_STRATEGIES.values() if s.restarts]
+    restarting = [name for name, row in STRATEGIES.items() if row.real and row.real.restarts]
     if recovery == "restart" and (kind not in restarting or
                                   config.strategy.pipelining != "none"):
         raise UserError(f"{source}: {key}: real runs checkpoint and restart unpipelined "

@@ -191,7 +191,6 @@ class BSP(AllreduceMixin, PipelinedStrategy):
     allgathered (``strategy.allgather``) and each worker decodes the p - 1 it receives.
     """
 
-    name = "bsp"
 
     def start(self) -> None:
         ctx = self.ctx
@@ -262,7 +261,6 @@ class LocalSGD(AllreduceMixin, Strategy):
     An update is one local step of every worker, recorded when the slowest has taken it.
     """
 
-    name = "local-sgd"
 
     def start(self) -> None:
         self._setup_collective()

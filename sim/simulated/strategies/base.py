@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import simpy
@@ -88,15 +88,13 @@ class Strategy(ABC):
     failed worker (:meth:`fail_worker`) and starts it again (:meth:`rejoin_worker`).
     """
 
-    name: ClassVar[str]
-
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.loops: list[simpy.Process] = []
 
     def work(self, w: Worker) -> Generator[simpy.Event, Any, None]:
         """Worker ``w``'s loop, for strategies that :meth:`start_loops`."""
-        raise NotImplementedError(f"{self.name} has no per-worker loop")
+        raise NotImplementedError(f"{type(self).__name__} has no per-worker loop")
 
     def start_loops(self) -> None:
         """Start every worker's :meth:`work`."""

@@ -22,7 +22,6 @@ from sim.training.workload import Worker
 class EASGD(Strategy):
     """Elastic averaging SGD: local replicas pulled toward a center variable every tau steps."""
 
-    name = "easgd"
 
     def start(self) -> None:
         ctx = self.ctx

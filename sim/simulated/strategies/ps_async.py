@@ -26,7 +26,6 @@ class ASP(Strategy):
     """Downpour-style asynchronous SGD (Dean et al. 2012); ``ssp`` when the rules bound the
     clocks (one class for both: the gate is the rules')."""
 
-    name = "asp"
 
     def start(self) -> None:
         ctx = self.ctx
@@ -103,4 +102,3 @@ class ASP(Strategy):
 class SSP(ASP):
     """Stale synchronous parallel: clocks may differ by at most ``strategy.staleness``."""
 
-    name = "ssp"

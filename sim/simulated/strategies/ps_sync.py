@@ -50,7 +50,6 @@ from sim.training.workload import Worker
 class Backup(Strategy):
     """Synchronous SGD with b backup workers: each step uses the first N - b gradients."""
 
-    name = "backup"
 
     def start(self) -> None:
         ctx = self.ctx
@@ -113,7 +112,6 @@ class Backup(Strategy):
 class BSPPS(PipelinedStrategy):
     """Synchronous SGD through sharded parameter servers: push, barrier, pull."""
 
-    name = "bsp-ps"
 
     def start(self) -> None:
         ctx = self.ctx

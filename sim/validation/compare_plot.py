@@ -100,7 +100,7 @@ def _breakdown(ax: Any, report: dict[str, Any]) -> None:
 
 
 def report_figure(report: dict[str, Any]) -> Figure:
-    """The 2 x 2 figure of ``report`` (from :func:`sim.real.validation.sim_vs_real.compare`);
+    """The 2 x 2 figure of ``report`` (from :func:`sim.validation.sim_vs_real.compare`);
     reads the runs it names. Raises UserError if they are gone."""
     sim = load_repeats(Path(report["sim_dir"]))[0]
     reals = load_repeats(Path(report["real_dir"]))

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim.real.validation import reproducibility
 from sim.rundir import write_atomic
+from sim.validation import reproducibility
 
 ITERATION_TARGET, ITERATION_WORST, TTT_TARGET = 0.05, 0.15, 0.10
 

@@ -5,8 +5,8 @@ network, and any others whose levels set config keys), optionally blocks (the ca
 union of the blocks' products; without blocks, the full product) and the real repeats. For
 each network the machine is calibrated first (:mod:`sim.real.calibration.suite`): the
 simulation of a case uses the calibrated fabric of its network and the calibrated device,
-the real run uses that network. Each case's comparison (:mod:`sim.real.validation.sim_vs_real`)
-becomes a row of the README (:mod:`sim.real.validation.validate_report`). Before each case
+the real run uses that network. Each case's comparison (:mod:`sim.validation.sim_vs_real`)
+becomes a row of the README (:mod:`sim.validation.validate_report`). Before each case
 the machine must be quiet: other load on its cores would be timed as part of the real run:
 each real repeat waits (a while) for the machine to be quiet, measures the other load during
 it, is taken again when that load was too high, and the table reports the load the kept
@@ -27,15 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.config import Config, apply_overrides, read_toml, validate
+from sim.config import Config, apply_overrides, read_toml
 from sim.errors import UserError
 from sim.real.calibration.restart_costs import simulation_sets
 from sim.real.launch.emulate import unavailable
 from sim.real.launch.launcher import RunFailed
-from sim.real.validation.load import OtherLoad, wait_for_quiet
+from sim.real.launch.other_load import OtherLoad, wait_for_quiet
 from sim.results import iteration_s
 from sim.rundir import write_atomic
-from sim.training.rules import make_rules
+from sim.training.checks import validate
+from sim.training.strategies import row_of
 
 SPECIAL_AXES = ("workers", "strategy", "network")
 
@@ -169,8 +170,7 @@ def case_config(matrix: Matrix, case: Case, profiles: dict[str, Path]) -> Config
     if not (profiles["host"] / "host.json").exists():
         return validate(apply_overrides(matrix.base, sets), where)
     # every real rank runs on this machine: one host with its cores
-    ranks = config.cluster.workers + (config.cluster.servers
-                                      if make_rules(config).uses_servers else 0)
+    ranks = row_of(config).ranks(config)
     sets += [f'cluster.host="calibrated:{profiles["host"] / "host.json"}"',
              f"cluster.cores={os.cpu_count() or 1}", f"cluster.ranks_per_host={ranks}"]
     return validate(apply_overrides(matrix.base, sets), where)
@@ -330,9 +330,9 @@ def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, r
              quiet: tuple[float, float], retries: int = 2) -> dict[str, Any]:
     """Simulate and run one case; its row for the README (with ``error`` if it failed)."""
     from sim.real.executors.registry import check_supported
-    from sim.real.validation.sim_vs_real import compare
     from sim.rundir import write_run
     from sim.simulated.engine import simulate
+    from sim.validation.sim_vs_real import compare
 
     row: dict[str, Any] = {"case": case.name, "levels": case.levels}
     try:
@@ -357,8 +357,8 @@ def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | Non
                repeat: int | None, profiles_dir: Path | None, quiet: tuple[float, float],
                say: Callable = print, quick: bool = False,
                retries: int = 2) -> list[dict[str, Any]]:
-    from sim.real.validation import reproducibility
-    from sim.real.validation.validate_report import write_readme
+    from sim.validation import reproducibility
+    from sim.validation.validate_report import write_readme
 
     matrix = load_matrix(matrix_path)
     cases = expand(matrix, only)

@@ -191,16 +191,16 @@ def _pct(x: float | None) -> str:
 def placement_note(sim_dir: Path, workers: int, real: dict[str, Any]) -> str | None:
     """A warning when the simulation did not put the ranks where the real run had them (all
     on this machine's cores, with its host costs); None when it did."""
-    from sim.config import validate
     from sim.simulated.engine import rank_hosts
-    from sim.training.rules import make_rules
+    from sim.training.checks import validate
+    from sim.training.strategies import row_of
 
     try:
         config = validate(tomllib.loads((sim_dir / "config.toml").read_text()), str(sim_dir))
     except (OSError, tomllib.TOMLDecodeError, UserError):
         return None
     cluster, cores = config.cluster, os.cpu_count() or 1
-    ranks = workers + (cluster.servers if make_rules(config).uses_servers else 0)
+    ranks = workers + row_of(config).server_ranks(config)
     placed = rank_hosts(cluster, ranks)
     if cluster.host != "ideal" and cluster.cores == cores and len(set(placed)) == 1:
         return None

@@ -1,0 +1,236 @@
+"""A config's cross-key checks and the loading that runs them.
+
+:mod:`sim.config` is the schema alone; whether names exist (strategies, fabrics, models,
+collectives, devices, hosts, storage) and whether keys agree with each other is decided here,
+where the registries are in reach. :func:`load_config` and :func:`validate` return a
+:class:`~sim.config.Config` that passed every check, or raise :class:`sim.errors.UserError`
+naming the source, the dotted key and what was expected. :func:`config_warnings` words the
+valid settings that do nothing in a run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sim.calibrated import CALIBRATED
+from sim.config import Cluster, Config, Strategy, apply_overrides, parse, read_toml
+from sim.errors import UserError
+from sim.faults.storage import get_storage
+from sim.names import unknown
+from sim.network.collectives import REGISTRY as COLLECTIVES
+from sim.network.fabrics import get_fabric
+from sim.network.topology import TOPOLOGIES, topology_options
+from sim.training.compute_model import DEVICES
+from sim.training.host_costs import load_host
+from sim.training.strategies import STRATEGIES, row_of
+from sim.workloads.datasets import DATASETS, dataset_shape
+from sim.workloads.models import MODELS
+
+# ---- cross-key checks: each raises ValueError("dotted.key: message") -------------------
+
+def _known(key: str, value: str, names: list[str]) -> None:
+    if value not in names:
+        raise ValueError(f"{key}: {unknown(key.split('.')[-1], value, sorted(names))}")
+
+
+def _check_names(c: Config) -> None:
+    _known("strategy.kind", c.strategy.kind, list(STRATEGIES))
+    _known("workload.model", c.workload.model, list(MODELS))
+    _known("workload.dataset", c.workload.dataset, list(DATASETS))
+    _known("cluster.topology", c.cluster.topology, list(TOPOLOGIES))
+    allreduce = [n for n, cls in COLLECTIVES.items() if cls.kind == "allreduce" and n != "ps"]
+    gathers = [n for n, cls in COLLECTIVES.items() if cls.kind == "allgather"]
+    if c.strategy.collective in gathers:
+        raise ValueError(f"strategy.collective: {c.strategy.collective!r} is an allgather; "
+                         "strategy.collective names the allreduce of dense gradients "
+                         f"({', '.join(allreduce)}), strategy.allgather the allgather of "
+                         "compressed ones")
+    _known("strategy.collective", c.strategy.collective, allreduce)
+    _known("strategy.allgather", c.strategy.allgather, gathers)
+    if not c.compute.device.startswith(CALIBRATED):
+        _known("compute.device", c.compute.device, list(DEVICES))
+    else:
+        from sim.training.compute_model import load_device
+
+        try:
+            load_device(c.compute.device)
+        except ValueError as exc:
+            raise ValueError(f"compute.device: {exc}") from None
+
+
+def _check_topology(c: Config) -> None:
+
+    accepted = topology_options(c.cluster.topology)
+    defaults = Cluster()
+    for key in ("oversubscription", "hosts_per_leaf"):
+        if key not in accepted and getattr(c.cluster, key) != getattr(defaults, key):
+            raise ValueError(f"cluster.{key}: not an option of topology "
+                             f"{c.cluster.topology!r} (only of leaf-spine / fat-tree)")
+
+
+def _check_fabric(c: Config) -> None:
+
+    try:
+        get_fabric(c.cluster.fabric)
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"cluster.fabric: {exc}") from None
+
+
+def _check_hosts(c: Config) -> None:
+
+    try:
+        load_host(c.cluster.host)
+    except ValueError as exc:
+        raise ValueError(f"cluster.host: {exc}") from None
+    ranks = row_of(c).ranks(c)
+    placed = len(c.cluster.rank_hosts)
+    if placed and placed != ranks:
+        raise ValueError(f"cluster.rank_hosts: places {placed} ranks, the cluster has "
+                         f"{ranks} ({c.cluster.workers} workers"
+                         + (f" + {c.cluster.servers} servers)" if ranks > c.cluster.workers
+                            else ")"))
+
+
+def _check_workload(c: Config) -> None:
+
+    w = c.workload
+    if not w.numerics:
+        return  # timing only: no data set to check against
+    rows, features, classes, sparse = dataset_shape(w.dataset, w.samples, w.features,
+                                                    w.classes)
+    model = MODELS[w.model]
+    if model.sparse != sparse:
+        kind = "a sparse" if model.sparse else "a dense"
+        raise ValueError(f"workload.model: {w.model!r} needs {kind} dataset, "
+                         f"{w.dataset!r} is not")
+    if model.binary and classes != 2:
+        raise ValueError(f"workload.classes: {w.model!r} is binary but {w.dataset!r} has "
+                         f"{classes} classes")
+    shard = int(rows * (1 - w.test_fraction)) // c.cluster.workers
+    if w.batch > shard:
+        raise ValueError(f"workload.batch: {w.batch} is larger than a worker's shard "
+                         f"({shard} rows = {rows} x (1 - test_fraction) / "
+                         f"{c.cluster.workers} workers)")
+
+
+def _check_strategy(c: Config) -> None:
+    s = c.strategy
+    if s.compression != "none" and c.workload.model == "sparse-logreg":
+        raise ValueError("strategy.compression: sparse-logreg already sends only the touched "
+                         "features; compression applies to dense models")
+    if s.backup >= c.cluster.workers:
+        raise ValueError(f"strategy.backup: expected fewer than cluster.workers "
+                         f"({c.cluster.workers}) backup workers, got {s.backup}")
+    for slow in c.compute.slowdowns:
+        if slow.worker >= c.cluster.workers:
+            raise ValueError(f"compute.slowdowns: worker {slow.worker} does not exist "
+                             f"(cluster.workers = {c.cluster.workers})")
+        if slow.end_s is not None and slow.end_s <= slow.start_s:
+            raise ValueError(f"compute.slowdowns: end_s ({slow.end_s}) must be after "
+                             f"start_s ({slow.start_s})")
+
+
+def _pipelined() -> str:
+    """The strategies that take layer-wise pipelining, as a sentence names them."""
+    return " and ".join(name for name, row in STRATEGIES.items() if len(row.pipelining) > 1)
+
+
+def _check_pipelining(c: Config) -> None:
+    s, w = c.strategy, c.workload
+    modes = row_of(c).pipelining
+    if s.pipelining not in modes or (s.priority and len(modes) == 1):
+        raise ValueError(f"strategy.pipelining: layer-wise pipelining applies to "
+                         f"{_pipelined()}, not {s.kind!r}")
+    if s.pipelining != "none" and s.compression != "none":
+        raise ValueError("strategy.compression: not combined with pipelining (each layer "
+                         "would need its own codec)")
+    if w.profile is not None and len(modes) == 1:
+        raise ValueError(f"workload.profile: timing profiles apply to "
+                         f"{_pipelined()}, not {s.kind!r}")
+    if not w.numerics and w.profile is None:
+        raise ValueError("workload.numerics: false needs a workload.profile to time")
+    if not w.numerics and s.compression != "none":
+        raise ValueError("strategy.compression: a timing-only run has no gradient to compress")
+
+
+def _check_faults(c: Config) -> None:
+
+    servers = row_of(c).server_ranks(c)
+    ranks = c.cluster.workers + servers
+    for failure in c.faults.failures:
+        if failure.rank >= ranks:
+            raise ValueError(f"faults.failures: rank {failure.rank} does not exist (ranks "
+                             f"0..{ranks - 1}: {c.cluster.workers} workers"
+                             + (f", {servers} server shards)" if servers else ")"))
+        if failure.at_update is not None and failure.at_update >= c.run.iterations:
+            raise ValueError(f"faults.failures: at_update = {failure.at_update} is past the "
+                             f"run (run.iterations = {c.run.iterations}: the last failure "
+                             f"that changes anything is after update {c.run.iterations - 1})")
+        limit = c.run.time_limit_s
+        if failure.at_s is not None and limit is not None and failure.at_s >= limit:
+            raise ValueError(f"faults.failures: at_s = {failure.at_s:g} is past the run "
+                             f"(run.time_limit_s = {limit:g})")
+    if c.faults.ranks == "servers" and c.faults.mtbf_s is not None and not servers:
+        raise ValueError(f"faults.ranks: 'servers' but strategy {c.strategy.kind!r} has no "
+                         "parameter servers")
+    try:
+        get_storage(c.checkpoint.storage)
+    except ValueError as exc:
+        raise ValueError(f"checkpoint.storage: {exc}") from None
+
+
+CHECKS = [_check_names, _check_topology, _check_fabric, _check_hosts, _check_pipelining,
+          _check_workload, _check_strategy, _check_faults]
+
+
+# ---- warnings: valid settings that do nothing here (said before a run, never refused) ----
+
+def _one_leaf(c: Config) -> str | None:
+    cluster = c.cluster
+    hosts = cluster.workers + row_of(c).server_ranks(c)
+    if cluster.topology in ("leaf-spine", "fat-tree") and cluster.oversubscription != 1 \
+            and hosts <= cluster.hosts_per_leaf:
+        return (f"cluster.oversubscription = {cluster.oversubscription:g} has no effect: "
+                f"all {hosts} hosts sit under one leaf (cluster.hosts_per_leaf = "
+                f"{cluster.hosts_per_leaf}); lower hosts_per_leaf to spread them over leaves")
+    return None
+
+
+def _unused_allgather(c: Config) -> str | None:
+    s = c.strategy
+    gathering = [name for name, row in STRATEGIES.items() if row.gathers_compressed]
+    if s.allgather != Strategy().allgather and (not row_of(c).gathers_compressed
+                                                 or s.compression == "none"):
+        return (f"strategy.allgather = {s.allgather!r} has no effect: only "
+                f"{' and '.join(gathering)} with "
+                f"strategy.compression gathers compressed gradients (here {s.kind!r} with "
+                f"compression {s.compression!r})")
+    return None
+
+
+WARNINGS = [_one_leaf, _unused_allgather]
+
+
+def config_warnings(config: Config) -> list[str]:
+    """What in ``config`` is valid but has no effect, one line each."""
+    return [text for check in WARNINGS if (text := check(config))]
+
+
+# ---- loading -------------------------------------------------------------------------
+
+def validate(data: dict[str, Any], source: str = "<config>") -> Config:
+    """The resolved Config, checked across keys; UserError naming ``source``, the key and
+    what was expected."""
+    config = parse(data, source)
+    for check in CHECKS:
+        try:
+            check(config)
+        except ValueError as exc:
+            raise UserError(f"{source}: {exc}") from None
+    return config
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
+    """Read, override and validate a config file. Raises UserError."""
+    return validate(apply_overrides(read_toml(path), overrides or []), str(path))

@@ -1,0 +1,165 @@
+"""The strategy table: every strategy is one row, and everything that needs to know about a
+strategy reads its row (config checks, both executors, labels, analysis, benches, ``sim
+list``); nothing else compares strategy names.
+
+A row names its rules class (what the strategy does, :mod:`sim.training.rules`), its
+simulated executor and its real rank program by module path (they live in layers above
+this one, :mod:`sim.simulated` and :mod:`sim.real`, and are imported only by the executor
+that runs them), how a paper names it, which layer-wise pipelining modes it takes, how it
+recovers from failures and whether it adds parameter-server ranks. Adding a strategy is one
+row here plus its classes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sim.names import unknown
+from sim.training.rules import ASP, BSP, BSPPS, EASGD, SSP, Backup, LocalSGD, Rules
+
+#: every layer-wise pipelining mode (strategy.pipelining)
+PIPELINING = ("none", "wfbp", "bucket")
+
+
+def fmt(value: Any) -> str:
+    """A config value as text: ``None`` -> ``-``, booleans lower case, floats short."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class StrategyName:
+    """A name with the parameters it shows: ``StrategyName("SSP (s = {})",
+    ("strategy.staleness",))`` reads ``SSP (s = 3)``."""
+
+    text: str  # str.format template, one {} per parameter
+    params: tuple[str, ...] = ()  # the dotted keys the name shows
+
+    def of(self, flat: Mapping[str, Any]) -> str:
+        """The name with its parameters' values (a flattened config); bare when one is
+        unknown."""
+        values = [flat.get(key) for key in self.params]
+        return self.bare if None in values else self.text.format(*map(fmt, values))
+
+    @property
+    def bare(self) -> str:
+        """The name without its parameter: ``SSP``."""
+        if not self.params:
+            return self.text
+        head = self.text.split(" (")[0]  # "SSP (s = {})" or "ssp s={}": drop the parameter
+        return " ".join(word for word in head.split(" ") if "{" not in word)
+
+
+@dataclass(frozen=True)
+class RealProgram:
+    """A strategy's real rank programs: modules with ``run(ctx) -> RankLog`` (and optionally
+    ``combine(logs, workload)``), for unpipelined runs and for layer-wise pipelined ones."""
+
+    module: str
+    pipelined: str | None = None  # None: pipelined runs are simulated only
+    restarts: bool = False  # the unpipelined program checkpoints and restarts
+
+
+@dataclass(frozen=True)
+class StrategyRow:
+    """One strategy, declared once."""
+
+    name: str
+    rules: type[Rules]
+    simulated: str  # "module:Class" of its SimPy processes (sim.simulated.strategies)
+    label: StrategyName  # as a paper names it, for legends: "SSP (s = 3)"
+    short: StrategyName  # as tables and notebooks name it: "ssp s=3"
+    summary: str  # one line for `sim list`
+    real: RealProgram | None = None
+    no_real: str = "has no real runner yet"  # why a real run refuses it (real is None)
+    pipelining: tuple[str, ...] = ("none",)  # the strategy.pipelining modes it takes
+    # after a failure: "restart" the job from its last checkpoint (lost steps are recomputed,
+    # the numbers stay those of a run without failures) or carry on "elastic" (a dead worker
+    # is dropped until it rejoins, a dead shard restarts from its own checkpoint)
+    recovery: str = "restart"
+    uses_servers: bool = False  # adds cluster.servers parameter-server ranks after the workers
+    gathers_compressed: bool = False  # compressed gradients travel by strategy.allgather
+    synchronous: bool = False  # an update combines a step's gradients from (nearly) every worker
+
+    def server_ranks(self, config: Any) -> int:
+        """The parameter-server ranks it adds to ``config``'s cluster."""
+        return config.cluster.servers if self.uses_servers else 0
+
+    def ranks(self, config: Any) -> int:
+        """Every rank of ``config``'s job: workers, then server shards."""
+        return config.cluster.workers + self.server_ranks(config)
+
+    def simulated_class(self) -> type:
+        """The SimPy strategy class (imported on first use, by the simulated executor)."""
+        module, _, name = self.simulated.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+def _named(text: str, *params: str) -> StrategyName:
+    return StrategyName(text, params)
+
+
+_REAL_PS = RealProgram("sim.real.executors.ps")
+_SIM = "sim.simulated.strategies"
+
+STRATEGIES: dict[str, StrategyRow] = {row.name: row for row in (
+    StrategyRow("bsp", BSP, f"{_SIM}.allreduce:BSP", _named("BSP"), _named("bsp"),
+                "synchronous SGD: every step averages all workers' gradients with an allreduce",
+                real=RealProgram("sim.real.executors.bsp",
+                                 pipelined="sim.real.executors.bsp_pipelined", restarts=True),
+                pipelining=PIPELINING, gathers_compressed=True, synchronous=True),
+    StrategyRow("bsp-ps", BSPPS, f"{_SIM}.ps_sync:BSPPS", _named("BSP (PS)"),
+                _named("bsp-ps"),
+                "synchronous SGD through sharded parameter servers: push, barrier, pull",
+                real=_REAL_PS, pipelining=PIPELINING, uses_servers=True, synchronous=True),
+    StrategyRow("backup", Backup, f"{_SIM}.ps_sync:Backup",
+                _named("Backup (b = {})", "strategy.backup"),
+                _named("backup b={}", "strategy.backup"),
+                "synchronous SGD with b backup workers: each step uses the first N - b gradients "
+                "(Chen et al. 2016)",
+                real=_REAL_PS, recovery="elastic", uses_servers=True, synchronous=True),
+    StrategyRow("asp", ASP, f"{_SIM}.ps_async:ASP", _named("ASP"), _named("asp"),
+                "Downpour-style asynchronous SGD through parameter servers (Dean et al. 2012)",
+                real=_REAL_PS, recovery="elastic", uses_servers=True),
+    StrategyRow("ssp", SSP, f"{_SIM}.ps_async:SSP",
+                _named("SSP (s = {})", "strategy.staleness"),
+                _named("ssp s={}", "strategy.staleness"),
+                "stale synchronous parallel: clocks differ by at most strategy.staleness "
+                "(Ho et al. 2013)",
+                real=_REAL_PS, recovery="elastic", uses_servers=True),
+    StrategyRow("local-sgd", LocalSGD, f"{_SIM}.allreduce:LocalSGD",
+                _named("Local SGD (H = {})", "strategy.local_steps"), _named("local-sgd"),
+                "H local SGD steps on each replica, then the replicas are averaged "
+                "(Lin et al. 2020)",
+                synchronous=True),
+    StrategyRow("easgd", EASGD, f"{_SIM}.easgd:EASGD",
+                _named("EASGD (τ = {})", "strategy.local_steps"), _named("easgd"),
+                "elastic averaging SGD: replicas pulled toward a center variable every tau steps "
+                "(Zhang et al. 2015)",
+                recovery="elastic", uses_servers=True),
+)}
+
+
+def strategy_row(kind: str) -> StrategyRow:
+    """The row of ``kind``. Raises ValueError naming the known strategies."""
+    if kind not in STRATEGIES:
+        raise ValueError(unknown("strategy", kind, sorted(STRATEGIES)))
+    return STRATEGIES[kind]
+
+
+def row_of(config: Any) -> StrategyRow:
+    """The row of ``config.strategy.kind``."""
+    return strategy_row(config.strategy.kind)
+
+
+def make_rules(config: Any, workers: int | None = None) -> Rules:
+    """The rules of ``config.strategy.kind`` for ``workers`` workers (default: the config's)."""
+    return row_of(config).rules(config, workers or config.cluster.workers)
