@@ -66,21 +66,38 @@ def atomic_dir(out: Path, replace: bool = False) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def write_atomic(path: Path, data: str | bytes) -> Path:
+def write_atomic(path: Path, data: str | bytes, durable: bool = False) -> Path:
     """Write ``data`` to ``path`` through a temporary file beside it and a rename, so a
-    reader never sees a half-written file; returns ``path``. Raises OSError (nothing is
-    left behind)."""
+    reader never sees a half-written file; returns ``path``. With ``durable`` the file is
+    fsynced before the rename and its directory after it, so the new content also survives
+    a crash of the machine (checkpoints). Raises OSError (nothing is left behind)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        if isinstance(data, bytes):
-            tmp.write_bytes(data)
-        else:
-            tmp.write_text(data)
+        with tmp.open("wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())  # the data is on disk before the name points at it
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    if durable:
+        _fsync_dir(path.parent)  # and the rename itself
     return path
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems refuse fsync on a directory: the rename still holds
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_run(out: Path, files: dict[str, str], replace: bool = False) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,30 +67,7 @@ def write_file(path: Path, payload: bytes, fmt: str = FORMAT) -> Path:
     path = Path(path)
     header = json.dumps({"format": fmt, "length": len(payload),
                          "sha256": hashlib.sha256(payload).hexdigest()}).encode() + b"\n"
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with tmp.open("wb") as f:
-            f.write(MAGIC + header + payload)
-            f.flush()
-            os.fsync(f.fileno())  # the data is on disk before the name points at it
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)  # and the rename itself
-    return path
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems refuse fsync on a directory: the rename still holds
-        pass
-    finally:
-        os.close(fd)
+    return write_atomic(path, MAGIC + header + payload, durable=True)
 
 
 def read_file(path: Path) -> tuple[str, bytes]:
