@@ -120,8 +120,7 @@ def _main_sweep(args: argparse.Namespace) -> int:
 
 def calculate(args: argparse.Namespace) -> dict[str, Any]:
     """Run the collective described by the parsed arguments; raises UserError on bad input."""
-    from sim.network.fabrics import describe
-    from sim.network.simulate import run_alone
+    from sim.network.simulate import time_collective
     from sim.network.units import parse_bytes
 
     p = _require(args.workers >= 1, "--workers", "expected at least 1 worker", args.workers)
@@ -131,23 +130,11 @@ def calculate(args: argparse.Namespace) -> dict[str, Any]:
     (fabric,) = _fabrics(args)
     (algo,) = _algorithms(args, [args.algo or "ring"])
     where = _where(args)
-    time_s, network = run_alone(algo, p=p, nbytes=nbytes, fabric=fabric, **where)
-    options = {k: v for k, v in where.items() if k in _TOPOLOGY_FLAGS}
-    closed_s = algo.closed_form_s(p, nbytes, fabric.alpha_s(), fabric.beta_s_per_byte)
-    total = algo.total_bytes(p, nbytes)  # nccl-tests' S: p n for an allgather
-    algbw = total / time_s if time_s > 0 else None
-    return {
-        "algo": algo.name, "collective": algo.kind, "workers": p,
-        "servers": getattr(algo, "servers", None),
-        "bytes": nbytes, "total_bytes": total, "fabric": describe(fabric),
-        "topology": args.topology, "topology_options": options,
-        "placement": args.placement, "model": args.model,
-        "time_s": time_s, "closed_form_s": closed_s,
-        "lower_bound_s": algo.lower_bound_s(p, nbytes, network.topology.injection_Bps()),
-        "algbw_Bps": algbw,
-        "busbw_Bps": None if algbw is None else algbw * algo.bus_factor(p),
-        "bus_factor": algo.bus_factor(p), "messages": network.messages_delivered,
-    }
+    result = time_collective(algo, p, nbytes, fabric, where)
+    head = ("algo", "collective", "workers", "servers", "bytes", "total_bytes", "fabric")
+    return {**{key: result.pop(key) for key in head}, "topology": args.topology,
+            "topology_options": {k: v for k, v in where.items() if k in _TOPOLOGY_FLAGS},
+            "placement": args.placement, "model": args.model, **result}
 
 
 def sweep(args: argparse.Namespace) -> list[nccl.Point]:
@@ -168,7 +155,7 @@ def sweep(args: argparse.Namespace) -> list[nccl.Point]:
     where = _where(args)
     _require(args.out is None or not args.out.exists() or args.out.is_dir(), "--out",
              "expected a directory", str(args.out))
-    return [_point(algo, fabric, p, size, datatype, where)
+    return [nccl.measure_point(algo, fabric, p, size, datatype, where)
             for fabric in fabrics for algo in algos for size in sizes]
 
 
@@ -246,25 +233,6 @@ def _algorithm_names(args: argparse.Namespace) -> list[str]:
             raise UserError(f"--algorithms: "
                             f"{unknown('algorithm or collective', item, [*REGISTRY, *kinds])}")
     return list(dict.fromkeys(name for item in items for name in kinds.get(item, [item])))
-
-
-def _point(algo: Collective, fabric: Fabric, p: int, size: int, datatype: str,
-           where: dict[str, Any]) -> nccl.Point:
-    """One row: nccl-tests' count for ``size`` bytes, timed without data (no buffers)."""
-    from sim.network.simulate import run_alone
-
-    itemsize = nccl.DATATYPES[datatype]
-    count = nccl.call_count(algo.kind, size, itemsize, p)
-    nbytes = count * itemsize  # each rank's vector (its block, for an allgather)
-    time_s, network = run_alone(algo, p=p, nbytes=nbytes, fabric=fabric, **where)
-    size_bytes = int(algo.total_bytes(p, nbytes))
-    algbw, busbw = nccl.bandwidths_GBps(size_bytes, time_s, algo.bus_factor(p))
-    closed_s = algo.closed_form_s(p, nbytes, fabric.alpha_s(), fabric.beta_s_per_byte)
-    return nccl.Point(fabric=fabric.name, algorithm=algo.name, collective=algo.kind,
-                      workers=p, topology=where["topology"], model=where["model"],
-                      size_bytes=size_bytes, count=count, type=datatype, time_us=time_s * 1e6,
-                      algbw_GBps=algbw, busbw_GBps=busbw, closed_form_us=closed_s * 1e6,
-                      injection_GBps=network.topology.injection_Bps() / 1e9)
 
 
 def _write(points: list[nccl.Point], out_dir: Path) -> list[Path]:

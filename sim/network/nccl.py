@@ -22,7 +22,11 @@ import io
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass, fields
+from typing import Any
 
+from sim.network.collectives import Collective
+from sim.network.fabrics import Fabric
+from sim.network.simulate import run_alone
 from sim.network.units import parse_bytes
 
 # nccl-tests' -d names -> bytes per element
@@ -148,3 +152,21 @@ def _header(*cells: str) -> str:
     """A header line in nccl-tests' widths, aligned with the rows below it."""
     widths = (10, 12, 8, 7, 6, 6)
     return "# " + "  ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths, strict=True))
+
+
+def measure_point(algo: Collective, fabric: Fabric, p: int, size: int, datatype: str,
+                  where: dict[str, Any]) -> Point:
+    """One row: nccl-tests' count for ``size`` bytes, timed without data (no buffers).
+    ``where``: topology, model and their options, as :func:`run_alone` takes them."""
+    itemsize = DATATYPES[datatype]
+    count = call_count(algo.kind, size, itemsize, p)
+    nbytes = count * itemsize  # each rank's vector (its block, for an allgather)
+    time_s, network = run_alone(algo, p=p, nbytes=nbytes, fabric=fabric, **where)
+    size_bytes = int(algo.total_bytes(p, nbytes))
+    algbw, busbw = bandwidths_GBps(size_bytes, time_s, algo.bus_factor(p))
+    closed_s = algo.closed_form_s(p, nbytes, fabric.alpha_s(), fabric.beta_s_per_byte)
+    return Point(fabric=fabric.name, algorithm=algo.name, collective=algo.kind,
+                 workers=p, topology=where["topology"], model=where["model"],
+                 size_bytes=size_bytes, count=count, type=datatype, time_us=time_s * 1e6,
+                 algbw_GBps=algbw, busbw_GBps=busbw, closed_form_us=closed_s * 1e6,
+                 injection_GBps=network.topology.injection_Bps() / 1e9)

@@ -10,7 +10,7 @@ import simpy
 
 from sim.network.analytical import AnalyticalNetwork
 from sim.network.collectives import Collective, get_collective
-from sim.network.fabrics import Fabric, get_fabric
+from sim.network.fabrics import Fabric, describe, get_fabric
 from sim.network.flow import FlowNetwork
 from sim.network.topology import make_topology, place
 
@@ -74,3 +74,25 @@ def run_alone(collective: str | Collective, buffers: Sequence[np.ndarray] | None
     run = env.process(algo.run(network, buffers, p=p, nbytes=nbytes, hosts=hosts))
     env.run(run)
     return run.value, network
+
+
+def time_collective(algo: Collective, p: int, nbytes: int, fabric: Fabric,
+                    where: Mapping[str, Any]) -> dict[str, Any]:
+    """One collective of ``nbytes`` per rank on ``p`` ranks, timed alone (no data): its
+    time, closed form and lower bound (s), and nccl-tests' algorithm and bus bandwidths
+    (bytes/s; None for a zero time). ``where``: topology, model and their options."""
+    time_s, network = run_alone(algo, p=p, nbytes=nbytes, fabric=fabric, **where)
+    total = algo.total_bytes(p, nbytes)  # nccl-tests' S: p n for an allgather
+    algbw = total / time_s if time_s > 0 else None
+    return {
+        "algo": algo.name, "collective": algo.kind, "workers": p,
+        "servers": getattr(algo, "servers", None),
+        "bytes": nbytes, "total_bytes": total, "fabric": describe(fabric),
+        "time_s": time_s,
+        "closed_form_s": algo.closed_form_s(p, nbytes, fabric.alpha_s(),
+                                            fabric.beta_s_per_byte),
+        "lower_bound_s": algo.lower_bound_s(p, nbytes, network.topology.injection_Bps()),
+        "algbw_Bps": algbw,
+        "busbw_Bps": None if algbw is None else algbw * algo.bus_factor(p),
+        "bus_factor": algo.bus_factor(p), "messages": network.messages_delivered,
+    }
