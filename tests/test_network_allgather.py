@@ -19,7 +19,7 @@ from sim.network.collectives import REGISTRY, get_collective
 from sim.network.fabrics import REGISTRY as FABRICS
 from sim.network.fabrics import Fabric, get_fabric
 from sim.network.schedule import Schedule
-from sim.network.simulate import run_alone, simulate
+from sim.network.standalone import run_alone, simulate
 from sim.real.executors.collective import ScheduleAllreduce
 from sim.simulated.engine import build_simulation
 from sim.simulated.engine import simulate as train

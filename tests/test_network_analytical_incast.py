@@ -17,7 +17,7 @@ from training_cases import make, train, update_table
 
 from sim.network.collectives import REGISTRY, ParameterServer, get_collective
 from sim.network.fabrics import get_fabric
-from sim.network.simulate import build_network, run_alone
+from sim.network.standalone import build_network, run_alone
 
 FABRIC = get_fabric("ib-hdr")
 ALPHA, BETA = FABRIC.alpha_s(), FABRIC.beta_s_per_byte

@@ -160,7 +160,8 @@ def test_plots_need_only_result_files(results: dict[str, Path], tmp_path: Path) 
     copy = tmp_path / "copied"
     shutil.copytree(results["sweep"], copy, ignore=shutil.ignore_patterns("plots"))
     code = ("import sys\n"
-            "for name in ('sim.training', 'sim.network', 'sim.kernels', 'sim.config'):\n"
+            "for name in ('sim.simulated', 'sim.real', 'sim.training.rules',"
+            " 'sim.training.workload', 'sim.network', 'sim.kernels', 'sim.config', 'simpy'):\n"
             "    sys.modules[name] = None\n"
             "from sim.plots import plot_sweep\n"
             f"print(len(plot_sweep({str(copy)!r})))\n")

@@ -31,7 +31,7 @@ def test_every_strategy_row_has_rules_and_a_simulated_executor():
     from sim.simulated.strategies.base import Strategy
 
     for row in STRATEGIES.values():
-        assert issubclass(row.rules, Rules), row.name
+        assert issubclass(row.rules_class(), Rules), row.name
         assert issubclass(row.simulated_class(), Strategy), row.name
 
 

@@ -79,7 +79,7 @@ def test_a_new_row_is_checked_like_its_original(copied_asp):
     config = validate({"cluster": {"workers": 3, "servers": 2},
                        "strategy": {"kind": "asp-copy"}})
     assert row_of(config).ranks(config) == 5
-    assert type(make_rules(config)) is STRATEGIES["asp"].rules
+    assert type(make_rules(config)) is STRATEGIES["asp"].rules_class()
 
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))

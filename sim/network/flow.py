@@ -78,7 +78,7 @@ class FlowNetwork:
     """Hosts on a topology exchanging messages as max-min fair flows.
 
     Link capacities come from the topology (build it from ``fabric.bandwidth_Bps``, as
-    :func:`sim.network.simulate.build_network` does); latency and overheads from the fabric.
+    :func:`sim.network.standalone.build_network` does); latency and overheads from the fabric.
     """
 
     model = "flow"

@@ -26,7 +26,7 @@ from typing import Any
 
 from sim.network.collectives import Collective
 from sim.network.fabrics import Fabric
-from sim.network.simulate import run_alone
+from sim.network.standalone import run_alone
 from sim.network.units import parse_bytes
 
 # nccl-tests' -d names -> bytes per element

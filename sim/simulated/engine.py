@@ -20,7 +20,7 @@ import simpy
 from sim.config import Config, dump_config
 from sim.kernels import NonFiniteError
 from sim.network.fabrics import get_fabric
-from sim.network.simulate import build_network
+from sim.network.standalone import build_network
 from sim.network.topology import place, topology_options
 from sim.recorder import Recorder
 from sim.simulated.hosts import Hosts

@@ -3,11 +3,12 @@ strategy reads its row (config checks, both executors, labels, analysis, benches
 list``); nothing else compares strategy names.
 
 A row names its rules class (what the strategy does, :mod:`sim.training.rules`), its
-simulated executor and its real rank program by module path (they live in layers above
-this one, :mod:`sim.simulated` and :mod:`sim.real`, and are imported only by the executor
-that runs them), how a paper names it, which layer-wise pipelining modes it takes, how it
-recovers from failures and whether it adds parameter-server ranks. Adding a strategy is one
-row here plus its classes.
+simulated executor and its real rank program by ``module:name`` path, imported on first
+use: the executors live in layers above this one (:mod:`sim.simulated`, :mod:`sim.real`)
+and only the one that runs imports its class, and reading the table (for a legend) loads
+neither the kernels nor SimPy. A row also says how a paper names the strategy, which
+layer-wise pipelining modes it takes, how it recovers from failures and whether it adds
+parameter-server ranks. Adding a strategy is one row here plus its classes.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.names import unknown
-from sim.training.rules import ASP, BSP, BSPPS, EASGD, SSP, Backup, LocalSGD, Rules
+
+if TYPE_CHECKING:
+    from sim.training.rules import Rules
 
 #: every layer-wise pipelining mode (strategy.pipelining)
 PIPELINING = ("none", "wfbp", "bucket")
@@ -73,7 +76,7 @@ class StrategyRow:
     """One strategy, declared once."""
 
     name: str
-    rules: type[Rules]
+    rules: str  # "module:Class" of its rules (sim.training.rules)
     simulated: str  # "module:Class" of its SimPy processes (sim.simulated.strategies)
     label: StrategyName  # as a paper names it, for legends: "SSP (s = 3)"
     short: StrategyName  # as tables and notebooks name it: "ssp s=3"
@@ -97,10 +100,20 @@ class StrategyRow:
         """Every rank of ``config``'s job: workers, then server shards."""
         return config.cluster.workers + self.server_ranks(config)
 
+    def rules_class(self) -> type[Rules]:
+        """Its rules class."""
+        return _load(self.rules)
+
     def simulated_class(self) -> type:
         """The SimPy strategy class (imported on first use, by the simulated executor)."""
-        module, _, name = self.simulated.partition(":")
-        return getattr(importlib.import_module(module), name)
+        return _load(self.simulated)
+
+
+def _load(path: str) -> Any:
+    """The object a "module:name" path names (imported on first use, so that reading the
+    table, e.g. for a plot's legend, loads neither the kernels nor SimPy)."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _named(text: str, *params: str) -> StrategyName:
@@ -109,38 +122,39 @@ def _named(text: str, *params: str) -> StrategyName:
 
 _REAL_PS = RealProgram("sim.real.executors.ps")
 _SIM = "sim.simulated.strategies"
+_RULES = "sim.training.rules"
 
 STRATEGIES: dict[str, StrategyRow] = {row.name: row for row in (
-    StrategyRow("bsp", BSP, f"{_SIM}.allreduce:BSP", _named("BSP"), _named("bsp"),
+    StrategyRow("bsp", f"{_RULES}:BSP", f"{_SIM}.allreduce:BSP", _named("BSP"), _named("bsp"),
                 "synchronous SGD: every step averages all workers' gradients with an allreduce",
                 real=RealProgram("sim.real.executors.bsp",
                                  pipelined="sim.real.executors.bsp_pipelined", restarts=True),
                 pipelining=PIPELINING, gathers_compressed=True, synchronous=True),
-    StrategyRow("bsp-ps", BSPPS, f"{_SIM}.ps_sync:BSPPS", _named("BSP (PS)"),
+    StrategyRow("bsp-ps", f"{_RULES}:BSPPS", f"{_SIM}.ps_sync:BSPPS", _named("BSP (PS)"),
                 _named("bsp-ps"),
                 "synchronous SGD through sharded parameter servers: push, barrier, pull",
                 real=_REAL_PS, pipelining=PIPELINING, uses_servers=True, synchronous=True),
-    StrategyRow("backup", Backup, f"{_SIM}.ps_sync:Backup",
+    StrategyRow("backup", f"{_RULES}:Backup", f"{_SIM}.ps_sync:Backup",
                 _named("Backup (b = {})", "strategy.backup"),
                 _named("backup b={}", "strategy.backup"),
                 "synchronous SGD with b backup workers: each step uses the first N - b gradients "
                 "(Chen et al. 2016)",
                 real=_REAL_PS, recovery="elastic", uses_servers=True, synchronous=True),
-    StrategyRow("asp", ASP, f"{_SIM}.ps_async:ASP", _named("ASP"), _named("asp"),
+    StrategyRow("asp", f"{_RULES}:ASP", f"{_SIM}.ps_async:ASP", _named("ASP"), _named("asp"),
                 "Downpour-style asynchronous SGD through parameter servers (Dean et al. 2012)",
                 real=_REAL_PS, recovery="elastic", uses_servers=True),
-    StrategyRow("ssp", SSP, f"{_SIM}.ps_async:SSP",
+    StrategyRow("ssp", f"{_RULES}:SSP", f"{_SIM}.ps_async:SSP",
                 _named("SSP (s = {})", "strategy.staleness"),
                 _named("ssp s={}", "strategy.staleness"),
                 "stale synchronous parallel: clocks differ by at most strategy.staleness "
                 "(Ho et al. 2013)",
                 real=_REAL_PS, recovery="elastic", uses_servers=True),
-    StrategyRow("local-sgd", LocalSGD, f"{_SIM}.allreduce:LocalSGD",
+    StrategyRow("local-sgd", f"{_RULES}:LocalSGD", f"{_SIM}.allreduce:LocalSGD",
                 _named("Local SGD (H = {})", "strategy.local_steps"), _named("local-sgd"),
                 "H local SGD steps on each replica, then the replicas are averaged "
                 "(Lin et al. 2020)",
                 synchronous=True),
-    StrategyRow("easgd", EASGD, f"{_SIM}.easgd:EASGD",
+    StrategyRow("easgd", f"{_RULES}:EASGD", f"{_SIM}.easgd:EASGD",
                 _named("EASGD (τ = {})", "strategy.local_steps"), _named("easgd"),
                 "elastic averaging SGD: replicas pulled toward a center variable every tau steps "
                 "(Zhang et al. 2015)",
@@ -162,4 +176,4 @@ def row_of(config: Any) -> StrategyRow:
 
 def make_rules(config: Any, workers: int | None = None) -> Rules:
     """The rules of ``config.strategy.kind`` for ``workers`` workers (default: the config's)."""
-    return row_of(config).rules(config, workers or config.cluster.workers)
+    return row_of(config).rules_class()(config, workers or config.cluster.workers)

@@ -25,7 +25,7 @@ import simpy
 
 from sim import kernels as K
 from sim.network.collectives import get_collective
-from sim.network.simulate import run_alone
+from sim.network.standalone import run_alone
 from sim.simulated.pipeline import AllreduceChannel
 from sim.simulated.strategies.base import Strategy, block, compute, cpu, everyone
 from sim.simulated.strategies.pipelined import PipelinedStrategy
