@@ -106,7 +106,10 @@ def _typed(path: Path, what: str, key: str, value: Any, annotation: Any) -> Any:
     kind = annotation if isinstance(annotation, str) else annotation.__name__
     if kind == "float":
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an integer beyond a float's range
+                raise ValueError(f"{what} {path}: {key} is beyond a float's range") from None
         expected = "a number"
     elif kind == "bool":
         if isinstance(value, bool):
