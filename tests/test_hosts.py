@@ -15,13 +15,18 @@ from sim.recorder import KINDS
 from sim.simulated.engine import simulate
 from sim.simulated.hosts import Hosts
 from sim.training.checks import load_config
-from sim.training.host_costs import HOSTS, cpu_costs
+from sim.training.host_costs import HOSTS, HostProfile, cpu_costs
+
+
+def costs(slice_s: float = 3e-3, **fields) -> HostProfile:
+    """A host profile that charges nothing but what ``fields`` set, sliced every ``slice_s``."""
+    return dataclasses.replace(HOSTS["ideal"], slice_s=slice_s, **fields)
 
 
 def finish_times(k: int, cores: int, task_s: float, slice_s: float) -> list[float]:
     """k ranks on one host each start one task of ``task_s`` at t = 0."""
     env = simpy.Environment()
-    hosts = Hosts(env, [0] * k, cores, slice_s, spin=False)
+    hosts = Hosts(env, [0] * k, cores, costs(slice_s), False)
     ends: list[float] = []
 
     def task(rank):
@@ -54,7 +59,7 @@ def test_a_spinning_waiter_leaves_its_core_to_a_computing_rank():
     """MPICH's blocking wait yields between polls: the spinner takes no slices from work."""
     def computing_end(spin: bool) -> float:
         env = simpy.Environment()
-        hosts = Hosts(env, [0, 0], 1, 1e-3, spin=spin)
+        hosts = Hosts(env, [0, 0], 1, costs(1e-3), spin)
         done = env.event()
         end = []
 
@@ -82,7 +87,7 @@ def test_a_spinner_notices_once_a_core_is_free_of_work(cores, noticed):
     runs after rank 0's first slice (3-4 ms); with a second core (free once rank 2's task
     ends at 1 ms) it notices at once."""
     env = simpy.Environment()
-    hosts = Hosts(env, [0, 0, 0], cores, 3e-3, spin=True)
+    hosts = Hosts(env, [0, 0, 0], cores, costs(), True)
     seen = []
 
     def waiter():
@@ -100,7 +105,7 @@ def test_a_spinner_notices_once_a_core_is_free_of_work(cores, noticed):
 def test_a_waiter_sees_a_condition_event_fire_after_its_first_slice_or_nap(spin):
     """AllOf | timeout would drop the AllOf's own check when the timeout wins (SimPy)."""
     env = simpy.Environment()
-    hosts = Hosts(env, [0, 0], 1, 1e-3, spin=spin, poll_spin_s=1e-4, poll_s=1e-4)
+    hosts = Hosts(env, [0, 0], 1, costs(1e-3, poll_spin_s=1e-4, poll_s=1e-4), spin)
     seen = []
 
     def waiter():
@@ -116,7 +121,7 @@ def test_a_waiter_sees_a_condition_event_fire_after_its_first_slice_or_nap(spin)
 def test_a_sleeping_waiter_notices_at_the_end_of_its_nap(fires, noticed):
     """Spin 50 us, then naps of 40 us: an event at 100 us is seen at 50 + 2 x 40 = 130 us."""
     env = simpy.Environment()
-    hosts = Hosts(env, [0], 1, 3e-3, spin=False, poll_spin_s=50e-6, poll_s=40e-6)
+    hosts = Hosts(env, [0], 1, costs(poll_spin_s=50e-6, poll_s=40e-6), False)
     seen = []
 
     def waiter():
@@ -347,8 +352,8 @@ def test_a_napping_rank_on_a_shared_host_notices_notice_s_late_per_rank_beyond_t
     each, the nap grid (50 us of spinning, then naps of 40 us: an event at 1 ms is seen at
     1.01 ms)."""
     env = simpy.Environment()
-    hosts = Hosts(env, [0] * ranks, cores, 3e-3, spin=False, poll_spin_s=50e-6,
-                  poll_s=40e-6, notice_s=100e-6, notice_base_s=base)
+    hosts = Hosts(env, [0] * ranks, cores, costs(poll_spin_s=50e-6, poll_s=40e-6,
+                                                 notice_s=100e-6, notice_base_s=base), False)
     seen = []
 
     def waiter():
@@ -362,9 +367,9 @@ def test_a_napping_rank_on_a_shared_host_notices_notice_s_late_per_rank_beyond_t
 
 def test_a_rendezvous_costs_rendezvous_s_per_rank_beyond_the_cores_where_an_end_naps():
     def hosts(spin: bool, ranks: int) -> Hosts:
-        return Hosts(simpy.Environment(), [0] * ranks, 2, 3e-3, spin=spin, poll_spin_s=50e-6,
-                     poll_s=40e-6, notice_s=60e-6, rendezvous_bytes=8192,
-                     rendezvous_s=100e-6)
+        return Hosts(simpy.Environment(), [0] * ranks, 2,
+                     costs(poll_spin_s=50e-6, poll_s=40e-6, notice_s=60e-6,
+                           rendezvous_bytes=8192, rendezvous_s=100e-6), spin)
 
     assert hosts(False, 5).handshake_s(0, 4, 24_000) == pytest.approx(300e-6)
     assert hosts(False, 3).handshake_s(0, 2, 24_000) == pytest.approx(100e-6)
@@ -377,7 +382,7 @@ def test_a_shard_receiving_beyond_the_eager_limit_is_held_before_its_work():
     """The shard's thread waits the handshake on no core, then works; work queued on the
     same thread waits behind both, while another rank computes meanwhile."""
     env = simpy.Environment()
-    hosts = Hosts(env, [0, 0, 0], 1, 3e-3, spin=False, poll_spin_s=0.0, poll_s=1e-6)
+    hosts = Hosts(env, [0, 0, 0], 1, costs(poll_spin_s=0.0, poll_s=1e-6), False)
     ends = {}
 
     def task(name, rank, seconds, handshake_s=0.0):
@@ -397,8 +402,9 @@ def test_work_beside_k_waiters_per_core_runs_1_plus_k_share_slower(spin, share):
     10 (1 + 2 share) ms. With a second core the first waiter takes the free core."""
     def end(ranks: int, cores: int) -> float:
         env = simpy.Environment()
-        hosts = Hosts(env, [0] * ranks, cores, 3e-3, spin=spin, poll_spin_s=0.0,
-                      poll_s=0.0 if spin else 1e-6, spin_share=0.9, nap_share=1.3)
+        hosts = Hosts(env, [0] * ranks, cores,
+                      costs(poll_spin_s=0.0, poll_s=0.0 if spin else 1e-6, spin_share=0.9,
+                            nap_share=1.3), spin)
         done, ends = env.event(), []
 
         def worker():
@@ -423,8 +429,8 @@ def test_an_idle_server_rank_waits_for_messages_and_shares_the_core():
     """Rank 1 is a server (an idle waiter): while it has no task it takes nap_share of the
     worker's core; while it works it is a second task on the core instead."""
     env = simpy.Environment()
-    hosts = Hosts(env, [0, 0], 1, 3e-3, spin=False, poll_spin_s=0.0, poll_s=1e-6,
-                  nap_share=0.5, idle_waiters=[1])
+    hosts = Hosts(env, [0, 0], 1, costs(poll_spin_s=0.0, poll_s=1e-6, nap_share=0.5), False,
+                  idle_waiters=[1])
     ends = {}
 
     def task(name, rank, at, seconds):
@@ -444,8 +450,8 @@ def test_a_rank_keeps_its_core_for_the_spin_after_its_work():
     it notices the message while spinning, and its 0.1 ms of work after it runs before
     rank 1's."""
     env = simpy.Environment()
-    hosts = Hosts(env, [0, 0, 0], 1, 3e-3, spin=False, poll_spin_s=50e-6, poll_s=40e-6,
-                  notice_s=500e-6)
+    hosts = Hosts(env, [0, 0, 0], 1, costs(poll_spin_s=50e-6, poll_s=40e-6, notice_s=500e-6),
+                  False)
     ends = {}
 
     def rank0():

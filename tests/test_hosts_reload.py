@@ -4,6 +4,7 @@ form: work after a gap in a rank's CPU activity takes R (1 - exp(-gap / tau)) lo
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import simpy
 
 from sim.real.calibration.reload_bench import fit_reload
 from sim.simulated.hosts import Hosts
-from sim.training.host_costs import HostProfile
+from sim.training.host_costs import HOSTS, HostProfile
 
 R, TAU = 200e-6, 2e-3
 
@@ -20,8 +21,12 @@ def reload(gap: float) -> float:
     return R * (1 - math.exp(-gap / TAU))
 
 
-def hosts_for(env: simpy.Environment, ranks: int, cores: int, **kw) -> Hosts:
-    return Hosts(env, [0] * ranks, cores, 3e-3, reload_s=R, reload_tau_s=TAU, **kw)
+def hosts_for(env: simpy.Environment, ranks: int, cores: int, spin: bool,
+              idle_waiters: tuple[int, ...] | list[int] = (), **fields) -> Hosts:
+    """Ranks on one host whose profile has the reload transient and ``fields``."""
+    return Hosts(env, [0] * ranks, cores,
+                 replace(HOSTS["ideal"], reload_s=R, reload_tau_s=TAU, **fields), spin,
+                 idle_waiters)
 
 
 def second_task_s(hosts: Hosts, between, first_s: float = 100e-6,
@@ -128,8 +133,7 @@ def test_the_fit_of_a_flat_slowdown_is_all_base():
 @pytest.mark.parametrize("gap", [0.0, 1e-3])
 def test_any_gap_at_all_costs_the_base(gap):
     """A base of 30 us: back to back, nothing; after a sleep, 30 us plus the curve."""
-    hosts = Hosts(simpy.Environment(), [0], 1, 3e-3, spin=True, reload_s=R,
-                  reload_tau_s=TAU, reload_base_s=30e-6)
+    hosts = hosts_for(simpy.Environment(), 1, 1, spin=True, reload_base_s=30e-6)
 
     def sleep_if_any():
         if gap:

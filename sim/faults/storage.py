@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
-from sim.calibrated import preset_or_path, read_profile
+from sim.calibrated import load_profile, profile_json
+from sim.rundir import write_atomic
 
 PROFILE_FORMAT = "sgd-lab.storage-profile/1"
 
@@ -76,6 +78,8 @@ STORAGE: dict[str, Storage] = {
 }
 
 _FIELDS = {f.name for f in fields(Storage)} - {"name", "source"}
+# what `sim calibrate` records beside the fields: each fit's latency, and the samples
+MEASUREMENTS = {"write_latency_s", "read_latency_s", "points"}
 
 
 def get_storage(spec: str | dict[str, Any]) -> Storage:
@@ -84,22 +88,25 @@ def get_storage(spec: str | dict[str, Any]) -> Storage:
     read_Bps, latency_s, aggregate_Bps}. Raises ValueError naming an unknown preset or
     key, a bad value or an unreadable profile."""
     if isinstance(spec, str):
-        preset, path = preset_or_path(spec, STORAGE, "storage")
-        if path is None:
-            return preset
-        data = read_profile(path, PROFILE_FORMAT, "storage profile")
-        source = str(data.pop("source", f"calibrated: {path}"))
-        data = {k: v for k, v in data.items() if k in _FIELDS}
-        return _from_table(data, f"storage profile {path}", source)
-    return _from_table(spec, "table", "config table")
+        return load_profile(spec, STORAGE, Storage, PROFILE_FORMAT, what="storage profile",
+                            preset="storage", measurements=MEASUREMENTS,
+                            defaults=lambda path: {"name": "calibrated",
+                                                   "source": f"calibrated: {path}"})
+    return _from_table(spec)
 
 
-def _from_table(spec: dict[str, Any], what: str, source: str) -> Storage:
+def save_storage_profile(path: str | Path, storage: Storage, **extra: Any) -> None:
+    """Write a profile that ``checkpoint.storage = "calibrated:PATH"`` reads (``extra``: how
+    it was measured; its keys are :data:`MEASUREMENTS`)."""
+    write_atomic(Path(path), profile_json(storage, PROFILE_FORMAT, **extra))
+
+
+def _from_table(spec: dict[str, Any]) -> Storage:
     extra = sorted(set(spec) - _FIELDS)
     if extra:
-        raise ValueError(f"{what}: unknown key {extra[0]!r} (expected "
+        raise ValueError(f"table: unknown key {extra[0]!r} (expected "
                          f"{', '.join(sorted(_FIELDS))})")
     missing = sorted({"write_Bps", "read_Bps", "latency_s"} - set(spec))
     if missing:
-        raise ValueError(f"{what}: missing key {missing[0]!r}")
-    return Storage("custom" if what == "table" else "calibrated", **spec, source=source)
+        raise ValueError(f"table: missing key {missing[0]!r}")
+    return Storage("custom", **spec, source="config table")

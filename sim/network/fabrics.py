@@ -16,7 +16,8 @@ what ``osu_latency`` reports for a small message, which is how the presets were 
 Calibrated profiles
 -------------------
 ``calibrated:PATH`` loads a JSON object measured on a real cluster (the real-run tools write
-it; :func:`save_profile` writes one)::
+it; :func:`save_profile` writes one), a :class:`FabricProfile` read by
+:func:`sim.calibrated.load_profile`::
 
     {"format": "sgd-lab.fabric-profile/1",   # optional; checked when present
      "name": "mycluster",                    # optional
@@ -33,18 +34,16 @@ small-message latency ``a`` on one switch is known, write ``latency_s = 0`` and
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sim.names import unknown
+from sim.calibrated import CALIBRATED, load_profile, profile_json
 from sim.rundir import write_atomic
 
 PROFILE_FORMAT = "sgd-lab.fabric-profile/1"
-CALIBRATED_PREFIX = "calibrated:"
 SWITCH_HOPS = 2  # host -> switch -> host
 
 
@@ -160,8 +159,6 @@ REGISTRY: dict[str, Fabric] = {
 
 _CUSTOM_KEYS = {"name", "base", "line_rate_bps", "bandwidth_Bps", "latency_s", "overhead_s",
                 "efficiency", "source"}
-_PROFILE_KEYS = {"format", "name", "bandwidth_Bps", "latency_s", "overhead_s", "source",
-                 "measurements"}
 
 
 def get_fabric(spec: str | Mapping[str, Any] | Fabric) -> Fabric:
@@ -173,13 +170,12 @@ def get_fabric(spec: str | Mapping[str, Any] | Fabric) -> Fabric:
         return spec
     if isinstance(spec, Mapping):
         return fabric_from_dict(spec)
-    if spec.startswith(CALIBRATED_PREFIX):
-        return load_profile(spec[len(CALIBRATED_PREFIX):])
-    try:
-        return REGISTRY[spec]
-    except KeyError:
-        raise ValueError(f"{unknown('fabric', spec, REGISTRY)} "
-                         f"or {CALIBRATED_PREFIX}PATH") from None
+    found = load_profile(spec, REGISTRY, FabricProfile, PROFILE_FORMAT, what="fabric profile",
+                         preset="fabric", measurements={"measurements"},
+                         defaults=lambda path: {  # the path as given, not normalised
+                             "name": spec,
+                             "source": f"calibrated profile {spec.removeprefix(CALIBRATED)}"})
+    return found if isinstance(found, Fabric) else found.fabric()
 
 
 def fabric_from_dict(spec: Mapping[str, Any]) -> Fabric:
@@ -210,38 +206,33 @@ def fabric_from_dict(spec: Mapping[str, Any]) -> Fabric:
     return Fabric(**fields)
 
 
-def load_profile(path: str | Path) -> Fabric:
-    """Read a calibrated profile (format in the module docstring). Raises ValueError."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"fabric profile {path}: cannot read it as JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"fabric profile {path}: expected a JSON object")
-    unknown = set(data) - _PROFILE_KEYS
-    missing = {"bandwidth_Bps", "latency_s", "overhead_s"} - set(data)
-    if unknown or missing:
-        raise ValueError(f"fabric profile {path}: missing {sorted(missing)}, "
-                         f"unknown {sorted(unknown)}; expected keys {sorted(_PROFILE_KEYS)}")
-    if data.get("format", PROFILE_FORMAT) != PROFILE_FORMAT:
-        raise ValueError(f"fabric profile {path}: format {data['format']!r} is not "
-                         f"{PROFILE_FORMAT!r}")
-    try:
-        return Fabric(name=str(data.get("name", f"calibrated:{path}")),
-                      line_rate_bps=8 * _number("bandwidth_Bps", data["bandwidth_Bps"]),
-                      latency_s=_number("latency_s", data["latency_s"]),
-                      overhead_s=_number("overhead_s", data["overhead_s"]),
-                      source=str(data.get("source", f"calibrated profile {path}")))
-    except ValueError as exc:
-        raise ValueError(f"fabric profile {path}: {exc}") from None
+@dataclass(frozen=True)
+class FabricProfile:
+    """A calibrated fabric as its JSON has it: the achieved bandwidth (efficiency 1), the
+    per-hop latency and the per-message overhead. Raises ValueError as :class:`Fabric`."""
+
+    name: str
+    bandwidth_Bps: float  # achieved large-message bandwidth, bytes/s
+    latency_s: float  # per hop
+    overhead_s: float  # per message, at each end
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        self.fabric()
+
+    def fabric(self) -> Fabric:
+        return Fabric(name=self.name, line_rate_bps=8 * self.bandwidth_Bps,
+                      latency_s=self.latency_s, overhead_s=self.overhead_s, source=self.source)
+
+    @classmethod
+    def of(cls, fabric: Fabric) -> FabricProfile:
+        return cls(fabric.name, fabric.bandwidth_Bps, fabric.latency_s, fabric.overhead_s,
+                   fabric.source)
 
 
 def save_profile(path: str | Path, fabric: Fabric, **extra: Any) -> None:
     """Write ``fabric`` as a calibrated profile (``extra``: source, measurements)."""
-    profile = {"format": PROFILE_FORMAT, "name": fabric.name,
-               "bandwidth_Bps": fabric.bandwidth_Bps, "latency_s": fabric.latency_s,
-               "overhead_s": fabric.overhead_s, **extra}
-    write_atomic(Path(path), json.dumps(profile, indent=2) + "\n")
+    write_atomic(Path(path), profile_json(FabricProfile.of(fabric), PROFILE_FORMAT, **extra))
 
 
 def describe(fabric: Fabric) -> dict[str, Any]:

@@ -90,12 +90,8 @@ def build_hosts(env: simpy.Environment, config: Config, ranks: int,
     # compute.time_s a gradient is a sleep, and spinning waiters take no CPU from it)
     kernels = config.compute.time_s is None
     spin = cluster.wait == "spin" or (cluster.wait == "auto" and not (shared and kernels))
-    host = costs.host
-    return Hosts(env, placed, cluster.cores, host.slice_s, spin, host.poll_spin_s, host.poll_s,
-                 host.notice_s, host.rendezvous_bytes, host.rendezvous_s, host.spin_share,
-                 host.nap_share, idle_waiters=range(cluster.workers, ranks),
-                 notice_base_s=host.notice_base_s, reload_s=host.reload_s,
-                 reload_tau_s=host.reload_tau_s, reload_base_s=host.reload_base_s)
+    return Hosts(env, placed, cluster.cores, costs.host, spin,
+                 idle_waiters=range(cluster.workers, ranks))
 
 
 def build_simulation(config: Config) -> Simulation:

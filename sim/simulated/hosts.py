@@ -32,39 +32,38 @@ import numpy as np
 import simpy
 
 from sim.simulated.core_reload import Reload
+from sim.training.host_costs import HostProfile
 
 
 class Hosts:
     """Cores of each host and the thread of each rank. ``rank_hosts[r]`` is rank r's host."""
 
     def __init__(self, env: simpy.Environment, rank_hosts: Sequence[int], cores: int,
-                 slice_s: float, spin: bool, poll_spin_s: float = 0.0,
-                 poll_s: float = 0.0, notice_s: float = 0.0,
-                 rendezvous_bytes: float = math.inf, rendezvous_s: float = 0.0,
-                 spin_share: float = 0.0, nap_share: float = 0.0,
-                 idle_waiters: Sequence[int] = (), notice_base_s: float = 0.0,
-                 reload_s: float = 0.0, reload_tau_s: float = 0.0,
-                 reload_base_s: float = 0.0) -> None:
-        self.env, self.slice_s = env, slice_s
+                 costs: HostProfile, spin: bool, idle_waiters: Sequence[int] = ()) -> None:
+        """``costs``: the host profile whose time slice, polling, notice, rendezvous,
+        waiters' share and reload constants these cores keep (its rates are
+        :class:`sim.training.host_costs.CpuCosts`')."""
+        self.env, self.slice_s = env, costs.slice_s
         # what gaps in ranks' CPU activity cost their next task (None: nothing)
-        self.reloads = (Reload(env, rank_hosts, cores, reload_s, reload_tau_s, reload_base_s)
-                        if reload_s > 0 or reload_base_s > 0 else None)
-        self.poll_spin_s, self.poll_s = poll_spin_s, poll_s
-        self.notice_base_s, self.notice_s = notice_base_s, notice_s
-        self.rendezvous_bytes, self.rendezvous_s = rendezvous_bytes, rendezvous_s
+        self.reloads = (Reload(env, rank_hosts, cores, costs.reload_s, costs.reload_tau_s,
+                               costs.reload_base_s)
+                        if costs.reload_s > 0 or costs.reload_base_s > 0 else None)
+        self.poll_spin_s, self.poll_s = costs.poll_spin_s, costs.poll_s
+        self.notice_base_s, self.notice_s = costs.notice_base_s, costs.notice_s
+        self.rendezvous_bytes, self.rendezvous_s = costs.rendezvous_bytes, costs.rendezvous_s
         self.rank_hosts = list(rank_hosts)
         ranks_on = {h: self.rank_hosts.count(h) for h in set(self.rank_hosts)}
         self.cores = {h: simpy.Resource(env, cores) for h in ranks_on}
         self.shared = {h: ranks_on[h] > cores for h in ranks_on}  # ranks outnumber cores
         self.excess = {h: max(ranks_on[h] - cores, 0) for h in ranks_on}
         # whether any message can need a handshake: spared on every message otherwise
-        self.handshakes = (rendezvous_s > 0 and not spin and poll_s > 0
+        self.handshakes = (self.rendezvous_s > 0 and not spin and self.poll_s > 0
                            and any(self.shared.values()))
         self.threads = [simpy.Resource(env, 1) for _ in self.rank_hosts]
         self.free_at = [0.0] * len(self.rank_hosts)  # when each rank's thread is next idle
         self.lingering: dict[int, Any] = {}  # rank -> the core it ran on until now
         # waiters take a share of the cores they share with work (:meth:`stretch`)
-        self.wait_share = spin_share if spin else nap_share
+        self.wait_share = costs.spin_share if spin else costs.nap_share
         self.working = [False] * len(self.rank_hosts)  # has a task on its thread
         self.busy = dict.fromkeys(ranks_on, 0)  # ranks with a task, per host
         self.waiting = dict.fromkeys(ranks_on, 0)  # ranks waiting (spinning or napping)
@@ -72,7 +71,7 @@ class Hosts:
         self.idle_waiters = {h: [r for r in idle_waiters if self.rank_hosts[r] == h]
                              for h in ranks_on}
         self.spin = spin
-        self.spins_waiting = spin or poll_s <= 0  # waits spin (else: spin, then nap)
+        self.spins_waiting = spin or self.poll_s <= 0  # waits spin (else: spin, then nap)
         for rank in idle_waiters:  # a server waits for messages from the start
             self._rest(rank)
 

@@ -10,7 +10,7 @@ run's seed, so a worker's draws do not depend on how events interleave.
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.calibrated import preset_or_path, read_profile
+from sim.calibrated import load_profile, profile_json
 from sim.rundir import write_atomic
 
 PROFILE_FORMAT = "sgd-lab.device-profile/1"
@@ -31,6 +31,12 @@ class Device:
     overhead_s: float  # fixed cost per gradient (kernel launches, framework)
     source: str
     on_host: bool = False  # the gradient runs on a host core (a CPU device)
+
+    def __post_init__(self) -> None:
+        if not (self.flops_per_s > 0 and math.isfinite(self.overhead_s)
+                and self.overhead_s >= 0):
+            raise ValueError(f"device {self.name!r}: need flops_per_s > 0 and overhead_s >= 0, "
+                             f"got {self.flops_per_s} and {self.overhead_s}")
 
 
 DEVICES: dict[str, Device] = {
@@ -50,27 +56,23 @@ DEVICES: dict[str, Device] = {
 
 
 def load_device(spec: str) -> Device:
-    """A preset name or ``calibrated:PATH`` (JSON: flops_per_s, overhead_s). Raises ValueError."""
-    preset, path = preset_or_path(spec, DEVICES, "device")
-    if path is None:
-        return preset
-    data = read_profile(path, PROFILE_FORMAT, "device profile")
-    try:
-        rate, overhead = float(data["flops_per_s"]), float(data.get("overhead_s", 0.0))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"device profile {path}: {exc}") from None
-    if not (rate > 0 and overhead >= 0):
-        raise ValueError(f"device profile {path}: need flops_per_s > 0 and overhead_s >= 0")
-    return Device(data.get("name", path.stem), rate, overhead, data.get("source", str(path)),
-                  on_host=bool(data.get("on_host", True)))  # calibrate measures this CPU
+    """A preset name or ``calibrated:PATH`` (JSON: flops_per_s, and optionally overhead_s,
+    name, source, on_host). Raises ValueError."""
+    return load_profile(spec, DEVICES, Device, PROFILE_FORMAT, what="device profile",
+                        preset="device", measurements={"points", "concurrency"},
+                        required=["flops_per_s"], defaults=lambda path: {
+                            "name": path.stem, "source": str(path), "overhead_s": 0.0,
+                            "on_host": True})  # calibrate measures this CPU
 
 
 def save_device_profile(path: str | Path, flops_per_s: float, overhead_s: float,
                         source: str, **extra: object) -> None:
-    """Write a device profile that ``compute.device = "calibrated:PATH"`` reads."""
-    data = {"format": PROFILE_FORMAT, "flops_per_s": flops_per_s, "overhead_s": overhead_s,
-            "source": source, **extra}
-    write_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+    """Write a device profile that ``compute.device = "calibrated:PATH"`` reads (``extra``:
+    its name, default the file's; how it was measured: points, concurrency)."""
+    path = Path(path)
+    device = Device(name=str(extra.pop("name", path.stem)), flops_per_s=flops_per_s,
+                    overhead_s=overhead_s, source=source, on_host=True)
+    write_atomic(path, profile_json(device, PROFILE_FORMAT, **extra))
 
 
 # name -> factor(rng, compute config), each of mean 1

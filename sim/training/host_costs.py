@@ -25,15 +25,14 @@ A host profile is a preset name or ``calibrated:PATH`` (JSON written by ``sim ca
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from sim.calibrated import preset_or_path, read_profile
+from sim.calibrated import load_profile, profile_json
 from sim.rundir import write_atomic
 
 PROFILE_FORMAT = "sgd-lab.host-profile/1"
@@ -126,32 +125,26 @@ HOSTS: dict[str, HostProfile] = {
 }
 
 
+# what `sim calibrate` records beside the fields: fits, samples and how they were measured
+MEASUREMENTS = {"fits", "step", "poll", "rendezvous", "share", "reload", "measured_through",
+                "load_average", "cpu_fraction", "fabric_overhead_s", "fabric_Bps", "quick",
+                "concurrency"}
+
+
 def load_host(spec: str) -> HostProfile:
-    """A preset name or ``calibrated:PATH``. Raises ValueError naming the missing key."""
-    preset, path = preset_or_path(spec, HOSTS, "host profile")
-    if path is None:
-        return preset
-    data = read_profile(path, PROFILE_FORMAT, "host profile")
-    values: dict[str, Any] = {"name": str(data.get("name", path.stem)),
-                              "source": str(data.get("source", path))}
-    for f in fields(HostProfile):
-        if f.name in values:
-            continue
-        if f.name not in data:
-            raise ValueError(f"host profile {path}: missing key {f.name!r}")
-        try:
-            values[f.name] = float(data[f.name])
-        except (TypeError, ValueError):
-            raise ValueError(f"host profile {path}: {f.name} must be a number, "
-                             f"got {data[f.name]!r}") from None
-    return HostProfile(**values)
+    """A preset name or ``calibrated:PATH``, which has every number of :class:`HostProfile`.
+    Raises ValueError naming the missing key."""
+    return load_profile(spec, HOSTS, HostProfile, PROFILE_FORMAT, what="host profile",
+                        measurements=MEASUREMENTS,
+                        required=[f.name for f in fields(HostProfile)
+                                  if f.name not in ("name", "source")],
+                        defaults=lambda path: {"name": path.stem, "source": str(path)})
 
 
 def save_host_profile(path: str | Path, profile: HostProfile, **extra: Any) -> None:
     """Write a profile that ``cluster.host = "calibrated:PATH"`` reads (``extra``: how it was
-    measured: fits, errors, samples)."""
-    data = {"format": PROFILE_FORMAT, **asdict(profile), **extra}
-    write_atomic(Path(path), json.dumps(data, indent=2) + "\n")
+    measured: fits, errors, samples; its keys are :data:`MEASUREMENTS`)."""
+    write_atomic(Path(path), profile_json(profile, PROFILE_FORMAT, **extra))
 
 
 def cpu_costs(host: HostProfile, fabric: Any) -> CpuCosts:

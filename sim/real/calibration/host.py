@@ -408,33 +408,76 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
     processes at once (as ``sim calibrate --concurrency`` times the kernels)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     load = load_average()
-    min_time_s = 0.02 if quick else 0.1
-    vectors = measure_vectors_together(quick, min_time_s, concurrency)
+    m = measure_host(quick, wait, concurrency)
+    profile = host_profile(m, fabric_overhead_s, fabric_Bps)
+    lines = [summary_line(profile, fabric_overhead_s), *fit_lines(m["fits"]),
+             *step_and_wait_lines(profile, m), *reload_lines(profile, m["reload"])]
+    warnings = busy_warning(load, m["cpu_s"], m["wall_s"]) + fit_warnings(m)
+    save_host_profile(path, profile, fits=m["fits"], step=m["step"], poll=m["poll"],
+                      rendezvous=m["rendezvous"], share=m["share"], reload=m["reload"],
+                      measured_through=measured_through(concurrency, m["reload"]),
+                      load_average=load,
+                      cpu_fraction=m["cpu_s"] / m["wall_s"] if m["wall_s"] else None,
+                      fabric_overhead_s=fabric_overhead_s, fabric_Bps=fabric_Bps,
+                      quick=quick, concurrency=concurrency)
+    return lines + warnings + [f'  cluster.host = "calibrated:{path}"']
+
+
+def measure_host(quick: bool, wait: str, concurrency: int) -> dict[str, Any]:
+    """Every measurement of a host profile, one after another: ``fits`` of copy, update,
+    reduce and message; ``step``, ``poll``, ``rendezvous``, ``share`` and ``reload``; the
+    vectors' CPU and wall time (``cpu_s``, ``wall_s``)."""
+    vectors = measure_vectors_together(quick, 0.02 if quick else 0.1, concurrency)
     fits = {name: (fit_gather if name == "copy" else fit)(*points)
             for name, points in vectors["points"].items()}
-    cpu_s, wall_s = vectors["cpu_fraction"] * vectors["wall_s"], vectors["wall_s"]
+    measured: dict[str, Any] = {"fits": fits,
+                                "cpu_s": vectors["cpu_fraction"] * vectors["wall_s"],
+                                "wall_s": vectors["wall_s"]}
     fits["message"] = fit(*measure_messages(quick, wait))
-    step = measure_step(quick, wait)
-    poll = measure_poll(quick)
-    rendezvous = measure_rendezvous(quick)
-    share = measure_wait_share(quick)
-    reload = measure_reload(quick)
-    message_Bps = beyond_wire_Bps(fits["message"]["rate_Bps"], fabric_Bps)
-    profile = HostProfile(f"calibrated-{platform.node()}", fits["copy"]["rate_Bps"],
-                          fits["update"]["rate_Bps"], fits["reduce"]["rate_Bps"],
-                          max(fits["message"]["constant_s"] - fabric_overhead_s, 0.0),
-                          max(step["step_s"], 0.0), SLICE_S, poll["poll_spin_s"],
-                          poll["poll_s"], message_Bps, fits["copy"]["constant_s"],
-                          fits["copy"]["row_s"], fits["update"]["constant_s"],
-                          fits["reduce"]["constant_s"],
-                          f"sim calibrate: host costs through the real runner's code paths; "
-                          f"{time.strftime('%Y-%m-%d')}, {platform.node()}, "
-                          f"{os.cpu_count()} CPUs", rendezvous["notice_s"],
-                          rendezvous["rendezvous_bytes"], rendezvous["rendezvous_s"],
-                          share["spin"]["share"], share["sleep"]["share"],
-                          rendezvous["notice_base_s"], reload["reload_s"],
-                          reload["reload_tau_s"], reload["reload_base_s"])
-    measured_through = {
+    measured["step"] = measure_step(quick, wait)
+    measured["poll"] = measure_poll(quick)
+    measured["rendezvous"] = measure_rendezvous(quick)
+    measured["share"] = measure_wait_share(quick)
+    measured["reload"] = measure_reload(quick)
+    return measured
+
+
+def host_profile(m: dict[str, Any], fabric_overhead_s: float,
+                 fabric_Bps: float) -> HostProfile:
+    """The profile of :func:`measure_host`'s measurements, field by field; the message's
+    constant and rate less the fabric's own (see :func:`calibrate_host`)."""
+    fits, poll, rendezvous, reload = m["fits"], m["poll"], m["rendezvous"], m["reload"]
+    return HostProfile(
+        name=f"calibrated-{platform.node()}",
+        copy_Bps=fits["copy"]["rate_Bps"],
+        update_Bps=fits["update"]["rate_Bps"],
+        reduce_Bps=fits["reduce"]["rate_Bps"],
+        message_s=max(fits["message"]["constant_s"] - fabric_overhead_s, 0.0),
+        step_s=max(m["step"]["step_s"], 0.0),
+        slice_s=SLICE_S,
+        poll_spin_s=poll["poll_spin_s"],
+        poll_s=poll["poll_s"],
+        message_Bps=beyond_wire_Bps(fits["message"]["rate_Bps"], fabric_Bps),
+        copy_call_s=fits["copy"]["constant_s"],
+        copy_row_s=fits["copy"]["row_s"],
+        update_call_s=fits["update"]["constant_s"],
+        reduce_call_s=fits["reduce"]["constant_s"],
+        source=f"sim calibrate: host costs through the real runner's code paths; "
+               f"{time.strftime('%Y-%m-%d')}, {platform.node()}, {os.cpu_count()} CPUs",
+        notice_s=rendezvous["notice_s"],
+        rendezvous_bytes=rendezvous["rendezvous_bytes"],
+        rendezvous_s=rendezvous["rendezvous_s"],
+        spin_share=m["share"]["spin"]["share"],
+        nap_share=m["share"]["sleep"]["share"],
+        notice_base_s=rendezvous["notice_base_s"],
+        reload_s=reload["reload_s"],
+        reload_tau_s=reload["reload_tau_s"],
+        reload_base_s=reload["reload_base_s"])
+
+
+def measured_through(concurrency: int, reload: dict[str, Any]) -> dict[str, str]:
+    """How each cost was measured, in words (kept in the profile)."""
+    return {
         "copy": f"sim.training.workload.Worker.next_batch (numpy row gather), "
                 f"{concurrency} process(es) at once",
         "update": f"sim.training.rules.SGD.step -> sim.kernels.sgd_update, {concurrency} "
@@ -470,15 +513,23 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                   f"{', '.join(f'{g * 1e3:g}' for g in reload['gaps_s'])} ms; the median "
                   f"extra time fitted as reload_base_s + reload_s x (1 - exp(-gap / "
                   f"reload_tau_s))"}
-    lines = [f"host: copy {profile.copy_Bps / 1e9:.2f} GB/s, update "
-             f"{profile.update_Bps / 1e9:.2f} GB/s, reduce {profile.reduce_Bps / 1e9:.2f} GB/s,"
-             f" message {profile.message_s * 1e6:.2f} us + bytes / "
-             f"{profile.message_Bps / 1e9:.2f} GB/s"
-             + (f" (+ the fabric's o {fabric_overhead_s * 1e6:.2f} us)" if fabric_overhead_s
-                else "")
-             + f", step {profile.step_s * 1e6:.2f} us, slice {profile.slice_s * 1e3:.0f} ms"
-               " (not measured)"]
-    warnings = busy_warning(load, cpu_s, wall_s)
+
+
+def summary_line(profile: HostProfile, fabric_overhead_s: float) -> str:
+    """The profile's rates and constants on one line."""
+    return (f"host: copy {profile.copy_Bps / 1e9:.2f} GB/s, update "
+            f"{profile.update_Bps / 1e9:.2f} GB/s, reduce {profile.reduce_Bps / 1e9:.2f} GB/s,"
+            f" message {profile.message_s * 1e6:.2f} us + bytes / "
+            f"{profile.message_Bps / 1e9:.2f} GB/s"
+            + (f" (+ the fabric's o {fabric_overhead_s * 1e6:.2f} us)" if fabric_overhead_s
+               else "")
+            + f", step {profile.step_s * 1e6:.2f} us, slice {profile.slice_s * 1e3:.0f} ms"
+              " (not measured)")
+
+
+def fit_lines(fits: dict[str, dict[str, Any]]) -> list[str]:
+    """Each size fit with its errors, then its samples."""
+    lines = []
     for name, f in fits.items():
         per_row = f" + rows x {f['row_s'] * 1e6:.3f} us" if "row_s" in f else ""
         lines.append(f"  {name:<8} {f['constant_s'] * 1e6:8.2f} us{per_row} + bytes / "
@@ -488,15 +539,18 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
             rows = f" ({s['rows']} rows)" if "rows" in s else ""
             lines.append(f"    {s['bytes']:>10} B{rows} {s['seconds'] * 1e6:11.2f} us  "
                          f"{s['error']:+.1%}")
-        if f["max_error"] > MAX_ERROR:
-            warnings.append(f"warning: the {name} fit is off by up to {f['max_error']:.0%} "
-                            f"(over {MAX_ERROR:.0%}); its rate is a rough one")
-    lines.append(f"  step     {step['step_s'] * 1e6:8.2f} us per update (asp, "
-                 f"{step['iterations']} updates, {step['iteration_s'] * 1e6:.1f} us each)")
-    lines.append(f"  poll     {poll['poll_s'] * 1e6:8.2f} us per nap of a sleeping waiter "
-                 f"(asked {poll['nap_requested_s'] * 1e6:.0f} us; 10-90%: "
-                 f"{poll['p10_s'] * 1e6:.1f}-{poll['p90_s'] * 1e6:.1f} us), after "
-                 f"{poll['poll_spin_s'] * 1e6:.0f} us of spinning")
+    return lines
+
+
+def step_and_wait_lines(profile: HostProfile, m: dict[str, Any]) -> list[str]:
+    """The step, the poll, the notice and rendezvous, and the waiters' shares."""
+    step, poll, rendezvous, share = m["step"], m["poll"], m["rendezvous"], m["share"]
+    lines = [f"  step     {step['step_s'] * 1e6:8.2f} us per update (asp, "
+             f"{step['iterations']} updates, {step['iteration_s'] * 1e6:.1f} us each)",
+             f"  poll     {poll['poll_s'] * 1e6:8.2f} us per nap of a sleeping waiter "
+             f"(asked {poll['nap_requested_s'] * 1e6:.0f} us; 10-90%: "
+             f"{poll['p10_s'] * 1e6:.1f}-{poll['p90_s'] * 1e6:.1f} us), after "
+             f"{poll['poll_spin_s'] * 1e6:.0f} us of spinning"]
     limit = profile.rendezvous_bytes
     lines.append(f"  notice   {profile.notice_base_s * 1e6:8.2f} us + "
                  f"{profile.notice_s * 1e6:.2f} us per rank beyond the cores for a "
@@ -512,29 +566,42 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                      + ", ".join(f"k={k}: {f:.2f}x" for k, f in zip(
                          share["waiters"], fit_["slowdowns"], strict=True))
                      + f", fit error max {fit_['max_error']:.1%}")
+    return lines
+
+
+def reload_lines(profile: HostProfile, reload: dict[str, Any]) -> list[str]:
+    """The reload transient's fit and its points."""
+    return [f"  reload   {profile.reload_base_s * 1e6:8.2f} us + "
+            f"{profile.reload_s * 1e6:.2f} us x (1 - exp(-gap / "
+            f"{profile.reload_tau_s * 1e3:.2f} ms)) more for the first work after a gap: "
+            "measured " + ", ".join(
+                f"{g * 1e3:g} ms: {e * 1e6:+.0f} us" for g, e in zip(
+                    reload["gaps_s"], reload["extra_s"], strict=True))
+            + f", fit error max {reload['max_error']:.1%}"]
+
+
+def fit_warnings(m: dict[str, Any]) -> list[str]:
+    """A warning for every fit off by more than MAX_ERROR: the size fits, the waiters'
+    shares, the reload, and notice and rendezvous."""
+    warnings = []
+    for name, f in m["fits"].items():
+        if f["max_error"] > MAX_ERROR:
+            warnings.append(f"warning: the {name} fit is off by up to {f['max_error']:.0%} "
+                            f"(over {MAX_ERROR:.0%}); its rate is a rough one")
+    for wait, name in (("spin", "spin_share"), ("sleep", "nap_share")):
+        fit_ = m["share"][wait]
         if fit_["max_error"] > MAX_ERROR:
             warnings.append(f"warning: the {name} fit is off by up to "
                             f"{fit_['max_error']:.0%} (over {MAX_ERROR:.0%})")
-    lines.append(f"  reload   {profile.reload_base_s * 1e6:8.2f} us + "
-                 f"{profile.reload_s * 1e6:.2f} us x (1 - exp(-gap / "
-                 f"{profile.reload_tau_s * 1e3:.2f} ms)) more for the first work after a gap: "
-                 "measured " + ", ".join(
-                     f"{g * 1e3:g} ms: {e * 1e6:+.0f} us" for g, e in zip(
-                         reload["gaps_s"], reload["extra_s"], strict=True))
-                 + f", fit error max {reload['max_error']:.1%}")
+    reload = m["reload"]
     if reload["max_error"] > MAX_ERROR:
         warnings.append(f"warning: the reload fit is off by up to {reload['max_error']:.0%} "
                         f"(over {MAX_ERROR:.0%})")
     for name in ("notice", "rendezvous"):
-        if rendezvous[f"{name}_fit"]["max_error"] > MAX_ERROR:
+        fit_ = m["rendezvous"][f"{name}_fit"]
+        if fit_["max_error"] > MAX_ERROR:
             warnings.append(f"warning: the {name} fit is off by up to "
-                            f"{rendezvous[f'{name}_fit']['max_error']:.0%} (over "
+                            f"{fit_['max_error']:.0%} (over "
                             f"{MAX_ERROR:.0%}): the delay does not grow in proportion to "
                             "the ranks beyond the cores here")
-    save_host_profile(path, profile, fits=fits, step=step, poll=poll, rendezvous=rendezvous,
-                      share=share, reload=reload,
-                      measured_through=measured_through,
-                      load_average=load, cpu_fraction=cpu_s / wall_s if wall_s else None,
-                      fabric_overhead_s=fabric_overhead_s, fabric_Bps=fabric_Bps,
-                      quick=quick, concurrency=concurrency)
-    return lines + warnings + [f'  cluster.host = "calibrated:{path}"']
+    return warnings

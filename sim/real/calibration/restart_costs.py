@@ -34,7 +34,7 @@ import numpy as np
 
 from sim.calibrated import read_profile
 from sim.config import Config
-from sim.faults.storage import PROFILE_FORMAT, Storage, get_storage
+from sim.faults.storage import Storage, get_storage, save_storage_profile
 from sim.real.calibration.host import MAX_ERROR
 from sim.real.executors import checkpoint as ckpt
 from sim.rundir import write_atomic
@@ -124,13 +124,12 @@ def write_storage(path: Path, points: list[dict[str, Any]], directory: Path,
               f"{min(sizes)}-{max(sizes)} B files, median of {repeats}, on "
               f"{where(directory)}; {time.strftime('%Y-%m-%d %H:%M')}, {os.uname().nodename}, "
               f"{os.cpu_count()} CPUs")
-    profile = {"format": PROFILE_FORMAT, "write_Bps": fits["write"]["rate_Bps"],
-               "read_Bps": fits["read"]["rate_Bps"],
-               "latency_s": max(fits["write"]["latency_s"], fits["read"]["latency_s"]),
-               "source": source, "write_latency_s": fits["write"]["latency_s"],
-               "read_latency_s": fits["read"]["latency_s"], "points": points}
-    Storage("calibrated", profile["write_Bps"], profile["read_Bps"], profile["latency_s"])
-    write_atomic(path, json.dumps(profile, indent=2) + "\n")
+    storage = Storage("calibrated", write_Bps=fits["write"]["rate_Bps"],
+                      read_Bps=fits["read"]["rate_Bps"],
+                      latency_s=max(fits["write"]["latency_s"], fits["read"]["latency_s"]),
+                      source=source)
+    save_storage_profile(path, storage, write_latency_s=fits["write"]["latency_s"],
+                         read_latency_s=fits["read"]["latency_s"], points=points)
     return fits
 
 
