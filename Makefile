@@ -29,9 +29,12 @@ bench: $(NATIVE_LIB)
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check sim tests native notebooks
 
-# README's config reference, regenerated from the schema
+# The documentation site: the reference pages regenerated from the code (the config schema,
+# the CLI's parser), then the site built into site/ (ignored); --strict fails on a broken
+# link or a page left out of mkdocs.yml's nav.
 docs: $(INSTALLED)
 	$(PY) -m sim.docs
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 native: $(NATIVE_LIB)
 
@@ -53,4 +56,4 @@ $(NATIVE_LIB): $(NATIVE_SRC) | $(INSTALLED)
 	$(PY) native/build.py
 
 clean:
-	rm -rf build sim/_native*.so .pytest_cache .hypothesis
+	rm -rf build site sim/_native*.so .pytest_cache .hypothesis

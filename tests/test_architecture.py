@@ -115,10 +115,10 @@ def test_readme_points_only_inside_the_repository():
 # ---- the layers (docs/architecture.md): a module imports only from layers below its own ----
 
 LAYERS: list[tuple[str, ...]] = [  # top to bottom
-    ("sim.__main__",),
+    ("sim.__main__", "sim.docs"),  # entry points: the CLI, and the docs' generated pages
     ("sim.cli",),
     ("sim.commands",),
-    ("sim.validation", "sim.bench", "sim.docs"),
+    ("sim.validation", "sim.bench"),
     ("sim.analysis",),
     ("sim.sweep",),
     ("sim.plots",),
