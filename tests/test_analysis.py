@@ -13,43 +13,40 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
-import tomli_w
 
 from sim import analysis
 from sim.config import parse_override
 from sim.errors import UserError
-from sim.rundir import write_run
-from sim.simulated.engine import simulate
 from sim.sweep import run_sweep
-from sim.training.checks import validate
 
-#: 2 workers on a small Gaussian problem, swept over bsp-ps and ssp (s = 1), two seeds each.
-TINY = {"cluster": {"workers": 2},
-        "workload": {"features": 8, "samples": 256, "batch": 8},
-        "strategy": {"staleness": 1}, "compute": {"distribution": "exponential"},
-        "run": {"iterations": 12, "eval_every": 3, "seeds": [1, 2]},
-        "sweep": {"strategy.kind": ["bsp-ps", "ssp"]}}
 NAMES = ["kind=bsp-ps_seed=1", "kind=bsp-ps_seed=2", "kind=ssp_seed=1", "kind=ssp_seed=2"]
 
 
 @pytest.fixture(scope="module")
-def sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny(tiny_config_data) -> dict:
+    """The shared tiny config (2 workers on a small Gaussian problem) with exponential
+    compute times, 12 updates and an eval every 3, swept over bsp-ps and ssp (s = 1), two
+    seeds each."""
+    return tiny_config_data({"strategy.staleness": 1, "compute.distribution": "exponential",
+                             "run.iterations": 12, "run.eval_every": 3, "run.seeds": [1, 2],
+                             "sweep.strategy.kind": ["bsp-ps", "ssp"]})
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory: pytest.TempPathFactory, tiny: dict, write_toml) -> Path:
     """A 2 strategies x 2 seeds sweep, run in this process."""
     base = tmp_path_factory.mktemp("sweep")
-    config = base / "tiny.toml"
-    config.write_text(tomli_w.dumps(TINY))
+    config = write_toml(base / "tiny.toml", tiny)
     report = run_sweep(config, base / "out", jobs=1, plots=False, progress=False)
     assert not report.failed
     return base / "out"
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run_dir(tmp_path_factory: pytest.TempPathFactory, write_tiny_run) -> Path:
     """One asp run written the way ``sim run`` writes it."""
     out = tmp_path_factory.mktemp("run") / "asp"
-    config = validate({"cluster": {"workers": 3}, "workload": {"samples": 512},
-                       "strategy": {"kind": "asp"}, "run": {"iterations": 24, "eval_every": 4}})
-    write_run(out, simulate(config).files())
+    write_tiny_run(out, **{"strategy.kind": "asp"})
     return out
 
 
@@ -274,9 +271,9 @@ def test_override_writes_toml_values() -> None:
 
 
 def test_cached_sweep_reuses_runs_for_the_same_overrides(tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture) -> None:
-    config = tmp_path / "tiny.toml"
-    config.write_text(tomli_w.dumps({**TINY, "run": {**TINY["run"], "seeds": []}}))
+                                                         capsys: pytest.CaptureFixture,
+                                                         tiny: dict, write_toml) -> None:
+    config = write_toml(tmp_path / "tiny.toml", {**tiny, "run": {**tiny["run"], "seeds": []}})
     overrides = [analysis.override("run.iterations", 6)]
     out = tmp_path / "runs" / "tiny"
     first = analysis.cached_sweep(config, out, overrides, jobs=1)

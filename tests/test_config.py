@@ -5,17 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-import tomli_w
 
 from sim.cli import main
 from sim.config import Config, apply_overrides, dump_config, parse_override
 from sim.errors import UserError
 from sim.training.checks import load_config, validate
 
-TINY = {"cluster": {"workers": 2}, "workload": {"features": 8, "samples": 256},
-        "run": {"iterations": 4, "eval_every": 2}}
-
-# (what is wrong, config table merged into TINY, the key the message must name)
+# (what is wrong, config table merged into the tiny config, the key the message must name)
 BAD = [
     ("no workers", {"cluster": {"workers": 0}}, "cluster.workers"),
     ("workers as string", {"cluster": {"workers": "4"}}, "cluster.workers"),
@@ -63,22 +59,23 @@ BAD = [
 ]
 
 
-def merged(extra: dict) -> dict:
-    out = json.loads(json.dumps(TINY))
+@pytest.fixture
+def tiny(tiny_config_data) -> dict:
+    """The shared tiny config with the default batch, 4 updates and an eval every 2."""
+    return tiny_config_data({"workload.batch": None, "run.iterations": 4, "run.eval_every": 2})
+
+
+def merged(tiny: dict, extra: dict) -> dict:
+    out = json.loads(json.dumps(tiny))
     for section, table in extra.items():
         out.setdefault(section, {}).update(table)
     return out
 
 
-def write(tmp_path, data: dict, name: str = "exp.toml"):
-    path = tmp_path / name
-    path.write_text(tomli_w.dumps(data))
-    return path
-
-
 @pytest.mark.parametrize("what, extra, key", BAD, ids=[case[0] for case in BAD])
-def test_bad_config_exits_2_naming_file_and_key(tmp_path, capsys, what, extra, key):
-    path = write(tmp_path, merged(extra))
+def test_bad_config_exits_2_naming_file_and_key(tmp_path, capsys, tiny, write_toml, what, extra,
+                                                key):
+    path = write_toml(tmp_path / "exp.toml", merged(tiny, extra))
     out = tmp_path / "run"
     assert main(["run", str(path), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
@@ -97,8 +94,8 @@ def test_empty_config_is_valid_and_resolves_every_default():
     assert "workers = 4" in dump_config(config)
 
 
-def test_resolved_config_round_trips():
-    config = validate(merged({"strategy": {"kind": "easgd"}}))
+def test_resolved_config_round_trips(tiny):
+    config = validate(merged(tiny, {"strategy": {"kind": "easgd"}}))
     again = validate(__import__("tomllib").loads(dump_config(config)))
     assert again == config
     assert again.strategy.elasticity == pytest.approx(0.45)  # 0.9 / 2 workers, written out
@@ -112,8 +109,8 @@ def test_overrides_parse_toml_values_and_nest():
     assert data == {"cluster": {"workers": 3}, "run": {"seed": 7}}
 
 
-def test_override_is_validated_like_the_file(tmp_path):
-    path = write(tmp_path, TINY)
+def test_override_is_validated_like_the_file(tmp_path, tiny, write_toml):
+    path = write_toml(tmp_path / "exp.toml", tiny)
     with pytest.raises(UserError, match="cluster.workers"):
         load_config(path, ["cluster.workers=-1"])
     with pytest.raises(UserError, match="expected KEY=VALUE"):

@@ -33,21 +33,6 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 KINDS = ("bsp", "bsp-ps", "asp", "ssp")
 
 
-def write_tiny_run(out: Path, **overrides: object) -> dict:
-    """A tiny simulated run written the way ``sim run`` writes it; its summary."""
-    from sim.simulated.engine import simulate
-    from sim.training.checks import validate
-
-    data: dict = {"cluster": {"workers": 3}, "workload": {"samples": 512},
-                  "run": {"iterations": 24, "eval_every": 4}}
-    for key, value in overrides.items():
-        section, name = key.split(".")
-        data.setdefault(section, {})[name] = value
-    result = simulate(validate(data))
-    write_run(out, result.files())
-    return result.summary
-
-
 def copy_run(src: Path, out: Path, stretch: float = 1.0, **summary: object) -> Path:
     """A copy of a run with its times multiplied by ``stretch`` and ``summary`` keys set
     (``kind="real", clock="wall"`` make it read as a real run)."""
@@ -73,7 +58,7 @@ def write_results(sweep: Path, rows: list[dict]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def results(tmp_path_factory: pytest.TempPathFactory, write_tiny_run) -> dict[str, Path]:
     """Four strategy runs, a sweep (fabric x workers x 2 seeds), two real repeats of the
     bsp run, and a timing-only sweep, on disk."""
     base = tmp_path_factory.mktemp("results")

@@ -45,11 +45,9 @@ def test_emulation_is_removed_after_use_and_after_an_error():
 
 
 @needs_namespaces
-def test_a_real_run_on_an_emulated_network(tmp_path):
-    config = tmp_path / "c.toml"
-    config.write_text('[cluster]\nworkers = 2\n[workload]\nfeatures = 16\nsamples = 400\n'
-                      'batch = 8\n[strategy]\nkind = "bsp"\n[run]\niterations = 10\n'
-                      'eval_every = 5\n')
+def test_a_real_run_on_an_emulated_network(tmp_path, two_rank_config_data, write_toml):
+    config = write_toml(tmp_path / "c.toml", two_rank_config_data(
+        {"strategy.kind": "bsp", "run.iterations": 10, "run.eval_every": 5}))
     before = namespaces()
     out = tmp_path / "real"
     assert main(["real", str(config), "--out", str(out), "--net", "emulate:1gbit"]) == 0

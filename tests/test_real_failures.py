@@ -16,22 +16,6 @@ from sim.real.launch.launcher import TOKEN_VAR, diagnose, find_processes
 pytest.importorskip("mpi4py")
 ROOT = Path(__file__).resolve().parents[1]
 
-LONG = """
-[cluster]
-workers = 2
-[workload]
-model = "logreg"
-features = 16
-samples = 400
-batch = 8
-[strategy]
-kind = "{kind}"
-[compute]
-time_s = 2e-3
-[run]
-iterations = 100000
-"""
-
 
 def rank_processes(parent: int) -> list[int]:
     """Pids of ``sim.real.executors.rank`` processes below ``parent``."""
@@ -62,9 +46,21 @@ def token_of(pid: int) -> str:
                 if e.startswith(TOKEN_VAR.encode() + b"="))
 
 
-def start(tmp_path: Path, kind: str, *extra: str) -> tuple[subprocess.Popen, list[int]]:
-    config = tmp_path / "long.toml"
-    config.write_text(LONG.format(kind=kind))
+@pytest.fixture
+def start(tmp_path: Path, two_rank_config_data, write_toml):
+    """``start(kind, *extra)``: ``sim real`` started on the shared two-rank workload (logreg,
+    2 ms a gradient) for ``kind``, long enough (100,000 updates) to outlive the test; the
+    process and its ranks' pids once both ranks run."""
+    def start_run(kind: str, *extra: str) -> tuple[subprocess.Popen, list[int]]:
+        config = write_toml(tmp_path / "long.toml", two_rank_config_data(
+            {"workload.model": "logreg", "strategy.kind": kind, "compute.time_s": 2e-3,
+             "run.iterations": 100000}))
+        return launch(tmp_path, config, *extra)
+
+    return start_run
+
+
+def launch(tmp_path: Path, config: Path, *extra: str) -> tuple[subprocess.Popen, list[int]]:
     proc = subprocess.Popen([sys.executable, "-m", "sim", "real", str(config), "--out",
                              str(tmp_path / "out"), "--timeout", "60", *extra], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -81,8 +77,8 @@ def start(tmp_path: Path, kind: str, *extra: str) -> tuple[subprocess.Popen, lis
 
 
 @pytest.mark.parametrize("kind", ["bsp", "asp"])
-def test_a_killed_rank_ends_the_run_with_a_clear_error(tmp_path, kind):
-    proc, ranks = start(tmp_path, kind)
+def test_a_killed_rank_ends_the_run_with_a_clear_error(tmp_path, kind, start):
+    proc, ranks = start(kind)
     token = token_of(ranks[0])
     try:
         os.kill(ranks[-1], signal.SIGKILL)
@@ -96,8 +92,8 @@ def test_a_killed_rank_ends_the_run_with_a_clear_error(tmp_path, kind):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_hung_rank_is_stopped_after_the_hang_timeout(tmp_path):
-    proc, ranks = start(tmp_path, "bsp", "--hang-timeout", "2")
+def test_a_hung_rank_is_stopped_after_the_hang_timeout(tmp_path, start):
+    proc, ranks = start("bsp", "--hang-timeout", "2")
     token = token_of(ranks[0])
     try:
         os.kill(ranks[-1], signal.SIGSTOP)
@@ -114,8 +110,8 @@ def test_a_hung_rank_is_stopped_after_the_hang_timeout(tmp_path):
     assert find_processes(token) == []
 
 
-def test_interrupting_the_command_leaves_nothing_running(tmp_path):
-    proc, ranks = start(tmp_path, "ssp")
+def test_interrupting_the_command_leaves_nothing_running(tmp_path, start):
+    proc, ranks = start("ssp")
     token = token_of(ranks[0])
     try:
         proc.send_signal(signal.SIGTERM)

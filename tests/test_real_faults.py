@@ -9,18 +9,28 @@ import json
 from pathlib import Path
 
 import pytest
+import tomli_w
 
 from sim.cli import main
 from sim.real.executors import checkpoint as ckpt
 from sim.recorder import KINDS
-from tests.test_real_runs import TINY
 
 pytest.importorskip("mpi4py")
 
-# test_real_runs' tiny config with momentum (a checkpoint then holds its buffer too), a
-# longer run and ssp's bound 1 (no backup worker)
-BASE = (TINY.replace("lr = 0.5\n", "lr = 0.5\nmomentum = 0.9\n")
-        .replace("backup = 1\n", "").replace("iterations = 20", "iterations = 60"))
+
+@pytest.fixture
+def base(tiny_real_config_data):
+    """``base(kind)``: the shared tiny real config for ``kind`` as TOML text, with momentum
+    (a checkpoint then holds its buffer too), a longer run and ssp's bound 1 (no backup
+    worker)."""
+    def text(kind: str) -> str:
+        return tomli_w.dumps(tiny_real_config_data(
+            workload__momentum=0.9, strategy__kind=kind, strategy__backup=None,
+            run__iterations=60))
+
+    return text
+
+
 CHECKPOINTS = "[checkpoint]\nevery_steps = 10\n"
 LIMITS = ["--timeout", "60", "--hang-timeout", "20"]  # nothing may hang
 
@@ -43,9 +53,9 @@ def summary(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
-def test_bsp_killed_and_restarted_is_the_uninterrupted_run_bit_for_bit(tmp_path):
-    plain = run(tmp_path, "plain", BASE.format(kind="bsp") + CHECKPOINTS)
-    killed = run(tmp_path, "killed", BASE.format(kind="bsp") + CHECKPOINTS +
+def test_bsp_killed_and_restarted_is_the_uninterrupted_run_bit_for_bit(tmp_path, base):
+    plain = run(tmp_path, "plain", base("bsp") + CHECKPOINTS)
+    killed = run(tmp_path, "killed", base("bsp") + CHECKPOINTS +
                  "[faults]\nfailures = [{rank = 1, at_update = 25}]\n")
     assert rows(killed) == rows(plain) and len(rows(plain)) == 60 + 13
     a, b = summary(plain), summary(killed)
@@ -70,9 +80,9 @@ def test_bsp_killed_and_restarted_is_the_uninterrupted_run_bit_for_bit(tmp_path)
     assert times[20] - times[19] > b["restart_time_s"] + b["lost_work_s"]
 
 
-def test_bsp_killed_before_any_checkpoint_starts_again_from_the_start(tmp_path):
-    plain = run(tmp_path, "plain", BASE.format(kind="bsp"))
-    killed = run(tmp_path, "killed", BASE.format(kind="bsp") +
+def test_bsp_killed_before_any_checkpoint_starts_again_from_the_start(tmp_path, base):
+    plain = run(tmp_path, "plain", base("bsp"))
+    killed = run(tmp_path, "killed", base("bsp") +
                  "[faults]\nfailures = [{rank = 0, at_s = 0.001}, "
                  "{rank = 1, at_update = 40}]\n")
     assert rows(killed) == rows(plain)
@@ -83,8 +93,8 @@ def test_bsp_killed_before_any_checkpoint_starts_again_from_the_start(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["asp", "ssp", "backup"])
-def test_a_dead_worker_is_dropped_and_the_others_finish_the_run(tmp_path, kind):
-    out = run(tmp_path, kind, BASE.format(kind=kind) +
+def test_a_dead_worker_is_dropped_and_the_others_finish_the_run(tmp_path, kind, base):
+    out = run(tmp_path, kind, base(kind) +
               "[faults]\nfailures = [{rank = 1, at_update = 25}]\n")
     s = summary(out)
     assert s["iterations"] == 60 and s["recovery"] == "elastic" and s["failures"] == 1
@@ -105,17 +115,17 @@ def test_a_dead_worker_is_dropped_and_the_others_finish_the_run(tmp_path, kind):
      "parameter server"),
     ("[checkpoint]\nevery_steps = 5\n", "checkpoint.every_steps"),
 ], ids=["random-failures", "server-rank", "server-checkpoints"])
-def test_what_real_runs_do_not_do_exits_2_naming_the_key(tmp_path, capsys, text, message):
+def test_what_real_runs_do_not_do_exits_2_naming_the_key(tmp_path, capsys, text, message, base):
     config = tmp_path / "c.toml"
-    config.write_text(BASE.format(kind="asp") + text)
+    config.write_text(base("asp") + text)
     assert main(["real", str(config), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
 
-def test_bsp_ps_checkpoints_are_refused_for_real(tmp_path, capsys):
+def test_bsp_ps_checkpoints_are_refused_for_real(tmp_path, capsys, base):
     config = tmp_path / "c.toml"
-    config.write_text(BASE.format(kind="bsp-ps") + CHECKPOINTS)
+    config.write_text(base("bsp-ps") + CHECKPOINTS)
     assert main(["real", str(config), "--out", str(tmp_path / "out")]) == 2
     assert "checkpoint.every_steps" in capsys.readouterr().err

@@ -15,30 +15,15 @@ from sim.recorder import KINDS, SUMMARY_KEYS
 
 pytest.importorskip("mpi4py")
 
-TINY = """
-[cluster]
-workers = 2
-[workload]
-model = "logreg"
-features = 32
-samples = 600
-batch = 16
-lr = 0.5
-[strategy]
-kind = "{kind}"
-backup = 1
-staleness = 1
-[run]
-iterations = 20
-eval_every = 5
-seed = 3
-"""
 
+@pytest.fixture
+def tiny(tmp_path: Path, tiny_real_config_data, write_toml):
+    """``tiny(kind="bsp")``: the shared tiny real config for ``kind`` (backup 1, s = 1),
+    written to tmp_path/<kind>.toml; the path."""
+    def write(kind: str = "bsp") -> Path:
+        return write_toml(tmp_path / f"{kind}.toml", tiny_real_config_data(strategy__kind=kind))
 
-def tiny(tmp_path: Path, kind: str = "bsp") -> Path:
-    path = tmp_path / f"{kind}.toml"
-    path.write_text(TINY.format(kind=kind))
-    return path
+    return write
 
 
 def updates(run: Path) -> list[dict[str, str]]:
@@ -52,9 +37,9 @@ def evals(run: Path) -> list[float]:
 
 
 @pytest.mark.parametrize("kind", ["bsp", "bsp-ps", "asp", "ssp", "backup"])
-def test_each_strategy_runs_for_real_and_writes_the_contract(tmp_path, capsys, kind):
+def test_each_strategy_runs_for_real_and_writes_the_contract(tmp_path, capsys, kind, tiny):
     out = tmp_path / "real"
-    assert main(["real", str(tiny(tmp_path, kind)), "--out", str(out)]) == 0
+    assert main(["real", str(tiny(kind)), "--out", str(out)]) == 0
     assert str(out) in capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == ["config.toml", "metrics.csv",
                                                      "summary.json", "trace.json"]
@@ -83,7 +68,7 @@ def check_activities(summary: dict, kind: str, overlapped: bool = False) -> None
         assert worker["wire"] > 0 or overlapped
         if kind == "bsp":
             assert worker["update"] > 0  # each rank steps its replica
-        elif kind == "ssp":  # TINY's s = 1: each worker steps its cache (read-my-writes)
+        elif kind == "ssp":  # the tiny config's s = 1: each worker steps its cache (read-my-writes)
             assert worker["update"] > 0
         else:
             assert worker["update"] == 0  # the server applies: not a worker's time
@@ -92,8 +77,8 @@ def check_activities(summary: dict, kind: str, overlapped: bool = False) -> None
 
 
 @pytest.mark.parametrize("impl", ["schedule", "mpi"])
-def test_real_bsp_follows_the_simulated_loss_curve(tmp_path, impl):
-    config = tiny(tmp_path)
+def test_real_bsp_follows_the_simulated_loss_curve(tmp_path, impl, tiny):
+    config = tiny()
     assert main(["run", str(config), "--out", str(tmp_path / "sim")]) == 0
     assert main(["real", str(config), "--out", str(tmp_path / "real"), "--allreduce",
                  impl]) == 0
@@ -102,15 +87,15 @@ def test_real_bsp_follows_the_simulated_loss_curve(tmp_path, impl):
     assert evals(tmp_path / "real") == pytest.approx(evals(tmp_path / "sim"), rel=1e-9)
 
 
-def test_real_bsp_ps_is_the_simulated_run_bit_for_bit(tmp_path):
-    config = tiny(tmp_path, "bsp-ps")
+def test_real_bsp_ps_is_the_simulated_run_bit_for_bit(tmp_path, tiny):
+    config = tiny("bsp-ps")
     assert main(["run", str(config), "--out", str(tmp_path / "sim")]) == 0
     assert main(["real", str(config), "--out", str(tmp_path / "real")]) == 0
     assert evals(tmp_path / "real") == evals(tmp_path / "sim")  # gradients summed in order
 
 
-def test_a_straggler_sleeps_and_backup_steps_go_without_it(tmp_path):
-    config = tiny(tmp_path, "backup")
+def test_a_straggler_sleeps_and_backup_steps_go_without_it(tmp_path, tiny):
+    config = tiny("backup")
     slow = ["--set", "compute.time_s=2e-3", "--set", "compute.straggler_fraction=0.5",
             "--set", "compute.straggler_slowdown=20.0"]
     assert main(["real", str(config), "--out", str(tmp_path / "real"), *slow]) == 0
@@ -124,8 +109,8 @@ def test_a_straggler_sleeps_and_backup_steps_go_without_it(tmp_path):
 
 
 @pytest.mark.parametrize("late", ["drop", "cancel"])
-def test_late_backup_gradients_are_dropped_on_arrival_or_cancelled(tmp_path, late):
-    config = tiny(tmp_path, "backup")
+def test_late_backup_gradients_are_dropped_on_arrival_or_cancelled(tmp_path, late, tiny):
+    config = tiny("backup")
     out = tmp_path / "real"
     slow = ["--set", "cluster.workers=3", "--set", "compute.time_s=5e-3",
             "--set", "compute.straggler_fraction=0.34", "--set", "compute.straggler_slowdown=4.0",
@@ -142,11 +127,11 @@ def test_late_backup_gradients_are_dropped_on_arrival_or_cancelled(tmp_path, lat
         assert summary["dropped_pushes"] == 0
 
 
-def test_ssp_reads_its_cache_and_pulls_less_than_once_per_update(tmp_path):
+def test_ssp_reads_its_cache_and_pulls_less_than_once_per_update(tmp_path, tiny):
     runs = {}
     for kind in ("asp", "ssp"):
         out = tmp_path / kind
-        assert main(["real", str(tiny(tmp_path, kind)), "--out", str(out), "--set",
+        assert main(["real", str(tiny(kind)), "--out", str(out), "--set",
                      "strategy.staleness=2"]) == 0
         runs[kind] = json.loads((out / "summary.json").read_text())
     assert runs["asp"]["pulls_per_update"] == 1.0
@@ -155,8 +140,8 @@ def test_ssp_reads_its_cache_and_pulls_less_than_once_per_update(tmp_path):
     assert runs["ssp"]["final_loss"] < 0.69
 
 
-def test_bsp_waits_for_the_real_straggler(tmp_path):
-    config = tiny(tmp_path)
+def test_bsp_waits_for_the_real_straggler(tmp_path, tiny):
+    config = tiny()
     slow = ["--set", "compute.time_s=1e-3", "--set", "compute.straggler_fraction=0.5",
             "--set", "compute.straggler_slowdown=4.0"]
     assert main(["real", str(config), "--out", str(tmp_path / "real"), *slow]) == 0
@@ -166,8 +151,8 @@ def test_bsp_waits_for_the_real_straggler(tmp_path):
     assert summary["workers"][fast]["wait"] >= 20 * 2e-3  # and the fast worker waits
 
 
-def test_ssp_keeps_clocks_within_the_bound(tmp_path):
-    config = tiny(tmp_path, "ssp")
+def test_ssp_keeps_clocks_within_the_bound(tmp_path, tiny):
+    config = tiny("ssp")
     slow = ["--set", "compute.time_s=1e-3", "--set", "compute.straggler_fraction=0.5",
             "--set", "compute.straggler_slowdown=5.0"]
     assert main(["real", str(config), "--out", str(tmp_path / "real"), *slow]) == 0
@@ -175,9 +160,9 @@ def test_ssp_keeps_clocks_within_the_bound(tmp_path):
     assert max(gaps) <= 1 and len(gaps) == 20
 
 
-def test_repeats_write_one_run_directory_each(tmp_path):
+def test_repeats_write_one_run_directory_each(tmp_path, tiny):
     out = tmp_path / "real"
-    assert main(["real", str(tiny(tmp_path, "asp")), "--out", str(out), "--repeat", "2"]) == 0
+    assert main(["real", str(tiny("asp")), "--out", str(out), "--repeat", "2"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["config.toml", "r0", "r1",
                                                      "repeats.json"]
     assert json.loads((out / "repeats.json").read_text())["repeats"] == 2
@@ -191,9 +176,9 @@ def test_repeats_write_one_run_directory_each(tmp_path):
     (["--net", "emulate:fast"], "expected a positive number and a unit"),
     (["--net", "infiniband"], "expected shm or emulate:RATE"),
 ])
-def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, message):
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, message, tiny):
     out = tmp_path / "real"
-    assert main(["real", str(tiny(tmp_path)), "--out", str(out), *args]) == 2
+    assert main(["real", str(tiny()), "--out", str(out), *args]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
@@ -241,11 +226,13 @@ def test_priority_ordering_is_refused_for_real(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("kind", ["bsp", "bsp-ps", "asp", "ssp", "backup"])
-def test_a_diverging_real_run_stops_and_says_so_as_the_simulator_does(tmp_path, kind):
+def test_a_diverging_real_run_stops_and_says_so_as_the_simulator_does(tmp_path, kind,
+                                                                         tiny_real_config_data,
+                                                                         write_toml):
     """(asp and ssp crashed rank 0 before: the worker's copy of a NaN gradient into its
     message raised.)"""
-    config = tmp_path / "diverge.toml"
-    config.write_text(TINY.format(kind=kind).replace("lr = 0.5", "lr = 1e200"))
+    config = write_toml(tmp_path / "diverge.toml",
+                        tiny_real_config_data(strategy__kind=kind, workload__lr=1e200))
     for command, out in (("run", tmp_path / "sim"), ("real", tmp_path / "real")):
         assert main([command, str(config), "--out", str(out)]) == 0
         summary = json.loads((out / "summary.json").read_text())

@@ -24,22 +24,14 @@ from sim.validation.validate_report import pipelining_speedups
 
 pytest.importorskip("mpi4py")
 
-TINY = """
-[cluster]
-workers = 2
-[workload]
-features = 16
-samples = 400
-batch = 8
-[strategy]
-kind = "asp"
-[compute]
-time_s = 5e-4
-[run]
-iterations = 20
-eval_every = 5
-target_loss = 0.6
-"""
+
+@pytest.fixture
+def tiny(two_rank_config_data) -> dict:
+    """The shared two-rank workload under asp, 0.5 ms a gradient, 20 updates (an eval every
+    5) and a target loss of 0.6."""
+    return two_rank_config_data({"strategy.kind": "asp", "compute.time_s": 5e-4,
+                                 "run.iterations": 20, "run.eval_every": 5,
+                                 "run.target_loss": 0.6})
 
 
 @pytest.mark.parametrize("algorithm", ["ring", "rabenseifner", "recursive-doubling", "tree"])
@@ -73,10 +65,9 @@ def test_network_fit_recovers_alpha_and_beta():
     assert fit["overhead_s"] == 5e-6 and fit["latency_s"] == pytest.approx(5e-6, rel=1e-3)
 
 
-def test_calibrate_writes_profiles_the_simulator_reads(tmp_path, capsys):
+def test_calibrate_writes_profiles_the_simulator_reads(tmp_path, capsys, tiny, write_toml):
     out = tmp_path / "profile"
-    workload = tmp_path / "w.toml"
-    workload.write_text(TINY)
+    workload = write_toml(tmp_path / "w.toml", tiny)
     assert main(["calibrate", "--out", str(out), "--quick", "--ranks", "2",
                  "--workload", str(workload)]) == 0
     printed = capsys.readouterr().out
@@ -100,9 +91,8 @@ def test_calibrate_writes_profiles_the_simulator_reads(tmp_path, capsys):
     assert json.loads((run / "summary.json").read_text())["data_s"] > 0
 
 
-def test_compare_reports_errors_spread_and_a_figure(tmp_path, capsys):
-    config = tmp_path / "c.toml"
-    config.write_text(TINY)
+def test_compare_reports_errors_spread_and_a_figure(tmp_path, capsys, tiny, write_toml):
+    config = write_toml(tmp_path / "c.toml", tiny)
     sim, real = tmp_path / "sim", tmp_path / "real"
     assert main(["run", str(config), "--out", str(sim)]) == 0
     assert main(["real", str(config), "--out", str(real), "--repeat", "2"]) == 0
@@ -151,8 +141,9 @@ def test_the_shipped_matrix_covers_every_level_of_every_axis():
     assert all(c.overrides["cluster.workers"] == 2 for c in small)
 
 
-def test_validate_runs_a_small_matrix_and_writes_the_readme(tmp_path, capsys):
-    (tmp_path / "base.toml").write_text(TINY)
+def test_validate_runs_a_small_matrix_and_writes_the_readme(tmp_path, capsys, tiny,
+                                                            write_toml):
+    write_toml(tmp_path / "base.toml", tiny)
     (tmp_path / "matrix.toml").write_text(
         'base = "base.toml"\nrepeat = 2\n[axes]\nworkers = [2]\nstrategy = ["bsp", "asp"]\n'
         'network = ["shm"]\nmodel = ["tiny"]\n[levels.model.tiny]\n"workload.lr" = 0.5\n')

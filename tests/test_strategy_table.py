@@ -16,18 +16,6 @@ from sim.results import Sweep
 from sim.training.checks import validate
 from sim.training.strategies import PIPELINING, STRATEGIES, StrategyName, make_rules, row_of
 
-TINY = """\
-[cluster]
-workers = 2
-[workload]
-features = 8
-samples = 256
-batch = 8
-[run]
-iterations = 12
-eval_every = 4
-"""
-
 
 @pytest.fixture
 def copied_asp(monkeypatch):
@@ -44,9 +32,10 @@ def summary_of(run_dir):
     return summary
 
 
-def test_a_new_row_runs_as_the_strategy_it_copies(copied_asp, tmp_path):
-    config = tmp_path / "tiny.toml"
-    config.write_text(TINY)
+def test_a_new_row_runs_as_the_strategy_it_copies(copied_asp, tmp_path, tiny_config_data,
+                                                   write_toml):
+    config = write_toml(tmp_path / "tiny.toml", tiny_config_data(run__iterations=12,
+                                                                 run__eval_every=4))
     for kind in ("asp", "asp-copy"):
         assert main(["run", str(config), "--out", str(tmp_path / kind),
                      "--set", f"strategy.kind={kind}"]) == 0
@@ -56,9 +45,10 @@ def test_a_new_row_runs_as_the_strategy_it_copies(copied_asp, tmp_path):
         (tmp_path / "asp" / "metrics.csv").read_bytes()
 
 
-def test_a_new_row_sweeps_plots_lists_and_is_analysed(copied_asp, tmp_path, capsys):
-    config = tmp_path / "exp.toml"
-    config.write_text(TINY + '[sweep]\n"strategy.kind" = ["asp", "asp-copy"]\n')
+def test_a_new_row_sweeps_plots_lists_and_is_analysed(copied_asp, tmp_path, capsys,
+                                                      write_tiny_sweep):
+    config = write_tiny_sweep(tmp_path / "exp.toml",
+                              '[sweep]\n"strategy.kind" = ["asp", "asp-copy"]\n')
     out = tmp_path / "sweep"
     assert main(["sweep", str(config), "--out", str(out), "--jobs", "1"]) == 0
     runs = Sweep(out).runs()

@@ -22,27 +22,19 @@ from sim.training.checks import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TINY = """\
-[cluster]
-workers = 2
-[workload]
-features = 8
-samples = 256
-batch = 8
-[run]
-iterations = {iterations}
-eval_every = 5
-"""
 GRID = '[sweep]\n"cluster.fabric" = ["ib-hdr", "eth-10g"]\n"cluster.workers" = [2, 4]\n'
 NAMES = ["fabric=ib-hdr_workers=2", "fabric=ib-hdr_workers=4",
          "fabric=eth-10g_workers=2", "fabric=eth-10g_workers=4"]
 
 
-def write_config(tmp_path: Path, sweep: str = GRID, iterations: int = 10,
-                 name: str = "exp.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(TINY.format(iterations=iterations) + sweep)
-    return path
+@pytest.fixture
+def write_config(tmp_path: Path, write_tiny_sweep):
+    """``write_config(sweep=GRID, iterations=10, name="exp.toml")``: the shared tiny sweep
+    config in tmp_path."""
+    def write(sweep: str = GRID, iterations: int = 10, name: str = "exp.toml") -> Path:
+        return write_tiny_sweep(tmp_path / name, sweep, iterations)
+
+    return write
 
 
 def read_results(path: Path) -> list[dict[str, str]]:
@@ -90,8 +82,8 @@ def test_colliding_or_long_names_get_a_hash_suffix():
     assert len(set(long)) == 2 and all(len(n) <= MAX_NAME for n in long)
 
 
-def test_dotted_tables_overrides_and_derived_defaults(tmp_path):
-    nested = write_config(tmp_path, "[sweep]\ncluster.workers = [2, 8]\n"
+def test_dotted_tables_overrides_and_derived_defaults(tmp_path, write_config):
+    nested = write_config("[sweep]\ncluster.workers = [2, 8]\n"
                           '[strategy]\nkind = "easgd"\n')
     sweep = load_sweep(nested, ["run.seeds=[3, 4]", "sweep.workload.lr=[0.1, 0.2]"])
     assert sweep.keys == ["cluster.workers", "workload.lr", "run.seed"]
@@ -107,9 +99,9 @@ def test_dotted_tables_overrides_and_derived_defaults(tmp_path):
 
 # ---- end to end --------------------------------------------------------------------------
 
-def test_sweep_writes_every_run_and_a_tidy_results_csv(tmp_path, capsys):
+def test_sweep_writes_every_run_and_a_tidy_results_csv(tmp_path, capsys, write_config):
     out = tmp_path / "sweep"
-    assert sweep_cli(write_config(tmp_path), out, "--jobs", "2") == 0
+    assert sweep_cli(write_config(), out, "--jobs", "2") == 0
     printed = capsys.readouterr().out
     assert all(name in printed for name in NAMES) and str(out / "results.csv") in printed
     runs = sorted(p.name for p in (out / "runs").iterdir())
@@ -130,7 +122,7 @@ def test_sweep_writes_every_run_and_a_tidy_results_csv(tmp_path, capsys):
     assert all(r["iterations"] == "10" for r in rows)
     assert json.loads((out / "sweep.json").read_text())["points"][0]["name"] == NAMES[0]
     # started again: nothing to do, the same results
-    assert sweep_cli(write_config(tmp_path), out) == 0
+    assert sweep_cli(write_config(), out) == 0
     assert "4 already done" in capsys.readouterr().out
     assert read_results(out / "results.csv") == rows
 
@@ -153,9 +145,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_killed_sweep_resumes_to_the_same_results(tmp_path):
+def test_killed_sweep_resumes_to_the_same_results(tmp_path, write_config):
     sweep = '[sweep]\n"workload.lr" = [0.05, 0.1, 0.2, 0.4]\n"cluster.workers" = [2, 4]\n'
-    config = write_config(tmp_path, sweep, iterations=800)
+    config = write_config(sweep, iterations=800)
     reference = tmp_path / "reference"
     assert sweep_cli(config, reference, "--jobs", "1") == 0
     expected = read_results(reference / "results.csv")
@@ -188,8 +180,8 @@ def test_killed_sweep_resumes_to_the_same_results(tmp_path):
     assert {n: (out / "runs" / n / "summary.json").read_bytes() for n in done} == done
 
 
-def test_resume_after_a_simulated_crash(tmp_path):
-    config = write_config(tmp_path)
+def test_resume_after_a_simulated_crash(tmp_path, write_config):
+    config = write_config()
     reference, out = tmp_path / "reference", tmp_path / "crashed"
     assert sweep_cli(config, reference, "--jobs", "1") == 0
     assert sweep_cli(config, out, "--jobs", "1") == 0
@@ -212,9 +204,9 @@ def test_resume_after_a_simulated_crash(tmp_path):
     assert (out / "runs" / NAMES[0] / "summary.json").read_bytes() == kept
 
 
-def test_dask_local_cluster_gives_the_same_results(tmp_path):
+def test_dask_local_cluster_gives_the_same_results(tmp_path, write_config):
     distributed = pytest.importorskip("distributed")
-    config = write_config(tmp_path)
+    config = write_config()
     local, dask = tmp_path / "local", tmp_path / "dask"
     assert sweep_cli(config, local, "--jobs", "1") == 0
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
@@ -224,17 +216,18 @@ def test_dask_local_cluster_gives_the_same_results(tmp_path):
     assert sorted(p.name for p in (dask / "runs").iterdir()) == sorted(NAMES)
 
 
-def test_unreachable_scheduler_is_a_user_error(tmp_path):
+def test_unreachable_scheduler_is_a_user_error(tmp_path, write_config):
     pytest.importorskip("distributed")
     out = tmp_path / "out"
     with pytest.raises(UserError, match="--scheduler"):
-        run_sweep(write_config(tmp_path), out, scheduler="bogus://host:1", plots=False)
+        run_sweep(write_config(), out, scheduler="bogus://host:1", plots=False)
     assert not out.exists()
 
 
 # ---- failures and bad input --------------------------------------------------------------
 
-def test_a_failing_point_is_reported_and_the_rest_kept(tmp_path, monkeypatch, capsys):
+def test_a_failing_point_is_reported_and_the_rest_kept(tmp_path, monkeypatch, capsys,
+                                                       write_config):
     import sim.simulated.engine as engine
 
     real = engine.simulate
@@ -245,7 +238,7 @@ def test_a_failing_point_is_reported_and_the_rest_kept(tmp_path, monkeypatch, ca
         return real(config)
 
     monkeypatch.setattr(engine, "simulate", flaky)
-    config, out = write_config(tmp_path), tmp_path / "out"
+    config, out = write_config(), tmp_path / "out"
     assert sweep_cli(config, out, "--jobs", "1") == 1
     err = capsys.readouterr().err
     assert f"failed: {NAMES[3]}: RuntimeError: boom" in err
@@ -274,22 +267,23 @@ def test_a_failing_point_is_reported_and_the_rest_kept(tmp_path, monkeypatch, ca
     ("sweep = 3\n", "sweep"),
     ("", "nothing to sweep"),
 ])
-def test_bad_sweep_tables_exit_2_and_write_nothing(tmp_path, capsys, sweep, named):
+def test_bad_sweep_tables_exit_2_and_write_nothing(tmp_path, capsys, sweep, named,
+                                                   write_config):
     out = tmp_path / "out"
-    assert sweep_cli(write_config(tmp_path, sweep), out) == 2
+    assert sweep_cli(write_config(sweep), out) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and named in err and "exp.toml" in err
     assert not out.exists()
 
 
-def test_a_bad_point_is_named(tmp_path, capsys):
-    config = write_config(tmp_path, '[sweep]\n"cluster.workers" = [2, 0]\n')
+def test_a_bad_point_is_named(tmp_path, capsys, write_config):
+    config = write_config('[sweep]\n"cluster.workers" = [2, 0]\n')
     assert sweep_cli(config, tmp_path / "out") == 2
     assert "sweep point workers=0: cluster.workers" in capsys.readouterr().err
 
 
-def test_refuses_to_resume_a_different_sweep(tmp_path, capsys):
-    config, out = write_config(tmp_path), tmp_path / "out"
+def test_refuses_to_resume_a_different_sweep(tmp_path, capsys, write_config):
+    config, out = write_config(), tmp_path / "out"
     assert sweep_cli(config, out, "--jobs", "1") == 0
     before = sorted(os.listdir(out / "runs"))
     assert sweep_cli(config, out, "--set", "sweep.cluster.workers=[2, 8]") == 2
@@ -305,8 +299,8 @@ def test_refuses_to_resume_a_different_sweep(tmp_path, capsys):
     assert "holds no sweep.json" in capsys.readouterr().err
 
 
-def test_the_sweep_table_shows_time_to_target(tmp_path, capsys):
-    config = write_config(tmp_path)
+def test_the_sweep_table_shows_time_to_target(tmp_path, capsys, write_config):
+    config = write_config()
     assert sweep_cli(config, tmp_path / "out", "--jobs", "1") == 0
     header = capsys.readouterr().out.splitlines()[1]
     assert header.split()[:3] == ["run", "final_loss", "time_to_target_s"]
@@ -314,29 +308,30 @@ def test_the_sweep_table_shows_time_to_target(tmp_path, capsys):
 
 # ---- seeds ----------------------------------------------------------------------------------
 
-def test_seeds_option_repeats_every_point_from_run_seed(tmp_path, capsys):
-    config = write_config(tmp_path, '[sweep]\n"strategy.kind" = ["bsp", "asp"]\n')
+def test_seeds_option_repeats_every_point_from_run_seed(tmp_path, capsys, write_config):
+    config = write_config('[sweep]\n"strategy.kind" = ["bsp", "asp"]\n')
     sweep = load_sweep(config, ["run.seed=5", "run.seeds=[1]"], seeds=3)
     assert [p.values for p in sweep.points[:3]] == [
         {"strategy.kind": "bsp", "run.seed": s} for s in (5, 6, 7)]  # replaces run.seeds
     assert sweep.definition["run"]["seeds"] == [5, 6, 7]  # sweep.toml reruns the same
     assert [p.name for p in load_sweep(config, seeds=2).points] == [
         "kind=bsp_seed=0", "kind=bsp_seed=1", "kind=asp_seed=0", "kind=asp_seed=1"]
-    assert len(load_sweep(write_config(tmp_path, "", name="plain.toml"), seeds=2).points) == 2
+    assert len(load_sweep(write_config("", name="plain.toml"), seeds=2).points) == 2
     assert sweep_cli(config, tmp_path / "out", "--seeds", "0") == 2
     assert "--seeds 0: expected at least 1 seed" in capsys.readouterr().err
-    both = write_config(tmp_path, '[sweep]\n"run.seed" = [1, 2]\n', name="both.toml")
+    both = write_config('[sweep]\n"run.seed" = [1, 2]\n', name="both.toml")
     assert sweep_cli(both, tmp_path / "out", "--seeds", "2") == 2
     assert "sweep.run.seed: --seeds 2 is also given" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
-def test_the_seed_table_shows_mean_and_95_percent_interval_per_configuration(tmp_path):
+def test_the_seed_table_shows_mean_and_95_percent_interval_per_configuration(tmp_path,
+                                                                             write_config):
     from sim.commands.sweep import format_table
     from sim.stats import mean_ci
     from sim.sweep import SweepReport
 
-    path = write_config(tmp_path, '[sweep]\n"strategy.kind" = ["bsp", "asp"]\n')
+    path = write_config('[sweep]\n"strategy.kind" = ["bsp", "asp"]\n')
     sweep = load_sweep(path, ["run.target_loss=0.5"], seeds=3)
     report = SweepReport(tmp_path, sweep)
     losses, times = [1.0, 2.0, 3.0], [0.1, None, 0.3]
@@ -360,8 +355,8 @@ def test_the_seed_table_shows_mean_and_95_percent_interval_per_configuration(tmp
     assert "95% confidence interval over the seeds" in lines[3]
 
 
-def test_a_seeded_sweep_prints_one_line_per_configuration(tmp_path, capsys):
-    config = write_config(tmp_path, '[sweep]\n"strategy.kind" = ["bsp", "asp"]\n')
+def test_a_seeded_sweep_prints_one_line_per_configuration(tmp_path, capsys, write_config):
+    config = write_config('[sweep]\n"strategy.kind" = ["bsp", "asp"]\n')
     assert sweep_cli(config, tmp_path / "out", "--jobs", "1", "--seeds", "2") == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("sweep ") and "4 runs" in printed[0]

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from test_sweep import NAMES, read_results, sweep_cli, write_config
+from test_sweep import GRID, NAMES, read_results, sweep_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP_S = 60.0  # a cold interpreter importing distributed on a loaded machine
@@ -83,13 +83,13 @@ def test_the_project_imports_outside_the_checkout(tmp_path):
                                    "or `pip install -e .`):\n" + found.stderr)
 
 
-def test_sweep_on_a_scheduler_and_a_worker_in_their_own_processes(tmp_path):
+def test_sweep_on_a_scheduler_and_a_worker_in_their_own_processes(tmp_path, write_tiny_sweep):
     pytest.importorskip("distributed")
     port = free_loopback_port()
     if port is None:
         pytest.skip("cannot bind a port on 127.0.0.1")
     address = f"tcp://127.0.0.1:{port}"
-    config = write_config(tmp_path)
+    config = write_tiny_sweep(tmp_path / "exp.toml", GRID)
     local, dask = tmp_path / "local", tmp_path / "dask"
     assert sweep_cli(config, local, "--jobs", "1") == 0
     with dask_process(tmp_path, "scheduler", "--host", "127.0.0.1", "--port", str(port),

@@ -21,9 +21,14 @@ from sim.validation.matrix import case_config, expand, load_matrix, toml_value
 pytest.importorskip("mpi4py")
 
 VALIDATION = Path(__file__).resolve().parents[1] / "experiments" / "validation"
-TINY = {"cluster": {"workers": 2}, "strategy": {"kind": "bsp"},
-        "workload": {"features": 16, "samples": 400, "batch": 8},
-        "compute": {"time_s": 5e-4}, "run": {"iterations": 20, "eval_every": 5}}
+
+
+@pytest.fixture
+def tiny(two_rank_config_data) -> dict:
+    """The shared two-rank workload under bsp, 0.5 ms a gradient, 20 updates (an eval every
+    5)."""
+    return two_rank_config_data({"strategy.kind": "bsp", "compute.time_s": 5e-4,
+                                 "run.iterations": 20, "run.eval_every": 5})
 
 
 def test_fit_rate_recovers_latency_and_rate():
@@ -35,9 +40,9 @@ def test_fit_rate_recovers_latency_and_rate():
     assert flat["rate_Bps"] == float("inf") and flat["latency_s"] == 2e-3
 
 
-def test_recovery_calibration_writes_profiles_the_simulator_reads(tmp_path, monkeypatch):
+def test_recovery_calibration_writes_profiles_the_simulator_reads(tmp_path, monkeypatch, tiny):
     monkeypatch.setattr(R, "QUICK_SIZES", [1_000, 64_000])
-    config = validate(TINY)
+    config = validate(tiny)
     lines = R.calibrate_recovery(tmp_path / "rec", [config], quick=True)
     storage = get_storage(f"calibrated:{tmp_path / 'rec' / 'storage.json'}")
     assert storage.write_Bps > 0 and storage.read_Bps > 0 and storage.latency_s >= 0
@@ -49,7 +54,7 @@ def test_recovery_calibration_writes_profiles_the_simulator_reads(tmp_path, monk
     (point,) = json.loads((tmp_path / "rec" / "recovery.json").read_text())["points"]
     assert 0 < point["restart_s"] < point["restart_time_s"][0]  # the read taken out
     assert R.restart_for(tmp_path / "rec" / "recovery.json", config) == point["restart_s"]
-    other = validate({**TINY, "cluster": {"workers": 3}})  # not measured: the profile's
+    other = validate({**tiny, "cluster": {"workers": 3}})  # not measured: the profile's
     assert R.restart_for(tmp_path / "rec" / "recovery.json", other) == point["restart_s"]
     assert not list((tmp_path / "rec").glob(".probe*"))  # the files timed are gone
     text = "\n".join(lines)
@@ -57,14 +62,14 @@ def test_recovery_calibration_writes_profiles_the_simulator_reads(tmp_path, monk
     assert f'checkpoint.storage = "calibrated:{tmp_path / "rec" / "storage.json"}"' in text
 
 
-def test_the_restart_job_is_a_short_killed_bsp_run():
-    job = R.restart_job(validate({**TINY, "strategy": {"kind": "asp"},
+def test_the_restart_job_is_a_short_killed_bsp_run(tiny):
+    job = R.restart_job(validate({**tiny, "strategy": {"kind": "asp"},
                                   "checkpoint": {"every_s": 1.0}}))
     assert job.strategy.kind == "bsp" and job.run.iterations == 3
     assert [(f.rank, f.at_update) for f in job.faults.failures] == [(1, 2)]
     assert job.checkpoint.every_steps == 1 and job.checkpoint.every_s is None
-    assert job.workload == validate(TINY).workload
-    assert R.config_key(job) == R.config_key(validate(TINY))
+    assert job.workload == validate(tiny).workload
+    assert R.config_key(job) == R.config_key(validate(tiny))
 
 
 def test_the_matrix_gains_the_killed_cases_and_keeps_the_old_names():
@@ -112,12 +117,12 @@ def profiles_for(root: Path, config) -> dict[str, Path]:
             "recovery": root / "recovery"}
 
 
-def test_a_killed_case_is_simulated_on_the_calibrated_storage_and_restart(tmp_path):
+def test_a_killed_case_is_simulated_on_the_calibrated_storage_and_restart(tmp_path, tiny):
     matrix = load_matrix(VALIDATION / "matrix.toml")
     killed = expand(matrix, ["faults=killed", "model=small"])[0]
     plain = expand(matrix, ["faults=none", "model=small", "workers=2", "strategy=bsp",
                             "network=shm", "stragglers=none"])[0]
-    profiles = profiles_for(tmp_path, validate(TINY))  # not the small model's restart
+    profiles = profiles_for(tmp_path, validate(tiny))  # not the small model's restart
     config = case_config(matrix, killed, profiles)
     assert [(f.rank, f.at_update) for f in config.faults.failures] == [(1, 50)]
     assert config.checkpoint.every_steps == 20
@@ -128,8 +133,8 @@ def test_a_killed_case_is_simulated_on_the_calibrated_storage_and_restart(tmp_pa
     assert none.checkpoint.storage == "nvme"  # untouched without faults
 
 
-def test_validate_runs_a_killed_case_and_reports_its_restart(tmp_path, capsys):
-    base = {**TINY, "run": {"iterations": 20, "eval_every": 5, "target_loss": 0.6}}
+def test_validate_runs_a_killed_case_and_reports_its_restart(tmp_path, capsys, tiny):
+    base = {**tiny, "run": {"iterations": 20, "eval_every": 5, "target_loss": 0.6}}
     (tmp_path / "base.toml").write_text(
         "\n".join(f"[{k}]\n" + "\n".join(f"{kk} = {toml_value(vv)}" for kk, vv in v.items())
                   for k, v in base.items()) + "\n")
@@ -160,11 +165,11 @@ def test_validate_runs_a_killed_case_and_reports_its_restart(tmp_path, capsys):
     assert not list((tmp_path / "runs" / "cases" / "w2-bsp-shm-killed").glob(".check*"))
 
 
-def test_sim_calibrate_only_recovery_writes_both_profiles(tmp_path, capsys, monkeypatch):
+def test_sim_calibrate_only_recovery_writes_both_profiles(tmp_path, capsys, monkeypatch, tiny):
     monkeypatch.setattr(R, "QUICK_SIZES", [1_000, 64_000])
     workload = tmp_path / "w.toml"
     workload.write_text("\n".join(f"[{k}]\n" + "\n".join(
-        f"{kk} = {toml_value(vv)}" for kk, vv in v.items()) for k, v in TINY.items()) + "\n")
+        f"{kk} = {toml_value(vv)}" for kk, vv in v.items()) for k, v in tiny.items()) + "\n")
     assert main(["calibrate", "--out", str(tmp_path / "p"), "--only", "recovery", "--quick",
                  "--workload", str(workload)]) == 0
     printed = capsys.readouterr().out

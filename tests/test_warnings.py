@@ -53,13 +53,15 @@ def test_calibration_warns_about_other_load(capsys):
     assert "other processes used 50% of the CPUs while the compute" in capsys.readouterr().err
 
 
-def test_a_real_run_records_the_other_load(tmp_path, capsys):
+def test_a_real_run_records_the_other_load(tmp_path, capsys, two_rank_config_data,
+                                           write_toml):
     pytest.importorskip("mpi4py")
     from sim.cli import main
 
-    config = tmp_path / "tiny.toml"
-    config.write_text('[cluster]\nworkers = 2\n[workload]\nfeatures = 16\nsamples = 300\n'
-                      '[strategy]\nkind = "asp"\n[run]\niterations = 10\neval_every = 5\n')
+    # the shared two-rank workload with 300 samples and the default batch
+    config = write_toml(tmp_path / "tiny.toml", two_rank_config_data(
+        {"workload.samples": 300, "workload.batch": None, "strategy.kind": "asp",
+         "run.iterations": 10, "run.eval_every": 5}))
     assert main(["real", str(config), "--out", str(tmp_path / "real")]) == 0
     summary = json.loads((tmp_path / "real" / "summary.json").read_text())
     assert 0.0 <= summary["other_load"] <= 1.0
