@@ -3,8 +3,8 @@
 Every rank (workers first, then server shards) lives on a host with ``cores`` cores. A rank
 is one thread: its CPU tasks run one after another. Ranks that outnumber their host's cores
 take turns in round-robin time slices of ``slice_s``: a task holds a core for at most one
-slice, then queues behind the others (first come, first served). This is how Linux shares
-cores, measured here (2 cores, Linux 6.18 EEVDF): tasks shorter than a slice (~3 ms) run to
+slice, then queues behind the others (first come, first served). This is how Linux's EEVDF
+scheduler shares cores (docs/measurements/hosts.md): tasks shorter than a slice run to
 completion in wake-up order, and long ones end together as under processor sharing (k
 tasks of T on c cores all end near k T / c). Round robin covers both; processor sharing is
 its limit for slices much shorter than the tasks.
@@ -227,8 +227,8 @@ class Hosts:
         self._spin(rank)
         value = yield from self._waiting(host, event)
         if self.spin and self.shared[host] and self._all_cores_working(host):
-            # MPICH's blocking wait calls sched_yield between polls (strace: ~10^4 per
-            # 0.5 s), so spinners pass cores among themselves at once and hold none
+            # MPICH's blocking wait calls sched_yield between polls, so spinners pass
+            # cores among themselves at once and hold none
             # against work; the spinner notices once a core is free of work
             with self.cores[host].request() as core:
                 yield core

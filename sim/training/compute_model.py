@@ -40,10 +40,9 @@ class Device:
 
 
 DEVICES: dict[str, Device] = {
-    # Measured here: `python -m sim bench kernels`, fused logistic regression, n=64, d=1000,
-    # float64 (the simulator's dtype): 4 n d = 256 kFLOP in 12.2 us = 21 GFLOP/s on one AMD
-    # EPYC (Zen 4) core, 2026-11-22 (8.7 us in float32); the per-call cost is the Python
-    # wrapper's ~3.5 us.
+    # One core of the lab's machine by `python -m sim bench kernels` (fused logistic
+    # regression, n=64, d=1000, float64, the simulator's dtype); the per-call cost is the
+    # Python wrapper's. The run and its machine: docs/measurements/kernels.md.
     "cpu-core": Device("cpu-core", 21e9, 3.5e-6, "measured here (bench kernels, float64)",
                        True),
     # NVIDIA V100 SXM2 datasheet: 15.7 TFLOP/s FP32 peak; ~10 us of kernel launches per step.

@@ -105,16 +105,10 @@ HOSTS: dict[str, HostProfile] = {
     # No CPU costs and a core for every rank: the model before hosts existed. Closed-form
     # network and strategy tests use it.
     "ideal": HostProfile("ideal", INF, INF, INF, 0.0, 0.0, 3e-3, source="no CPU costs"),
-    # One core of this machine (2-core AMD EPYC VM, Linux 6.18), measured here on
-    # 2026-11-23 by `sim calibrate --concurrency 2` through the real runner's code paths:
-    # batch gather 1.6 us + 0.25 us per row + bytes at 13.1 GB/s from data sets larger than
-    # the caches (fit within 19%); from an earlier run (load 0.9, 99.9% of a core): SGD step
-    # 37.6 GB/s + 5.9 us (9%), sum 44.4 GB/s + 1.8 us (7%); a message 3.6 us, of which
-    # 1.9 us is the shared-memory fabric's o, and 5.2 GB/s per byte, of which 7.8 GB/s is
-    # that fabric's bandwidth (the rest: 15.9 GB/s); 9.1 us of loop per update (asp); a
-    # 20 us nap takes 41 us. The message fit varies most between runs (up to 50% off under
-    # load). The time slice: k busy processes on 2 cores end together (processor sharing)
-    # from ~20 ms of work up, and run to completion in wake-up order below ~3 ms (EEVDF).
+    # One core of the lab's machine by `sim calibrate --concurrency 2`, through the real
+    # runner's code paths; a message's cost is what is left beyond the shared-memory
+    # fabric's o and bandwidth. The fits, their errors, how they vary between runs and the
+    # time-slice measurements: docs/measurements/hosts.md.
     "epyc-core": HostProfile("epyc-core", copy_Bps=13.1e9, update_Bps=37.6e9,
                              reduce_Bps=44.4e9, message_s=1.76e-6, step_s=9.1e-6,
                              slice_s=3e-3, poll_spin_s=50e-6, poll_s=41e-6,

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 PR_SET_TIMERSLACK = 29  # linux/prctl.h
-SPIN_BEFORE_NAP_S = 50e-6  # a sleeping wait spins this long first (longer: worse here)
-POLL_SLEEP_S = 20e-6  # then naps this long between polls (wakes ~20 us later on a VM)
+SPIN_BEFORE_NAP_S = 50e-6  # a sleeping wait spins this long first (longer takes CPU from work)
+POLL_SLEEP_S = 20e-6  # then naps this long between polls (a nap also wakes late)
 SPIN_S = 60e-6  # the end of a modelled compute time is spun, not slept
-# a sleep asks for this share of what is left (less SPIN_S), then sleeps again: here a
-# sleep ends ~1.5% of its length late (6 ms: 93 us at the median), so one sleep of the
-# whole pad overran modelled gradients by 2%; asking for 95% ends them within ~10 us
+# a sleep asks for this share of what is left (less SPIN_S), then sleeps again: a sleep ends
+# late in proportion to its length, so one sleep of the whole pad would overrun a modelled
+# gradient; the sleeps' lateness is on docs/measurements/hosts.md
 SLEEP_SHARE = 0.95
 WAIT_MODES = ("spin", "sleep")
 

@@ -74,7 +74,7 @@ def wait_mode(choice: str, ranks: int, kernels: bool = True) -> str:
     (``kernels``): then a waiting rank polls and naps, leaving the CPU to computing ones.
 
     With ``compute.time_s`` a gradient is mostly a sleep, so spinning waiters take no CPU
-    from it (measured here: 4 workers on 2 cores, 20% faster steps than polling)."""
+    from it, and spinning gives faster steps than polling (docs/measurements/hosts.md)."""
     if choice != "auto":
         return choice
     return "spin" if ranks <= (os.cpu_count() or 1) or not kernels else "sleep"
