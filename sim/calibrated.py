@@ -4,7 +4,7 @@ Every setting that takes a preset name (``cluster.fabric``, ``compute.device``,
 ``cluster.host``, ``checkpoint.storage``) also takes ``calibrated:PATH``, a JSON object
 written by ``sim calibrate`` whose optional ``format`` names what it is. A profile is a
 dataclass: :func:`load_profile` builds it from the JSON by field name (a number field takes
-a JSON number, a text field a string, a flag true or false), and :func:`profile_json` writes
+a JSON number, a text field a string, a flag true or false), and :func:`write_profile` writes
 its fields by name, beside ``format`` and the measurements it came from::
 
     {"format": "sgd-lab.host-profile/1", "name": ..., <every field by name>, "source": ...,
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sim.names import unknown
+from sim.rundir import write_atomic
 
 CALIBRATED = "calibrated:"
 
@@ -74,6 +75,11 @@ def profile_json(profile: Any, fmt: str, **extra: Any) -> str:
     was measured: fits, samples; an extra ``source`` replaces the field's)."""
     data = {"format": fmt, **dataclasses.asdict(profile), **extra}
     return json.dumps(data, indent=2) + "\n"
+
+
+def write_profile(path: str | Path, profile: Any, fmt: str, **extra: Any) -> Path:
+    """Write :func:`profile_json` to ``path`` atomically; the path. Raises OSError."""
+    return write_atomic(Path(path), profile_json(profile, fmt, **extra))
 
 
 def preset_or_path(spec: str, presets: Mapping[str, Any], what: str) -> tuple[Any, Path | None]:

@@ -126,7 +126,8 @@ LAYERS: list[tuple[str, ...]] = [  # top to bottom
     ("sim.training",),
     ("sim.network", "sim.faults", "sim.workloads"),
     ("sim.config", "sim.results", "sim.kernels", "sim.seeds", "sim.progress"),
-    ("sim.recorder", "sim.rundir", "sim.calibrated"),
+    ("sim.recorder", "sim.calibrated"),
+    ("sim.rundir",),
     ("sim.trace", "sim.stats", "sim.names"),
     ("sim.errors", "sim._native", "sim"),
 ]

@@ -17,8 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from sim.calibrated import load_profile, profile_json
-from sim.rundir import write_atomic
+from sim.calibrated import load_profile, write_profile
 
 PROFILE_FORMAT = "sgd-lab.storage-profile/1"
 
@@ -98,7 +97,7 @@ def get_storage(spec: str | dict[str, Any]) -> Storage:
 def save_storage_profile(path: str | Path, storage: Storage, **extra: Any) -> None:
     """Write a profile that ``checkpoint.storage = "calibrated:PATH"`` reads (``extra``: how
     it was measured; its keys are :data:`MEASUREMENTS`)."""
-    write_atomic(Path(path), profile_json(storage, PROFILE_FORMAT, **extra))
+    write_profile(Path(path), storage, PROFILE_FORMAT, **extra)
 
 
 def _from_table(spec: dict[str, Any]) -> Storage:

@@ -40,8 +40,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sim.calibrated import CALIBRATED, load_profile, profile_json
-from sim.rundir import write_atomic
+from sim.calibrated import CALIBRATED, load_profile, write_profile
 
 PROFILE_FORMAT = "sgd-lab.fabric-profile/1"
 SWITCH_HOPS = 2  # host -> switch -> host
@@ -232,7 +231,7 @@ class FabricProfile:
 
 def save_profile(path: str | Path, fabric: Fabric, **extra: Any) -> None:
     """Write ``fabric`` as a calibrated profile (``extra``: source, measurements)."""
-    write_atomic(Path(path), profile_json(FabricProfile.of(fabric), PROFILE_FORMAT, **extra))
+    write_profile(Path(path), FabricProfile.of(fabric), PROFILE_FORMAT, **extra)
 
 
 def describe(fabric: Fabric) -> dict[str, Any]:

@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.calibrated import load_profile, profile_json
-from sim.rundir import write_atomic
+from sim.calibrated import load_profile, write_profile
 
 PROFILE_FORMAT = "sgd-lab.device-profile/1"
 
@@ -71,7 +70,7 @@ def save_device_profile(path: str | Path, flops_per_s: float, overhead_s: float,
     path = Path(path)
     device = Device(name=str(extra.pop("name", path.stem)), flops_per_s=flops_per_s,
                     overhead_s=overhead_s, source=source, on_host=True)
-    write_atomic(path, profile_json(device, PROFILE_FORMAT, **extra))
+    write_profile(path, device, PROFILE_FORMAT, **extra)
 
 
 # name -> factor(rng, compute config), each of mean 1

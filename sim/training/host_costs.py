@@ -32,8 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.calibrated import load_profile, profile_json
-from sim.rundir import write_atomic
+from sim.calibrated import load_profile, write_profile
 
 PROFILE_FORMAT = "sgd-lab.host-profile/1"
 
@@ -138,7 +137,7 @@ def load_host(spec: str) -> HostProfile:
 def save_host_profile(path: str | Path, profile: HostProfile, **extra: Any) -> None:
     """Write a profile that ``cluster.host = "calibrated:PATH"`` reads (``extra``: how it was
     measured: fits, errors, samples; its keys are :data:`MEASUREMENTS`)."""
-    write_atomic(Path(path), profile_json(profile, PROFILE_FORMAT, **extra))
+    write_profile(Path(path), profile, PROFILE_FORMAT, **extra)
 
 
 def cpu_costs(host: HostProfile, fabric: Any) -> CpuCosts:
