@@ -21,7 +21,7 @@ from sim.names import unknown
 from sim.network.collectives import REGISTRY as COLLECTIVES
 from sim.network.fabrics import get_fabric
 from sim.network.topology import TOPOLOGIES, topology_options
-from sim.training.compute_model import DEVICES
+from sim.training.compute_model import DEVICES, load_device
 from sim.training.host_costs import load_host
 from sim.training.strategies import STRATEGIES, row_of
 from sim.workloads.datasets import DATASETS, dataset_shape
@@ -51,8 +51,6 @@ def _check_names(c: Config) -> None:
     if not c.compute.device.startswith(CALIBRATED):
         _known("compute.device", c.compute.device, list(DEVICES))
     else:
-        from sim.training.compute_model import load_device
-
         try:
             load_device(c.compute.device)
         except ValueError as exc:
@@ -60,7 +58,6 @@ def _check_names(c: Config) -> None:
 
 
 def _check_topology(c: Config) -> None:
-
     accepted = topology_options(c.cluster.topology)
     defaults = Cluster()
     for key in ("oversubscription", "hosts_per_leaf"):
@@ -70,7 +67,6 @@ def _check_topology(c: Config) -> None:
 
 
 def _check_fabric(c: Config) -> None:
-
     try:
         get_fabric(c.cluster.fabric)
     except (ValueError, OSError) as exc:
@@ -78,7 +74,6 @@ def _check_fabric(c: Config) -> None:
 
 
 def _check_hosts(c: Config) -> None:
-
     try:
         load_host(c.cluster.host)
     except ValueError as exc:
@@ -93,7 +88,6 @@ def _check_hosts(c: Config) -> None:
 
 
 def _check_workload(c: Config) -> None:
-
     w = c.workload
     if not w.numerics:
         return  # timing only: no data set to check against
@@ -155,7 +149,6 @@ def _check_pipelining(c: Config) -> None:
 
 
 def _check_faults(c: Config) -> None:
-
     servers = row_of(c).server_ranks(c)
     ranks = c.cluster.workers + servers
     for failure in c.faults.failures:
