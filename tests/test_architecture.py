@@ -157,3 +157,12 @@ def test_every_module_imports_only_from_layers_below_it():
             if t_layer < layer or (t_layer == layer and t_part != part and part != "sim"):
                 wrong.append(f"{name} -> {target}")
     assert wrong == [], "\n".join(wrong)
+
+
+def test_no_two_modules_share_a_file_name():
+    """A module's name says what it is about without its folder (no second recovery.py)."""
+    names: dict[str, list[str]] = {}
+    for path in SIM.rglob("*.py"):
+        if path.name != "__init__.py":
+            names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}

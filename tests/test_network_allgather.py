@@ -20,7 +20,7 @@ from sim.network.fabrics import REGISTRY as FABRICS
 from sim.network.fabrics import Fabric, get_fabric
 from sim.network.schedule import Schedule
 from sim.network.standalone import run_alone, simulate
-from sim.real.executors.collective import ScheduleAllreduce
+from sim.real.executors.rank_collectives import ScheduleAllreduce
 from sim.simulated.engine import build_simulation
 from sim.simulated.engine import simulate as train
 from sim.training.checks import config_warnings, load_config

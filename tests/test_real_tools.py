@@ -16,7 +16,7 @@ from sim.faults.timeline import GAP_KINDS
 from sim.network.collectives import get_collective
 from sim.network.fabrics import get_fabric
 from sim.real.calibration.suite import fit_device, fit_network
-from sim.real.executors.collective import rank_rounds
+from sim.real.executors.rank_collectives import rank_rounds
 from sim.recorder import KINDS
 from sim.training.compute_model import load_device
 from sim.validation.matrix import expand, load_matrix

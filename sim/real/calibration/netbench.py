@@ -91,7 +91,7 @@ def stream(comm: Any, waiter: Any, reps: int) -> list[float]:
 
 def allreduce(comm: Any, waiter: Any, sizes: list[int], reps: int, algorithm: str,
               impl: str) -> list[float]:
-    from sim.real.executors.collective import make_allreduce
+    from sim.real.executors.rank_collectives import make_allreduce
 
     out = []
     for nbytes in sizes:

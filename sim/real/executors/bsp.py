@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from sim.real.executors.assemble import Part, RankLog
-from sim.real.executors.collective import make_allreduce
 from sim.real.executors.context import RankContext
+from sim.real.executors.rank_collectives import make_allreduce
 from sim.real.executors.rank_compute import RealCompute
 from sim.real.executors.replica import Replica
 from sim.real.executors.restart_rank import RestartRecovery

@@ -20,8 +20,8 @@ import numpy as np
 from sim.kernels import NonFiniteError
 from sim.real.executors import bsp
 from sim.real.executors.assemble import RankLog, carve
-from sim.real.executors.collective import Allreduce, make_allreduce
 from sim.real.executors.context import RankContext
+from sim.real.executors.rank_collectives import Allreduce, make_allreduce
 from sim.real.executors.rank_compute import RealCompute
 from sim.real.executors.replica import Replica
 from sim.training.messages import LayerCosts, message_slice, plan_messages

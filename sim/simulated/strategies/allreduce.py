@@ -93,7 +93,7 @@ class AllreduceMixin:
     def allreduce_by_rounds(self, nbytes: int,
                             overlapped: bool = False) -> Generator[simpy.Event, Any, None]:
         """Every rank goes through the rounds it takes part in on its own, as real ranks do
-        (:mod:`sim.real.executors.collective`): it posts its sends on its core (they leave
+        (:mod:`sim.real.executors.rank_collectives`): it posts its sends on its core (they leave
         then, not when every rank has posted), waits for its receives to arrive (spinning
         or polling, :meth:`sim.simulated.hosts.Hosts.wait`), and receives, and sums, them
         on its core. Ends when the last rank has."""
