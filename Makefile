@@ -34,7 +34,7 @@ lint: $(INSTALLED)
 # link or a page left out of mkdocs.yml's nav.
 docs: $(INSTALLED)
 	$(PY) -m sim.docs
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 native: $(NATIVE_LIB)
 
