@@ -49,11 +49,16 @@ def handled(signals: tuple[int, ...], handler: Any) -> Iterator[None]:
 STOPPING = (signal.SIGINT, signal.SIGTERM)
 
 
-def stop_on_signals() -> contextlib.AbstractContextManager[None]:
-    """Within the block, SIGINT and SIGTERM raise :class:`Stopped` (so the caller can keep
-    what was computed); outside it, and while the caller writes results, they are as before."""
+def stop_on_signals(progress: Progress) -> contextlib.AbstractContextManager[None]:
+    """Within the block, SIGINT or SIGTERM asks ``progress`` to stop: its next call (after
+    an update is fully recorded) raises :class:`Stopped`, so the caller keeps a consistent
+    state of what was computed; a second signal raises at once. Outside the block, and
+    while the caller writes results, the signals are as before."""
     def stop(signum: int, frame: Any) -> None:
-        raise Stopped(signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        if progress.stop_requested is not None:
+            raise Stopped(name)
+        progress.stop_requested = name
 
     return handled(STOPPING, stop)
 
@@ -92,6 +97,7 @@ class Progress:
         self.started = time.perf_counter()
         self.last = self.started
         self.shown = False
+        self.stop_requested: str | None = None  # a signal's name (stop_on_signals)
 
     def fraction(self, updates: int, sim_time_s: float, samples: int = 0) -> float:
         """How far the run is, 0..1: the largest of its limits' fractions."""
@@ -112,6 +118,9 @@ class Progress:
                 f"simulated {sim_time_s:.4g} s{limit}, {_duration(elapsed)} elapsed{left}")
 
     def __call__(self, updates: int, sim_time_s: float, samples: int = 0) -> None:
+        """Report (throttled); raises Stopped when a signal asked the run to stop."""
+        if self.stop_requested is not None:
+            raise Stopped(self.stop_requested)
         now = time.perf_counter()
         if now - self.last < self.every_s:
             return

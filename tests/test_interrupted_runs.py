@@ -127,3 +127,20 @@ def test_progress_lines_are_throttled_in_logs():
     progress.last -= 5.0
     progress(50, 0.05)
     assert stream.getvalue().startswith("progress:  50.0%")
+
+
+def test_a_signal_stops_the_run_between_updates_and_a_second_at_once():
+    """The first SIGTERM only asks: the next progress call (after an update is recorded in
+    full) raises, so no state is left half-updated by an exception from a signal handler."""
+    import os
+
+    from sim.progress import stop_on_signals
+
+    progress = Progress(100, None, stream=io.StringIO())
+    with stop_on_signals(progress):
+        os.kill(os.getpid(), signal.SIGTERM)  # handled here, between two bytecodes
+        assert progress.stop_requested == "SIGTERM"
+        with pytest.raises(Stopped, match="SIGTERM"):
+            progress(1, 0.1)
+        with pytest.raises(Stopped, match="SIGINT"):
+            os.kill(os.getpid(), signal.SIGINT)

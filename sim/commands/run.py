@@ -63,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
     progress = Progress(config.run.iterations, config.run.time_limit_s,
                         samples=config.run.samples)
     try:
-        with stop_on_signals():
+        with stop_on_signals(progress):
             result = simulate(config, progress)
     except Stopped as stop:  # after the simulation, before its results were gathered
         progress.close()
