@@ -379,7 +379,7 @@ class LogregPlan:
         return f"fused rows={self.row_block} cols={cols}"
 
 
-def logreg_blocks(itemsize: int, d: int, caches: CacheSizes | None = None) -> tuple[int, int]:
+def _logreg_blocks(itemsize: int, d: int, caches: CacheSizes | None = None) -> tuple[int, int]:
     """(row_block, col_block) of the fused logistic-regression pass for rows of d items.
 
     Rows: as many whole register tiles as fit in half of L1d, at least one tile, so the
@@ -415,7 +415,7 @@ def _plan_mode() -> str:
     return mode
 
 
-def shape_class(dtype: Any, n: int, d: int, caches: CacheSizes | None = None) -> tuple:
+def _shape_class(dtype: Any, n: int, d: int, caches: CacheSizes | None = None) -> tuple:
     """The class a plan is chosen for: (dtype name, where X fits: 'L1d', 'L2', 'LLC' or
     'DRAM', where one register tile of rows fits: 'tile<=L2/2' or 'tile>L2/2')."""
     caches = caches or cache_sizes()
@@ -459,9 +459,9 @@ def _time_paths(X: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float,
     return best
 
 
-def logreg_plan(dtype: Any, n: int, d: int,
-                inputs: tuple[np.ndarray, np.ndarray, np.ndarray, float] | None = None
-                ) -> LogregPlan:
+def _logreg_plan(dtype: Any, n: int, d: int,
+                  inputs: tuple[np.ndarray, np.ndarray, np.ndarray, float] | None = None
+                 ) -> LogregPlan:
     """The plan :func:`logreg_loss_grad` takes for X of shape (n, d) and this dtype.
 
     Blocks come from :func:`logreg_blocks`. The path comes from ``SGD_KERNEL_PLAN``:
@@ -480,8 +480,8 @@ def logreg_plan(dtype: Any, n: int, d: int,
     if plan is not None:
         return plan
     caches = cache_sizes()
-    rows, cols = logreg_blocks(dtype.itemsize, d, caches)
-    klass = shape_class(dtype, n, d, caches)
+    rows, cols = _logreg_blocks(dtype.itemsize, d, caches)
+    klass = _shape_class(dtype, n, d, caches)
     name = "/".join(klass)
     mode = _plan_mode()
     if mode != "auto":
@@ -506,6 +506,28 @@ def logreg_plan(dtype: Any, n: int, d: int,
               f"{chosen['measured_on'][1]})")
     plan = LogregPlan(chosen["path"], rows, cols, name, reason)
     return _PLAN_OF_SHAPE.setdefault(key, plan)
+
+
+# The public names: sim.bench.training times every public function of this module as a
+# kernel, and none may call another (it would be counted twice), so the kernels call the
+# private ones above.
+
+def logreg_blocks(itemsize: int, d: int, caches: CacheSizes | None = None) -> tuple[int, int]:
+    """(row_block, col_block) of the fused pass for rows of d items (:func:`_logreg_blocks`)."""
+    return _logreg_blocks(itemsize, d, caches)
+
+
+def shape_class(dtype: Any, n: int, d: int, caches: CacheSizes | None = None) -> tuple:
+    """The class a logreg plan is chosen for (:func:`_shape_class`)."""
+    return _shape_class(dtype, n, d, caches)
+
+
+def logreg_plan(dtype: Any, n: int, d: int,
+                inputs: tuple[np.ndarray, np.ndarray, np.ndarray, float] | None = None
+                ) -> LogregPlan:
+    """The plan :func:`logreg_loss_grad` takes for X (n, d) of this dtype, chosen (and
+    measured, once per shape class) as :func:`_logreg_plan` says."""
+    return _logreg_plan(dtype, n, d, inputs)
 
 
 def kernel_plans() -> list[dict]:
@@ -539,7 +561,7 @@ def logreg_loss_grad(X: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 0.
     grad = _out("out", out, X.dtype, (d,), {"X": X, "y": y, "w": w})
     l2 = _scalar("l2", l2)
     if plan is None:
-        plan = _PLAN_OF_SHAPE.get((X.dtype, n, d)) or logreg_plan(X.dtype, n, d, (X, y, w, l2))
+        plan = _PLAN_OF_SHAPE.get((X.dtype, n, d)) or _logreg_plan(X.dtype, n, d, (X, y, w, l2))
     elif not isinstance(plan, LogregPlan):
         raise TypeError(f"plan: expected a LogregPlan or None, got {type(plan).__name__}")
     scratch = np.empty(n, X.dtype) if plan.path == "blas" else ffi.NULL
