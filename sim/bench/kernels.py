@@ -411,7 +411,7 @@ def render(result: dict) -> str:
                          f"({r['other_path']}): {r['other_speedup']:.2f}x numpy")
     slow = slower_than_numpy(result["rows"])
     lines += ["", "Slower than numpy: " + (", ".join(
-        f"{r['kernel']} {r['dtype']} {r['size']} ({r['speedup']:.2f}x)" for r in slow)
+        f"{r['kernel']} {r['dtype']} {r['size']} ({r['speedup']:.3f}x)" for r in slow)
         or "none (every kernel at least as fast as numpy)")]
     if result.get("plans"):
         lines += ["", f"logreg_loss_grad paths chosen (auto: BLAS only when "
