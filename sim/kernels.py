@@ -384,9 +384,10 @@ def _logreg_blocks(itemsize: int, d: int, caches: CacheSizes | None = None) -> t
 
     Rows: as many whole register tiles as fit in half of L1d, at least one tile, so the
     gradient pass re-reads the block from L1 where it can (rows longer than that are
-    re-read from L2, or past it from the last-level cache, one tile at a time: blocks
-    sized to half of L2, with 1024-column gradient chunks, measured 5-15% slower than one
-    tile on a Zen 3 EPYC, for d of 1000 to 10^5). Columns: the whole row, as one tile's
+    re-read from L2, or past it from the last-level cache, one tile at a time: blocks of
+    16-64 rows sized to half of L2, with 1024-column gradient chunks, were 0-15% slower
+    than one tile in most runs on a Zen 3 EPYC (32 KiB L1d, 512 KiB L2, 32 MiB L3; d of
+    1000 to 10^5; run-to-run noise there about 10%)). Columns: the whole row, as one tile's
     gradient pass needs no chunks. Neither changes a result (see ``struct sgd_logreg_plan``
     in native/kernels.h); :class:`LogregPlan` takes any others.
     """
