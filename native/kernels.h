@@ -23,10 +23,35 @@ enum sgd_status {
     SGD_ENONFINITE = 3  /* NaN or Inf in an output */
 };
 
-/* Rows of a batch processed together: SGD_ROW_BLOCK by the logistic-regression
- * kernel (they share every load of the weights), SGD_SOFTMAX_BLOCK by softmax
- * regression (one BLAS product each, re-read from cache for the gradient). */
-enum { SGD_ROW_BLOCK = 8, SGD_SOFTMAX_BLOCK = 256 };
+/* Rows of a batch processed together. SGD_ROW_BLOCK is the logistic-regression
+ * kernel's register tile: the margins of that many rows share every load of the
+ * weights (one accumulator vector per row), and it fixes the summation order of
+ * every margin, so it is a compile-time constant. Cache blocking is chosen at run
+ * time instead (struct sgd_logreg_plan) and never changes a result. SGD_SOFTMAX_BLOCK
+ * is softmax regression's: one BLAS product per block, the gradient accumulated
+ * block by block (beta = 1), so it too sets the summation order and stays fixed.
+ * SGD_MAX_ROW_BLOCK bounds a plan's row_block (the kernel keeps that many
+ * residuals on its stack). */
+enum { SGD_ROW_BLOCK = 8, SGD_SOFTMAX_BLOCK = 256, SGD_MAX_ROW_BLOCK = 4096 };
+
+/* How logreg_loss_grad computes: one fused pass over X (SGD_PATH_FUSED), or two
+ * BLAS mat-vecs, z = X w then grad = l2 w + X^T r (SGD_PATH_BLAS; X read twice).
+ * The paths differ in rounding, not in what they compute. */
+enum sgd_path { SGD_PATH_FUSED = 0, SGD_PATH_BLAS = 1 };
+
+/* Cache blocking of the fused pass, chosen by the caller from the machine's cache
+ * sizes (sim/kernels.py). row_block rows (a multiple of SGD_ROW_BLOCK, at most
+ * SGD_MAX_ROW_BLOCK) have their margins computed before their gradient terms are
+ * added, so the block is re-read from the cache level it fits in; the gradient pass
+ * goes over grad in chunks of col_block (>= 1) columns, each chunk held in L1 while
+ * the block's rows are added to it. Blocking only reorders memory traffic: every
+ * margin and every gradient element is summed in the same order whatever the block
+ * sizes, so results are bitwise independent of them. The BLAS path ignores both. */
+struct sgd_logreg_plan {
+    int32_t path;
+    int64_t row_block;
+    int64_t col_block;
+};
 
 /* ---- 0. BLAS -------------------------------------------------------------
  * Dense layers, softmax regression and dense mat-vec call OpenBLAS (the PyPI
@@ -35,15 +60,19 @@ enum { SGD_ROW_BLOCK = 8, SGD_SOFTMAX_BLOCK = 256 };
 int sgd_blas_set_threads(int n);
 int sgd_blas_threads(void);
 
-/* ---- 1. binary logistic regression, fused loss + gradient --------------
+/* ---- 1. binary logistic regression, loss + gradient ----------------------
  * X: n x d, y: n labels in {0, 1}, w: d. grad: d (overwritten).
  * loss = mean_i [log(1 + exp(z_i)) - y_i z_i] + l2/2 |w|^2,  z = X w.
- * X is read once: each row's margin and gradient contribution are computed
- * while the row is in cache. */
+ * plan (see struct sgd_logreg_plan; SGD_EINVAL if out of its domain) picks the
+ * path. Fused: X is read once, each block of rows' margins and gradient terms
+ * computed while the block is in cache; scratch is not used (may be NULL). BLAS:
+ * scratch holds n elements (z, then the residuals; SGD_EINVAL if NULL). */
 int logreg_loss_grad_f32(const float *X, const float *y, int64_t n, int64_t d,
-                         const float *w, float l2, float *grad, float *loss);
+                         const float *w, float l2, float *grad, float *loss,
+                         const struct sgd_logreg_plan *plan, float *scratch);
 int logreg_loss_grad_f64(const double *X, const double *y, int64_t n, int64_t d,
-                         const double *w, double l2, double *grad, double *loss);
+                         const double *w, double l2, double *grad, double *loss,
+                         const struct sgd_logreg_plan *plan, double *scratch);
 
 /* ---- 2. softmax regression, fused loss + gradient -----------------------
  * X: n x d, labels: n in [0, k), W: k x d (one row per class).

@@ -12,4 +12,6 @@
 #define LANES 32
 #define VL 16 /* elements in one 512-bit vector */
 #define BLAS(name) SGD_CBLAS(s##name) /* cblas_sgemm etc. */
+#define R_BITS int32_t /* an integer of REAL's width */
+#define R_INF_BITS 0x7f800000 /* the bits of +Inf */
 #include "real.h"

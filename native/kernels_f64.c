@@ -10,4 +10,6 @@
 #define LANES 16
 #define VL 8 /* elements in one 512-bit vector */
 #define BLAS(name) SGD_CBLAS(d##name) /* cblas_dgemm etc. */
+#define R_BITS int64_t /* an integer of REAL's width */
+#define R_INF_BITS 0x7ff0000000000000 /* the bits of +Inf */
 #include "real.h"

@@ -15,14 +15,25 @@ Dense layers, softmax regression and dense mat-vec call OpenBLAS (the PyPI wheel
 environment variable ``SGD_BLAS_THREADS`` says otherwise when this module is imported, or
 :func:`set_blas_threads` changes it: a simulated worker is one core, and results are then
 independent of the thread count.
+
+Logistic regression runs one of two plans, chosen per shape class (:func:`logreg_plan`): a
+fused pass over X with cache blocks sized from the machine's caches (:func:`cache_sizes`,
+read from sysfs), or two BLAS mat-vecs, taken where they are measured clearly faster on the
+machine at hand. Block sizes never change a result; the path does (see :func:`logreg_plan`
+and the environment variables ``SGD_KERNEL_PLAN`` and ``SGD_CACHE_SIZES``).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
+import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -252,21 +263,311 @@ def _threads_from_env() -> int:
 set_blas_threads(_threads_from_env())
 
 
+# ---- cache sizes and kernel plans ------------------------------------------------------
+
+@dataclass(frozen=True)
+class CacheSizes:
+    """Bytes of one core's L1 data cache, its L2 and the last-level cache, and where they
+    were read: ``"SGD_CACHE_SIZES"``, ``"sysfs"`` or ``"defaults"``."""
+
+    l1d: int
+    l2: int
+    llc: int
+    source: str
+
+    def __str__(self) -> str:
+        return (f"L1d {_kib(self.l1d)}, L2 {_kib(self.l2)}, LLC {_kib(self.llc)} "
+                f"({self.source})")
+
+
+def _kib(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n >> 10} KiB"
+
+
+#: used where sysfs says nothing (not Linux, a container without /sys): small enough for any
+#: current x86-64 or ARM server core, so blocks stay in cache; glibc's sysconf is not asked,
+#: as it reads CPUID, which a hypervisor may report wrongly (256 MiB of L3 on a 32 MiB VM)
+DEFAULT_CACHES = CacheSizes(32 << 10, 256 << 10, 8 << 20, "defaults")
+SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)i?B?\s*$", re.IGNORECASE)
+
+
+def _bytes(text: str) -> int:
+    """'48K', '2M', '2MiB', '32768' -> bytes; ValueError otherwise."""
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError(f"not a size: {text!r}")
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
+
+
+def _sysfs_caches(root: Path = SYSFS_CACHE) -> CacheSizes | None:
+    """cpu0's L1 data, L2 and last-level cache from sysfs (``index*/{level,type,size}``);
+    None when there is no L1 data or L2 entry. No L3: the L2 is the last level."""
+    found: dict[int, int] = {}
+    try:
+        for index in sorted(root.glob("index[0-9]*")):
+            kind = (index / "type").read_text().strip()
+            if kind not in ("Data", "Unified"):
+                continue
+            found[int((index / "level").read_text())] = _bytes((index / "size").read_text())
+    except (OSError, ValueError):
+        return None
+    if not found.get(1) or not found.get(2):
+        return None
+    return CacheSizes(found[1], found[2], found[max(found)], "sysfs")
+
+
+def _env_caches(value: str) -> CacheSizes:
+    try:
+        l1d, l2, llc = (_bytes(part) for part in value.split(","))
+    except ValueError:
+        l1d = 0
+    if not 0 < l1d <= l2 <= llc:
+        raise ValueError(f"SGD_CACHE_SIZES: expected 'L1d,L2,LLC' sizes, non-decreasing "
+                         f"(e.g. '48K,2M,260M'), got {value!r}")
+    return CacheSizes(l1d, l2, llc, "SGD_CACHE_SIZES")
+
+
+@cache
+def cache_sizes() -> CacheSizes:
+    """The cache sizes the kernels' blocks are chosen from, read once per process: the
+    environment variable ``SGD_CACHE_SIZES`` (``"L1d,L2,LLC"``, e.g. ``"48K,2M,260M"``) when
+    set, else sysfs (cpu0's caches), else :data:`DEFAULT_CACHES`."""
+    if os.environ.get("SGD_CACHE_SIZES"):
+        return _env_caches(os.environ["SGD_CACHE_SIZES"])
+    return _sysfs_caches() or DEFAULT_CACHES
+
+
+PATHS = {"fused": lib.SGD_PATH_FUSED, "blas": lib.SGD_PATH_BLAS}
+#: rows of the fused kernel's register tile: the unit of its row blocks
+ROW_TILE = int(lib.SGD_ROW_BLOCK)
+MAX_ROW_BLOCK = int(lib.SGD_MAX_ROW_BLOCK)
+
+
+@dataclass(frozen=True)
+class LogregPlan:
+    """How :func:`logreg_loss_grad` computes: ``path`` "fused" (one pass over X, blocks of
+    ``row_block`` rows, a multiple of :data:`ROW_TILE`, and gradient chunks of ``col_block``
+    columns) or "blas" (two BLAS mat-vecs; the blocks are then unused). Block sizes never
+    change a result; the path does, in the last bits. ``shape_class`` and ``reason`` say
+    how an automatic plan was chosen."""
+
+    path: str
+    row_block: int = ROW_TILE
+    col_block: int = 1 << 30
+    shape_class: str = ""
+    reason: str = "given"
+    c: Any = field(default=None, repr=False, compare=False)  # the struct passed to C
+
+    def __post_init__(self) -> None:
+        if self.path not in PATHS:
+            raise ValueError(f"plan.path: expected 'fused' or 'blas', got {self.path!r}")
+        _int("plan.row_block", self.row_block, ROW_TILE, MAX_ROW_BLOCK)
+        if self.row_block % ROW_TILE:
+            raise ValueError(f"plan.row_block: expected a multiple of {ROW_TILE}, "
+                             f"got {self.row_block}")
+        _int("plan.col_block", self.col_block, 1, 2**62)
+        object.__setattr__(self, "c", ffi.new("struct sgd_logreg_plan *", {
+            "path": PATHS[self.path], "row_block": self.row_block,
+            "col_block": self.col_block}))
+
+    def describe(self) -> str:
+        """'fused rows=32 cols=1024' or 'blas'."""
+        if self.path == "blas":
+            return "blas"
+        cols = "all" if self.col_block >= 1 << 30 else str(self.col_block)
+        return f"fused rows={self.row_block} cols={cols}"
+
+
+def _logreg_blocks(itemsize: int, d: int, caches: CacheSizes | None = None) -> tuple[int, int]:
+    """(row_block, col_block) of the fused logistic-regression pass for rows of d items.
+
+    Rows: as many whole register tiles as fit in half of L1d, at least one tile, so the
+    gradient pass re-reads the block from L1 where it can (rows longer than that are
+    re-read from L2, or past it from the last-level cache, one tile at a time: blocks of
+    16-64 rows sized to half of L2, with 1024-column gradient chunks, were 0-15% slower
+    than one tile in most runs on a Zen 3 EPYC (32 KiB L1d, 512 KiB L2, 32 MiB L3; d of
+    1000 to 10^5; run-to-run noise there about 10%)). Columns: the whole row, as one tile's
+    gradient pass needs no chunks. Neither changes a result (see ``struct sgd_logreg_plan``
+    in native/kernels.h); :class:`LogregPlan` takes any others.
+    """
+    caches = caches or cache_sizes()
+    tiles = (caches.l1d // 2) // max(1, d * itemsize * ROW_TILE)
+    return min(max(1, tiles) * ROW_TILE, MAX_ROW_BLOCK), 1 << 30
+
+
+#: auto takes BLAS only where its fastest call beats the fused one's by this factor. A
+#: shape class whose true ratio sits near the threshold would flip between processes (and
+#: flip the results' last bits): on the Zen 3 EPYC this was written on, the closest class
+#: (float32, X in the LLC, short rows) measured BLAS 1.08-1.10x faster from run to run, so a
+#: 10% margin flipped it in one run of three; 20% leaves every class there fused.
+BLAS_MARGIN = 1.20
+_PLAN_ROUNDS = 9
+_PLAN_ROUND_S = 1e-3
+_PLAN_LOCK = threading.Lock()
+_PATH_OF_CLASS: dict[tuple, dict] = {}  # shape class -> {"path", "fused_s", "blas_s", ...}
+_PLAN_OF_SHAPE: dict[tuple, LogregPlan] = {}  # (dtype, n, d) -> plan
+
+
+def _plan_mode() -> str:
+    mode = os.environ.get("SGD_KERNEL_PLAN", "auto") or "auto"
+    if mode not in ("auto", "fused", "blas"):
+        raise ValueError(f"SGD_KERNEL_PLAN: expected 'auto', 'fused' or 'blas', got {mode!r}")
+    return mode
+
+
+def _shape_class(dtype: Any, n: int, d: int, caches: CacheSizes | None = None) -> tuple:
+    """The class a plan is chosen for: (dtype name, where X fits: 'L1d', 'L2', 'LLC' or
+    'DRAM', where one register tile of rows fits: 'tile<=L2/2' or 'tile>L2/2')."""
+    caches = caches or cache_sizes()
+    size = np.dtype(dtype).itemsize
+    xbytes = n * d * size
+    where = next((name for name, limit in (("L1d", caches.l1d), ("L2", caches.l2),
+                                           ("LLC", caches.llc)) if xbytes <= limit), "DRAM")
+    tile = "tile<=L2/2" if ROW_TILE * d * size <= caches.l2 // 2 else "tile>L2/2"
+    return (np.dtype(dtype).name, where, tile)
+
+
+def _time_paths(X: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float,
+                plans: dict[str, LogregPlan]) -> dict[str, float]:
+    """Each plan's fastest single call on these inputs, over alternating rounds (the least
+    disturbed call: robust to another process's bursts on a shared machine). Outputs go to
+    scratch arrays: the caller's are untouched."""
+    n, d = X.shape
+    fn = _kernel("logreg_loss_grad", X.dtype)
+    px, py, pw = _ptr(X), _ptr(y), _ptr(w)
+    calls = {}
+    for name, plan in plans.items():
+        grad, scratch, loss = np.empty(d, X.dtype), np.empty(n, X.dtype), _float_out(X.dtype)
+        calls[name] = (px, py, n, d, pw, l2, _ptr(grad), loss, plan.c, _ptr(scratch), grad,
+                       scratch)
+    clock = time.perf_counter
+    best = dict.fromkeys(calls, math.inf)
+    for name, args in calls.items():  # warm: page faults, BLAS's buffers
+        fn(*args[:10])
+        start = clock()
+        fn(*args[:10])
+        best[name] = clock() - start
+    once = min(best.values())
+    loops = max(1, min(200, int(_PLAN_ROUND_S / max(once, 1e-7))))
+    for _ in range(_PLAN_ROUNDS):
+        for name, args in calls.items():
+            args = args[:10]
+            for _ in range(loops):
+                start = clock()
+                fn(*args)
+                best[name] = min(best[name], clock() - start)
+    return best
+
+
+def _logreg_plan(dtype: Any, n: int, d: int,
+                  inputs: tuple[np.ndarray, np.ndarray, np.ndarray, float] | None = None
+                 ) -> LogregPlan:
+    """The plan :func:`logreg_loss_grad` takes for X of shape (n, d) and this dtype.
+
+    Blocks come from :func:`logreg_blocks`. The path comes from ``SGD_KERNEL_PLAN``:
+    ``fused`` or ``blas`` force it; ``auto`` (the default) measures both paths once per
+    :func:`shape_class` and process, on the first call's inputs (``inputs``: X, y, w, l2;
+    without them, seeded random ones), and keeps the fused pass unless BLAS is faster by
+    :data:`BLAS_MARGIN` (each path's fastest call over several alternating rounds), so that
+    a noisy timing does not flip the plan, and the results' bits, between runs on one
+    machine. The paths round differently: across machines, where the choice may differ,
+    results may differ in their last bits (``SGD_KERNEL_PLAN=fused`` makes the choice the
+    same everywhere; the fused pass's own bits may still differ with the instruction set).
+    """
+    dtype = np.dtype(dtype)
+    key = (dtype, n, d)
+    plan = _PLAN_OF_SHAPE.get(key)
+    if plan is not None:
+        return plan
+    caches = cache_sizes()
+    rows, cols = _logreg_blocks(dtype.itemsize, d, caches)
+    klass = _shape_class(dtype, n, d, caches)
+    name = "/".join(klass)
+    mode = _plan_mode()
+    if mode != "auto":
+        plan = LogregPlan(mode, rows, cols, name, f"SGD_KERNEL_PLAN={mode}")
+        return _PLAN_OF_SHAPE.setdefault(key, plan)
+    with _PLAN_LOCK:
+        chosen = _PATH_OF_CLASS.get(klass)
+        if chosen is None:
+            fused = LogregPlan("fused", rows, cols)
+            if inputs is None:
+                rng = np.random.default_rng(0)
+                inputs = (rng.standard_normal((n, d)).astype(dtype),
+                          (rng.random(n) < 0.5).astype(dtype),
+                          (rng.standard_normal(d) * 0.01).astype(dtype), 0.0)
+            times = _time_paths(*inputs, {"fused": fused, "blas": LogregPlan("blas")})
+            faster = times["blas"] * BLAS_MARGIN < times["fused"]
+            chosen = {"path": "blas" if faster else "fused", "fused_s": times["fused"],
+                      "blas_s": times["blas"], "measured_on": (n, d)}
+            _PATH_OF_CLASS[klass] = chosen
+    ratio = chosen["fused_s"] / chosen["blas_s"]
+    reason = (f"auto: blas/fused {ratio:.2f}x faster on ({chosen['measured_on'][0]}, "
+              f"{chosen['measured_on'][1]})")
+    plan = LogregPlan(chosen["path"], rows, cols, name, reason)
+    return _PLAN_OF_SHAPE.setdefault(key, plan)
+
+
+# The public names: sim.bench.training times every public function of this module as a
+# kernel, and none may call another (it would be counted twice), so the kernels call the
+# private ones above.
+
+def logreg_blocks(itemsize: int, d: int, caches: CacheSizes | None = None) -> tuple[int, int]:
+    """(row_block, col_block) of the fused pass for rows of d items (:func:`_logreg_blocks`)."""
+    return _logreg_blocks(itemsize, d, caches)
+
+
+def shape_class(dtype: Any, n: int, d: int, caches: CacheSizes | None = None) -> tuple:
+    """The class a logreg plan is chosen for (:func:`_shape_class`)."""
+    return _shape_class(dtype, n, d, caches)
+
+
+def logreg_plan(dtype: Any, n: int, d: int,
+                inputs: tuple[np.ndarray, np.ndarray, np.ndarray, float] | None = None
+                ) -> LogregPlan:
+    """The plan :func:`logreg_loss_grad` takes for X (n, d) of this dtype, chosen (and
+    measured, once per shape class) as :func:`_logreg_plan` says."""
+    return _logreg_plan(dtype, n, d, inputs)
+
+
+def kernel_plans() -> list[dict]:
+    """The paths chosen so far in this process: one dict per measured shape class."""
+    return [{"shape_class": "/".join(k), **v} for k, v in _PATH_OF_CLASS.items()]
+
+
+def reset_plans() -> None:
+    """Forget the chosen plans and the cache sizes (they are read again, environment
+    included, on the next call): for tests and benchmarks."""
+    with _PLAN_LOCK:
+        _PATH_OF_CLASS.clear()
+        _PLAN_OF_SHAPE.clear()
+        cache_sizes.cache_clear()
+
+
 # ---- 1-2. logistic and softmax regression ---------------------------------------
 
 def logreg_loss_grad(X: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 0.0,
-                     out: np.ndarray | None = None) -> tuple[float, np.ndarray]:
-    """Binary logistic regression, one fused pass: (mean loss + l2/2|w|^2, gradient (d,)).
+                     out: np.ndarray | None = None, plan: LogregPlan | None = None
+                     ) -> tuple[float, np.ndarray]:
+    """Binary logistic regression: (mean loss + l2/2|w|^2, gradient (d,)).
 
-    X: (n, d); y: (n,) labels in {0, 1} of X's dtype; w: (d,).
+    X: (n, d); y: (n,) labels in {0, 1} of X's dtype; w: (d,). ``plan`` (a
+    :class:`LogregPlan`) forces a path and blocks; None takes :func:`logreg_plan`'s.
     """
     X = _ndim("X", _array("X", X), 2)
     n, d = X.shape
     y = _array("y", y, X.dtype, (n,))
     w = _array("w", w, X.dtype, (d,))
     grad = _out("out", out, X.dtype, (d,), {"X": X, "y": y, "w": w})
+    l2 = _scalar("l2", l2)
+    if plan is None:
+        plan = _PLAN_OF_SHAPE.get((X.dtype, n, d)) or _logreg_plan(X.dtype, n, d, (X, y, w, l2))
+    elif not isinstance(plan, LogregPlan):
+        raise TypeError(f"plan: expected a LogregPlan or None, got {type(plan).__name__}")
+    scratch = np.empty(n, X.dtype) if plan.path == "blas" else ffi.NULL
     loss = _float_out(X.dtype)
-    _call("logreg_loss_grad", X.dtype, X, y, n, d, w, _scalar("l2", l2), grad, loss)
+    _call("logreg_loss_grad", X.dtype, X, y, n, d, w, l2, grad, loss, plan.c, scratch)
     return float(loss[0]), grad
 
 

@@ -10,6 +10,13 @@ of the copy bandwidth; memory-bound vector kernels >= 70% of it. Bytes are count
 STREAM-style (reads + writes, no write-allocate), so an in-place kernel, which needs no
 write-allocate read, can exceed 100% of a copy into a separate array.
 
+Logistic regression runs the plan ``sim.kernels.logreg_plan`` chooses (``SGD_KERNEL_PLAN``
+forces one): each row says which path it took (fused, with its row block and column chunk,
+or two BLAS mat-vecs), and times the other path in the same rounds (the "other" column: its
+speedup over numpy). Its out-of-cache sizes follow the last-level cache the machine reports
+(``sim.kernels.cache_sizes``), one of them X of 96 rows x 2.5 x LLC bytes. The header
+names the CPU and its caches, and the table ends with every kernel slower than numpy.
+
 The sparse crossover: CSR x vector against BLAS gemv and CSR x dense matrix (k columns)
 against BLAS gemm (k = 16, 256) over a range of densities; each crossover is the density
 at which CSR stops being faster (log-linear between the two densities measured around it).
@@ -23,6 +30,7 @@ import platform
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
@@ -42,37 +50,50 @@ class Case:
     min_speedup: float | None = None
     min_copy_fraction: float | None = None  # of the copy bandwidth, for memory-bound ones
     extra: dict = field(default_factory=dict)  # fields copied into the row (density, k)
+    others: dict = field(default_factory=dict)  # more candidates timed in the same rounds
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
-#: X of 51 MB (float64 64 x 10^5, float32 64 x 2 x 10^5): far past the 32 MB last-level cache
-OUT_OF_CACHE_BYTES = 32 << 20
+def out_of_cache_bytes() -> int:
+    """The last-level cache the kernels' plans see (sysfs, or SGD_CACHE_SIZES)."""
+    return K.cache_sizes().llc
 
 
 def logreg_cases(rng: np.random.Generator, quick: bool) -> Iterator[Case]:
+    llc = out_of_cache_bytes()
     for dtype in (np.float64, np.float32):
+        item = np.dtype(dtype).itemsize
         big = 100_000 if dtype == np.float64 else 200_000
-        sizes = [(16, 100), (64, 1_000), (64, 10_000), (64, big)]
-        for n, d in sizes[:3] if quick and dtype == np.float32 else sizes:
+        sizes = [(16, 100), (64, 1_000), (256, 1_000), (64, 10_000), (64, big)]
+        if dtype == np.float64 and not quick:  # the issue's case: 96 x 2.5 x LLC bytes
+            sizes.append((96, max(1, int(2.5 * llc) // (96 * item))))
+        for n, d in sizes[:4] if quick and dtype == np.float32 else sizes:
             X = rng.standard_normal((n, d)).astype(dtype)
             y = (rng.random(n) < 0.5).astype(dtype)
             w = (rng.standard_normal(d) * 0.01).astype(dtype)
-            out = np.empty(d, dtype)
+            out, other_out = np.empty(d, dtype), np.empty(d, dtype)
 
             def numpy_logreg(X=X, y=y, w=w, n=n):  # reads X twice: X @ w, then X.T @ r
                 z = X @ w
                 loss = np.mean(np.logaddexp(0, z) - y * z)
                 return loss, X.T @ ((_sigmoid(z) - y) / n)
 
-            streamed = X.nbytes > OUT_OF_CACHE_BYTES
+            plan = K.logreg_plan(dtype, n, d, (X, y, w, 0.0))  # auto: measured here, once
+            other = K.LogregPlan("blas" if plan.path == "fused" else "fused",
+                                 *K.logreg_blocks(item, d))
+            streamed = X.nbytes > llc
             yield Case("logreg_loss_grad", np.dtype(dtype).name, f"n={n} d={d:g}",
                        lambda X=X, y=y, w=w, out=out: K.logreg_loss_grad(X, y, w, out=out),
                        numpy_logreg, bytes_moved=X.nbytes if streamed else 0,
                        min_speedup=None if streamed else 1.2,
-                       min_copy_fraction=0.80 if streamed else None)
+                       min_copy_fraction=0.80 if streamed else None,
+                       extra={"path": plan.describe(), "shape_class": plan.shape_class,
+                              "other_path": other.describe()},
+                       others={"other": lambda X=X, y=y, w=w, o=other_out, p=other:
+                               K.logreg_loss_grad(X, y, w, out=o, plan=p)})
 
 
 #: (batch, inputs, hidden units): this project's digits MLP, and an MNIST-sized layer
@@ -283,7 +304,7 @@ ROUND_S = 0.05
 
 
 def measure_case(case: Case, rounds: int, copy_Bps: float) -> dict:
-    candidates = {"c": case.c, "numpy": case.numpy}
+    candidates = {"c": case.c, "numpy": case.numpy, **case.others}
     if case.bytes_moved:  # a copy of comparable size, in the same alternating rounds
         items = max(case.bytes_moved // 24, COPY_MIN_ITEMS)
         src, dst = np.ones(items), np.empty(items)
@@ -294,6 +315,9 @@ def measure_case(case: Case, rounds: int, copy_Bps: float) -> dict:
     row = {"kernel": case.kernel, "dtype": case.dtype, "size": case.size,
            "c_s": times["c"], "numpy_s": times["numpy"],
            "speedup": times["numpy"] / times["c"], **case.extra}
+    for name in case.others:
+        row[f"{name}_s"] = times[name]
+        row[f"{name}_speedup"] = times["numpy"] / times[name]
     if case.bytes_moved:
         row["GBps"] = case.bytes_moved / times["c"] / 1e9
         row["copy_GBps"] = copy_Bps / 1e9
@@ -342,14 +366,33 @@ def measure(args: argparse.Namespace) -> dict:
                 f"{i.get('architecture')} threads={i['num_threads']}" for i in threadpool_info()
                 if i["user_api"] == "blas"]
     return {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+            "cpu": cpu_model(), "caches": str(K.cache_sizes()),
             "blas": blas, "copy_GBps": copy_Bps / 1e9, "rows": rows,  # copy_GBps: at the start
-            "crossovers": crossovers(rows)}
+            "plans": K.kernel_plans(), "crossovers": crossovers(rows)}
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo, as lscpu prints it), else the platform's."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def slower_than_numpy(rows: list[dict]) -> list[dict]:
+    """Kernel rows slower than their numpy equivalent (the CSR crossover rows, whose numpy
+    column is a dense product of another cost, excepted)."""
+    return [r for r in rows if "density" not in r and r["speedup"] < 1.0]
 
 
 def render(result: dict) -> str:
     head = (f"{'kernel':<19}{'dtype':<8}{'size':<30}{'C us':>10}{'numpy us':>10}"
             f"{'speedup':>9}{'GB/s':>7}{'%copy':>7}  target")
-    lines = [f"BLAS (numpy's and the kernels'): {', '.join(result['blas']) or 'none found'}",
+    lines = [f"CPU: {result['cpu']}; caches: {result['caches']}",
+             f"BLAS (numpy's and the kernels'): {', '.join(result['blas']) or 'none found'}",
              f"copy bandwidth (np.copyto): {result['copy_GBps']:.1f} GB/s at the start; each "
              "memory-bound row's %copy uses a copy timed in its own alternating rounds", "",
              head,
@@ -363,6 +406,21 @@ def render(result: dict) -> str:
             target = f"{goal} {'ok' if r['target_met'] else 'MISSED'}"
         lines.append(f"{r['kernel']:<19}{r['dtype']:<8}{r['size']:<30}{r['c_s'] * 1e6:10.1f}"
                      f"{r['numpy_s'] * 1e6:10.1f}{r['speedup']:8.2f}x{gbps}  {target}")
+        if "path" in r:
+            lines.append(f"{'':<19}{'':<8}  path: {r['path']:<25} other path "
+                         f"({r['other_path']}): {r['other_speedup']:.2f}x numpy")
+    slow = slower_than_numpy(result["rows"])
+    lines += ["", "Slower than numpy: " + (", ".join(
+        f"{r['kernel']} {r['dtype']} {r['size']} ({r['speedup']:.3f}x)" for r in slow)
+        or "none (every kernel at least as fast as numpy)")]
+    if result.get("plans"):
+        lines += ["", f"logreg_loss_grad paths chosen (auto: BLAS only when "
+                  f"{K.BLAS_MARGIN:.2f}x faster; fastest call of each, measured once per "
+                  "shape class on its first shape):"]
+        for p in result["plans"]:
+            lines.append(f"  {p['shape_class']:<26} {p['path']:<6} fused "
+                         f"{p['fused_s'] * 1e6:9.1f} us  blas {p['blas_s'] * 1e6:9.1f} us  "
+                         f"on n={p['measured_on'][0]} d={p['measured_on'][1]}")
     lines += ["", "csr_matvec / csr_matmat rows: the numpy column is BLAS (gemv / gemm, one "
               "thread) on the same matrix stored densely. CSR stops beating it at density:"]
     for label, density in result["crossovers"].items():
