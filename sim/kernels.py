@@ -384,10 +384,9 @@ def _logreg_blocks(itemsize: int, d: int, caches: CacheSizes | None = None) -> t
 
     Rows: as many whole register tiles as fit in half of L1d, at least one tile, so the
     gradient pass re-reads the block from L1 where it can (rows longer than that are
-    re-read from L2, or past it from the last-level cache, one tile at a time: blocks of
-    16-64 rows sized to half of L2, with 1024-column gradient chunks, were 0-15% slower
-    than one tile in most runs on a Zen 3 EPYC (32 KiB L1d, 512 KiB L2, 32 MiB L3; d of
-    1000 to 10^5; run-to-run noise there about 10%)). Columns: the whole row, as one tile's
+    re-read from L2, or past it from the last-level cache, one tile at a time: blocks sized
+    to half of L2, with column chunks, measured no faster than one tile; see
+    docs/measurements/kernels.md). Columns: the whole row, as one tile's
     gradient pass needs no chunks. Neither changes a result (see ``struct sgd_logreg_plan``
     in native/kernels.h); :class:`LogregPlan` takes any others.
     """
@@ -398,9 +397,8 @@ def _logreg_blocks(itemsize: int, d: int, caches: CacheSizes | None = None) -> t
 
 #: auto takes BLAS only where its fastest call beats the fused one's by this factor. A
 #: shape class whose true ratio sits near the threshold would flip between processes (and
-#: flip the results' last bits): on the Zen 3 EPYC this was written on, the closest class
-#: (float32, X in the LLC, short rows) measured BLAS 1.08-1.10x faster from run to run, so a
-#: 10% margin flipped it in one run of three; 20% leaves every class there fused.
+#: flip the results' last bits), so the margin is wider than the run-to-run noise of the
+#: ratio (a 10% margin flipped one class in one run of three: docs/measurements/kernels.md).
 BLAS_MARGIN = 1.20
 _PLAN_ROUNDS = 9
 _PLAN_ROUND_S = 1e-3

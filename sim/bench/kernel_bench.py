@@ -298,8 +298,8 @@ def copy_bandwidth_Bps(quick: bool, rounds: int) -> float:
 #: each array of the copy a memory-bound row is compared with: past the last-level cache
 COPY_MIN_ITEMS = 1 << 23
 #: seconds of calls per candidate and round; with 11 rounds (best of), a burst of other work
-#: on this shared 2-core machine rarely spoils every round of one side (7 rounds of 20 ms
-#: left BLAS-bound rows 25% off in one run, where 15 rounds of 50 ms agreed within 2%)
+#: on a shared machine rarely spoils every round of one side (fewer, shorter rounds left
+#: BLAS-bound rows far off in single runs)
 ROUND_S = 0.05
 
 
