@@ -1,4 +1,4 @@
-"""Real runs: the same experiment on MPI ranks, network emulation, calibration, comparison.
+"""Real runs: the same experiment on MPI ranks, network emulation, calibration.
 
 * :mod:`~sim.real.launch` (parent side, plain Python): the runner writes a spec, the
   launcher starts ``mpiexec`` (optionally inside emulated network namespaces) and the
@@ -6,8 +6,11 @@
 * :mod:`~sim.real.executors` (rank side, under MPI): every rank builds the run's workload
   (:func:`sim.training.workload.build_workload`) and the strategy's rules
   (:mod:`sim.training.rules`, the same the simulator follows) and runs the strategy's rank
-  program (:mod:`~sim.real.executors.registry`); rank 0 replays every rank's log through the
+  program (its row in :data:`sim.training.strategies.STRATEGIES`, run by
+  :mod:`~sim.real.executors.registry`); rank 0 replays every rank's log through the
   simulator's :class:`~sim.recorder.Recorder`, so both kinds of run write the same files.
 * :mod:`~sim.real.calibration`: this machine's kernel rates and network as profiles.
-* :mod:`~sim.validation`: simulated against real runs, the validation matrix.
+
+Comparing simulated with real runs (:mod:`sim.validation`) uses both executors, so it lives
+above them.
 """
