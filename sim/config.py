@@ -20,7 +20,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.errors import UserError
-from sim.names import literal_hint, unknown_key
+from sim.names import field_at, literal_hint, unknown_key
 
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
@@ -312,9 +312,14 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
+UNSET = "none"  # `--set KEY=none`: an optional key (default None) back to its default
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """A copy of ``data`` with each ``a.b=value`` set (tables created as needed). Raises
-    UserError for a key the schema does not have, suggesting the closest one."""
+    """A copy of ``data`` with each ``a.b=value`` set (tables created as needed);
+    ``a.b=none`` removes an optional key (one whose default is None, which TOML cannot
+    write). Raises UserError for a key the schema does not have, suggesting the closest
+    one."""
     import copy
 
     data = copy.deepcopy(data)
@@ -328,7 +333,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             if not isinstance(child, dict):
                 raise UserError(f"--set {text!r}: {part} is not a table")
             node = child
-        node[path[-1]] = value
+        field = field_at(Config, path)
+        if value == UNSET and field is not None and field.default is None:
+            node.pop(path[-1], None)
+        else:
+            node[path[-1]] = value
     return data
 
 

@@ -63,6 +63,13 @@ def _table_at(root: type[BaseModel], path: Sequence[str | int]) -> type[BaseMode
     return table
 
 
+def field_at(root: type[BaseModel], path: Sequence[str | int]) -> Any:
+    """The schema's field (pydantic ``FieldInfo``) at ``path``, or None where the path
+    leaves the schema's tables or names no key."""
+    table = _table_at(root, path[:-1])
+    return table.model_fields.get(str(path[-1])) if table is not None and path else None
+
+
 def unknown_key(root: type[BaseModel], path: Sequence[str | int]) -> str | None:
     """Why ``path`` names no key of ``root`` ("strategy.stalenes: unknown key (did you mean
     strategy.staleness?)"), or None if it does or the schema does not fix the keys there."""

@@ -149,3 +149,18 @@ def test_oversubscription_under_one_leaf_is_said_to_have_no_effect(tmp_path, cap
                       '[run]\niterations = 3\n')
     assert main(["run", str(config), "--out", str(tmp_path / "run")]) == 0
     assert "warning: cluster.oversubscription = 2 has no effect" in capsys.readouterr().err
+
+
+def test_set_none_removes_an_optional_key_and_only_an_optional_one(tmp_path):
+    """``--set KEY=none`` gives an optional key (default None) its default back, which TOML
+    cannot write; on other keys "none" stays a value (strategy.compression = "none")."""
+    data = {"run": {"time_limit_s": 0.003, "iterations": 5}, "strategy": {"compression": "topk"}}
+    done = apply_overrides(data, ["run.time_limit_s=none", "strategy.compression=none"])
+    assert done == {"run": {"iterations": 5}, "strategy": {"compression": "none"}}
+    assert data["run"]["time_limit_s"] == 0.003  # the input is not changed
+    assert apply_overrides({}, ["run.samples=none"]) == {"run": {}}
+    config = tmp_path / "c.toml"
+    config.write_text("[run]\ntime_limit_s = 0.003\n")
+    assert main(["run", str(config), "--out", str(tmp_path / "r"), "--set", "run.iterations=4",
+                 "--set", "run.time_limit_s=none"]) == 0
+    assert "time_limit_s" not in (tmp_path / "r" / "config.toml").read_text()

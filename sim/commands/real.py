@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sim.commands import add_set_option
 from sim.names import CONFIG_HELP, config_path
 from sim.real.launch.other_load import MAX_OTHER_LOAD
 from sim.training.checks import load_config
@@ -14,8 +15,7 @@ from sim.training.checks import load_config
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", type=config_path, help=CONFIG_HELP)
     parser.add_argument("--out", type=Path, help="run directory (default: runs/<config>-real)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE", help="override a config key, e.g. cluster.workers=2")
+    add_set_option(parser, "cluster.workers=2")
     parser.add_argument("--net", default="shm", metavar="NET",
                         help="shm (shared memory, default) or emulate:RATE, e.g. emulate:1gbit "
                              "(root: a network namespace per rank, tbf-shaped links, MPI on TCP)")

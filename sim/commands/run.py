@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sim.commands import add_set_option
 from sim.names import CONFIG_HELP, config_path
 from sim.progress import Progress, Stopped, shielded, stop_on_signals
 from sim.rundir import check_out_dir, write_run
@@ -22,8 +23,7 @@ FAULT_SHOWN = ("failures", "checkpoints", "lost_work_s", "lost_updates", "checkp
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", type=config_path, help=CONFIG_HELP)
     parser.add_argument("--out", type=Path, help="run directory (default: runs/<config name>)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE", help="override a config key, e.g. cluster.workers=8")
+    add_set_option(parser, "cluster.workers=8")
     parser.add_argument("--force", action="store_true",
                         help="replace OUT if it holds an earlier run (the old run stays until "
                              "the new one is written)")

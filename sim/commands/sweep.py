@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sim.commands import add_set_option
 from sim.names import CONFIG_HELP, config_path
 from sim.seeds import SEED, format_ci, summarise
 from sim.sweep.grid import point_names
@@ -30,10 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="sweep directory (default: runs/<config name>); an existing one "
                              "made by the same sweep is resumed")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE",
-                        help="override a config key before expansion, e.g. run.iterations=50, "
-                             "sweep.cluster.workers=[2,4] or run.seeds=[1,2,3]")
+    add_set_option(parser, "run.iterations=50, sweep.cluster.workers=[2,4] or "
+                   "run.seeds=[1,2,3] (before the grid is expanded)")
     parser.add_argument("--seeds", type=int, metavar="N",
                         help="repeat every point with N seeds: run.seed, run.seed + 1, ... "
                              "(replaces run.seeds); tables and plots show the mean and its "
