@@ -84,7 +84,8 @@ def check_supported(config: Config, source: str = "config") -> RealStrategy:
     for key in ("time_limit_s", "samples"):
         if getattr(config.run, key) is not None:
             raise UserError(f"{source}: run.{key}: real runs stop after run.iterations "
-                            f"updates; drop run.{key}")
+                            f"updates; drop run.{key} (--set run.{key}=none) and "
+                            f"set run.iterations (now {config.run.iterations})")
     if config.strategy.priority:
         raise UserError(f"{source}: strategy.priority: not run for real (the ranks would "
                         "have to agree which ready message goes next)")
