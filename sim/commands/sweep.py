@@ -2,7 +2,9 @@
 [--scheduler ADDRESS]``.
 
 Runs the config's ``[sweep]`` grid (times ``run.seeds``) into ``DIR/runs/<name>/`` and writes
-``DIR/results.csv``. Killed and started again with the same command, it finishes the rest.
+``DIR/results.csv``. Killed and started again with the same command, it finishes the rest;
+started again with more ``--seeds`` (or a longer run.seeds), it runs only the new seeds
+(fewer: the other seeds' runs are kept but not reported; see :mod:`sim.sweep.execute`).
 The table printed at the end has a line per run, or, with several seeds, a line per
 configuration with each figure's mean and 95% confidence interval over the seeds.
 """
@@ -36,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, metavar="N",
                         help="repeat every point with N seeds: run.seed, run.seed + 1, ... "
                              "(replaces run.seeds); tables and plots show the mean and its "
-                             "95%% confidence interval")
+                             "95%% confidence interval. On a finished sweep in DIR it adds "
+                             "the new seeds and reuses the runs done")
     parser.add_argument("--jobs", type=int, metavar="N",
                         help="local worker processes (default: the CPU count)")
     parser.add_argument("--scheduler", metavar="ADDRESS",

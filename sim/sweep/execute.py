@@ -5,6 +5,16 @@ run directory holding ``summary.json`` is complete and a restarted sweep skips i
 ``DIR/sweep.json`` records the points (values, hash of the resolved config) and
 ``DIR/sweep.toml`` the definition after ``--set``; a DIR made by another definition is
 refused. ``DIR/results.csv`` is rebuilt from the run directories at the end.
+
+The same sweep with other seeds (``--seeds N``, ``run.seeds``) is not another definition:
+it extends DIR. Its grid without run.seed must be the same, every run both sweeps name must
+have the same resolved config, and at least one run must be shared (else the base config
+cannot be compared). Finished runs are reused as they are (a run of the same config under
+another name, e.g. ``kind=bsp`` of a sweep without seeds for ``kind=bsp_seed=0``, is copied
+byte for byte) and only the new seeds run. With fewer seeds than before, the runs of the
+seeds left out stay in ``DIR/runs/`` (listed under ``kept`` in sweep.json, and reused if
+they are asked for again) but results.csv, the table and the plots report the seeds asked
+for only. sweep.json and sweep.toml then describe the sweep as last asked for.
 """
 
 from __future__ import annotations
@@ -173,41 +183,106 @@ def _dask(tasks: list[dict[str, Any]], client: Any) -> Iterator[dict[str, Any]]:
 
 # ---- the sweep directory -------------------------------------------------------------------
 
+def _saved(out: Path) -> dict[str, Any] | None:
+    """DIR/sweep.json, or None where DIR holds none. Raises UserError when unreadable."""
+    path = out / "sweep.json"
+    if not path.exists():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+        for p in [*saved["points"], *saved.get("kept", [])]:
+            if not isinstance(p["name"], str) or not isinstance(p["values"], dict) \
+                    or not isinstance(p["config_sha256"], str):
+                raise TypeError(f"a point of {p!r}")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{path}: unreadable ({exc}); choose another --out") from None
+    return saved
+
+
+def _configurations(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The points' values without run.seed, each once, in point order."""
+    out: list[dict[str, Any]] = []
+    for p in points:
+        config = {k: v for k, v in p["values"].items() if k != "run.seed"}
+        if config not in out:
+            out.append(config)
+    return out
+
+
 def _check_out(out: Path, manifest: dict[str, Any]) -> None:
-    """``out`` must be absent, empty, or made by this same sweep."""
+    """``out`` must be absent, empty, or made by this same sweep (with any seeds)."""
     if not out.exists():
         return
     if not out.is_dir():
         raise UserError(f"{out}: exists and is not a directory; choose another --out")
-    saved_path = out / "sweep.json"
-    if not saved_path.exists():
+    saved = _saved(out)
+    if saved is None:
         if any(p.name != ".lock" for p in out.iterdir()):
             raise UserError(f"{out}: exists, is not empty and holds no sweep.json; "
                             f"choose another --out")
         return
-    try:
-        saved = json.loads(saved_path.read_text())
-        old = [(p["name"], p["values"]) for p in saved["points"]]
-        hashes = [p["config_sha256"] for p in saved["points"]]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{saved_path}: unreadable ({exc}); choose another --out") from None
     new = json.loads(json.dumps(manifest["points"], default=str))
+    old = [(p["name"], p["values"]) for p in saved["points"]]
     pairs = [(p["name"], p["values"]) for p in new]
-    if old != pairs:
+    if old != pairs and _configurations(saved["points"]) != _configurations(new):
         i = next((i for i, (a, b) in enumerate(zip(old, pairs, strict=False)) if a != b),
                  min(len(old), len(pairs)))
         theirs, ours = (x[i][0] if i < len(x) else "none" for x in (old, pairs))
         raise UserError(f"{out}: holds a different sweep (its point {i + 1} is {theirs}, here "
                         f"{ours}); choose another --out or remove it")
-    changed = [p["name"] for p, h in zip(new, hashes, strict=True) if p["config_sha256"] != h]
+    known = {p["name"]: p for p in [*saved.get("kept", []), *saved["points"]]}
+    changed = [p["name"] for p in new if p["name"] in known and
+               (known[p["name"]]["config_sha256"] != p["config_sha256"]
+                or known[p["name"]]["values"] != p["values"])]
     if changed:
         raise UserError(f"{out}: same grid but run {changed[0]} has a different config (the "
                         f"base config, a --set override or sim changed); choose another --out")
+    hashes = {p["config_sha256"] for p in known.values()}
+    if not any(p["config_sha256"] in hashes for p in new):
+        raise UserError(f"{out}: same grid but none of its runs has the config of a run here "
+                        f"(the base config, a --set override, the seeds or sim changed); "
+                        f"choose another --out")
+
+
+def _merged(saved: dict[str, Any] | None, manifest: dict[str, Any]) -> dict[str, Any]:
+    """``manifest``, with the runs of ``saved`` it leaves out listed under ``kept``."""
+    if saved is None:
+        return manifest
+    names = {p["name"] for p in manifest["points"]}
+    kept = {p["name"]: p for p in [*saved.get("kept", []), *saved["points"]]
+            if p["name"] not in names}
+    return {**manifest, "kept": list(kept.values())} if kept else manifest
+
+
+def _reuse(out: Path, sweep: Sweep, saved: dict[str, Any] | None) -> list[str]:
+    """Copy finished runs of ``saved`` to the names of this sweep's unfinished points with
+    the same resolved config (byte for byte, through a temp dir and a rename); their names."""
+    if saved is None:
+        return []
+    by_hash: dict[str, str] = {}
+    for p in [*saved.get("kept", []), *saved["points"]]:
+        if is_complete(out, p["name"]):
+            by_hash.setdefault(p["config_sha256"], p["name"])
+    copied = []
+    for point in sweep.points:
+        source = by_hash.get(point.config_sha256)
+        if source is None or source == point.name or is_complete(out, point.name):
+            continue
+        target = out / "runs" / point.name
+        tmp = target.with_name(f".{point.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(out / "runs" / source, tmp)
+        if target.exists():
+            shutil.rmtree(target)  # not complete: a leftover, not a finished run
+        os.replace(tmp, target)
+        copied.append(point.name)
+    return copied
 
 
 def prepare(out: Path, sweep: Sweep) -> Any:
-    """Create (or check) DIR, save the definition, clear half-written runs; returns the
-    open lock file, which keeps other sweeps out of DIR until it is closed."""
+    """Create (or check) DIR, save the definition, clear half-written runs, copy reusable
+    runs to new names; returns the open lock file, which keeps other sweeps out of DIR
+    until it is closed."""
     import fcntl
 
     manifest = sweep.manifest()
@@ -219,16 +294,24 @@ def prepare(out: Path, sweep: Sweep) -> Any:
     except OSError:
         lock.close()
         raise UserError(f"{out}: another sweep is running into it") from None
-    _check_out(out, manifest)  # again, now that no other sweep can change it
-    if not (out / "sweep.json").exists():
-        import tomli_w
+    try:
+        _check_out(out, manifest)  # again, now that no other sweep can change it
+        saved = _saved(out)
+        (out / "runs").mkdir(exist_ok=True)
+        for entry in (out / "runs").iterdir():
+            if TEMP_RUN.match(entry.name):  # left by a killed sweep
+                shutil.rmtree(entry, ignore_errors=True)
+        _reuse(out, sweep, saved)
+        merged = json.loads(json.dumps(_merged(saved, manifest), default=str))
+        if saved is None or any(saved.get(k) != merged.get(k) for k in ("points", "kept")):
+            # new, or the same sweep with other seeds: the definition as asked now
+            import tomli_w
 
-        write_atomic(out / "sweep.toml", tomli_w.dumps(sweep.definition))
-        write_atomic(out / "sweep.json", json.dumps(manifest, indent=1, default=str) + "\n")
-    (out / "runs").mkdir(exist_ok=True)
-    for entry in (out / "runs").iterdir():
-        if TEMP_RUN.match(entry.name):  # left by a killed sweep
-            shutil.rmtree(entry, ignore_errors=True)
+            write_atomic(out / "sweep.toml", tomli_w.dumps(sweep.definition))
+            write_atomic(out / "sweep.json", json.dumps(merged, indent=1) + "\n")
+    except BaseException:
+        lock.close()
+        raise
     return lock
 
 
@@ -276,6 +359,8 @@ def run_sweep(path: str | Path, out: str | Path, overrides: list[str] | None = N
     """Run (or finish) the sweep of config ``path`` into ``out``; ``seeds``: N seeds per
     point from run.seed (replacing run.seeds). Raises UserError.
 
+    On a finished sweep with more seeds, only the new seeds run and the finished runs are
+    reused; with fewer, only those seeds are reported (the module docstring says how).
     Failed points are in ``report.failed``; the finished ones are kept and in results.csv.
     """
     out = Path(out)
