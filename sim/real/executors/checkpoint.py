@@ -19,6 +19,22 @@ a training job saves it. The lab's record of the updates before it (each rank's 
 time spans) is beside it, a piece per rank and checkpoint holding what that rank logged
 since its last one (:func:`save_record`, :func:`load_records`): no rank waits for the
 others' logs, and the timed checkpoint is the training state's write alone.
+
+No file a run reads back is a pickle (unpickling a tampered or foreign file runs its code).
+A record (a piece beside a checkpoint, ``log-UPDATE-rRANK.npz``, or a killed rank's log,
+``rankR.log.npz``) is an uncompressed .npz read with ``allow_pickle=False``::
+
+    record        uint8: UTF-8 JSON {"format": "sgd-lab record 1", "value": <value>}
+    a0, a1, ...   the arrays the value holds, each with its dtype, shape and bytes
+
+``<value>`` is plain JSON where JSON is exact and a one-key tagged object where it is not:
+``{"tuple": [...]}``, ``{"dict": [[key, value], ...]}`` (keys of any type),
+``{"array": "aN"}`` (an ndarray), ``{"scalar": "aN"}`` (a numpy scalar: a 0-d member),
+``{"f64": "<16 hex digits>"}`` (a NaN or infinity: its IEEE bits, big-endian) and
+``{"object": NAME, "fields": {...}}`` for the dataclasses in :data:`RECORD_CLASSES` only.
+Finite floats are JSON numbers (Python writes the shortest text that reads back to the same
+bits). :func:`read_record` refuses anything else (not a zip, no ``record`` member, another
+format, an unknown tag or class, an object array) with :class:`BadRecord`, naming the file.
 """
 
 from __future__ import annotations
@@ -26,13 +42,17 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import pickle
-from dataclasses import dataclass, field
+import math
+import struct
+import zipfile
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sim.real.executors.assemble import RankLog
+from sim.recorder import UpdateRecord
 from sim.rundir import write_atomic
 
 MAGIC = b"SGDCKPT 1\n"
@@ -42,6 +62,10 @@ PATTERN = "ckpt-*.sgd"
 
 class CorruptCheckpoint(ValueError):
     """A checkpoint file that cannot be trusted (truncated, checksum mismatch, bad header)."""
+
+
+class BadRecord(CorruptCheckpoint):
+    """A record file (a log piece or a killed rank's log) that is not in the record layout."""
 
 
 @dataclass
@@ -135,20 +159,139 @@ def load_latest(directory: Path) -> tuple[Saved | None, list[str]]:
     return None, notes
 
 
+# ---- records: the lab's logs, as npz and JSON -------------------------------------------
+
+RECORD_FORMAT = "sgd-lab record 1"
+RECORD_DOC = "record"
+RECORD_CLASSES: dict[str, type] = {"RankLog": RankLog, "UpdateRecord": UpdateRecord}
+_ZIP_MAGIC = b"PK\x03\x04"
+_UNREADABLE = (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError,
+               EOFError, RecursionError, NotImplementedError, zipfile.BadZipFile,
+               struct.error)
+
+
+def encode_record(value: Any) -> bytes:
+    """``value`` in the record layout (the module's docstring); raises TypeError on a value
+    it cannot hold exactly (an object array, a class not in :data:`RECORD_CLASSES`)."""
+    arrays: dict[str, np.ndarray] = {}
+
+    def member(array: np.ndarray) -> str:
+        if array.dtype.hasobject:
+            raise TypeError("cannot record an object array")
+        key = f"a{len(arrays)}"
+        arrays[key] = array
+        return key
+
+    def enc(v: Any) -> Any:
+        kind = type(v)
+        if v is None or kind in (bool, int, str):
+            return v
+        if kind is float:
+            return v if math.isfinite(v) else {"f64": struct.pack(">d", v).hex()}
+        if kind is np.ndarray:
+            return {"array": member(v)}
+        if isinstance(v, np.generic):
+            return {"scalar": member(np.asarray(v))}
+        if kind is list:
+            return [enc(x) for x in v]
+        if kind is tuple:
+            return {"tuple": [enc(x) for x in v]}
+        if kind is dict:
+            return {"dict": [[enc(k), enc(x)] for k, x in v.items()]}
+        if is_dataclass(v) and RECORD_CLASSES.get(kind.__name__) is kind:
+            return {"object": kind.__name__,
+                    "fields": {f.name: enc(getattr(v, f.name)) for f in fields(v)}}
+        raise TypeError(f"cannot record a {kind.__name__}")
+
+    doc = json.dumps({"format": RECORD_FORMAT, "value": enc(value)}, allow_nan=False)
+    buffer = io.BytesIO()
+    np.savez(buffer, **{RECORD_DOC: np.frombuffer(doc.encode(), dtype=np.uint8)},
+             **arrays)
+    return buffer.getvalue()
+
+
+def decode_record(data: bytes) -> Any:
+    """The value of a record's bytes; raises BadRecord saying what is wrong. Never
+    unpickles: numpy reads the members with ``allow_pickle=False``."""
+    if not data.startswith(_ZIP_MAGIC):
+        raise BadRecord("not a record (not an npz archive)")
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            if RECORD_DOC not in z.files:
+                raise BadRecord(f"not a record (no {RECORD_DOC})")
+            doc = z[RECORD_DOC]
+            if doc.dtype != np.uint8 or doc.ndim != 1:
+                raise BadRecord(f"not a record ({RECORD_DOC} is not UTF-8 bytes)")
+            top = json.loads(doc.tobytes().decode(), parse_constant=_no_constant)
+            if not isinstance(top, dict) or top.get("format") != RECORD_FORMAT:
+                found = top.get("format") if isinstance(top, dict) else None
+                raise BadRecord(f"format {found!r}, expected {RECORD_FORMAT!r}")
+            return _decode(top["value"], z)
+    except BadRecord:
+        raise
+    except _UNREADABLE as exc:
+        raise BadRecord(f"unreadable record ({type(exc).__name__}: {exc})") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _decode(v: Any, z: Any) -> Any:
+    if v is None or type(v) in (bool, int, float, str):
+        return v
+    if type(v) is list:
+        return [_decode(x, z) for x in v]
+    if type(v) is not dict or len(v) not in (1, 2):
+        raise BadRecord(f"unknown value {str(v)[:60]!r}")
+    tag = next(iter(v))
+    if len(v) == 1 and tag == "tuple" and type(v[tag]) is list:
+        return tuple(_decode(x, z) for x in v[tag])
+    if len(v) == 1 and tag == "dict" and type(v[tag]) is list:
+        return {_decode(k, z): _decode(x, z) for k, x in v[tag]}
+    if len(v) == 1 and tag in ("array", "scalar") and v[tag] in z.files \
+            and v[tag] != RECORD_DOC:
+        array = z[v[tag]]
+        return array if tag == "array" else array[()]
+    if len(v) == 1 and tag == "f64" and type(v[tag]) is str and len(v[tag]) == 16:
+        return struct.unpack(">d", bytes.fromhex(v[tag]))[0]
+    if set(v) == {"object", "fields"} and type(v["fields"]) is dict:
+        cls = RECORD_CLASSES.get(v["object"])
+        if cls is None:
+            raise BadRecord(f"unknown class {str(v['object'])[:60]!r}")
+        return cls(**{name: _decode(x, z) for name, x in v["fields"].items()})
+    raise BadRecord(f"unknown value {str(v)[:60]!r}")
+
+
+def write_record(path: Path, value: Any) -> Path:
+    """Write ``value`` to ``path`` in the record layout, through a rename (not fsynced)."""
+    return write_atomic(Path(path), encode_record(value))
+
+
+def read_record(path: Path) -> Any:
+    """The value of the record file ``path``; raises BadRecord naming the file, OSError if
+    it cannot be read."""
+    path = Path(path)
+    try:
+        return decode_record(path.read_bytes())
+    except BadRecord as exc:
+        raise BadRecord(f"{path.name}: {exc}") from None
+
+
 def record_path(directory: Path, update: int, rank: int) -> Path:
-    return Path(directory) / f"log-{update:09d}-r{rank}.pkl"
+    return Path(directory) / f"log-{update:09d}-r{rank}.npz"
 
 
 def save_record(directory: Path, update: int, rank: int, piece: Any) -> None:
     """Rank ``rank``'s log since its last checkpoint, beside checkpoint ``update``: written
     through a rename, not fsynced (a killed process's writes survive it; this is the lab's
     record, not training state)."""
-    write_atomic(record_path(directory, update, rank), pickle.dumps(piece))
+    write_record(record_path(directory, update, rank), piece)
 
 
 def record_updates(directory: Path, rank: int, upto: int) -> list[int]:
     """The checkpoints up to update ``upto`` that rank ``rank`` left a record beside."""
-    found = (int(p.name.split("-")[1]) for p in Path(directory).glob(f"log-*-r{rank}.pkl"))
+    found = (int(p.name.split("-")[1]) for p in Path(directory).glob(f"log-*-r{rank}.npz"))
     return sorted(u for u in found if u <= upto)
 
 
@@ -159,10 +302,10 @@ def load_records(directory: Path, rank: int, updates: list[int]) -> list[Any]:
     for update in updates:
         path = record_path(directory, update, rank)
         try:
-            pieces.append(pickle.loads(path.read_bytes()))
-        except (OSError, pickle.UnpicklingError, EOFError) as exc:
-            raise CorruptCheckpoint(f"{path.name}: the record of checkpoint {update} is "
-                                    f"unreadable ({exc})") from None
+            pieces.append(decode_record(path.read_bytes()))
+        except (OSError, BadRecord) as exc:
+            raise BadRecord(f"{path.name}: the record of checkpoint {update} is "
+                            f"unreadable ({exc})") from None
     return pieces
 
 

@@ -5,7 +5,8 @@ attempt of the run: the spec's ``done``) checks at its loop's steps whether it i
 update ``at_update`` (for a parameter-server worker: once a pull shows the server applied
 it) or once ``at_s`` of the run's time have passed. It then leaves, for the lab's record
 only, a marker (``rankR.killed``: when, at which update, the work lost) and its log so far
-(``rankR.log.pkl``) in the work directory, and SIGKILLs itself: a fail-stop failure that
+(``rankR.log.npz``, in the record layout of :mod:`sim.real.executors.checkpoint`: npz and
+JSON, never a pickle) in the work directory, and SIGKILLs itself: a fail-stop failure that
 nothing in MPI sees coming. Recovery never reads these files; the launcher and the final
 summary do.
 
@@ -17,11 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sim.real.executors import checkpoint as ckpt
+from sim.real.executors.assemble import RankLog
 
 CHECK_EVERY_S = 0.01  # a server looks at silent workers' pids this often
 
@@ -66,7 +69,7 @@ class FaultPlan:
 
     def die(self, kill: Kill, update: int, now_s: float, log: Any, lost_s: float) -> None:
         """Leave the record, then SIGKILL this process (never returns)."""
-        (self.workdir / f"rank{self.rank}.log.pkl").write_bytes(pickle.dumps(log))
+        write_log(self.workdir, self.rank, log)
         marker = {"rank": self.rank, "failure": kill.index, "update": update,
                   "at_s": now_s, "lost_s": lost_s}
         (self.workdir / f"rank{self.rank}.killed").write_text(json.dumps(marker))
@@ -84,10 +87,25 @@ def killed(workdir: Path) -> list[dict[str, Any]]:
     return sorted(found, key=lambda m: m["rank"])
 
 
-def dead_log(workdir: Path, rank: int) -> Any:
-    """The log a killed rank left (None if it left none)."""
-    path = Path(workdir) / f"rank{rank}.log.pkl"
-    return pickle.loads(path.read_bytes()) if path.exists() else None
+def log_path(workdir: Path, rank: int) -> Path:
+    return Path(workdir) / f"rank{rank}.log.npz"
+
+
+def write_log(workdir: Path, rank: int, log: RankLog | None) -> None:
+    """Leave ``log`` (a RankLog, or None: nothing to keep) as rank ``rank``'s last words."""
+    ckpt.write_record(log_path(workdir, rank), log)
+
+
+def dead_log(workdir: Path, rank: int) -> RankLog | None:
+    """The log a killed rank left (None if it left none). Raises
+    :class:`~sim.real.executors.checkpoint.BadRecord` naming a file that is not one."""
+    path = log_path(workdir, rank)
+    if not path.exists():
+        return None
+    log = ckpt.read_record(path)
+    if log is not None and not isinstance(log, RankLog):
+        raise ckpt.BadRecord(f"{path.name}: holds a {type(log).__name__}, not a rank's log")
+    return log
 
 
 def alive(pid: int) -> bool:
