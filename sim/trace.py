@@ -8,7 +8,7 @@ Processes, shown in this order (``process_sort_index``):
   (pipelined runs), in lanes where it overlaps;
 - pid 3 ``servers``: a thread per parameter-server shard with its CPU work (``push``,
   ``pull``, ``apply`` slices) and a counter of the pushes queued at it (received, not yet
-  processed);
+  processed); both empty on the ideal host, where a shard's work takes no time;
 - pid 2 ``network links (flows)``: a thread per directed link (lanes where flows overlap)
   with the link flows that crossed it, named after their message; a utilisation counter per
   link (its flows' rates over its capacity, 0..1) and one of the flows in flight.
@@ -16,7 +16,8 @@ Processes, shown in this order (``process_sort_index``):
 A slice that carried a message has arguments (``message``, ``bytes``, ``layer`` or
 ``layers``, ``version_read``, ``staleness``, ``flows``: the ids of its network sends, which
 its link flows carry as ``flow``), and flow arrows (v1 flow events: ``s``, ``t``, ``f`` bound
-to the enclosing slice) run from it along each of its flows' links.
+to the enclosing slice) run from it along each of its flows' links, forward in time: from
+where the message leaves the sender (:meth:`_Trace.arrows`).
 """
 
 from __future__ import annotations
@@ -185,6 +186,16 @@ class TraceNotes:
         return [(shard, time_s, length) for (shard, time_s), length in last.items()]
 
 
+EDGE_US = 1e-3  # how far a flow event keeps from the ends of its slice (1 ns)
+
+
+def _inside(ts: float, lo: float, hi: float) -> float:
+    """``ts`` (us) moved into the slice [lo, hi] and at least :data:`EDGE_US` (or half the
+    slice) from its ends."""
+    edge = min(EDGE_US, (hi - lo) / 2)
+    return min(max(ts, lo + edge), hi - edge)
+
+
 def _number(x: float) -> float | int:
     """An integral float as an int (4096, not 4096.0)."""
     return int(x) if float(x).is_integer() else float(x)
@@ -268,7 +279,8 @@ class _Trace:
         self.events: list[dict[str, Any]] = []
         self.threads: dict[tuple[int, int], str] = {}
         self.pids: set[int] = set()
-        self.anchors: dict[int, tuple[int, int, float]] = {}  # send -> (pid, tid, ts) of its span
+        # send -> (pid, tid, start us, end us) of the slice of the span that sent it
+        self.anchors: dict[int, tuple[int, int, float, float]] = {}
 
     def slices(self, pid: int, placed: list[tuple[int, _Item]],
                sends: dict[int, list[int]]) -> None:
@@ -278,7 +290,7 @@ class _Trace:
         for tid, item in placed:
             self.events.append(_slice(pid, tid, item))
             for send in sends.get(item.key, ()):
-                self.anchors.setdefault(send, (pid, tid, (item.start + item.end) / 2 * 1e6))
+                self.anchors.setdefault(send, (pid, tid, item.start * 1e6, item.end * 1e6))
 
     def counters(self, pid: int, series: str,
                  samples: Iterable[tuple[str, float, float]]) -> None:
@@ -290,22 +302,34 @@ class _Trace:
         if len(self.events) > before:
             self.pids.add(pid)
 
-    def arrows(self, flow: int, send: int, hops: list[tuple[int, float]]) -> None:
-        """A flow's arrow chain: from its send's span through its links (tid, ts) in
-        route order."""
+    def arrows(self, flow: int, send: int, start: float, end: float, hops: list[int]) -> None:
+        """A flow's arrow chain: from its send's slice, where the message leaves the sender
+        (the flow's ``start`` s, inside that slice), through its link slices (``hops``:
+        their tids in route order, each from ``start`` to ``end`` s) in time order.
+
+        A v1 flow event binds to the slice that holds its ts on its thread, and a viewer
+        reads the events in time order, so the ``s`` comes first and every event lies inside
+        its own slice, away from its ends (where a neighbouring slice on the same thread may
+        start or end): the steps at equal fractions of the flow, after the ``s``."""
         anchor = self.anchors.get(send)
         if anchor is None or not hops:
             return
-        pid, tid, ts = anchor
+        pid, tid, lo, hi = anchor
+        start, end = start * 1e6, end * 1e6
+        ts = _inside(start, lo, hi)
+        first = max(ts, start)
+        # (a sender's slice that began after its flow ended would leave the steps outside
+        # their slices: in time order all the same)
+        steps = [_inside(first + (end - first) * (n + 1) / (len(hops) + 1), first, end)
+                 if first <= end else first for n in range(len(hops))]
         events = self.events
         events.append({"ph": "s", "id": flow, "cat": "message", "name": "message", "pid": pid,
                        "tid": tid, "ts": ts})
-        for link_tid, link_ts in hops[:-1]:
+        for link_tid, link_ts in zip(hops[:-1], steps, strict=False):
             events.append({"ph": "t", "id": flow, "cat": "message", "name": "message",
                            "pid": LINKS, "tid": link_tid, "ts": link_ts})
-        link_tid, link_ts = hops[-1]
         events.append({"ph": "f", "bp": "e", "id": flow, "cat": "message", "name": "message",
-                       "pid": LINKS, "tid": link_tid, "ts": link_ts})
+                       "pid": LINKS, "tid": hops[-1], "ts": steps[-1]})
 
     def metadata(self) -> list[dict[str, Any]]:
         """Names and display order of every process and thread used."""
@@ -369,11 +393,11 @@ def _links(trace: _Trace, flows: Any, link_name: Callable[[int], str],
     tid, placed = _place(kept)
     trace.slices(LINKS, placed, {})
     trace.threads.update(_threads(LINKS, tid, link_name))
-    hops: dict[int, list[tuple[int, float]]] = {}
+    hops: dict[int, list[int]] = {}  # a flow's link threads in route order
     for n, item in placed:
-        hops.setdefault(item.key, []).append((n, (item.start + item.end) / 2 * 1e6))
+        hops.setdefault(item.key, []).append(n)
     for item in kept:
-        trace.arrows(item.key, item.args["flow"], hops[item.key])
+        trace.arrows(item.key, item.args["flow"], item.start, item.end, hops[item.key])
     names = {link: link_name(link) for link in set(flows.link_samples["link"])}
     trace.counters(LINKS, "utilisation", ((names[link], time_s, value) for time_s, link, value
                                           in _rows(flows.link_samples)))
