@@ -20,7 +20,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.errors import UserError
-from sim.names import field_at, literal_hint, unknown_key
+from sim.names import close_match, field_at, literal_hint, unknown_key
 
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
@@ -365,12 +365,23 @@ def parse(data: dict[str, Any], source: str = "<config>") -> Config:
         raise UserError(f"{source}: {_describe(exc.errors()[0])}") from None
 
 
+def _beside(path: Path) -> str:
+    """`` (did you mean DIR/NAME.toml?)`` for the config file in ``path``'s directory whose
+    name is closest to ``path``'s, or ""."""
+    try:
+        known = sorted(p.name for p in path.parent.glob("*.toml") if p.is_file())
+    except OSError:
+        return ""
+    match = close_match(path.name, known)
+    return f" (did you mean {path.with_name(match)}?)" if match else ""
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         return tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise UserError(f"{path}: no such config file") from None
+        raise UserError(f"{path}: no such config file{_beside(path)}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:

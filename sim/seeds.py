@@ -50,10 +50,16 @@ def summarise(rows: Iterable[Row], column: str) -> MeanCI:
     return mean_ci(number(row.get(column)) for row in rows)
 
 
+NO_SPREAD = 1e-9  # a half-width below this fraction of the mean is rounding, not spread
+
+
 def format_ci(ci: MeanCI, digits: int = 4) -> str:
     """``0.2391 ± 0.0012`` (the mean to ``digits`` significant digits, the half-width to
-    two); the mean alone for one value; ``-`` for none."""
+    two); the mean alone for one value or no spread (a half-width of zero or below
+    :data:`NO_SPREAD` of the mean: floating-point rounding); ``-`` for none."""
     if ci.n == 0:
         return "-"
     mean = f"{ci.mean:.{digits}g}"
-    return mean if ci.n == 1 else f"{mean} ± {ci.half_width:.2g}"
+    if ci.n == 1 or not ci.half_width > NO_SPREAD * abs(ci.mean):
+        return mean
+    return f"{mean} ± {ci.half_width:.2g}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,10 @@ WIDTH = 92  # experiment descriptions are wrapped to this many columns
 
 
 def _first_line(obj: object) -> str:
-    return (obj.__doc__ or "").strip().splitlines()[0] if obj.__doc__ else ""
+    """The docstring's first paragraph as one line: its first line alone may stop
+    mid-sentence."""
+    paragraph = inspect.cleandoc(obj.__doc__ or "").split("\n\n")[0]
+    return " ".join(paragraph.split())
 
 
 def fabrics() -> list[str]:

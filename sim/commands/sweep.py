@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 SHOWN = ("final_loss", "time_to_target_s", "sim_time_s", "samples_per_s")
 CI_NOTE = ("  mean ± half-width of its 95% confidence interval over the seeds (Student t);\n"
            "  time_to_target_s: of the seeds that reached run.target_loss (reached: how many)")
+SAME_NOTE = "  a value without an interval was the same for every seed"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +60,21 @@ def _columns(header: list[str], rows: list[list[str]]) -> list[str]:
             .rstrip() for row in table]
 
 
+def _filled(header: list[str], rows: list[list[str]], keep: int = 1
+            ) -> tuple[list[str], list[list[str]]]:
+    """``header`` and ``rows`` without the named columns (after the first ``keep``) that are
+    ``-`` in every row holding figures (short rows, FAILED or not run, hold none)."""
+    full = [r for r in rows if len(r) >= len(header)]
+    if not full:
+        return header, rows
+    shown = [i for i in range(len(header))
+             if i < keep or any(r[i] != "-" for r in full)]
+    extra = range(len(header), max(map(len, rows)))  # the unnamed last column
+    return ([header[i] for i in shown],
+            [[r[i] for i in [*shown, *extra] if i < len(r)] if len(r) >= len(header) else r
+             for r in rows])
+
+
 def _target(point: Point) -> object:
     run = point.data.get("run", {})
     return run.get("target_loss") if isinstance(run, dict) else None
@@ -70,7 +86,8 @@ def _time_to_target(row: dict, target: object) -> str:
 
 
 def run_table(report: SweepReport) -> str:
-    """One line per run: its name and :data:`SHOWN` (``never``: the target not reached)."""
+    """One line per run: its name and :data:`SHOWN` (``never``: the target not reached); a
+    column with no value in any row is left out."""
     rows = {row["run"]: row for row in report.rows}
     lines = []
     for point in report.sweep.points:
@@ -81,7 +98,7 @@ def run_table(report: SweepReport) -> str:
         cells = [_fmt(row.get(k)) if k != "time_to_target_s" else
                  _time_to_target(row, _target(point)) for k in SHOWN]
         lines.append([point.name, *cells, "diverged" if row.get("diverged") else ""])
-    return "\n".join(_columns(["run", *SHOWN], lines))
+    return "\n".join(_columns(*_filled(["run", *SHOWN], lines)))
 
 
 def configurations(points: list[Point]) -> dict[tuple, list[Point]]:
@@ -95,7 +112,8 @@ def configurations(points: list[Point]) -> dict[tuple, list[Point]]:
 
 def seed_table(report: SweepReport) -> str:
     """One line per configuration: how many seeds finished, then each of :data:`SHOWN` as
-    mean ± 95% interval, and how many seeds reached the target."""
+    mean ± 95% interval (the bare value when every seed gave the same), and how many seeds
+    reached the target; a column with no value in any row is left out."""
     rows = {row["run"]: row for row in report.rows}
     configs = configurations(report.sweep.points)
     names = point_names([{k: v for k, v in points[0].values.items() if k != SEED}
@@ -114,8 +132,16 @@ def seed_table(report: SweepReport) -> str:
         seeds = str(len(done)) if len(done) == len(points) else f"{len(done)}/{len(points)}"
         diverged = sum(bool(r.get("diverged")) for r in done)
         lines.append([name or "all", seeds, *cells, f"{diverged} diverged" if diverged else ""])
-    header = ["configuration", "seeds", *SHOWN[:2], "reached", *SHOWN[2:]]
-    return "\n".join([*_columns(header, lines), CI_NOTE])
+    header, lines = _filled(["configuration", "seeds", *SHOWN[:2], "reached", *SHOWN[2:]],
+                            lines, keep=2)
+    figures = [i for i, k in enumerate(header) if k in SHOWN]
+    cells = [r[i] for r in lines if len(r) >= len(header) for i in figures]
+    notes = CI_NOTE.splitlines() if any("±" in c for c in cells) else []
+    if notes and "time_to_target_s" not in header:
+        notes = notes[:1]
+    if any("±" not in c and c != "-" for c in cells):
+        notes.append(SAME_NOTE)
+    return "\n".join([*_columns(header, lines), *notes])
 
 
 def format_table(report: SweepReport) -> str:
