@@ -6,10 +6,18 @@ signal or status mpiexec reports, and which rank had that pid), made no progress
 ``hang_s`` seconds (its heartbeat file went stale), or the job outlived ``timeout_s``.
 Every process of the job carries a random token in its environment; after mpiexec has gone,
 any process still carrying it is killed, so nothing is left running whatever happened.
+
+Nor is anything left in ``/dev/shm``: MPICH's shared-memory transport has one rank of the
+node create ``/dev/shm/mpich_shm_<world>_<node>`` (``mpich_vci_...`` too, with several VCIs)
+in MPI_Init and unlinks it only in MPI_Finalize, so a job whose ranks were killed, aborted or
+left by ``os._exit`` leaves it behind (2-3 MB each). While the job runs, the launcher reads
+which such files its ranks map (``/proc/PID/maps``) and removes exactly those when the job
+ends, whatever way; other jobs' files, running or not, are never touched.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -27,6 +35,8 @@ from sim.real.executors.fault_injection import alive
 ROOT = Path(__file__).resolve().parents[3]  # the repository: `import sim` works from here
 TOKEN_VAR = "SGD_REAL_RUN"
 POLL_S = 0.05
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIXES = ("mpich_shm_", "mpich_vci_")  # MPICH's names for a job's shared memory
 ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                      "MKL_NUM_THREADS", "BLIS_NUM_THREADS")}
 
@@ -116,6 +126,65 @@ def stop(proc: subprocess.Popen, token: str, grace_s: float = 2.0) -> None:
         time.sleep(POLL_S)
 
 
+def shm_segments(pid: int) -> set[Path]:
+    """MPICH's shared-memory files under /dev/shm that process ``pid`` maps (and that still
+    exist: a file already unlinked reads ``(deleted)``)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return set()
+    found = set()
+    for line in maps.splitlines():
+        _, sep, name = line.partition(f" {SHM_DIR}/")
+        if sep and name.startswith(SHM_PREFIXES) and "/" not in name and " " not in name:
+            found.add(SHM_DIR / name)
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    """The processes below ``pid`` (children, theirs, ...), from /proc's children lists."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        try:
+            tasks = list(Path(f"/proc/{todo.pop()}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                children = {int(c) for c in (task / "children").read_text().split()}
+            except (OSError, ValueError):
+                continue
+            todo += children - found
+            found |= children
+    return found
+
+
+@dataclass
+class _Segments:
+    """The job's MPICH shared-memory files, learned from its processes' maps while they run."""
+    proc: subprocess.Popen  # mpiexec
+    job: Job
+    found: set[Path] = field(default_factory=set)
+    seen: set[int] = field(default_factory=set)  # pids whose maps named a file
+
+    def scan(self) -> None:
+        """Read the maps of each process under mpiexec (and each rank that wrote its
+        ``rankR.pid``) not yet seen mapping a file; nothing once every rank has been."""
+        if len(self.seen) >= self.job.ranks:
+            return
+        for pid in descendants(self.proc.pid) | set(_pid_ranks(self.job.workdir)):
+            if pid not in self.seen and (files := shm_segments(pid)):
+                self.found |= files
+                self.seen.add(pid)
+
+    def remove(self) -> None:
+        """Unlink the files the job's ranks mapped (MPI_Finalize has, after a clean end)."""
+        for path in self.found:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
 def _stalled(job: Job, now: float) -> str | None:
     """A message naming the rank whose heartbeat is oldest, if older than ``hang_s``."""
     ages = {}
@@ -148,11 +217,12 @@ def _ranks_gone(job: Job) -> bool:
     return not any(alive(pid) for pid in _pid_ranks(job.workdir))
 
 
-def _watch(proc: subprocess.Popen, job: Job) -> str | None:
-    """Wait for mpiexec (or, under gforker, for every rank to have gone); a failure
-    message if the job must be stopped first."""
+def _watch(proc: subprocess.Popen, job: Job, segments: _Segments) -> str | None:
+    """Wait for mpiexec (or, under gforker, for every rank to have gone), noting the job's
+    shared-memory files; a failure message if the job must be stopped first."""
     started = time.monotonic()
     while proc.poll() is None:
+        segments.scan()
         if job.manager == "gforker" and _ranks_gone(job):
             return None
         if time.monotonic() - started > job.timeout_s:
@@ -209,11 +279,16 @@ def launch(job: Job) -> str:
         except OSError as exc:
             raise RunFailed(f"cannot start {cmd[0]}: {exc}") from None
         failure, gone = "stopped", False
+        segments = _Segments(proc, job)
         try:
-            failure = _watch(proc, job)
+            failure = _watch(proc, job, segments)
             gone = job.manager == "gforker" and _ranks_gone(job)
         finally:
-            stop(proc, token, 0.0 if gone else 2.0)  # no rank left: nothing to wait for
+            try:
+                segments.scan()  # a rank that outlived mpiexec
+                stop(proc, token, 0.0 if gone else 2.0)  # no rank left: nothing to wait for
+            finally:
+                segments.remove()
     output = log_path.read_text(errors="replace")
     if failure:
         raise RunFailed(failure)
