@@ -139,6 +139,16 @@ class BuildPyWithNative(build_py):
             return
         build_temp = Path(self.get_finalized_command("build").build_temp)
         compile_into(Path(self.build_lib), build_temp / "native-portable", portable=True)
+        package_experiments(Path(self.build_lib) / "sim" / "experiments")
+
+
+def package_experiments(target: Path) -> None:
+    """The experiment configs (experiments/**/*.toml) copied into the built package, so an
+    installed ``sim`` finds them by name from any directory (sim.names.experiment_dirs)."""
+    for source in sorted((ROOT / "experiments").rglob("*.toml")):
+        dest = target / source.relative_to(ROOT / "experiments")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, dest)
 
 
 @cache

@@ -19,8 +19,10 @@ from pydantic import BaseModel
 
 from sim.errors import UserError
 
-# the checkout's experiments; an installed package has none (then ./experiments is used)
+# the checkout's experiments; an installed package carries a copy inside it instead
+# (native/build.py puts experiments/ there when it builds the package)
 CHECKOUT_EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+PACKAGED_EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
 CONFIG_HELP = ("experiment config: a TOML file, or an experiment's name "
                "(`python -m sim list experiments`)")
 
@@ -108,12 +110,12 @@ def literal_hint(root: type[BaseModel], loc: Sequence[str | int], got: Any) -> s
 # ---- experiment names ----------------------------------------------------------------
 
 def experiment_dirs() -> list[Path]:
-    """Where experiment names are looked up: ./experiments, then the checkout's."""
-    here = Path("experiments")
-    dirs = [here] if here.is_dir() else []
-    if CHECKOUT_EXPERIMENTS.is_dir() and not any(
-            d.resolve() == CHECKOUT_EXPERIMENTS for d in dirs):
-        dirs.append(CHECKOUT_EXPERIMENTS)
+    """Where experiment names are looked up: ./experiments, then the checkout's, then the
+    installed package's (so `sim run quickstart` works after `pip install` anywhere)."""
+    dirs: list[Path] = []
+    for folder in (Path("experiments"), CHECKOUT_EXPERIMENTS, PACKAGED_EXPERIMENTS):
+        if folder.is_dir() and not any(d.resolve() == folder.resolve() for d in dirs):
+            dirs.append(folder)
     return dirs
 
 

@@ -327,6 +327,15 @@ def test_pip_install_in_a_fresh_venv_runs_an_experiment(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert list((out / "plots").glob("*.png"))
 
+    # the experiments ship inside the package: by name, from a folder without them
+    done = subprocess.run([str(python), "-m", "sim", "list", "experiments"], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "quickstart" in done.stdout, done.stderr[-3000:]
+    done = subprocess.run([str(python), "-m", "sim", "run", "validation/base", "--out",
+                           str(work / "named"), *TINY], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
     # the installed package: the environment's, tagged for the platform, built portably
     where = subprocess.run([str(python), "-c", "import sim._native as n; print(n.__file__)"],
                            cwd=work, env=env, capture_output=True, text=True, timeout=60,
