@@ -98,6 +98,62 @@ def _lines(by_label: dict[str, list[Run]], x: str) -> list[Line]:
     return lines
 
 
+def _same(a: Line, b: Line, tolerance: float, log_y: bool) -> bool:
+    """Whether one line draws over the other: the shorter one's x span lies inside the
+    longer one's and its points lie on it, within ``tolerance`` (of the y range, or of its
+    logarithm on a log axis). A run cut short beside its twin is hidden all the same."""
+    if b.xs[-1] - b.xs[0] > a.xs[-1] - a.xs[0]:
+        a, b = b, a
+    if b.xs[0] < a.xs[0] or b.xs[-1] > a.xs[-1] or (a.xs.size < 2) != (b.xs.size < 2):
+        return False
+    ya, yb = (np.log(a.ys), np.log(b.ys)) if log_y else (a.ys, b.ys)
+    return bool(np.all(np.abs(np.interp(b.xs, a.xs, ya) - yb) <= tolerance))
+
+
+def coinciding(lines: list[Line], log_y: bool = False, share: float = 0.005
+               ) -> list[list[int]]:
+    """Groups (two or more) of legend lines that would hide one another: the same points,
+    within ``share`` of the y range. Each group is a list of indices into ``lines``."""
+    named = [i for i, line in enumerate(lines)
+             if not line.label.startswith("_") and line.xs.size]
+    ys = np.concatenate([lines[i].ys for i in named] or [np.zeros(1)])
+    ys = np.log(ys) if log_y else ys
+    tolerance = share * (float(np.ptp(ys)) or 1.0)
+    groups: list[list[int]] = []
+    for i in named:
+        for group in groups:
+            if _same(lines[group[0]], lines[i], tolerance, log_y):
+                group.append(i)
+                break
+        else:
+            groups.append([i])
+    return [g for g in groups if len(g) > 1]
+
+
+def _names(labels: list[str]) -> str:
+    return labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} and {labels[-1]}"
+
+
+def _distinguish(lines: list[Line], groups: list[list[int]], marker: str | None
+                 ) -> list[dict[str, Any]]:
+    """Matplotlib keywords per line: coinciding lines get a marker each, drawn at offset
+    points (``markevery``), and the later ones a dash pattern through which the first
+    shows."""
+    looks: list[dict[str, Any]] = [{"marker": marker, "markersize": 3} for _ in lines]
+    for group in groups:
+        dashes = {lines[group[0]].style["linestyle"]}
+        for k, i in enumerate(group):
+            # about a dozen markers a line, each line's at points the others leave free
+            every = max(len(group), -(-max(lines[j].xs.size for j in group) // 12))
+            looks[i] = {"marker": st.MARKERS[k % len(st.MARKERS)], "markersize": 4.5,
+                        "markevery": (k * every // len(group), every),
+                        "fillstyle": "full" if k == 0 else "none"}
+            if k and lines[i].style["linestyle"] in dashes:  # else its own dashes do
+                looks[i]["linestyle"] = (2.0 * k, (3.0, 2.0 + 2.0 * k))
+            dashes.add(lines[i].style["linestyle"])
+    return looks
+
+
 def _check(xlim: XLim | None, log: bool) -> None:
     if xlim and log and xlim[0] is not None and xlim[0] <= 0:
         raise UserError(f"--xlim {xlim[0]:g},{'' if xlim[1] is None else f'{xlim[1]:g}'}: "
@@ -146,13 +202,15 @@ def loss_figure(run_dirs: RunDirs, x: str = "time", *, logx: bool | None = None,
     losses = np.concatenate([line.ys for line in lines])
     log_y = bool(losses.size and losses.min() > 0 and losses.max() / losses.min() > 20)
     marker = "o" if all(line.xs.size <= 15 for line in lines) else None  # few points: shown
-    with st.figure(st.width_for(list(by_label)), 4.0) as fig:
+    groups = coinciding(lines, log_y)
+    looks = _distinguish(lines, groups, marker)
+    notes = [f"{_names([lines[i].label for i in g])} coincide" for g in groups]
+    with st.figure(st.width_for(list(by_label) + notes), 4.0) as fig:
         ax = fig.add_subplot()
-        for line in lines:
+        for line, look in zip(lines, looks, strict=True):
             keep = line.xs > 0 if log else np.ones(line.xs.size, bool)
             xs = line.xs[keep] * factor
-            ax.plot(xs, line.ys[keep], label=st.wrap(line.label), marker=marker, markersize=3,
-                    **line.style)
+            ax.plot(xs, line.ys[keep], label=st.wrap(line.label), **{**line.style, **look})
             if line.low is not None:
                 ax.fill_between(xs, line.low[keep], line.high[keep], color=line.style["color"],
                                 alpha=st.BAND_ALPHA, linewidth=0)
@@ -173,7 +231,7 @@ def loss_figure(run_dirs: RunDirs, x: str = "time", *, logx: bool | None = None,
             ax.set_xlabel(f"updates applied{' (log scale)' if log else ''}")
             title = "updates"
         ax.set_ylabel("held-out loss")
-        st.legend(fig, ax, list(by_label))
+        st.legend(fig, ax, list(by_label), notes)
         seeds = repeats(by_label)
         note = f"mean of {seeds}, band: 95% CI" if seeds else ""
         subtitle = ", ".join(p for p in (context([r.config for r in runs]), note) if p)

@@ -20,6 +20,7 @@ from typing import Any
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import Formatter, FuncFormatter, LogLocator, NullLocator
 
 from sim.errors import UserError
@@ -134,12 +135,18 @@ def width_for(labels: list[str], base: float = 6.4) -> float:
     return base + 3.0 if outside(labels) else base
 
 
-def legend(fig: Figure, ax: Any, labels: list[str]) -> None:
-    """The legend: inside the axes for a few short entries, else outside on the right."""
-    if not outside(labels):
-        ax.legend(loc="best")
+def legend(fig: Figure, ax: Any, labels: list[str], notes: list[str] | None = None) -> None:
+    """The legend: inside the axes for a few short entries, else outside on the right;
+    ``notes`` (e.g. which lines coincide) are entries of text alone after the lines'."""
+    notes = notes or []
+    handles, names = ax.get_legend_handles_labels()
+    handles += [Line2D([], [], linestyle="none") for _ in notes]
+    names += [wrap(note) for note in notes]
+    if not outside(labels + notes):
+        ax.legend(handles, names, loc="best")
     else:
-        fig.legend(loc="outside right upper", fontsize=8 if len(labels) <= 12 else 7)
+        fig.legend(handles, names, loc="outside right upper",
+                   fontsize=8 if len(labels) + len(notes) <= 12 else 7)
 
 
 def fmt_time(seconds: float) -> str:
