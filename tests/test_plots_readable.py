@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sim import plots
+from sim.plots import style as st
 from sim.plots.loss import Line, coinciding, eval_curve
 from sim.results import Run
 
@@ -52,3 +53,14 @@ def test_a_line_cut_short_on_its_twin_is_hidden_too() -> None:
                  np.append(ys[:3], np.interp(25.0, xs, ys)))
     other = Line("ASP", {"linestyle": "-"}, xs, ys + 0.2)
     assert coinciding([short, twin, other]) == [[0, 1]]
+
+
+def test_breakdown_legend_lists_only_activities_that_occur(runs: dict[str, Path]) -> None:
+    paths = list(runs.values())
+    fig = plots.breakdown_figure(paths)
+    occurring = {st.KIND_NAMES[kind] for kind in st.KIND_COLOURS
+                 if any(Run(p).summary.get(f"{kind}_s", 0) > 0 for p in paths)}
+    assert "compute" in occurring and "restart" not in occurring  # no faults in these runs
+    names = legend_texts(fig)
+    assert set(names) - {"simulated time"} == occurring
+    assert len(names) == len(occurring) + 1

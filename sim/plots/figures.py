@@ -118,6 +118,8 @@ def breakdown_figure(run_dirs: RunDirs) -> Figure:
         left = np.zeros(len(labels))
         for kind, colour in st.KIND_COLOURS.items():
             width = np.nan_to_num(parts[kind]) * factor
+            if not np.any(width > 0):  # no run spends time on it: no bar, no legend entry
+                continue
             ax.barh(y, width, left=left, height=0.6, color=colour, label=st.KIND_NAMES[kind])
             left += width
         ax.scatter(run_time * factor, y, marker="|", s=260, color="black", linewidths=1.5,
