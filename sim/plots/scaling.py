@@ -74,7 +74,9 @@ def scaling_figure(sweep_dir: Path | str) -> Figure:
         ax_sp.set_title("Speedup (throughput ratio)")
         handles, labels = ax_tp.get_legend_handles_labels()
         extra = ax_sp.get_legend_handles_labels()
-        fig.legend(handles + extra[0], labels + extra[1], loc="outside right upper")
+        # below the panels: beside them its top ran into a long title (issue 33, part 7)
+        fig.legend(handles + extra[0], labels + extra[1], loc="outside lower center",
+                   ncols=min(3, len(labels) + len(extra[1])))
         note = f"mean of {seeds} seeds, bars: 95% CI" if seeds > 1 else "one run per point"
         fig.suptitle(f"Scaling with workers ({note}, log-log)", fontweight="bold")
     return fig
