@@ -3,6 +3,7 @@ that list only what occurs, and titles, legends and axes that never overlap."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -159,4 +160,18 @@ def test_titles_legends_and_axes_never_overlap(kind: str, size: str, runs: dict[
     fig = draw[kind]()
     panels = kind == "staleness" and size == "many"  # a title each instead of a legend
     assert panels or len(fig.legends) + sum(bool(ax.get_legend()) for ax in fig.axes) >= 1
+    assert overlaps(fig) == []
+
+
+def test_a_long_breakdown_wraps_into_panels(runs: dict[str, Path], tmp_path: Path) -> None:
+    names = [f"run-{i:02d}" for i in range(30)]
+    for name in names:  # the same config, so each keeps its name as its label
+        shutil.copytree(runs["asp"], tmp_path / name)
+    fig = plots.breakdown_figure([tmp_path / name for name in names])
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    shown = [t.get_text() for ax in panels for t in ax.get_yticklabels()]
+    assert len(panels) > 1 and all(len(ax.get_yticklabels()) <= 15 for ax in panels)
+    assert shown == names  # read down each panel, then the next
+    width, height = fig.get_size_inches() * st.STYLE["savefig.dpi"]
+    assert height <= 1400 and height < 1.2 * width  # not a 960 x 2361 strip
     assert overlaps(fig) == []

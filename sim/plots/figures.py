@@ -25,6 +25,7 @@ __all__ = ["OVERLAY", "breakdown_figure", "labelled", "plot_breakdown", "plot_st
 
 RunDirs = Sequence[Path | str | Run]
 OVERLAY = 4  # up to this many histograms share one axes (bars side by side); more: panels
+PANEL_BARS = 15  # bars of one breakdown panel: more wrap into panels side by side
 MAX_BINS = 24  # bins of a shared axes: wider ones beyond, so that every bar can be seen
 
 
@@ -110,29 +111,41 @@ def breakdown_figure(run_dirs: RunDirs) -> Figure:
     longest = np.nanmax(np.concatenate([run_time, sum(parts.values())]))
     factor, unit = st.time_unit(longest if math.isfinite(longest) and longest > 0 else 1.0)
     ticks = [st.wrap(label, 30) for label in labels]
-    y = np.arange(len(labels))[::-1]
     clock = time_name([r.summary for r in runs])
-    with st.figure(6.4, 1.7 + 0.3 * len(labels) + 0.14 * sum(t.count("\n") + 1 for t in ticks)) \
-            as fig:
-        ax = fig.add_subplot()
-        left = np.zeros(len(labels))
-        for kind, colour in st.KIND_COLOURS.items():
-            width = np.nan_to_num(parts[kind]) * factor
-            if not np.any(width > 0):  # no run spends time on it: no bar, no legend entry
-                continue
-            ax.barh(y, width, left=left, height=0.6, color=colour, label=st.KIND_NAMES[kind])
-            left += width
-        ax.scatter(run_time * factor, y, marker="|", s=260, color="black", linewidths=1.5,
-                   label=clock, zorder=3)
-        ax.set_yticks(y, ticks)
-        ax.set_xlabel(f"mean time per worker ({unit})")
-        ax.grid(axis="y", visible=False)
-        ax.set_xlim(0, longest * factor * 1.03 if math.isfinite(longest) and longest > 0 else 1)
-        handles, names = ax.get_legend_handles_labels()
+    cols = -(-len(labels) // PANEL_BARS)  # a long breakdown wraps into side-by-side panels
+    per = -(-len(labels) // cols)
+    tall = max(0.3 * len(chunk) + 0.14 * sum(t.count("\n") + 1 for t in chunk)
+               for chunk in (ticks[i:i + per] for i in range(0, len(ticks), per)))
+    with st.figure(6.4 + 5.4 * (cols - 1), 1.7 + tall) as fig:
+        axes = fig.subplots(1, cols, sharex=True, squeeze=False).ravel()
+        for ax, first in zip(axes, range(0, len(labels), per), strict=True):
+            rows = slice(first, first + per)
+            y = np.arange(per)[::-1][:len(labels[rows])]
+            left = np.zeros(len(y))
+            for kind, colour in st.KIND_COLOURS.items():
+                width = np.nan_to_num(parts[kind][rows]) * factor
+                if not np.any(np.nan_to_num(parts[kind]) > 0):  # no run spends time on it:
+                    continue  # no bar, no legend entry
+                ax.barh(y, width, left=left, height=0.6, color=colour,
+                        label=st.KIND_NAMES[kind])
+                left += width
+            ax.scatter(run_time[rows] * factor, y, marker="|", s=260, color="black",
+                       linewidths=1.5, label=clock, zorder=3)
+            ax.set_yticks(y, ticks[rows])
+            ax.set_ylim(-0.6, per - 0.4)
+            ax.set_xlabel(f"mean time per worker ({unit})")
+            ax.grid(axis="y", visible=False)
+        axes[0].set_xlim(0, longest * factor * 1.03
+                         if math.isfinite(longest) and longest > 0 else 1)
+        handles, names = axes[0].get_legend_handles_labels()
         order = sorted(range(len(names)), key=lambda i: names[i] == clock)
         fig.legend([handles[i] for i in order], [names[i] for i in order],
-                   loc="outside lower center", ncols=4)
-        st.titles(fig, "Where workers' time goes", _subtitle(runs, by_label, "mean of"))
+                   loc="outside lower center", ncols=4 if cols == 1 else 8)
+        title, subtitle = "Where workers' time goes", _subtitle(runs, by_label, "mean of")
+        if cols == 1:
+            st.titles(fig, title, subtitle)
+        else:
+            fig.suptitle(f"{title}{f' ({subtitle})' if subtitle else ''}", fontweight="bold")
     return fig
 
 
