@@ -25,6 +25,7 @@ bench: $(NATIVE_LIB)
 	$(PY) -m sim bench network
 	$(PY) -m sim bench training
 	$(PY) -m sim bench scale
+	$(PY) -m sim bench builds
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check sim tests native notebooks

@@ -41,11 +41,14 @@ from setuptools.command.build_py import build_py
 NATIVE = Path(__file__).resolve().parent
 ROOT = NATIVE.parent
 SOURCES = ["kernels_f32.c", "kernels_f64.c", "blas.c"]
-# -fopenmp-simd honours '#pragma omp simd' (vectorised reductions) without
-# -ffast-math and without the OpenMP runtime. -std=c99 would switch FMA
-# contraction off; -ffp-contract=fast turns it back on (one rounding per a*b+c,
-# no reassociation).
-CFLAGS = ["-O3", "-std=c99", "-fopenmp-simd", "-ffp-contract=fast", "-Wall", "-Wextra",
+# -fopenmp-simd honours '#pragma omp simd' without -ffast-math and without the OpenMP
+# runtime; every sum in the kernels keeps its own fixed accumulators (LANES, VL), so the
+# target's vector width never changes its order. -ffp-contract=off rounds a*b+c twice on
+# every target: with contraction on (as before 2026-11-26), a build for a CPU with FMA
+# (-march=native) rounded it once and a portable one (x86-64: SSE2, no FMA) twice, and the
+# two gave different losses for one config and seed (docs/reference/kernels.md, "Same
+# numbers from every build").
+CFLAGS = ["-O3", "-std=c99", "-fopenmp-simd", "-ffp-contract=off", "-Wall", "-Wextra",
           "-Wno-unknown-pragmas"]
 #: Extra flags of a local build (``python native/build.py``): this machine's instruction set.
 LOCAL_CFLAGS = ["-march=native"]
@@ -83,8 +86,9 @@ def blas_link(portable: bool) -> dict[str, list[str]]:
             "extra_link_args": [f"-Wl,-rpath,{rpath}"]}
 
 
-def make_builder(portable: bool = False) -> FFI:
-    flags = CFLAGS + extra_cflags(portable)
+def make_builder(portable: bool = False, extra: list[str] | None = None) -> FFI:
+    """The cffi builder; ``extra`` flags (after CFLAGS) replace :func:`extra_cflags`'s."""
+    flags = CFLAGS + (extra_cflags(portable) if extra is None else extra)
     blas = blas_link(portable)
     builder = FFI()
     builder.cdef(_cdef_text())
@@ -112,9 +116,10 @@ def build_flags(library: Path) -> str | None:
     return found.group(1).decode() if found else None
 
 
-def compile_into(package_parent: Path, tmpdir: Path, portable: bool = False) -> Path:
+def compile_into(package_parent: Path, tmpdir: Path, portable: bool = False,
+                 extra: list[str] | None = None) -> Path:
     """Compile the extension and copy it to ``package_parent/sim/``; returns its path."""
-    built = Path(make_builder(portable).compile(tmpdir=str(tmpdir)))
+    built = Path(make_builder(portable, extra).compile(tmpdir=str(tmpdir)))
     target = package_parent / "sim" / built.name
     target.parent.mkdir(parents=True, exist_ok=True)
     if built.resolve() != target.resolve():

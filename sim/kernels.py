@@ -16,11 +16,13 @@ environment variable ``SGD_BLAS_THREADS`` says otherwise when this module is imp
 :func:`set_blas_threads` changes it: a simulated worker is one core, and results are then
 independent of the thread count.
 
-Logistic regression runs one of two plans, chosen per shape class (:func:`logreg_plan`): a
-fused pass over X with cache blocks sized from the machine's caches (:func:`cache_sizes`,
-read from sysfs), or two BLAS mat-vecs, taken where they are measured clearly faster on the
-machine at hand. Block sizes never change a result; the path does (see :func:`logreg_plan`
-and the environment variables ``SGD_KERNEL_PLAN`` and ``SGD_CACHE_SIZES``).
+Logistic regression runs one of two plans (:func:`logreg_plan`): a fused pass over X with
+cache blocks sized from the machine's caches (:func:`cache_sizes`, read from sysfs), the
+default, or two BLAS mat-vecs, taken on request (``SGD_KERNEL_PLAN=blas``) or, with
+``SGD_KERNEL_PLAN=auto``, where they are measured clearly faster on the machine at hand.
+Block sizes never change a result; the path does, so the default never depends on a timing
+(see :func:`logreg_plan` and the environment variables ``SGD_KERNEL_PLAN`` and
+``SGD_CACHE_SIZES``).
 """
 
 from __future__ import annotations
@@ -408,7 +410,7 @@ _PLAN_OF_SHAPE: dict[tuple, LogregPlan] = {}  # (dtype, n, d) -> plan
 
 
 def _plan_mode() -> str:
-    mode = os.environ.get("SGD_KERNEL_PLAN", "auto") or "auto"
+    mode = os.environ.get("SGD_KERNEL_PLAN", "fused") or "fused"
     if mode not in ("auto", "fused", "blas"):
         raise ValueError(f"SGD_KERNEL_PLAN: expected 'auto', 'fused' or 'blas', got {mode!r}")
     return mode
@@ -464,14 +466,15 @@ def _logreg_plan(dtype: Any, n: int, d: int,
     """The plan :func:`logreg_loss_grad` takes for X of shape (n, d) and this dtype.
 
     Blocks come from :func:`logreg_blocks`. The path comes from ``SGD_KERNEL_PLAN``:
-    ``fused`` or ``blas`` force it; ``auto`` (the default) measures both paths once per
-    :func:`shape_class` and process, on the first call's inputs (``inputs``: X, y, w, l2;
-    without them, seeded random ones), and keeps the fused pass unless BLAS is faster by
-    :data:`BLAS_MARGIN` (each path's fastest call over several alternating rounds), so that
-    a noisy timing does not flip the plan, and the results' bits, between runs on one
-    machine. The paths round differently: across machines, where the choice may differ,
-    results may differ in their last bits (``SGD_KERNEL_PLAN=fused`` makes the choice the
-    same everywhere; the fused pass's own bits may still differ with the instruction set).
+    ``fused`` (the default) or ``blas`` force it, so a run's numbers never depend on how
+    loaded the machine was when it started, nor on the build (a portable build's fused pass
+    is slower and would lose the race where a native one wins). ``auto`` measures both paths
+    once per :func:`shape_class` and process, on the first call's inputs (``inputs``: X, y,
+    w, l2; without them, seeded random ones), and keeps the fused pass unless BLAS is faster
+    by :data:`BLAS_MARGIN` (each path's fastest call over several alternating rounds), so
+    that a noisy timing rarely flips the plan between runs on one machine. The paths round
+    differently: where the automatic choice differs (between machines, builds, or runs on a
+    loaded machine), results differ in their last bits.
     """
     dtype = np.dtype(dtype)
     key = (dtype, n, d)

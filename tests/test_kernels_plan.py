@@ -8,6 +8,8 @@ Shapes mix sizes below, at and past the register tile (8 rows) and the vector wi
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from numpy_ref import logreg_ref, tol
@@ -206,6 +208,7 @@ def test_auto_measures_once_per_shape_class_and_needs_a_clear_margin(
 
     monkeypatch.setattr(K, "_time_paths", timed)
     monkeypatch.setenv("SGD_CACHE_SIZES", "32K,512K,32M")
+    monkeypatch.setenv("SGD_KERNEL_PLAN", "auto")
     X, y, w = problem(np.float64, 64, 100)  # 50 KiB: X in L2
     _, grad = K.logreg_loss_grad(X, y, w)
     plan = K.logreg_plan(np.float64, 64, 100)
@@ -218,7 +221,25 @@ def test_auto_measures_once_per_shape_class_and_needs_a_clear_margin(
                                                              "float32/L2/tile<=L2/2"]
 
 
-def test_the_measurement_leaves_the_callers_arrays_alone():
+def test_the_default_is_the_fused_pass_and_times_nothing(monkeypatch):
+    """A timed choice would make the bits depend on the build and the machine's load."""
+
+    def timed(*args):
+        raise AssertionError("the default plan timed the paths")
+
+    monkeypatch.setattr(K, "_time_paths", timed)
+    for dtype, (n, d) in itertools.product(DTYPES, SHAPES):
+        X, y, w = problem(dtype, n, d)
+        _, grad = K.logreg_loss_grad(X, y, w)
+        plan = K.logreg_plan(dtype, n, d)
+        assert plan.path == "fused" and plan.reason == "SGD_KERNEL_PLAN=fused"
+        assert same_bits(grad, K.logreg_loss_grad(X, y, w, plan=K.LogregPlan(
+            "fused", *K.logreg_blocks(np.dtype(dtype).itemsize, d)))[1])
+    assert K.kernel_plans() == []
+
+
+def test_the_measurement_leaves_the_callers_arrays_alone(monkeypatch):
+    monkeypatch.setenv("SGD_KERNEL_PLAN", "auto")
     X, y, w = problem(np.float64, 67, 1003)
     copies = X.copy(), y.copy(), w.copy()
     out = np.zeros(1003)

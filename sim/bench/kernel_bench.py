@@ -10,11 +10,12 @@ of the copy bandwidth; memory-bound vector kernels >= 70% of it. Bytes are count
 STREAM-style (reads + writes, no write-allocate), so an in-place kernel, which needs no
 write-allocate read, can exceed 100% of a copy into a separate array.
 
-Logistic regression runs the plan ``sim.kernels.logreg_plan`` chooses (``SGD_KERNEL_PLAN``
-forces one): each row says which path it took (fused, with its row block and column chunk,
-or two BLAS mat-vecs), and times the other path in the same rounds (the "other" column: its
-speedup over numpy). Its out-of-cache sizes follow the last-level cache the machine reports
-(``sim.kernels.cache_sizes``), one of them X of 96 rows x 2.5 x LLC bytes. The header
+Logistic regression runs the plan ``sim.kernels.logreg_plan`` gives (``SGD_KERNEL_PLAN``:
+the fused pass by default, ``auto`` to time both): each row says which path it took (fused,
+with its row block and column chunk, or two BLAS mat-vecs), and times the other path in the
+same rounds (the "other" column: its speedup over numpy). Its out-of-cache sizes follow the
+last-level cache the machine reports (``sim.kernels.cache_sizes``), one of them X of 96 rows
+x 2.5 x LLC bytes. The header
 names the CPU and its caches, and the table ends with every kernel slower than numpy.
 
 The sparse crossover: CSR x vector against BLAS gemv and CSR x dense matrix (k columns)
@@ -81,7 +82,7 @@ def logreg_cases(rng: np.random.Generator, quick: bool) -> Iterator[Case]:
                 loss = np.mean(np.logaddexp(0, z) - y * z)
                 return loss, X.T @ ((_sigmoid(z) - y) / n)
 
-            plan = K.logreg_plan(dtype, n, d, (X, y, w, 0.0))  # auto: measured here, once
+            plan = K.logreg_plan(dtype, n, d, (X, y, w, 0.0))  # auto would time it here
             other = K.LogregPlan("blas" if plan.path == "fused" else "fused",
                                  *K.logreg_blocks(item, d))
             streamed = X.nbytes > llc

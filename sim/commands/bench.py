@@ -11,6 +11,7 @@ import importlib
 import json
 
 SUITES: dict[str, str] = {
+    "builds": "sim.bench.build_bench",
     "kernels": "sim.bench.kernel_bench",
     "network": "sim.bench.network_bench",
     "scale": "sim.bench.scale_bench",
