@@ -10,10 +10,11 @@ build"). This suite compiles three builds of this checkout's kernels into a temp
   of reproducibility;
 - ``portable``: what ``pip install .`` builds (the platform's baseline, x86-64: SSE2).
 
-Each build runs in its own process (a process can load one ``sim._native``), in alternating
-rounds (native, native+fma, portable, native, ...), and times the C call of each case of
-``sim bench kernels``' logistic-regression, model, vector and compression families; a case's
-figure is its best call over all rounds. Each process also hashes what each case's first call
+Each build runs in its own process (a process can load one ``sim._native``), and the three
+time each case of ``sim bench kernels``' logistic-regression, model, vector and compression
+families in alternating rounds of about 50 ms (case 1: native, native+fma, portable, native,
+...; then case 2), so that the three see the same background load; a case's figure is its
+best round. Each process also hashes what each case's first call
 returns, on the same seeded inputs: the table says whether that output's bits equal the
 native build's. Needs a checkout (native/build.py) and a C compiler; raises UserError
 without them.
@@ -72,36 +73,58 @@ def build_variant(folder: Path, portable: bool, flags: list[str]) -> Path:
                         f"{exc}") from None
 
 
-def run_worker(folder: Path, rounds: int, quick: bool) -> dict:
-    """One round of every case, timed in a process that imports ``folder``'s sim."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SGD_KERNEL_PLAN")}
-    command = [sys.executable, "-m", "sim.bench.build_bench", str(rounds)]
-    done = subprocess.run(command + (["--quick"] if quick else []), cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        raise UserError(f"bench builds: the worker in {folder.name} failed: "
-                        f"{done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout)
+class Worker:
+    """A process that imports ``folder``'s sim and times one round of a case on request."""
+
+    def __init__(self, folder: Path, quick: bool):
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PYTHONPATH", "SGD_KERNEL_PLAN")}
+        command = [sys.executable, "-m", "sim.bench.build_bench"] + (["--quick"] * quick)
+        self.folder = folder
+        self.process = subprocess.Popen(command, cwd=folder, env=env, text=True,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE)
+        self.hello = self._read()  # {"library", "digests"}: the first calls' outputs
+
+    def _read(self) -> dict:
+        line = self.process.stdout.readline()
+        if not line:
+            raise UserError(f"bench builds: the worker in {self.folder.name} failed: "
+                            f"{self.process.stderr.read().strip()[-2000:]}")
+        return json.loads(line)
+
+    def time_round(self, case: str) -> float:
+        """Seconds per call of ``case`` over one round of calls (about ROUND_S)."""
+        self.process.stdin.write(case + "\n")
+        self.process.stdin.flush()
+        return self._read()["seconds"]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
 
 
 def measure(args: argparse.Namespace) -> dict:
-    rounds = 2 if args.quick else 4
+    rounds = 3 if args.quick else 9
     with tempfile.TemporaryDirectory(prefix="sgd-lab-builds-") as tmp:
-        folders, flags = {}, {}
+        workers, flags = {}, {}
         for name, (portable, extra) in VARIANTS.items():
-            folders[name] = Path(tmp) / name
-            library = build_variant(folders[name], portable, extra)
+            library = build_variant(Path(tmp) / name, portable, extra)
             flags[name] = _build_module().build_flags(library)
+            workers[name] = Worker(Path(tmp) / name, args.quick)
+            if workers[name].hello["library"] != str(library):
+                raise UserError(f"bench builds: {name} loaded {workers[name].hello['library']}")
+        digests = {name: w.hello["digests"] for name, w in workers.items()}
         best: dict[str, dict[str, float]] = {name: {} for name in VARIANTS}
-        digests: dict[str, dict[str, str]] = {}
-        for _ in range(rounds):
-            for name, folder in folders.items():
-                found = run_worker(folder, 1, args.quick)
-                if found["library"] != str(folder / "sim" / Path(found["library"]).name):
-                    raise UserError(f"bench builds: {name} loaded {found['library']}")
-                digests[name] = found["digests"]
-                for case, seconds in found["seconds"].items():
-                    best[name][case] = min(best[name].get(case, math.inf), seconds)
+        try:
+            for case in digests[REFERENCE]:  # each case's rounds alternate between builds
+                for _ in range(rounds):
+                    for name, worker in workers.items():
+                        seconds = worker.time_round(case)
+                        best[name][case] = min(best[name].get(case, math.inf), seconds)
+        finally:
+            for worker in workers.values():
+                worker.close()
     from sim.bench.kernel_bench import cpu_model
     from sim.kernels import cache_sizes
     rows = [{"case": case, **{f"{n}_s": best[n][case] for n in VARIANTS},
@@ -152,15 +175,15 @@ def digest(value: object) -> str:
     return h.hexdigest()[:16]
 
 
-def time_cases(rounds: int, quick: bool) -> dict:
-    """The worker: every case's digest and best call time, with this process's kernels."""
+def serve(quick: bool) -> None:
+    """The worker: build the cases, print every first call's digest, then time one round of
+    each case named on stdin (one JSON line per request) until stdin closes."""
     from threadpoolctl import threadpool_limits
 
     from sim.bench import kernel_bench as kb  # sim.kernels loads OpenBLAS before the library
-    from sim.bench.side_by_side import compare
+    from sim.bench.side_by_side import loops_for, time_loops
 
     rng = np.random.default_rng(0)
-    seconds, digests = {}, {}
     families: list[Callable] = [kb.logreg_cases, kb.model_cases, kb.vector_cases,
                                 kb.compression_cases]
     with threadpool_limits(limits=1, user_api="blas"):
@@ -168,12 +191,16 @@ def time_cases(rounds: int, quick: bool) -> dict:
                  for family in families for c in family(rng, quick)}
         # every first call before any timing: cases share arrays that the in-place kernels
         # change as many times as their timing loops run
-        for name, case in cases.items():
-            digests[name] = digest(case.c())
-        for name, case in cases.items():
-            seconds[name] = compare({"c": case.c}, rounds=rounds, budget_s=kb.ROUND_S)["c"]
-    return {"library": sys.modules["sim._native"].__file__, "seconds": seconds, "digests": digests}
+        digests = {name: digest(case.c()) for name, case in cases.items()}
+        print(json.dumps({"library": sys.modules["sim._native"].__file__,
+                          "digests": digests}), flush=True)
+        loops: dict[str, int] = {}
+        for line in sys.stdin:
+            case = cases[line.strip()]
+            if line not in loops:
+                loops[line] = loops_for(case.c, kb.ROUND_S)
+            print(json.dumps({"seconds": time_loops(case.c, loops[line])}), flush=True)
 
 
 if __name__ == "__main__":
-    print(json.dumps(time_cases(int(sys.argv[1]), "--quick" in sys.argv[2:])))
+    serve("--quick" in sys.argv[1:])

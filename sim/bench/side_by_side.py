@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 
 
-def _loops_for(fn: Callable[[], object], budget_s: float) -> int:
+def loops_for(fn: Callable[[], object], budget_s: float) -> int:
     """Calls per round so that one round lasts about ``budget_s`` seconds."""
     fn()  # warm caches and lazy imports
     loops, elapsed = 1, 0.0
@@ -27,12 +27,17 @@ def _loops_for(fn: Callable[[], object], budget_s: float) -> int:
 def compare(candidates: dict[str, Callable[[], object]], rounds: int = 5,
             budget_s: float = 0.02) -> dict[str, float]:
     """Best seconds per call of each candidate, measured in alternating rounds."""
-    loops = {name: _loops_for(fn, budget_s) for name, fn in candidates.items()}
+    loops = {name: loops_for(fn, budget_s) for name, fn in candidates.items()}
     best = dict.fromkeys(candidates, float("inf"))
     for _ in range(rounds):
         for name, fn in candidates.items():
-            start = time.perf_counter()
-            for _ in range(loops[name]):
-                fn()
-            best[name] = min(best[name], (time.perf_counter() - start) / loops[name])
+            best[name] = min(best[name], time_loops(fn, loops[name]))
     return best
+
+
+def time_loops(fn: Callable[[], object], loops: int) -> float:
+    """Seconds per call of ``fn`` over ``loops`` calls in a row."""
+    start = time.perf_counter()
+    for _ in range(loops):
+        fn()
+    return (time.perf_counter() - start) / loops
