@@ -107,9 +107,14 @@ def read_profile(path: Path, fmt: str, what: str) -> dict[str, Any]:
 
 
 def _typed(path: Path, what: str, key: str, value: Any, annotation: Any) -> Any:
-    """``value`` of field ``key`` as its annotation (float, str or bool) takes it: a JSON
-    number (as a float), a string, true or false. Raises ValueError naming the key."""
+    """``value`` of field ``key`` as its annotation (float, str or bool, each optionally
+    ``| None``) takes it: a JSON number (as a float), a string, true or false, or null where
+    the field may be None. Raises ValueError naming the key."""
     kind = annotation if isinstance(annotation, str) else annotation.__name__
+    if kind.endswith(" | None"):
+        if value is None:
+            return None
+        kind = kind.removesuffix(" | None")
     if kind == "float":
         if isinstance(value, int | float) and not isinstance(value, bool):
             try:

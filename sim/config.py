@@ -1,7 +1,8 @@
 """Experiment configs: the typed schema, defaults, validation and dotted ``--set`` overrides.
 
 A config is a TOML file with the tables ``[cluster]``, ``[workload]``, ``[strategy]``,
-``[compute]``, ``[run]`` and optionally ``[faults]``, ``[checkpoint]`` and ``[sweep]``.
+``[parallel]``, ``[compute]``, ``[run]`` and optionally ``[faults]``, ``[checkpoint]`` and
+``[sweep]``.
 Every key has a default, so an empty file is a valid experiment. This module is the schema
 alone: :func:`parse` checks types and ranges; the checks across keys and against the
 registries, and :func:`~sim.training.checks.load_config`, are :mod:`sim.training.checks`'s.
@@ -41,7 +42,9 @@ def doc(default: Any, description: str, **constraints: Any) -> Any:
 class Cluster(Section):
     """The machines and the network between them."""
 
-    workers: PositiveInt = doc(4, "worker processes, one per host")
+    workers: PositiveInt = doc(4, "worker processes, one per host; with [parallel], "
+                               "data-parallel replicas of parallel.pipeline x "
+                               "parallel.tensor ranks each")
     fabric: str | dict[str, Any] = doc(
         "ib-hdr", "a preset (`python -m sim list fabrics`), `calibrated:PATH`, or a table "
         "{base, bandwidth_Bps or line_rate_bps, latency_s, overhead_s, efficiency}")
@@ -59,7 +62,8 @@ class Cluster(Section):
                     "or `calibrated:PATH`; ideal: no CPU costs, a core per rank")
     cores: PositiveInt = doc(1, "cores on each host")
     ranks_per_host: PositiveInt = doc(1, "ranks on each host: workers, then servers, "
-                                      "consecutive ranks sharing a host")
+                                      "consecutive ranks sharing a host (with [parallel]: a "
+                                      "stage's tensor shards, then a replica's stages)")
     rank_hosts: list[NonNegativeInt] = doc([], "the host of every rank (workers, then "
                                            "servers); overrides ranks_per_host")
     wait: Literal["auto", "sleep", "spin"] = doc(
@@ -137,6 +141,23 @@ class Strategy(Section):
     priority: bool = doc(False, "send ready messages lowest layer first (P3, ByteScheduler)")
 
 
+class Parallel(Section):
+    """Model parallelism: a replica's layers split over pipeline stages and tensor shards."""
+
+    pipeline: PositiveInt = doc(1, "stages each replica's layers are split over (contiguous "
+                                "layers, balanced by FLOPs unless stage_layers says)")
+    stage_layers: list[PositiveInt] = doc([], "layers of each stage, first stage first "
+                                          "(empty: balanced by FLOPs)")
+    tensor: PositiveInt = doc(1, "shards each dense layer pair is split over (Megatron-LM: "
+                              "column- then row-parallel, one allreduce forward and one "
+                              "backward per pair)")
+    microbatches: PositiveInt = doc(1, "microbatches each replica's batch (workload.batch) "
+                                    "is cut into per step")
+    schedule: Literal["gpipe", "1f1b"] = doc(
+        "1f1b", "gpipe: all forwards, then all backwards (Huang et al. 2019); 1f1b: "
+        "PipeDream-Flush, one forward one backward (Narayanan et al. 2021)")
+
+
 class Slowdown(Section):
     """A named worker slowed during a window of simulated time."""
 
@@ -178,6 +199,9 @@ class Run(Section):
                                       "training samples (a bsp step uses every worker's "
                                       "batch, an asp gradient one): compares strategies at "
                                       "equal work")
+    memory: Literal["refuse", "report"] = doc(
+        "refuse", "a rank needing more than compute.device's memory: refuse the config "
+        "(exit 2) or run it and flag it")
     seeds: list[NonNegativeInt] = doc([], "sweeps repeat every point for each seed")
     trace_flows: NonNegativeInt = doc(100_000, "link flows kept on trace.json's link tracks, "
                                       "arrows and link counters (the first ones in the "
@@ -269,6 +293,7 @@ class Config(Section):
     cluster: Cluster = Cluster()
     workload: Workload = Workload()
     strategy: Strategy = Strategy()
+    parallel: Parallel = Parallel()
     compute: Compute = Compute()
     run: Run = Run()
     faults: Faults = Faults()

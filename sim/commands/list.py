@@ -63,8 +63,9 @@ def topologies() -> list[str]:
 def devices() -> list[str]:
     from sim.training.compute_model import DEVICES
 
-    return [f"{name:<9} {d.flops_per_s / 1e12:8.3f} TFLOP/s  +{d.overhead_s * 1e6:.1f} us/step "
-            f"({d.source})" for name, d in DEVICES.items()]
+    return [f"{name:<9} {d.flops_per_s / 1e12:8.3f} TFLOP/s  +{d.overhead_s * 1e6:.1f} us/step"
+            + (f"  {d.memory_bytes / 2**30:g} GiB" if d.memory_bytes else "")
+            + f" ({d.source})" for name, d in DEVICES.items()]
 
 
 def _rate(bps: float, infinite: str, digits: str = ".1f") -> str:

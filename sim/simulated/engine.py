@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import simpy
 
 from sim.config import Config, dump_config
+from sim.errors import UserError
 from sim.kernels import NonFiniteError
 from sim.network.fabrics import get_fabric
 from sim.network.standalone import build_network
@@ -28,6 +29,7 @@ from sim.simulated.recovery import build_recovery
 from sim.simulated.server import ParameterServer
 from sim.simulated.strategies.base import Context, Strategy
 from sim.training.host_costs import CpuCosts, cpu_costs, load_host
+from sim.training.parallel_plan import unexecuted
 from sim.training.store import ParameterStore
 from sim.training.strategies import make_rules, row_of
 from sim.training.workload import build_workload
@@ -101,6 +103,8 @@ def build_simulation(config: Config) -> Simulation:
     no parameter vector: the run simulates time alone.
     """
     cluster, run = config.cluster, config.run
+    if (why := unexecuted(config)) is not None:
+        raise UserError(f"config: {why}")
     workload = build_workload(config)
     rules = make_rules(config)
     row = row_of(config)

@@ -23,6 +23,7 @@ from sim.network.fabrics import get_fabric
 from sim.network.topology import TOPOLOGIES, topology_options
 from sim.training.compute_model import DEVICES, load_device
 from sim.training.host_costs import load_host
+from sim.training.parallel_plan import build_plan, config_layers
 from sim.training.strategies import STRATEGIES, row_of
 from sim.workloads.datasets import DATASETS, dataset_shape
 from sim.workloads.models import MODELS
@@ -173,8 +174,69 @@ def _check_faults(c: Config) -> None:
         raise ValueError(f"checkpoint.storage: {exc}") from None
 
 
+def _model_parallel() -> str:
+    """The strategies that take [parallel], as a sentence names them."""
+    return " and ".join(name for name, row in STRATEGIES.items() if row.model_parallel)
+
+
+def _check_parallel(c: Config) -> None:
+    """[parallel] against the strategy, the model and the batch; the plan itself refuses
+    what cannot be placed (:func:`sim.training.parallel_plan.build_plan`)."""
+    par, row = c.parallel, row_of(c)
+    changed = {"pipeline": par.pipeline > 1, "tensor": par.tensor > 1,
+               "microbatches": par.microbatches > 1, "stage_layers": bool(par.stage_layers)}
+    if not row.model_parallel:
+        key = next((k for k, v in changed.items() if v), None)
+        if key is not None:
+            raise ValueError(f"parallel.{key}: strategy {c.strategy.kind!r} "
+                             f"{row.no_model_parallel}; model parallelism runs with "
+                             f"{_model_parallel()}")
+        return
+    split = par.pipeline * par.tensor > 1
+    if split and c.strategy.compression != "none":
+        raise ValueError("strategy.compression: not combined with model parallelism (each "
+                         "stage and shard would need its own codec)")
+    if split and c.faults.enabled:
+        key = "faults.failures" if c.faults.failures else "faults.mtbf_s"
+        raise ValueError(f"{key}: failures are not modelled with model parallelism yet "
+                         "(a rank is one stage's shard, not a worker)")
+    if split or par.stage_layers:
+        config_layers(c)  # a timing profile or a sparse model: nothing to split
+    if c.workload.numerics and not MODELS[c.workload.model].sparse:
+        build_plan(c)  # refuses stages, shards and microbatches it cannot place
+    elif c.workload.batch % par.microbatches:
+        raise ValueError(f"parallel.microbatches: {par.microbatches} does not divide "
+                         f"workload.batch ({c.workload.batch} rows per replica)")
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.3g} GiB"
+
+
+def _check_memory(c: Config) -> None:
+    """Refuse a rank that needs more than its device holds (run.memory = "refuse")."""
+    device = load_device(c.compute.device)
+    w = c.workload
+    if c.run.memory == "report" or device.memory_bytes is None or not w.numerics \
+            or MODELS[w.model].sparse:
+        return  # nothing to refuse, or no dense layers whose memory the plan knows
+    plan = build_plan(c)
+    stage = max(plan.stages, key=lambda st: st.memory.total_bytes)
+    need = stage.memory
+    if need.total_bytes <= device.memory_bytes:
+        return
+    where = f"a rank of stage {stage.index}" if plan.pipeline > 1 else "each rank"
+    raise ValueError(
+        f"compute.device: {where} needs {_gib(need.total_bytes)} (parameters "
+        f"{_gib(need.params_bytes)}, gradients {_gib(need.grads_bytes)}, momentum "
+        f"{_gib(need.momentum_bytes)}, activations of {stage.peak_in_flight} "
+        f"microbatch{'es' if stage.peak_in_flight > 1 else ''} {_gib(need.activations_bytes)}), "
+        f"{c.compute.device!r} holds {_gib(device.memory_bytes)}; run.memory = \"report\" "
+        "runs it anyway")
+
+
 CHECKS = [_check_names, _check_topology, _check_fabric, _check_hosts, _check_pipelining,
-          _check_workload, _check_strategy, _check_faults]
+          _check_workload, _check_strategy, _check_faults, _check_parallel, _check_memory]
 
 
 # ---- warnings: valid settings that do nothing here (said before a run, never refused) ----

@@ -30,26 +30,39 @@ class Device:
     overhead_s: float  # fixed cost per gradient (kernel launches, framework)
     source: str
     on_host: bool = False  # the gradient runs on a host core (a CPU device)
+    # what one rank may hold (parameters, gradients, optimizer state, stashed activations);
+    # None: not known, so a config is never refused for memory, only reported
+    memory_bytes: float | None = None
 
     def __post_init__(self) -> None:
         if not (self.flops_per_s > 0 and math.isfinite(self.overhead_s)
                 and self.overhead_s >= 0):
             raise ValueError(f"device {self.name!r}: need flops_per_s > 0 and overhead_s >= 0, "
                              f"got {self.flops_per_s} and {self.overhead_s}")
+        if self.memory_bytes is not None and not (0 < self.memory_bytes < math.inf):
+            raise ValueError(f"device {self.name!r}: need memory_bytes > 0 and finite (or "
+                             f"null: not known), got {self.memory_bytes}")
 
 
 DEVICES: dict[str, Device] = {
     # One core of the lab's machine by `python -m sim bench kernels` (fused logistic
     # regression, n=64, d=1000, float64, the simulator's dtype); the per-call cost is the
-    # Python wrapper's. The run and its machine: docs/measurements/kernels.md.
+    # Python wrapper's. The run and its machine: docs/measurements/kernels.md. Its memory
+    # is the host's, shared by every rank on it: not a per-rank number, so left unknown.
     "cpu-core": Device("cpu-core", 21e9, 3.5e-6, "measured here (bench kernels, float64)",
                        True),
     # NVIDIA V100 SXM2 datasheet: 15.7 TFLOP/s FP32 peak; ~10 us of kernel launches per step.
-    "v100": Device("v100", 15.7e12, 10e-6, "NVIDIA V100 datasheet (FP32 peak)"),
+    # Memory: the datasheet's 32 GB HBM2 model (a 16 GB one exists too); HBM "GB" are GiB,
+    # and the driver keeps a few hundred MiB of them for itself.
+    "v100": Device("v100", 15.7e12, 10e-6, "NVIDIA V100 datasheet (FP32 peak, 32 GB HBM2)",
+                   memory_bytes=32 * 2**30),
     # NVIDIA A100 SXM datasheet: 19.5 TFLOP/s FP32 peak (156 TF32 with tensor cores).
-    "a100": Device("a100", 19.5e12, 10e-6, "NVIDIA A100 datasheet (FP32 peak)"),
-    # NVIDIA H100 SXM datasheet: 67 TFLOP/s FP32 peak.
-    "h100": Device("h100", 67e12, 10e-6, "NVIDIA H100 datasheet (FP32 peak)"),
+    # Memory: the datasheet's 80 GB HBM2e model (a 40 GB one exists too).
+    "a100": Device("a100", 19.5e12, 10e-6, "NVIDIA A100 datasheet (FP32 peak, 80 GB HBM2e)",
+                   memory_bytes=80 * 2**30),
+    # NVIDIA H100 SXM datasheet: 67 TFLOP/s FP32 peak; 80 GB HBM3.
+    "h100": Device("h100", 67e12, 10e-6, "NVIDIA H100 datasheet (FP32 peak, 80 GB HBM3)",
+                   memory_bytes=80 * 2**30),
 }
 
 

@@ -91,14 +91,24 @@ class StrategyRow:
     uses_servers: bool = False  # adds cluster.servers parameter-server ranks after the workers
     gathers_compressed: bool = False  # compressed gradients travel by strategy.allgather
     synchronous: bool = False  # an update combines a step's gradients from (nearly) every worker
+    # takes [parallel]: a replica split over pipeline stages and tensor shards, microbatches
+    model_parallel: bool = False
+    no_model_parallel: str = "does not split a replica over ranks"  # why not (model_parallel off)
 
     def server_ranks(self, config: Any) -> int:
         """The parameter-server ranks it adds to ``config``'s cluster."""
         return config.cluster.servers if self.uses_servers else 0
 
+    def worker_ranks(self, config: Any) -> int:
+        """The ranks that compute: cluster.workers replicas, each parallel.pipeline x
+        parallel.tensor ranks (1 x 1 unless the strategy is model parallel)."""
+        split = config.parallel.pipeline * config.parallel.tensor if self.model_parallel else 1
+        return config.cluster.workers * split
+
     def ranks(self, config: Any) -> int:
-        """Every rank of ``config``'s job: workers, then server shards."""
-        return config.cluster.workers + self.server_ranks(config)
+        """Every rank of ``config``'s job: workers (replicas x stages x shards), then server
+        shards."""
+        return self.worker_ranks(config) + self.server_ranks(config)
 
     def rules_class(self) -> type[Rules]:
         """Its rules class."""
@@ -121,6 +131,13 @@ def _named(text: str, *params: str) -> StrategyName:
 
 
 _REAL_PS = RealProgram("sim.real.executors.ps")
+# why a strategy does not take [parallel] (each completes "STRATEGY ...")
+_NO_MP_ASYNC = ("is asynchronous: every stage would have to keep the parameter version each "
+                "microbatch's forward used (PipeDream's weight stashing), which is not modelled")
+_NO_MP_BACKUP = ("drops the late replicas' gradients, and the stages of a split replica "
+                 "finish at different times: which replica is late is not one decision")
+_NO_MP_AVERAGE = ("averages whole replicas between local steps; its rules do not split a "
+                  "replica over stages or shards")
 _SIM = "sim.simulated.strategies"
 _RULES = "sim.training.rules"
 
@@ -129,36 +146,41 @@ STRATEGIES: dict[str, StrategyRow] = {row.name: row for row in (
                 "synchronous SGD: every step averages all workers' gradients with an allreduce",
                 real=RealProgram("sim.real.executors.bsp",
                                  pipelined="sim.real.executors.bsp_pipelined", restarts=True),
-                pipelining=PIPELINING, gathers_compressed=True, synchronous=True),
+                pipelining=PIPELINING, gathers_compressed=True, synchronous=True,
+                model_parallel=True),
     StrategyRow("bsp-ps", f"{_RULES}:BSPPS", f"{_SIM}.ps_sync:BSPPS", _named("BSP (PS)"),
                 _named("bsp-ps"),
                 "synchronous SGD through sharded parameter servers: push, barrier, pull",
-                real=_REAL_PS, pipelining=PIPELINING, uses_servers=True, synchronous=True),
+                real=_REAL_PS, pipelining=PIPELINING, uses_servers=True, synchronous=True,
+                model_parallel=True),
     StrategyRow("backup", f"{_RULES}:Backup", f"{_SIM}.ps_sync:Backup",
                 _named("Backup (b = {})", "strategy.backup"),
                 _named("backup b={}", "strategy.backup"),
                 "synchronous SGD with b backup workers: each step uses the first N - b gradients "
                 "(Chen et al. 2016)",
-                real=_REAL_PS, recovery="elastic", uses_servers=True, synchronous=True),
+                real=_REAL_PS, recovery="elastic", uses_servers=True, synchronous=True,
+                no_model_parallel=_NO_MP_BACKUP),
     StrategyRow("asp", f"{_RULES}:ASP", f"{_SIM}.ps_async:ASP", _named("ASP"), _named("asp"),
                 "Downpour-style asynchronous SGD through parameter servers (Dean et al. 2012)",
-                real=_REAL_PS, recovery="elastic", uses_servers=True),
+                real=_REAL_PS, recovery="elastic", uses_servers=True,
+                no_model_parallel=_NO_MP_ASYNC),
     StrategyRow("ssp", f"{_RULES}:SSP", f"{_SIM}.ps_async:SSP",
                 _named("SSP (s = {})", "strategy.staleness"),
                 _named("ssp s={}", "strategy.staleness"),
                 "stale synchronous parallel: clocks differ by at most strategy.staleness "
                 "(Ho et al. 2013)",
-                real=_REAL_PS, recovery="elastic", uses_servers=True),
+                real=_REAL_PS, recovery="elastic", uses_servers=True,
+                no_model_parallel=_NO_MP_ASYNC),
     StrategyRow("local-sgd", f"{_RULES}:LocalSGD", f"{_SIM}.allreduce:LocalSGD",
                 _named("Local SGD (H = {})", "strategy.local_steps"), _named("local-sgd"),
                 "H local SGD steps on each replica, then the replicas are averaged "
                 "(Lin et al. 2020)",
-                synchronous=True),
+                synchronous=True, no_model_parallel=_NO_MP_AVERAGE),
     StrategyRow("easgd", f"{_RULES}:EASGD", f"{_SIM}.easgd:EASGD",
                 _named("EASGD (τ = {})", "strategy.local_steps"), _named("easgd"),
                 "elastic averaging SGD: replicas pulled toward a center variable every tau steps "
                 "(Zhang et al. 2015)",
-                recovery="elastic", uses_servers=True),
+                recovery="elastic", uses_servers=True, no_model_parallel=_NO_MP_AVERAGE),
 )}
 
 

@@ -22,6 +22,10 @@ class Layer:
     params: slice          # the layer's part of the flat parameter vector
     forward_flops: float   # per sample
     backward_flops: float  # per sample
+    # a dense layer's weight matrix (outputs, inputs), which model parallelism splits;
+    # None for a layer that is not a dense matrix product (sparse rows)
+    shape: tuple[int, int] | None = None
+    bias: bool = False     # a bias vector of `outputs` entries follows the weights
 
 
 class Model:
@@ -76,7 +80,8 @@ class LogReg(Model):
 
     def __init__(self, features: int, classes: int = 2, l2: float = 0.0, **_: object) -> None:
         self.l2 = l2
-        self.layers = [Layer("w", slice(0, features), 2 * features, 2 * features)]
+        self.layers = [Layer("w", slice(0, features), 2 * features, 2 * features,
+                             shape=(1, features))]
 
     def loss_grad(self, params, X, y, out=None):
         return K.logreg_loss_grad(X, y, params, self.l2, out=out)
@@ -93,7 +98,7 @@ class Softmax(Model):
     def __init__(self, features: int, classes: int, l2: float = 0.0, **_: object) -> None:
         self.l2, self.shape = l2, (classes, features)
         self.layers = [Layer("W", slice(0, classes * features), 2 * classes * features,
-                             2 * classes * features)]
+                             2 * classes * features, shape=(classes, features))]
 
     def loss_grad(self, params, X, y, out=None):
         grad = None if out is None else out.reshape(self.shape)
@@ -117,7 +122,8 @@ class MLP(Model):
         for i, (dout, din) in enumerate(self.shapes):
             stop = start + dout * din + dout
             backward = 4 * din * dout if i > 0 else 2 * din * dout  # no input grad for layer 0
-            self.layers.append(Layer(f"dense{i}", slice(start, stop), 2 * din * dout, backward))
+            self.layers.append(Layer(f"dense{i}", slice(start, stop), 2 * din * dout, backward,
+                                     shape=(dout, din), bias=True))
             start = stop
 
     def _views(self, flat: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:

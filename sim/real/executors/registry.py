@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from sim.config import Config
 from sim.errors import UserError
+from sim.training.parallel_plan import unexecuted
 from sim.training.strategies import STRATEGIES, StrategyRow, row_of
 from sim.training.workload import Workload
 
@@ -69,6 +70,8 @@ def _real_names(where: Callable[[StrategyRow], bool] = lambda row: True) -> str:
 def check_supported(config: Config, source: str = "config") -> RealStrategy:
     """The real strategy for ``config``, or UserError saying what real runs do not support."""
     kind, row = config.strategy.kind, row_of(config)
+    if (why := unexecuted(config)) is not None:
+        raise UserError(f"{source}: {why}")
     if row.real is None:
         raise UserError(f"{source}: strategy.kind {kind!r} {row.no_real}; real runs "
                         f"support {_real_names()}")

@@ -1,0 +1,359 @@
+"""Parallelism plans: which rank holds which layers and shards, what a microbatch sends, and
+what each rank keeps in memory. Pure data; both executors run the same plan.
+
+A job has ``cluster.workers`` data-parallel replicas x ``parallel.pipeline`` stages x
+``parallel.tensor`` shards. Rank r is (replica, stage, shard) with the shard fastest, then
+the stage: r = (replica x p + stage) x t + shard. With ``cluster.ranks_per_host`` consecutive
+ranks per host, a tensor group shares a host first, then the stages of one replica, as the
+issue asks (Megatron-LM also keeps tensor groups inside a node, Narayanan et al. 2021,
+Sec. 3.3, but numbers its data-parallel peers before its stages).
+
+Stages are contiguous layers, balanced by FLOPs (forward + backward per sample) unless
+``parallel.stage_layers`` gives the counts. Inside a stage, with t > 1, consecutive dense
+layers pair up as Megatron-LM's MLP does (Shoeybi et al. 2019, Sec. 3, Fig. 3a): the first
+is column-parallel (its outputs split over the shards), the second row-parallel (its inputs
+split; its partial outputs are summed by one allreduce in forward, and the column layer's
+partial input gradients by one allreduce in backward, rows x width each). A stage's odd last
+layer stays whole on every shard. The backward allreduce of a pair whose column layer is the
+model's first is left out: the data needs no gradient (the kernels skip it, as autograd
+skips a tensor that does not require one).
+
+Activations go from each shard of stage s to the same shard of stage s + 1 (each holds the
+whole activation after its last allreduce), and their gradients back; no scatter/gather
+across the shards (Narayanan et al. 2021, Sec. 4.1, is not modelled).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sim.training.pipeline_schedule import Op, peak_in_flight, stage_ops
+from sim.workloads.datasets import dataset_shape
+from sim.workloads.models import MODELS, make_model
+
+ITEMSIZE = 8  # bytes of a float64, the dtype of the lab's kernels
+
+
+@dataclass(frozen=True)
+class PlanLayer:
+    """A dense layer: widths, FLOPs per sample, and whether backward computes its input's
+    gradient (not for the model's first layer)."""
+
+    name: str
+    inputs: int
+    outputs: int
+    bias: bool
+    forward_flops: float
+    backward_flops: float
+    input_grad: bool = True
+
+    @property
+    def params(self) -> int:
+        return self.outputs * self.inputs + (self.outputs if self.bias else 0)
+
+
+def plan_layers(model: Any) -> list[PlanLayer]:
+    """A model's layers (:class:`sim.workloads.models.Model`) as the plan splits them.
+    Raises ValueError naming workload.model if a layer is not a dense matrix."""
+    out = []
+    for i, layer in enumerate(model.layers):
+        if layer.shape is None:
+            raise ValueError(f"workload.model: {model.name!r} has no dense layers to split "
+                             "over ranks")
+        outputs, inputs = layer.shape
+        out.append(PlanLayer(layer.name, inputs, outputs, layer.bias, layer.forward_flops,
+                             layer.backward_flops, input_grad=i > 0))
+    return out
+
+
+def config_layers(config: Any) -> list[PlanLayer]:
+    """The layers of ``config``'s model, built from the data set's shape (no data made).
+    Raises ValueError naming the key for a timing profile or a sparse model."""
+    w = config.workload
+    if w.profile is not None or not w.numerics:
+        raise ValueError("workload.profile: a timing profile has no layer widths to plan "
+                         "stages and shards from")
+    if MODELS[w.model].sparse:
+        raise ValueError(f"workload.model: {w.model!r} has no dense layers to split over ranks")
+    _, features, classes, _ = dataset_shape(w.dataset, w.samples, w.features, w.classes)
+    return plan_layers(make_model(w.model, features, classes, hidden=tuple(w.hidden)))
+
+
+# ---- stages ---------------------------------------------------------------------------
+
+def balance(weights: Sequence[float], stages: int) -> list[int]:
+    """Layers per stage: ``weights`` cut into ``stages`` contiguous non-empty parts whose
+    largest sum is as small as can be (the first such cut in the search's order). Raises
+    ValueError if there are fewer weights than stages."""
+    n = len(weights)
+    if not 1 <= stages <= n:
+        raise ValueError(f"{stages} stages for {n} layers")
+    prefix = [0.0]
+    for w in weights:
+        prefix.append(prefix[-1] + w)
+    inf = float("inf")
+    # best[k][j]: the smallest largest part when the first j layers form k stages
+    best = [[inf] * (n + 1) for _ in range(stages + 1)]
+    cut = [[0] * (n + 1) for _ in range(stages + 1)]
+    best[0][0] = 0.0
+    for k in range(1, stages + 1):
+        for j in range(k, n - (stages - k) + 1):
+            for i in range(k - 1, j):
+                worst = max(best[k - 1][i], prefix[j] - prefix[i])
+                if worst < best[k][j]:
+                    best[k][j], cut[k][j] = worst, i
+    counts, j = [], n
+    for k in range(stages, 0, -1):
+        counts.append(j - cut[k][j])
+        j = cut[k][j]
+    return counts[::-1]
+
+
+Role = Literal["whole", "column", "row"]
+
+
+@dataclass(frozen=True)
+class ShardLayer:
+    """What one tensor shard holds and computes of a layer of its stage (per sample)."""
+
+    layer: int  # the model's layer index
+    role: Role
+    params: int
+    forward_flops: float
+    backward_flops: float
+    stash_width: int  # floats of the layer's input this shard keeps for backward
+
+
+@dataclass(frozen=True)
+class TensorAllreduce:
+    """One allreduce inside a tensor group, per microbatch: after ``layer``'s forward (the
+    row layer's partial outputs) or its backward (the column layer's partial input
+    gradients)."""
+
+    layer: int
+    phase: Literal["forward", "backward"]
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes one rank holds at its peak."""
+
+    params_bytes: int
+    grads_bytes: int
+    momentum_bytes: int  # SGD's momentum buffer (0 without momentum)
+    activations_bytes: int  # stashed inputs of the microbatches in flight
+
+    @property
+    def total_bytes(self) -> int:
+        return self.params_bytes + self.grads_bytes + self.momentum_bytes + self.activations_bytes
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Layers first..last of the model on every rank of one stage (per shard)."""
+
+    index: int
+    first: int
+    last: int
+    layers: tuple[ShardLayer, ...]
+    ops: tuple[Op, ...]  # this stage's passes in one step, in order
+    peak_in_flight: int  # microbatches stashed at once
+    tensor_allreduces: tuple[TensorAllreduce, ...]  # per microbatch: forward's, then backward's
+    activation_bytes: int  # sent to the next stage per microbatch (0 on the last)
+    gradient_bytes: int  # sent to the previous stage per microbatch (0 on the first)
+    memory: Memory
+
+    @property
+    def forward_flops(self) -> float:
+        """Per sample, on one shard."""
+        return sum(x.forward_flops for x in self.layers)
+
+    @property
+    def backward_flops(self) -> float:
+        return sum(x.backward_flops for x in self.layers)
+
+    @property
+    def params(self) -> int:
+        """Parameters on one shard: the entries its data-parallel allreduce sums."""
+        return sum(x.params for x in self.layers)
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    rank: int
+    replica: int
+    stage: int
+    shard: int
+    host: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A whole job's placement, schedule, messages and memory."""
+
+    replicas: int
+    pipeline: int
+    tensor: int
+    microbatches: int
+    schedule: str
+    microbatch_rows: int
+    itemsize: int
+    stages: tuple[Stage, ...]
+    ranks: tuple[RankPlace, ...]
+
+    def rank_of(self, replica: int, stage: int, shard: int) -> int:
+        return (replica * self.pipeline + stage) * self.tensor + shard
+
+    def tensor_group(self, rank: int) -> tuple[int, ...]:
+        """The ranks of ``rank``'s stage of its replica (its shards), shard 0 first."""
+        at = self.ranks[rank]
+        return tuple(self.rank_of(at.replica, at.stage, k) for k in range(self.tensor))
+
+    def data_group(self, rank: int) -> tuple[int, ...]:
+        """The ranks holding ``rank``'s shard of its stage in every replica: its gradient
+        allreduce."""
+        at = self.ranks[rank]
+        return tuple(self.rank_of(d, at.stage, at.shard) for d in range(self.replicas))
+
+    def next_rank(self, rank: int) -> int | None:
+        """Where ``rank`` sends its activations (None on the last stage)."""
+        at = self.ranks[rank]
+        return None if at.stage == self.pipeline - 1 else self.rank_of(at.replica, at.stage + 1,
+                                                                       at.shard)
+
+    def prev_rank(self, rank: int) -> int | None:
+        """Where ``rank`` sends its input's gradients (None on the first stage)."""
+        at = self.ranks[rank]
+        return None if at.stage == 0 else self.rank_of(at.replica, at.stage - 1, at.shard)
+
+    @property
+    def memory_bytes_by_stage(self) -> list[int]:
+        """Bytes one rank of each stage holds at its peak (its shards hold the same)."""
+        return [stage.memory.total_bytes for stage in self.stages]
+
+    @property
+    def peak_memory_bytes(self) -> int:
+        """The largest rank's bytes."""
+        return max(self.memory_bytes_by_stage)
+
+    @property
+    def activation_bytes_per_step(self) -> int:
+        """Bytes of activations and their gradients sent between stages in one step, summed
+        over every replica and shard."""
+        per_microbatch = sum(s.activation_bytes + s.gradient_bytes for s in self.stages)
+        return self.replicas * self.tensor * self.microbatches * per_microbatch
+
+
+def build_plan(config: Any, layers: Sequence[PlanLayer] | None = None,
+               itemsize: int = ITEMSIZE) -> Plan:
+    """The plan of a resolved config (:class:`sim.config.Config`); ``layers`` default to
+    the config's model's (:func:`config_layers`). Raises ValueError naming the key: a
+    model with fewer layers than stages, ``stage_layers`` of the wrong length or sum, a
+    tensor count that does not divide a split layer's width or finds no pair to split,
+    microbatches that do not divide the batch."""
+    par, cluster = config.parallel, config.cluster
+    layers = list(config_layers(config) if layers is None else layers)
+    p, t, m = par.pipeline, par.tensor, par.microbatches
+    counts = _stage_counts(par, layers, config.workload.model)
+    batch = config.workload.batch
+    if batch % m:
+        raise ValueError(f"parallel.microbatches: {m} does not divide workload.batch "
+                         f"({batch} rows per replica)")
+    rows = batch // m
+    momentum = config.workload.momentum > 0
+    stages, first = [], 0
+    for s, count in enumerate(counts):
+        stages.append(_stage(s, p, layers, first, first + count - 1, t, m, rows, par.schedule,
+                             momentum, itemsize))
+        first += count
+    if t > 1 and not any(x.role == "column" for st in stages for x in st.layers):
+        raise ValueError(f"parallel.tensor: {t} shards but no stage holds two consecutive "
+                         "dense layers to split as a column/row pair")
+    replicas = cluster.workers
+    hosts = list(cluster.rank_hosts)
+    ranks = tuple(
+        RankPlace(r, r // (p * t), r // t % p, r % t,
+                  hosts[r] if hosts else r // cluster.ranks_per_host)
+        for r in range(replicas * p * t))
+    return Plan(replicas, p, t, m, par.schedule, rows, itemsize, tuple(stages), ranks)
+
+
+def _stage_counts(par: Any, layers: list[PlanLayer], model: str) -> list[int]:
+    n, p = len(layers), par.pipeline
+    if n < p:
+        raise ValueError(f"parallel.pipeline: {p} stages, but workload.model {model!r} has "
+                         f"{n} layer{'s' if n > 1 else ''} (a stage needs one)")
+    if not par.stage_layers:
+        return balance([x.forward_flops + x.backward_flops for x in layers], p)
+    counts = list(par.stage_layers)
+    if len(counts) != p:
+        raise ValueError(f"parallel.stage_layers: lists {len(counts)} stages, "
+                         f"parallel.pipeline is {p}")
+    if sum(counts) != n:
+        raise ValueError(f"parallel.stage_layers: places {sum(counts)} layers, "
+                         f"workload.model {model!r} has {n}")
+    return counts
+
+
+def _roles(count: int, tensor: int) -> list[Role]:
+    """Column/row pairs of consecutive layers, an odd last one whole (all whole if t = 1)."""
+    if tensor == 1:
+        return ["whole"] * count
+    pairs = count // 2
+    return ["column", "row"] * pairs + ["whole"] * (count - 2 * pairs)
+
+
+def _shard(index: int, layer: PlanLayer, role: Role, t: int) -> ShardLayer:
+    if role == "column":
+        if layer.outputs % t:
+            raise ValueError(f"parallel.tensor: {t} does not divide the {layer.outputs} "
+                             f"outputs of layer {layer.name} (column-parallel: its outputs "
+                             "are split over the shards)")
+        outputs = layer.outputs // t
+        params = outputs * layer.inputs + (outputs if layer.bias else 0)
+        return ShardLayer(index, role, params, layer.forward_flops / t,
+                          layer.backward_flops / t, layer.inputs)
+    if role == "row":  # its input is the column layer's split output; the bias stays whole
+        inputs = layer.inputs // t
+        params = layer.outputs * inputs + (layer.outputs if layer.bias else 0)
+        return ShardLayer(index, role, params, layer.forward_flops / t,
+                          layer.backward_flops / t, inputs)
+    return ShardLayer(index, role, layer.params, layer.forward_flops, layer.backward_flops,
+                      layer.inputs)
+
+
+def _stage(s: int, p: int, layers: list[PlanLayer], first: int, last: int, t: int, m: int,
+           rows: int, schedule: str, momentum: bool, itemsize: int) -> Stage:
+    roles = _roles(last - first + 1, t)
+    shards = tuple(_shard(first + j, layers[first + j], role, t) for j, role in enumerate(roles))
+    forward = [TensorAllreduce(x.layer, "forward", rows * layers[x.layer].outputs * itemsize)
+               for x in shards if x.role == "row"]
+    backward = [TensorAllreduce(x.layer, "backward", rows * layers[x.layer].inputs * itemsize)
+                for x in reversed(shards) if x.role == "column" and layers[x.layer].input_grad]
+    ops = stage_ops(schedule, p, s, m)
+    in_flight = peak_in_flight(ops)
+    # backward keeps every layer's input, and the last stage the logits its loss differentiates
+    stash = sum(x.stash_width for x in shards) + (layers[last].outputs if s == p - 1 else 0)
+    params = sum(x.params for x in shards)
+    memory = Memory(params * itemsize, params * itemsize, params * itemsize if momentum else 0,
+                    in_flight * rows * stash * itemsize)
+    boundary_out = rows * layers[last].outputs * itemsize if s < p - 1 else 0
+    boundary_in = rows * layers[first].inputs * itemsize if s > 0 else 0
+    return Stage(s, first, last, shards, ops, in_flight, tuple(forward + backward),
+                 boundary_out, boundary_in, memory)
+
+
+def unexecuted(config: Any) -> str | None:
+    """Why neither executor runs ``config`` yet: its [parallel] splits a replica or cuts its
+    batch into microbatches, which only plans exist for so far (issue 29); None otherwise.
+    Both executors refuse such a config with this line rather than run it unsplit."""
+    par = config.parallel
+    for key, used in (("pipeline", par.pipeline > 1), ("tensor", par.tensor > 1),
+                      ("microbatches", par.microbatches > 1)):
+        if used:
+            return (f"parallel.{key}: model parallelism is planned "
+                    "(sim.training.parallel_plan) but not yet run by the executors")
+    return None
