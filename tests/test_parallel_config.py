@@ -47,6 +47,8 @@ BAD = [
      "parallel.microbatches"),
     ("sparse model split", {"parallel.tensor": 2, "workload.model": "sparse-logreg",
                             "workload.dataset": "sparse-powerlaw"}, "workload.model"),
+    ("a timing profile split", {"parallel.pipeline": 2, "workload.profile": "vgg16"},
+     "workload.profile"),
     ("compression with stages", {"parallel.pipeline": 2, "strategy.compression": "topk"},
      "strategy.compression"),
     ("failures with stages", {"parallel.pipeline": 2, "faults.failures": [

@@ -202,11 +202,17 @@ def _check_parallel(c: Config) -> None:
                          "(a rank is one stage's shard, not a worker)")
     if split or par.stage_layers:
         config_layers(c)  # a timing profile or a sparse model: nothing to split
-    if c.workload.numerics and not MODELS[c.workload.model].sparse:
+    if _plannable(c):
         build_plan(c)  # refuses stages, shards and microbatches it cannot place
     elif c.workload.batch % par.microbatches:
         raise ValueError(f"parallel.microbatches: {par.microbatches} does not divide "
                          f"workload.batch ({c.workload.batch} rows per replica)")
+
+
+def _plannable(c: Config) -> bool:
+    """Whether the plan knows the model's layers: a dense model, not timed by a profile."""
+    w = c.workload
+    return w.numerics and w.profile is None and not MODELS[w.model].sparse
 
 
 def _gib(nbytes: float) -> str:
@@ -216,9 +222,7 @@ def _gib(nbytes: float) -> str:
 def _check_memory(c: Config) -> None:
     """Refuse a rank that needs more than its device holds (run.memory = "refuse")."""
     device = load_device(c.compute.device)
-    w = c.workload
-    if c.run.memory == "report" or device.memory_bytes is None or not w.numerics \
-            or MODELS[w.model].sparse:
+    if c.run.memory == "report" or device.memory_bytes is None or not _plannable(c):
         return  # nothing to refuse, or no dense layers whose memory the plan knows
     plan = build_plan(c)
     stage = max(plan.stages, key=lambda st: st.memory.total_bytes)
