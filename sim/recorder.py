@@ -174,28 +174,32 @@ class Recorder:
         self.final = (math.nan, math.nan)
 
     def add_span(self, worker: int, kind: str, start: float, end: float,
-                 overlapped: bool = False, facts: Facts | None = None) -> None:
+                 overlapped: bool = False, facts: Facts | None = None) -> int | None:
         """Worker spent [start, end) seconds on ``kind`` (one of :data:`KINDS`).
 
         ``overlapped`` spans run alongside the worker's compute (pipelined communication):
         the trace shows them on the worker's own network track, and they are summed apart
         (:attr:`overlapped_s`), not into the worker's time, which they do not take.
-        ``facts``: what the span carried, for the trace.
+        ``facts``: what the span carried, for the trace. Returns the span's number (for
+        :meth:`sim.trace.TraceNotes.handoff`), None for an empty span (not kept).
         """
-        if end > start:
-            index = _KIND_INDEX[kind]
-            if overlapped:
-                self._overlapped[worker] += end - start
-            else:
-                self._time[worker][index] += end - start
-            spans = self._spans
-            spans["worker"].append(worker)
-            spans["kind"].append(index)
-            spans["start"].append(start)
-            spans["end"].append(end)
-            spans["overlapped"].append(1 if overlapped else 0)
-            if facts is not None or self.notes.tag is not None:
-                self.notes.note(worker, len(spans["worker"]) - 1, overlapped, facts)
+        if not end > start:  # (a NaN too)
+            return None
+        index = _KIND_INDEX[kind]
+        if overlapped:
+            self._overlapped[worker] += end - start
+        else:
+            self._time[worker][index] += end - start
+        spans = self._spans
+        spans["worker"].append(worker)
+        spans["kind"].append(index)
+        spans["start"].append(start)
+        spans["end"].append(end)
+        spans["overlapped"].append(1 if overlapped else 0)
+        number = len(spans["worker"]) - 1
+        if facts is not None or self.notes.tag is not None:
+            self.notes.note(worker, number, overlapped, facts)
+        return number
 
     def span(self, worker: int, kind: str, overlapped: bool = False,
              facts: Facts | None = None) -> _Span:

@@ -35,8 +35,9 @@ PROCESSES = {WORKERS: "workers", OVERLAPPED: "overlapped communication", SERVERS
              LINKS: "network links (flows)"}  # in display order
 
 _FACT_COLUMNS = (("span", "q"), ("message", "h"), ("bytes", "d"), ("first_layer", "q"),
-                 ("last_layer", "q"), ("version_read", "q"), ("staleness", "q"))
+                 ("last_layer", "q"), ("version_read", "q"), ("staleness", "q"), ("name", "h"))
 _SEND_COLUMNS = (("span", "q"), ("send", "q"))
+_HANDOFF_COLUMNS = (("sender", "q"), ("receiver", "q"))
 _WORK_COLUMNS = (("shard", "q"), ("what", "h"), ("start", "d"), ("end", "d"),
                  ("worker", "q"), ("bytes", "d"), ("flow", "q"))
 _QUEUE_COLUMNS = (("shard", "q"), ("time_s", "d"), ("length", "q"))
@@ -51,6 +52,7 @@ class Facts:
     layers: tuple[int, int] | None = None  # first and last layer carried (forward indices)
     sends: list[int] = field(default_factory=list)  # its network sends (FlowNetwork.sent)
     version_read: int | None = None  # the parameters' version a pull read
+    name: str = ""  # the slice's name, instead of its activity's (a pipeline pass: "F3")
 
 
 def _table(columns: tuple[tuple[str, str], ...]) -> dict[str, array]:
@@ -77,6 +79,7 @@ class TraceNotes:
         self._sends = _table(_SEND_COLUMNS)
         self._work = _table(_WORK_COLUMNS)
         self._queue = _table(_QUEUE_COLUMNS)
+        self._handoffs = _table(_HANDOFF_COLUMNS)
         self._queued: dict[int, int] = {}  # shard -> pushes queued now
         self._busy_until: dict[int, float] = {}  # shard -> end of its latest work (s)
         self._last_push: dict[int, int] = {}  # worker -> the fact row of its latest push
@@ -94,7 +97,7 @@ class TraceNotes:
             if self.tag is None or self.tag[1] != overlapped:
                 return
             facts = self.tag[0]
-        spans, messages, nbytes, first, last, versions, staleness = self._facts.values()
+        spans, messages, nbytes, first, last, versions, staleness, names = self._facts.values()
         row = len(spans)
         spans.append(span)
         messages.append(self._code(facts.message))
@@ -104,6 +107,7 @@ class TraceNotes:
         last.append(hi)
         versions.append(NONE if facts.version_read is None else facts.version_read)
         staleness.append(NONE)  # known once the servers apply it (:meth:`applied`)
+        names.append(self._code(facts.name))
         if facts.sends:
             sent_by, sends = self._sends.values()
             for send in facts.sends:
@@ -111,6 +115,15 @@ class TraceNotes:
                 sends.append(send)
         if facts.message == "push":
             self._last_push[worker] = row
+
+    def handoff(self, sender: int, receiver: int) -> None:
+        """What span number ``sender`` produced went to another rank, whose span number
+        ``receiver`` took it up (a pipeline stage's activations): an arrow between them."""
+        _append(self._handoffs, sender, receiver)
+
+    def handoff_pairs(self) -> list[tuple[int, int]]:
+        """(sender span, receiver span) of every :meth:`handoff`, in order."""
+        return list(_rows(self._handoffs))
 
     def applied(self, worker: int, version_read: int, staleness: int) -> None:
         """The servers applied ``worker``'s latest push: its slice shows the version it was
@@ -139,11 +152,16 @@ class TraceNotes:
 
     # ---- for the trace ------------------------------------------------------------------
 
-    def span_args(self) -> tuple[dict[int, dict[str, Any]], dict[int, list[int]]]:
-        """Slice arguments by span number, and the network sends of each span."""
+    def span_args(self) -> tuple[dict[int, dict[str, Any]], dict[int, list[int]],
+                                 dict[int, str]]:
+        """Slice arguments by span number, the network sends of each span, and the names
+        of the spans named apart from their activity."""
         names = list(self._names)
         args: dict[int, dict[str, Any]] = {}
-        for span, message, nbytes, lo, hi, version, staleness in _rows(self._facts):
+        named: dict[int, str] = {}
+        for span, message, nbytes, lo, hi, version, staleness, name in _rows(self._facts):
+            if names[name]:
+                named[span] = names[name]
             found: dict[str, Any] = {}
             if names[message]:
                 found["message"] = names[message]
@@ -161,7 +179,7 @@ class TraceNotes:
             sends.setdefault(span, []).append(send)
         for span, ids in sends.items():
             args.setdefault(span, {})["flows"] = ids
-        return args, sends
+        return args, sends, named
 
     def work_items(self) -> list[_Item]:
         """The shards' work as slices (track: the shard), with what is known of it."""
@@ -187,6 +205,7 @@ class TraceNotes:
 
 
 EDGE_US = 1e-3  # how far a flow event keeps from the ends of its slice (1 ns)
+HANDOFF_IDS = 1 << 40  # ids of the arrows between workers' slices, apart from link flows'
 
 
 def _inside(ts: float, lo: float, hi: float) -> float:
@@ -331,6 +350,23 @@ class _Trace:
         events.append({"ph": "f", "bp": "e", "id": flow, "cat": "message", "name": "message",
                        "pid": LINKS, "tid": hops[-1], "ts": steps[-1]})
 
+    def handoffs(self, pairs: list[tuple[int, int]], own: dict[int, _Item]) -> None:
+        """An arrow from each sender's slice, where it ends (its output leaves), to the
+        receiver's slice, where it starts (it takes the output up): both on the workers'
+        own tracks, the receiver starting no earlier than the sender ends."""
+        for n, (sender, receiver) in enumerate(pairs):
+            a, b = own.get(sender), own.get(receiver)
+            if a is None or b is None:
+                continue
+            flow = HANDOFF_IDS + n
+            for ph, item, ts in (("s", a, a.end), ("f", b, b.start)):
+                lo, hi = item.start * 1e6, item.end * 1e6
+                event = {"ph": ph, "id": flow, "cat": "handoff", "name": "handoff",
+                         "pid": WORKERS, "tid": item.tracks[0], "ts": _inside(ts * 1e6, lo, hi)}
+                if ph == "f":
+                    event["bp"] = "e"
+                self.events.append(event)
+
     def metadata(self) -> list[dict[str, Any]]:
         """Names and display order of every process and thread used."""
         order = list(PROCESSES)
@@ -356,13 +392,14 @@ def chrome_trace(slices: list[tuple[int, str, float, float, bool]], workers: int
     ``flows`` (a :class:`~sim.network.linklog.FlowLog`; what it left out is marked by
     ``otherData.link_flows`` and a global instant event)."""
     trace = _Trace()
-    args, sends = notes.span_args()
+    args, sends, named = notes.span_args()
     own: list[_Item] = []  # on the worker's own track
     lapped: list[_Item] = []  # beside its compute
     for i, (w, kind, start, end, overlapped) in enumerate(slices):
-        (lapped if overlapped else own).append(_Item(start, end, (w,), kind, kind,
+        (lapped if overlapped else own).append(_Item(start, end, (w,), named.get(i, kind), kind,
                                                      args.get(i, {}), i))
     trace.slices(WORKERS, [(item.tracks[0], item) for item in own], sends)
+    trace.handoffs(notes.handoff_pairs(), {item.key: item for item in own})
     trace.threads.update({(WORKERS, w): f"worker {w}" for w in range(workers)})
     tid, placed = _place(lapped)
     trace.slices(OVERLAPPED, placed, sends)

@@ -29,7 +29,7 @@ from sim.simulated.recovery import build_recovery
 from sim.simulated.server import ParameterServer
 from sim.simulated.strategies.base import Context, Strategy
 from sim.training.host_costs import CpuCosts, cpu_costs, load_host
-from sim.training.parallel_plan import unexecuted
+from sim.training.parallel_plan import Plan, build_plan, splits
 from sim.training.store import ParameterStore
 from sim.training.strategies import make_rules, row_of
 from sim.training.workload import build_workload
@@ -83,9 +83,11 @@ def rank_hosts(cluster: Any, ranks: int) -> list[int]:
 
 
 def build_hosts(env: simpy.Environment, config: Config, ranks: int,
-                costs: CpuCosts) -> Hosts:
-    """The cores of the cluster's hosts, with every rank placed on one."""
+                costs: CpuCosts, workers: int | None = None) -> Hosts:
+    """The cores of the cluster's hosts, with every rank placed on one; the ranks after
+    the first ``workers`` (default cluster.workers) are servers, waiting for messages."""
     cluster = config.cluster
+    workers = cluster.workers if workers is None else workers
     placed = rank_hosts(cluster, ranks)
     shared = any(placed.count(h) > cluster.cores for h in set(placed))
     # auto, as `sim real` chooses: spin unless ranks share cores with real kernels (with
@@ -93,22 +95,43 @@ def build_hosts(env: simpy.Environment, config: Config, ranks: int,
     kernels = config.compute.time_s is None
     spin = cluster.wait == "spin" or (cluster.wait == "auto" and not (shared and kernels))
     return Hosts(env, placed, cluster.cores, costs.host, spin,
-                 idle_waiters=range(cluster.workers, ranks))
+                 idle_waiters=range(workers, ranks))
 
 
-def build_simulation(config: Config) -> Simulation:
+def _plan(config: Config) -> Plan:
+    """The config's parallelism plan. Raises UserError naming the key for a model whose
+    layers a plan cannot split (a timing profile, a sparse model: only microbatches reach
+    here, the checks refuse stages and shards)."""
+    try:
+        return build_plan(config)
+    except ValueError as exc:
+        raise UserError(f"config: {exc} (the simulator runs [parallel] on a plan of the "
+                        "model's dense layers)") from None
+
+
+def build_simulation(config: Config, plan: Plan | None = None) -> Simulation:
     """The environment, the strategy's context and the strategy, ready to start.
 
     With ``workload.numerics = false`` (a timing profile only) there is no data set and
-    no parameter vector: the run simulates time alone.
+    no parameter vector: the run simulates time alone. A config with [parallel] stages,
+    shards or microbatches runs its parallelism plan (``plan``, default
+    :func:`~sim.training.parallel_plan.build_plan`'s) on the strategy's model-parallel
+    class; giving ``plan`` runs that class even for a config that splits nothing (the tests
+    compare it with the plain one). Raises UserError for a strategy whose model-parallel
+    class does not exist yet, or a model the plan cannot split.
     """
     cluster, run = config.cluster, config.run
-    if (why := unexecuted(config)) is not None:
-        raise UserError(f"config: {why}")
+    split = plan is not None or splits(config)
+    if split and plan is None:
+        plan = _plan(config)
     workload = build_workload(config)
     rules = make_rules(config)
     row = row_of(config)
-    strategy_cls = row.simulated_class()
+    try:
+        strategy_cls = row.simulated_class(split)
+    except ValueError as exc:
+        raise UserError(f"config: {exc}") from None
+    workers = row.worker_ranks(config)  # the ranks that compute: replicas x stages x shards
     servers = row.server_ranks(config)
     env = CountingEnvironment()
     options = {"topology": cluster.topology, "model": cluster.network,
@@ -117,20 +140,21 @@ def build_simulation(config: Config) -> Simulation:
     costs = cpu_costs(load_host(cluster.host), fabric)
     if costs.charged:  # LogGP o is paid on the hosts' cores instead of the wire
         fabric = dataclasses.replace(fabric, overhead_s=0.0)
-    network = build_network(env, fabric, cluster.workers + servers, **options)
-    hosts = place(network.topology, cluster.workers + servers, cluster.placement)
+    network = build_network(env, fabric, workers + servers, **options)
+    hosts = place(network.topology, workers + servers, cluster.placement)
     for w in workload.workers:
         w.host = int(hosts[w.index])
-    recorder = Recorder(lambda: env.now, cluster.workers, run.iterations,
+    recorder = Recorder(lambda: env.now, workers, run.iterations,
                         rules.evaluates_after, run.target_loss, run.samples)
     done = env.event()
     recorder.on_done = done.succeed
-    cores = build_hosts(env, config, cluster.workers + servers, costs)
-    server = ParameterServer(network, hosts[cluster.workers:],
+    cores = build_hosts(env, config, workers + servers, costs, workers)
+    server = ParameterServer(network, hosts[workers:],
                              ParameterStore(rules, workload.params.copy(), config.workload),
-                             cores, cluster.workers, recorder.notes) if servers else None
+                             cores, workers, recorder.notes) if servers else None
     ctx = Context(env, config, network, workload, rules, recorder, done, server,
-                  {**options, "placement": cluster.placement}, cores, costs)
+                  {**options, "placement": cluster.placement}, cores, costs, plan=plan,
+                  placed=hosts)
     strategy = strategy_cls(ctx)
     model, data = workload.model, workload.data
     if model is not None:
@@ -141,14 +165,16 @@ def build_simulation(config: Config) -> Simulation:
 
 
 def simulate(config: Config,
-             progress: Callable[[int, float, int], None] | None = None) -> Result:
+             progress: Callable[[int, float, int], None] | None = None,
+             plan: Plan | None = None) -> Result:
     """Run the experiment; a diverged run (NaN/Inf) stops early with ``diverged: true``.
 
     ``progress(updates_done, simulated_s, samples_used)`` is called after every update. A
     KeyboardInterrupt (Ctrl-C; :class:`sim.progress.Stopped` for SIGTERM too) stops the run
     where it is: the result is what it reached, with ``complete: false`` and ``stopped_by``.
+    ``plan``: as :func:`build_simulation` takes it.
     """
-    env, ctx, strategy = build_simulation(config)
+    env, ctx, strategy = build_simulation(config, plan)
     recovery = ctx.recovery
     recorder = ctx.recorder
     recorder.on_update = progress

@@ -23,7 +23,7 @@ from sim.network.fabrics import get_fabric
 from sim.network.topology import TOPOLOGIES, topology_options
 from sim.training.compute_model import DEVICES, load_device
 from sim.training.host_costs import load_host
-from sim.training.parallel_plan import build_plan, config_layers
+from sim.training.parallel_plan import build_plan, config_layers, plannable
 from sim.training.strategies import STRATEGIES, row_of
 from sim.workloads.datasets import DATASETS, dataset_shape
 from sim.workloads.models import MODELS
@@ -202,17 +202,11 @@ def _check_parallel(c: Config) -> None:
                          "(a rank is one stage's shard, not a worker)")
     if split or par.stage_layers:
         config_layers(c)  # a timing profile or a sparse model: nothing to split
-    if _plannable(c):
+    if plannable(c):
         build_plan(c)  # refuses stages, shards and microbatches it cannot place
     elif c.workload.batch % par.microbatches:
         raise ValueError(f"parallel.microbatches: {par.microbatches} does not divide "
                          f"workload.batch ({c.workload.batch} rows per replica)")
-
-
-def _plannable(c: Config) -> bool:
-    """Whether the plan knows the model's layers: a dense model, not timed by a profile."""
-    w = c.workload
-    return w.numerics and w.profile is None and not MODELS[w.model].sparse
 
 
 def _gib(nbytes: float) -> str:
@@ -222,7 +216,7 @@ def _gib(nbytes: float) -> str:
 def _check_memory(c: Config) -> None:
     """Refuse a rank that needs more than its device holds (run.memory = "refuse")."""
     device = load_device(c.compute.device)
-    if c.run.memory == "report" or device.memory_bytes is None or not _plannable(c):
+    if c.run.memory == "report" or device.memory_bytes is None or not plannable(c):
         return  # nothing to refuse, or no dense layers whose memory the plan knows
     plan = build_plan(c)
     stage = max(plan.stages, key=lambda st: st.memory.total_bytes)

@@ -104,6 +104,7 @@ class ComputeModel:
 
     def __init__(self, cfg, flops_per_gradient: float, workers: int, seed: int) -> None:
         self.device = load_device(cfg.device)
+        self.flops_per_gradient = flops_per_gradient
         self.base_s = cfg.time_s if cfg.time_s is not None else (
             self.device.overhead_s + flops_per_gradient / self.device.flops_per_s)
         self.noise, self.cfg = NOISE[cfg.distribution], cfg
@@ -135,7 +136,24 @@ class ComputeModel:
 
     def duration(self, worker: int, now: float) -> float:
         """Seconds for worker's next gradient, starting at simulated time ``now``."""
-        t = self.base_s * self.noise(self.rngs[worker], self.cfg) * self.factor[worker]
+        return self._drawn(worker, now, self.base_s)
+
+    def base_for(self, flops: float) -> float:
+        """Seconds for ``flops`` of a gradient before noise and slowdowns: the device's rate
+        and per-gradient overhead, or ``compute.time_s`` scaled by their share of a whole
+        gradient's FLOPs (``base_s`` exactly for a whole gradient's)."""
+        if self.cfg.time_s is not None:
+            return self.cfg.time_s * (flops / self.flops_per_gradient)
+        return self.device.overhead_s + flops / self.device.flops_per_s
+
+    def part_duration(self, worker: int, now: float, flops: float) -> float:
+        """Seconds for rank ``worker``'s part of a step, ``flops`` of the gradient (a stage's
+        shard under model parallelism), starting at ``now``: :meth:`base_for`, times the
+        noise, straggler and slowdown factors :meth:`duration` applies."""
+        return self._drawn(worker, now, self.base_for(flops))
+
+    def _drawn(self, worker: int, now: float, base_s: float) -> float:
+        t = base_s * self.noise(self.rngs[worker], self.cfg) * self.factor[worker]
         for slow in self.slowdowns:
             if slow.worker == worker and slow.start_s <= now and (
                     slow.end_s is None or now < slow.end_s):

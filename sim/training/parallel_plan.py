@@ -346,14 +346,27 @@ def _stage(s: int, p: int, layers: list[PlanLayer], first: int, last: int, t: in
                  boundary_out, boundary_in, memory)
 
 
+def splits(config: Any) -> bool:
+    """Whether ``config``'s [parallel] splits a replica over stages or shards, or its batch
+    into microbatches: what an executor runs as a plan rather than as whole replicas."""
+    par = config.parallel
+    return par.pipeline * par.tensor * par.microbatches > 1
+
+
+def plannable(config: Any) -> bool:
+    """Whether a plan knows the config's layers: a dense model, not timed by a profile."""
+    w = config.workload
+    return w.numerics and w.profile is None and not MODELS[w.model].sparse
+
+
 def unexecuted(config: Any) -> str | None:
-    """Why neither executor runs ``config`` yet: its [parallel] splits a replica or cuts its
-    batch into microbatches, which only plans exist for so far (issue 29); None otherwise.
-    Both executors refuse such a config with this line rather than run it unsplit."""
+    """Why the real executor does not run ``config`` yet: its [parallel] splits a replica or
+    cuts its batch into microbatches, which only the simulator runs so far (issue 29); None
+    otherwise. Real runs refuse such a config with this line rather than run it unsplit."""
     par = config.parallel
     for key, used in (("pipeline", par.pipeline > 1), ("tensor", par.tensor > 1),
                       ("microbatches", par.microbatches > 1)):
         if used:
-            return (f"parallel.{key}: model parallelism is planned "
-                    "(sim.training.parallel_plan) but not yet run by the executors")
+            return (f"parallel.{key}: model parallelism runs in the simulator "
+                    "(`sim run`), not yet on real ranks")
     return None

@@ -93,6 +93,9 @@ class StrategyRow:
     synchronous: bool = False  # an update combines a step's gradients from (nearly) every worker
     # takes [parallel]: a replica split over pipeline stages and tensor shards, microbatches
     model_parallel: bool = False
+    # "module:Class" of its SimPy processes for a config with [parallel] (stages, shards or
+    # microbatches: sim.training.parallel_plan.splits); None: the simulator refuses one
+    simulated_model_parallel: str | None = None
     no_model_parallel: str = "does not split a replica over ranks"  # why not (model_parallel off)
 
     def server_ranks(self, config: Any) -> int:
@@ -114,9 +117,16 @@ class StrategyRow:
         """Its rules class."""
         return _load(self.rules)
 
-    def simulated_class(self) -> type:
-        """The SimPy strategy class (imported on first use, by the simulated executor)."""
-        return _load(self.simulated)
+    def simulated_class(self, split: bool = False) -> type:
+        """The SimPy strategy class (imported on first use, by the simulated executor);
+        ``split``: the one that runs a parallelism plan. Raises ValueError naming
+        parallel.pipeline if the strategy has none yet."""
+        if not split:
+            return _load(self.simulated)
+        if self.simulated_model_parallel is None:
+            raise ValueError(f"parallel.pipeline: strategy {self.name!r} takes [parallel], but "
+                             "the simulator does not run its stages yet")
+        return _load(self.simulated_model_parallel)
 
 
 def _load(path: str) -> Any:
@@ -147,7 +157,8 @@ STRATEGIES: dict[str, StrategyRow] = {row.name: row for row in (
                 real=RealProgram("sim.real.executors.bsp",
                                  pipelined="sim.real.executors.bsp_pipelined", restarts=True),
                 pipelining=PIPELINING, gathers_compressed=True, synchronous=True,
-                model_parallel=True),
+                model_parallel=True,
+                simulated_model_parallel=f"{_SIM}.model_parallel:ModelParallelBSP"),
     StrategyRow("bsp-ps", f"{_RULES}:BSPPS", f"{_SIM}.ps_sync:BSPPS", _named("BSP (PS)"),
                 _named("bsp-ps"),
                 "synchronous SGD through sharded parameter servers: push, barrier, pull",

@@ -103,7 +103,10 @@ def build_workload(config: Any) -> Workload:
                       make_codec(config.strategy, size, codec_seed + i))
                for i in range(cluster.workers)]
     params = model.init(init_rng) if model else np.zeros(0)
-    compute = ComputeModel(config.compute, layers.flops(workload.batch), cluster.workers,
+    # a compute time stream per rank: with [parallel], each of a replica's stages and shards
+    # draws its own (with one stage and one shard, ranks are the workers)
+    ranks = cluster.workers * config.parallel.pipeline * config.parallel.tensor
+    compute = ComputeModel(config.compute, layers.flops(workload.batch), ranks,
                            int(streams[3].generate_state(1)[0]))
     return Workload(config, data, model, params, workers, compute, layers)
 

@@ -27,7 +27,7 @@ from sim import kernels as K
 from sim.network.collectives import get_collective
 from sim.network.standalone import run_alone
 from sim.simulated.pipeline import AllreduceChannel
-from sim.simulated.strategies.base import Strategy, block, compute, cpu, everyone
+from sim.simulated.strategies.base import Strategy, block, compute, cpu, everyone, together
 from sim.simulated.strategies.pipelined import PipelinedStrategy
 from sim.training.messages import Message
 from sim.training.rules import SGD
@@ -46,64 +46,89 @@ class RankStep(NamedTuple):
     rendezvous_sends: list[int]  # its sends beyond the eager limit
 
 
+class Group(NamedTuple):
+    """Ranks that run a collective together (the recorder's and the cores' rank numbers),
+    and the network host of each, in the collective's endpoint order."""
+
+    ranks: tuple[int, ...]
+    hosts: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+
 class AllreduceMixin:
     """Time one allreduce per step through the configured collective, in simulated time:
     each rank's CPU for it (posting and copying its messages, summing what arrives), then
     its messages on the network. (An allgather, for compressed gradients, goes the same way;
-    ``nbytes`` is then each rank's message.)"""
+    ``nbytes`` is then each rank's message.)
+
+    By default every worker takes part (:attr:`all_workers`); a model-parallel strategy runs
+    the same machinery on sub-groups of ranks (a stage's data-parallel peers, a tensor
+    group), given as a :class:`Group`."""
 
     def _setup_collective(self, name: str | None = None) -> None:
         """``name``: the collective (default ``strategy.collective``)."""
         self.collective = get_collective(name or self.ctx.config.strategy.collective)
         self.hosts = np.array([w.host for w in self.ctx.workers])
+        self.all_workers = Group(tuple(w.index for w in self.ctx.workers), self.hosts)
+        # whether a collective of every worker starts on an idle network, so that its
+        # duration can be replayed (allreduce_time); not where other traffic runs beside it
+        self.replays = True
         self.elapsed_s: dict[int, float] = {}  # message bytes -> simulated allreduce time
-        self.cpu_s: dict[int, float] = {}  # message bytes -> CPU of a rank, busiest path
-        # message bytes -> each rank's part of each round, transfers per round
-        self.plans: dict[int, tuple[list[list[RankStep]], list[int]]] = {}
+        self.cpu_s: dict[tuple[int, int], float] = {}  # (ranks, bytes) -> CPU, busiest path
+        # (ranks, bytes) -> each rank's part of each round, transfers per round
+        self.plans: dict[tuple[tuple[int, ...], int],
+                         tuple[list[list[RankStep]], list[int]]] = {}
         # CPU s of a rank after the collective, decoding and adding what it received (an
         # allgather's p - 1 messages); an allreduce's sums are in its rounds already
         self.decode_s = 0.0
 
-    def allreduce_cpu_s(self, nbytes: int) -> float:
-        """CPU seconds of one allreduce of ``nbytes`` on a rank (its busiest path, then the
-        decoding)."""
-        if nbytes not in self.cpu_s:
-            schedule = self.collective.schedule(self.ctx.n, int(nbytes))
-            self.cpu_s[nbytes] = self.ctx.cpu.collective_s(schedule, 1.0)
-        return self.cpu_s[nbytes] + self.decode_s
+    def allreduce_cpu_s(self, nbytes: int, size: int | None = None) -> float:
+        """CPU seconds of one allreduce of ``nbytes`` among ``size`` ranks (default every
+        worker) on a rank (its busiest path, then the decoding)."""
+        key = (size or self.ctx.n, nbytes)
+        if key not in self.cpu_s:
+            schedule = self.collective.schedule(key[0], int(nbytes))
+            self.cpu_s[key] = self.ctx.cpu.collective_s(schedule, 1.0)
+        return self.cpu_s[key] + self.decode_s
 
-    def allreduce(self, nbytes: int,
-                  overlapped: bool = False) -> Generator[simpy.Event, Any, None]:
-        """Every worker allreduces ``nbytes``: their CPU, then the wire, both recorded.
+    def allreduce(self, nbytes: int, overlapped: bool = False,
+                  group: Group | None = None) -> Generator[simpy.Event, Any, None]:
+        """Every rank of ``group`` (default every worker) allreduces ``nbytes``: their CPU,
+        then the wire, both recorded.
 
         The CPU part comes first as a lump: ring rounds alternate CPU and wire, and their
         sum is the same in either order when the ranks are alike. Ranks that share cores
         are not alike (they wait for a core, and to notice their messages): then round by
         round (:meth:`allreduce_by_rounds`).
         """
+        group = group or self.all_workers
         if any(self.ctx.hosts.shared.values()):
-            yield from self.allreduce_by_rounds(nbytes, overlapped)
+            yield from self.allreduce_by_rounds(nbytes, overlapped, group)
             return
-        yield from everyone(self.ctx, "overhead", self.allreduce_cpu_s(nbytes), overlapped)
+        yield from together(self.ctx, group.ranks, "overhead",
+                            self.allreduce_cpu_s(nbytes, group.size), overlapped)
         start = self.ctx.env.now
-        yield from self.allreduce_time(nbytes)
-        for w in self.ctx.workers:
-            self.ctx.recorder.add_span(w.index, "wire", start, self.ctx.env.now, overlapped)
+        yield from self.allreduce_time(nbytes, group)
+        for rank in group.ranks:
+            self.ctx.recorder.add_span(rank, "wire", start, self.ctx.env.now, overlapped)
 
-    def allreduce_by_rounds(self, nbytes: int,
-                            overlapped: bool = False) -> Generator[simpy.Event, Any, None]:
+    def allreduce_by_rounds(self, nbytes: int, overlapped: bool = False,
+                            group: Group | None = None) -> Generator[simpy.Event, Any, None]:
         """Every rank goes through the rounds it takes part in on its own, as real ranks do
         (:mod:`sim.real.executors.rank_collectives`): it posts its sends on its core (they leave
         then, not when every rank has posted), waits for its receives to arrive (spinning
         or polling, :meth:`sim.simulated.hosts.Hosts.wait`), and receives, and sums, them
         on its core. Ends when the last rank has."""
-        env = self.ctx.env
-        plans, sizes = self.rank_plans(int(nbytes))
+        env, group = self.ctx.env, group or self.all_workers
+        plans, sizes = self.rank_plans(int(nbytes), group)
         delivered = [[env.event() for _ in range(n)] for n in sizes]
         taken = [[env.event() for _ in range(n)] for n in sizes]
-        yield simpy.AllOf(env, [env.process(self.rank_rounds(w, plan, delivered, taken,
+        yield simpy.AllOf(env, [env.process(self.rank_rounds(rank, plan, delivered, taken,
                                                              overlapped))
-                                for w, plan in enumerate(plans)])
+                                for rank, plan in zip(group.ranks, plans, strict=True)])
 
     def rank_rounds(self, w: int, plan: list[RankStep], delivered: list[list[simpy.Event]],
                     taken: list[list[simpy.Event]],
@@ -136,44 +161,56 @@ class AllreduceMixin:
         if self.decode_s:
             yield from cpu(ctx, w, "overhead", self.decode_s, overlapped)
 
-    def rank_plans(self, nbytes: int) -> tuple[list[list[RankStep]], list[int]]:
-        """Each rank's part of every round of an allreduce of ``nbytes``, and the number of
-        transfers in each round (remembered per size)."""
-        if nbytes in self.plans:
-            return self.plans[nbytes]
+    def rank_plans(self, nbytes: int, group: Group | None = None,
+                   ) -> tuple[list[list[RankStep]], list[int]]:
+        """Each rank's part of every round of an allreduce of ``nbytes`` among ``group``
+        (default every worker; in its order), and the number of transfers in each round
+        (remembered per group and size)."""
+        group = group or self.all_workers
+        key = (group.ranks, nbytes)
+        if key in self.plans:
+            return self.plans[key]
         ctx = self.ctx
-        schedule = self.collective.schedule(ctx.n, nbytes)
-        plans: list[list[RankStep]] = [[] for _ in range(ctx.n)]
+        schedule = self.collective.schedule(group.size, nbytes)
+        plans: list[list[RankStep]] = [[] for _ in range(group.size)]
+        ranks = np.asarray(group.ranks)
         for r in range(schedule.n_rounds):
             rnd = schedule.round(r)
             if not len(rnd):
                 continue
             sent, received = ctx.cpu.round_s(rnd, schedule.n_endpoints)
-            handshakes = np.array([ctx.hosts.handshake_s(int(s), int(d), float(c))
+            handshakes = np.array([ctx.hosts.handshake_s(int(ranks[s]), int(ranks[d]), float(c))
                                    for s, d, c in zip(rnd.src, rnd.dst, rnd.count,
                                                       strict=True)])
-            for w in range(ctx.n):
+            for w in range(group.size):
                 out, into = np.flatnonzero(rnd.src == w), np.flatnonzero(rnd.dst == w)
                 if not (len(out) or len(into)):
                     continue
-                sends = [(int(t), int(self.hosts[rnd.src[t]]), int(self.hosts[rnd.dst[t]]),
+                sends = [(int(t), int(group.hosts[rnd.src[t]]), int(group.hosts[rnd.dst[t]]),
                           float(rnd.count[t])) for t in out]
                 plans[w].append(RankStep(
                     r, float(sent[w]), float(received[w]), sends, into.tolist(),
                     float(handshakes[into].max(initial=0.0)),
                     [int(t) for t in out if handshakes[t] > 0]))
         sizes = [len(schedule.round(r)) for r in range(schedule.n_rounds)]
-        self.plans[nbytes] = plans, sizes
+        self.plans[key] = plans, sizes
         return plans, sizes
 
-    def allreduce_time(self, nbytes: int) -> Generator[simpy.Event, Any, float]:
-        """Wait while every worker's messages of an allreduce of ``nbytes`` cross the
-        network; returns the time taken (s).
+    def allreduce_time(self, nbytes: int,
+                       group: Group | None = None) -> Generator[simpy.Event, Any, float]:
+        """Wait while the messages of an allreduce of ``nbytes`` among ``group`` (default
+        every worker) cross the network; returns the time taken (s).
 
-        Nothing else ever uses the network in these strategies and one allreduce ends before
-        the next starts, so each starts on an idle network and takes the same time as the
-        last one of its size: simulate the first, replay its duration afterwards.
+        In the data-parallel strategies nothing else ever uses the network and one
+        allreduce ends before the next starts, so each starts on an idle network and takes
+        the same time as the last one of its size: simulate the first, replay its duration
+        afterwards. Where other traffic may run beside it (:attr:`replays` false, or a
+        sub-group), every one is simulated.
         """
+        group = group or self.all_workers
+        if not (self.replays and group.ranks == self.all_workers.ranks):
+            return (yield from self.collective.run(self.ctx.network, p=group.size,
+                                                   nbytes=nbytes, hosts=group.hosts))
         if nbytes not in self.elapsed_s:
             self.elapsed_s[nbytes] = yield from self.collective.run(
                 self.ctx.network, p=self.ctx.n, nbytes=nbytes, hosts=self.hosts)
@@ -193,6 +230,13 @@ class BSP(AllreduceMixin, PipelinedStrategy):
 
 
     def start(self) -> None:
+        self.setup_replicas()
+        self.start_pipeline(AllreduceChannel(self.ctx.env, self.ctx.config.strategy.priority,
+                                             self.reduce))
+
+    def setup_replicas(self) -> None:
+        """The collective that combines the replicas' gradients (an allgather of compressed
+        ones) and the one replica that stands for all of them."""
         ctx = self.ctx
         strategy = ctx.config.strategy
         if strategy.compression == "none":
@@ -204,8 +248,6 @@ class BSP(AllreduceMixin, PipelinedStrategy):
         self.total = np.zeros(ctx.params.size)  # the sum, then the mean, of the gradients
         self.decoded = np.zeros(ctx.params.size)
         self.compressed_bytes: int | None = None
-        self.start_pipeline(AllreduceChannel(ctx.env, ctx.config.strategy.priority,
-                                             self.reduce))
 
     def model_of_record(self) -> np.ndarray:
         return self.sgd.params
@@ -234,7 +276,11 @@ class BSP(AllreduceMixin, PipelinedStrategy):
 
     def alone_s(self, msg: Message) -> float:
         """The message's allreduce alone on an idle network, with its CPU."""
-        nbytes = self.message_bytes(msg)
+        return self.alone_bytes_s(self.message_bytes(msg))
+
+    def alone_bytes_s(self, nbytes: int) -> float:
+        """An allreduce of ``nbytes`` among every worker alone on an idle network, with its
+        CPU."""
         if nbytes not in self.elapsed_s:
             self.elapsed_s[nbytes], _ = run_alone(
                 self.collective, p=self.ctx.n, nbytes=nbytes, fabric=self.ctx.network.fabric,

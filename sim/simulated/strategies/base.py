@@ -8,7 +8,7 @@ is its rules' (:mod:`sim.training.rules`), which the real executor follows too.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -22,6 +22,7 @@ from sim.trace import Facts
 from sim.training.compute_model import ComputeModel
 from sim.training.host_costs import CpuCosts
 from sim.training.messages import LayerCosts
+from sim.training.parallel_plan import Plan
 from sim.training.rules import Rules
 from sim.training.workload import Worker, Workload
 from sim.workloads.models import Model
@@ -43,6 +44,10 @@ class Context:
     hosts: Hosts  # the cores every rank's CPU work runs on (ranks: workers, then servers)
     cpu: CpuCosts  # seconds of CPU per activity
     recovery: Any = None  # what the run does about failures (sim.simulated.recovery)
+    # the parallelism plan a model-parallel strategy runs (None: none, or a model the plan
+    # cannot split, timed by a profile)
+    plan: Plan | None = None
+    placed: np.ndarray | None = None  # the network host of every rank (workers, then servers)
     # the CPU side of each kind of message to or from the shards (see message_costs)
     message_memo: dict[tuple, MessageCosts] = field(default_factory=dict, repr=False)
 
@@ -145,11 +150,18 @@ def everyone(ctx: Context, kind: str, seconds: float,
              overlapped: bool = False) -> Generator[simpy.Event, Any, None]:
     """Every worker spends ``seconds`` of CPU on ``kind`` (the parts of a collective that
     run on each rank); ends when the last has."""
+    yield from together(ctx, [w.index for w in ctx.workers], kind, seconds, overlapped)
+
+
+def together(ctx: Context, ranks: Sequence[int], kind: str, seconds: float,
+             overlapped: bool = False) -> Generator[simpy.Event, Any, None]:
+    """Each of ``ranks`` spends ``seconds`` of CPU on ``kind`` (a group's collective);
+    ends when the last has."""
     if seconds <= 0:
         return
     env = ctx.env
-    yield simpy.AllOf(env, [env.process(cpu(ctx, w.index, kind, seconds, overlapped))
-                            for w in ctx.workers])
+    yield simpy.AllOf(env, [env.process(cpu(ctx, rank, kind, seconds, overlapped))
+                            for rank in ranks])
 
 
 def block(ctx: Context, rank: int, kind: str, event: simpy.Event | None,

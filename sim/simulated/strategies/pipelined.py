@@ -106,17 +106,24 @@ class PipelinedStrategy(Strategy):
         return msg.nbytes
 
     def summary_extra(self) -> dict[str, Any]:
-        rec, steps = self.ctx.recorder, max(1, self.ctx.recorder.iteration)
+        steps = max(1, self.ctx.recorder.iteration)
         C = self.slowest_compute_s
         M = steps * sum(self.alone_s(m) for m in self.messages)
         T = float(self.ctx.env.now)
-        mode = self.ctx.config.strategy.pipelining
         whole = plan_messages(self.layers.grad_bytes, "none", 0)[0]
-        T_none = T if mode == "none" else C + steps * self.alone_s(whole)
+        T_none = T if self.ctx.config.strategy.pipelining == "none" \
+            else C + steps * self.alone_s(whole)
+        return self.pipelining_summary(C, M, T, T_none, len(self.messages))
+
+    def pipelining_summary(self, C: float, M: float, T: float, T_none: float,
+                           messages: int) -> dict[str, Any]:
+        """The pipelining keys (module docstring) from C, M, T and T_none (s) and the
+        ``messages`` per step."""
+        rec, steps = self.ctx.recorder, max(1, self.ctx.recorder.iteration)
         hidden = (C + M - T) / min(C, M) if min(C, M) > 0 else None
-        return {"pipelining": mode,
+        return {"pipelining": self.ctx.config.strategy.pipelining,
                 "priority": self.ctx.config.strategy.priority,
-                "messages_per_step": len(self.messages),
+                "messages_per_step": messages,
                 "timing": self.layers.source + ("" if self.ctx.numerics else " (timing only)"),
                 "comm_alone_s": M,
                 "overlapped_comm_s": float(rec.overlapped_s.mean()),

@@ -1,0 +1,256 @@
+"""Model-parallel ranks in simulated time: what each stage computes and sends, the messages
+between stages, the meetings of a group before its collective, and the pipeline's bubble.
+
+A parallelism plan (:mod:`sim.training.parallel_plan`) says which rank holds which layers
+and shards and what a microbatch sends; :class:`StageWork` is one stage's part of it as the
+simulator runs it (FLOPs per layer as arrays, where its tensor allreduces fall, its
+messages' bytes). The strategy (:mod:`sim.simulated.strategies.model_parallel`) runs a SimPy
+process per rank over these pieces:
+
+- :class:`Mailbox`: activations and their gradients go point to point between stages, over
+  the simulated network (its flows share links with everything else); a rank waits for a
+  pass's input, and its idle time is split into ``wait`` (the sender had not sent it yet:
+  the pipeline's bubble) and ``wire`` (in flight).
+- :class:`Meetings`: the ranks of a group (a tensor group, a stage's data-parallel peers)
+  arrive one by one; the last one starts the group's collective, and the earlier ones
+  ``wait`` until then.
+- :class:`BubbleTally`: each step's window per pipeline (a replica's shard, all its stages)
+  and its stages' busy time within it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.trace import Facts
+from sim.training.parallel_plan import Plan, Stage
+from sim.training.pipeline_schedule import Op
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """What every rank of one stage does in a step, on its shard (per sample FLOPs; bytes
+    per microbatch)."""
+
+    index: int
+    layers: tuple[int, ...]  # the model's layer indices, forward order
+    forward_flops: np.ndarray  # per sample, per layer of ``layers``
+    backward_flops: np.ndarray
+    forward_allreduces: dict[int, int]  # position in ``layers`` -> bytes, after its forward
+    backward_allreduces: dict[int, int]  # position -> bytes, after its backward
+    ops: tuple[Op, ...]  # the stage's passes in one step, in order
+    activation_bytes: int  # to the next stage per microbatch (0 on the last)
+    gradient_bytes: int  # to the previous stage per microbatch (0 on the first)
+    grad_bytes: int  # the shard's gradient: its data-parallel allreduce per step
+
+    @property
+    def flops(self) -> float:
+        """Forward and backward FLOPs per sample (summed as
+        :meth:`sim.training.messages.LayerCosts.flops` sums a whole model's)."""
+        return float(self.forward_flops.sum() + self.backward_flops.sum())
+
+    def pass_seconds(self, step_s: float, microbatches: int) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds of each layer's forward and backward for one microbatch, when the
+        stage's whole step takes ``step_s``: shared out in proportion to FLOPs (as
+        :meth:`~sim.training.messages.LayerCosts.split` shares a step out over layers),
+        then over the microbatches."""
+        total = self.forward_flops.sum() + self.backward_flops.sum()
+        scale = step_s / total if total > 0 else 0.0
+        return (self.forward_flops * scale / microbatches,
+                self.backward_flops * scale / microbatches)
+
+
+def stage_work(stage: Stage, itemsize: int) -> StageWork:
+    """The plan's ``stage`` as the simulator runs it."""
+    layers = tuple(x.layer for x in stage.layers)
+    at = {layer: i for i, layer in enumerate(layers)}
+    allreduces = {phase: {at[a.layer]: a.nbytes for a in stage.tensor_allreduces
+                          if a.phase == phase} for phase in ("forward", "backward")}
+    return StageWork(stage.index, layers,
+                     np.array([x.forward_flops for x in stage.layers], float),
+                     np.array([x.backward_flops for x in stage.layers], float),
+                     allreduces["forward"], allreduces["backward"], stage.ops,
+                     stage.activation_bytes, stage.gradient_bytes, stage.params * itemsize)
+
+
+def stage_works(plan: Plan) -> list[StageWork]:
+    return [stage_work(stage, plan.itemsize) for stage in plan.stages]
+
+
+# ---- messages between stages ----------------------------------------------------------
+
+class Letter:
+    """One message between two stages: when its sender posted it, its arrival, and the span
+    that produced it (for the trace's arrow)."""
+
+    __slots__ = ("posted_s", "arrived", "sender_span")
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.posted_s: float | None = None
+        self.arrived = env.event()
+        self.sender_span: int | None = None
+
+
+class Mailbox:
+    """Point-to-point messages between ranks over the simulated network.
+
+    ``recorder`` takes the ranks' spans, ``hosts`` (:class:`sim.simulated.hosts.Hosts`) runs
+    their CPU, ``message_s(bytes)`` is the CPU each end pays for a message (0 on the ideal
+    host), ``placed[rank]`` is each rank's network host. :attr:`spent_s` sums each rank's
+    time on these messages: posting, receiving, and waiting while one is in flight.
+    """
+
+    def __init__(self, env: simpy.Environment, network: Any, recorder: Any, hosts: Any,
+                 message_s: Callable[[float], float], placed: np.ndarray, ranks: int) -> None:
+        self.env, self.network, self.recorder, self.hosts = env, network, recorder, hosts
+        self.message_s, self.placed = message_s, placed
+        self.letters: dict[tuple, Letter] = {}
+        self.spent_s = np.zeros(ranks)
+
+    def _letter(self, key: tuple) -> Letter:
+        letter = self.letters.get(key)
+        if letter is None:
+            letter = self.letters[key] = Letter(self.env)
+        return letter
+
+    def _cpu(self, rank: int, seconds: float) -> Generator[simpy.Event, Any, None]:
+        if seconds > 0:
+            start = self.env.now
+            with self.recorder.span(rank, "overhead"):
+                yield from self.hosts.run(rank, seconds)
+            self.spent_s[rank] += self.env.now - start
+
+    def post(self, src: int, dst: int, key: tuple, nbytes: int, what: str,
+             sender_span: int | None) -> Generator[simpy.Event, Any, None]:
+        """Rank ``src`` sends ``nbytes`` to ``dst`` (the letter ``key``; ``what`` it is, for
+        the trace): its CPU to post it, then the network carries it while ``src`` goes on.
+        ``sender_span``: the span whose output it is."""
+        letter = self._letter(key)
+        letter.sender_span = sender_span
+        facts = Facts(what, nbytes)
+        start = self.env.now
+        with self.recorder.span(src, "overhead", facts=facts):  # empty on the ideal host
+            cost = self.message_s(nbytes)
+            if cost > 0:
+                yield from self.hosts.run(src, cost)
+            letter.posted_s = self.env.now
+            first = self.network.sent
+            self.network.send(int(self.placed[src]), int(self.placed[dst]),
+                              nbytes).callbacks.append(lambda _: letter.arrived.succeed())
+            facts.sends.extend(range(first, self.network.sent))  # its link flows' id
+        self.spent_s[src] += self.env.now - start
+
+    def receive(self, rank: int, key: tuple, nbytes: int) -> Generator[simpy.Event, Any, Letter]:
+        """Rank ``rank`` waits for the letter ``key`` and receives it (its CPU); the wait is
+        ``wait`` until the sender posted it and ``wire`` after. Returns the letter."""
+        letter = self._letter(key)
+        start = self.env.now
+        if not letter.arrived.processed:
+            yield from self.hosts.wait(rank, letter.arrived)
+            now = self.env.now
+            posted = min(max(start, letter.posted_s), now)
+            self.recorder.add_span(rank, "wait", start, posted)
+            self.recorder.add_span(rank, "wire", posted, now)
+            self.spent_s[rank] += now - posted
+        del self.letters[key]
+        yield from self._cpu(rank, self.message_s(nbytes))
+        return letter
+
+
+# ---- group meetings -------------------------------------------------------------------
+
+class _Meeting:
+    __slots__ = ("arrived_s", "released")
+
+    def __init__(self) -> None:
+        self.arrived_s: dict[int, float] = {}  # rank -> when it arrived
+        self.released: dict[int, simpy.Event] = {}  # rank -> it may go on
+
+
+class Meetings:
+    """Ranks of a group meet before their collective: the last to arrive starts it, and
+    every member goes on when it is done (the earlier ones ``wait`` until it starts, as
+    bsp's workers wait for the slowest before their allreduce)."""
+
+    def __init__(self, env: simpy.Environment, recorder: Any) -> None:
+        self.env, self.recorder = env, recorder
+        self.open: dict[tuple, _Meeting] = {}
+
+    def join(self, key: tuple, rank: int, members: tuple[int, ...],
+             work: Callable[[], Generator[simpy.Event, Any, None]],
+             then: Callable[[], None] | None = None) -> Generator[simpy.Event, Any, None]:
+        """``rank`` arrives at the meeting ``key`` of ``members``; the last to arrive
+        starts ``work()`` (which records the members' spans); when it ends, the members go
+        on in their order (as bsp's workers do when their message lands: where ranks share
+        cores, the order they ask for one matters), and then ``then()`` runs (as bsp's step
+        closes after its workers' messages have landed)."""
+        meeting = self.open.get(key)
+        if meeting is None:
+            meeting = self.open[key] = _Meeting()
+        meeting.arrived_s[rank] = self.env.now
+        released = meeting.released[rank] = self.env.event()
+        if len(meeting.arrived_s) == len(members):
+            del self.open[key]
+            now = self.env.now
+            for member in members:
+                self.recorder.add_span(member, "wait", meeting.arrived_s[member], now)
+            # started one event later, as bsp's channel process is woken up by the last
+            # worker's message: where ranks share cores, what runs first at one instant
+            # decides who gets a core
+            kick = self.env.event()
+            kick.callbacks.append(
+                lambda _: self.env.process(self._hold(meeting, members, work(), then)))
+            kick.succeed()
+        yield released
+
+    def _hold(self, meeting: _Meeting, members: tuple[int, ...],
+              work: Generator[simpy.Event, Any, None],
+              then: Callable[[], None] | None) -> Generator[simpy.Event, Any, None]:
+        yield from work
+        for member in members:
+            meeting.released[member].succeed()
+        if then is not None:
+            then()
+
+
+# ---- the bubble -----------------------------------------------------------------------
+
+class BubbleTally:
+    """Each step's window on each pipeline (replica x shard: its p stages) from its first
+    pass's start to its last pass's end, and the time its stages spent in passes within it.
+    The bubble is the stages' idle share of those windows: 1 - busy / (p x window)."""
+
+    def __init__(self, replicas: int, shards: int, stages: int) -> None:
+        self.shape, self.stages = (replicas, shards), stages
+        self.steps: dict[int, np.ndarray] = {}  # step -> [first start, last end, busy]
+        self.idle_s = 0.0  # over the closed steps
+        self.window_s = 0.0  # p x each window, summed over pipelines and closed steps
+
+    def passed(self, step: int, replica: int, shard: int, start: float, end: float) -> None:
+        """A pass ran on a stage of pipeline (``replica``, ``shard``) from ``start`` to
+        ``end`` (s)."""
+        at = self.steps.get(step)
+        if at is None:
+            at = self.steps[step] = np.zeros((3, *self.shape))
+            at[0] = np.inf
+            at[1] = -np.inf
+        at[0, replica, shard] = min(at[0, replica, shard], start)
+        at[1, replica, shard] = max(at[1, replica, shard], end)
+        at[2, replica, shard] += end - start
+
+    def close(self, step: int) -> None:
+        """Every pass of ``step`` has run: add its windows."""
+        start, end, busy = self.steps.pop(step)
+        window = self.stages * (end - start)
+        self.window_s += float(window.sum())
+        self.idle_s += float((window - busy).sum())
+
+    @property
+    def fraction(self) -> float | None:
+        """The idle share over the closed steps (None before one closed)."""
+        return self.idle_s / self.window_s if self.window_s > 0 else None

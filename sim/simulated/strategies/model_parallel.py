@@ -1,0 +1,259 @@
+"""bsp on a parallelism plan: each replica's layers split over pipeline stages and tensor
+shards, its batch into microbatches (:mod:`sim.training.parallel_plan`).
+
+Every rank of the plan is a SimPy process that runs its stage's passes in the schedule's
+order (:func:`sim.training.pipeline_schedule.stage_ops`) each step:
+
+- a forward pass of microbatch k waits for its activations from the same shard of the
+  previous stage (a point-to-point message over the simulated network,
+  :class:`~sim.simulated.stages.Mailbox`), computes its layers, and sends its output on; a
+  backward pass waits for the gradient from the next stage and sends its input's gradient
+  back. Stage 0 reads its microbatch itself; the last stage starts backward from its loss.
+- a layer's compute takes its share of the rank's step, by FLOPs: the rank draws its step's
+  seconds from the compute model for its shard's FLOPs
+  (:meth:`~sim.training.compute_model.ComputeModel.part_duration`: device rate and overhead,
+  or compute.time_s by FLOP share; noise, stragglers and slowdowns per rank), once per
+  step when its previous step's passes end, as a bsp worker draws its gradient's, and each
+  microbatch gets 1/m of it. Layers run one after another as bsp's do.
+- a tensor group (the t shards of a stage of a replica) allreduces after a row-parallel
+  layer's forward and a column-parallel layer's backward (the plan's TensorAllreduce list,
+  per microbatch), with strategy.collective, on the live network.
+- once a rank's passes of the step are done it meets its data group (its stage's shard in
+  every replica): the last to arrive starts their allreduce of the shard's gradient, then
+  each updates (bsp's CPU costs). The step closes, and its update is recorded, when every
+  data group has updated; a rank starts its next step once its own group has.
+
+Numerics are bsp's (each replica's whole-batch gradient once per step at the parameters of
+record, averaged in rank order), so losses equal a plain bsp run's; the timing is the
+plan's. With one stage, one shard and one microbatch the run is bsp's, time for time
+(tests/test_model_parallel_sim.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.recorder import KINDS
+from sim.simulated.stages import BubbleTally, Mailbox, Meetings, StageWork, stage_works
+from sim.simulated.strategies.allreduce import BSP, Group
+from sim.simulated.strategies.base import cpu, together
+from sim.trace import Facts
+from sim.training.pipeline_schedule import Op
+
+# what it adds to summary.json (docs/reference/results.md)
+MODEL_PARALLEL_KEYS = ("ranks", "peak_memory_bytes", "memory_bytes_by_stage",
+                       "device_memory_bytes", "memory_fits", "bubble_fraction",
+                       "stage_compute_s", "activation_bytes_per_step", "pipeline_p2p_s",
+                       "tensor_allreduce_s")
+
+# what a message between stages carries, by the pass that sends it (for the trace)
+_CARRIES = {"F": "activation", "B": "activation gradient"}
+
+
+class ModelParallelBSP(BSP):
+    """bsp whose replicas run a parallelism plan (module docstring)."""
+
+    def start(self) -> None:
+        ctx = self.ctx
+        self.plan = plan = ctx.plan
+        self.setup_replicas()
+        # with one stage and one shard the data-parallel allreduce is the only traffic, as
+        # in bsp, and its duration is replayed as bsp's is; otherwise each is simulated
+        self.replays = plan.pipeline * plan.tensor == 1
+        self.works = stage_works(plan)
+        ranks = len(plan.ranks)
+        placed = np.asarray(ctx.placed[:ranks])
+        self.data_groups = [self._group(plan.data_group(r), placed) for r in range(ranks)]
+        self.tensor_groups = [self._group(plan.tensor_group(r), placed) for r in range(ranks)]
+        self.mail = Mailbox(ctx.env, ctx.network, ctx.recorder, ctx.hosts, ctx.cpu.message_s,
+                            placed, ranks)
+        self.meetings = Meetings(ctx.env, ctx.recorder)
+        self.bubble = BubbleTally(plan.replicas, plan.tensor, plan.pipeline)
+        self.tensor_s = np.zeros(ranks)  # each rank's time in tensor allreduces
+        on_core = ctx.cpu.charged and ctx.compute.on_host
+        self.busy = ctx.hosts.run if on_core else ctx.hosts.sleep
+        # for the pipelining keys bsp reports (sim.simulated.strategies.pipelined)
+        self.layers = ctx.layers
+        self.slowest_compute_s = 0.0
+        self.worker_compute_s = np.zeros(ranks)
+        self.step_compute: dict[int, np.ndarray] = {}
+        self.updated: dict[int, int] = {}  # step -> data groups that have updated
+        if ctx.numerics:
+            self.compute_gradients()
+        self.loops = [ctx.env.process(self.rank_loop(r)) for r in range(ranks)]
+
+    @staticmethod
+    def _group(ranks: tuple[int, ...], placed: np.ndarray) -> Group:
+        return Group(ranks, placed[list(ranks)])
+
+    # ---- one rank ---------------------------------------------------------------------
+
+    def rank_loop(self, rank: int) -> Generator[simpy.Event, Any, None]:
+        """Rank ``rank``'s steps until the run has its updates."""
+        work = self.works[self.plan.ranks[rank].stage]
+        step, step_s = 0, self.draw(rank, work, 0)
+        while True:
+            yield from self.rank_prologue(rank, work)
+            forward_s, backward_s = work.pass_seconds(step_s, self.plan.microbatches)
+            for op in work.ops:
+                yield from self.run_pass(rank, work, step, op,
+                                         forward_s if op.kind == "F" else backward_s)
+            step_s = self.draw(rank, work, step + 1)
+            yield from self.data_parallel(rank, work, step)
+            if self.ctx.recorder.finished:
+                return
+            step += 1
+
+    def draw(self, rank: int, work: StageWork, step: int) -> float:
+        """Seconds of ``rank``'s compute in ``step`` (its shard's FLOPs for a replica's
+        batch), drawn now."""
+        ctx = self.ctx
+        flops = ctx.config.workload.batch * work.flops
+        seconds = ctx.compute.part_duration(rank, ctx.env.now, flops)
+        self.step_compute.setdefault(step, np.zeros(len(self.plan.ranks)))[rank] = seconds
+        return seconds
+
+    def rank_prologue(self, rank: int, work: StageWork) -> Generator[simpy.Event, Any, None]:
+        """What bsp's worker does before its gradient (:func:`~sim.simulated.strategies.
+        base.prologue`): the framework's per-step code; on stage 0 also gathering its
+        replica's batch (the other stages get their input from the stage before)."""
+        ctx = self.ctx
+        if not ctx.cpu.charged:
+            return
+        yield from cpu(ctx, rank, "overhead", ctx.cpu.step_s)
+        if work.index == 0:
+            worker = ctx.workers[self.plan.ranks[rank].replica]
+            yield from cpu(ctx, rank, "data", ctx.cpu.data_s(worker.batch_bytes, worker.batch))
+
+    def run_pass(self, rank: int, work: StageWork, step: int, op: Op,
+                 layer_s: np.ndarray) -> Generator[simpy.Event, Any, None]:
+        """One pass: wait for its input (not on the stage that starts it), compute its
+        layers with their tensor allreduces, send its output on (not from the stage that
+        ends it)."""
+        plan = self.plan
+        forward = op.kind == "F"
+        source = plan.prev_rank(rank) if forward else plan.next_rank(rank)
+        letter = None
+        if source is not None:
+            letter = yield from self.mail.receive(  # what the neighbour sends this way
+                rank, (step, op, rank), work.gradient_bytes if forward else work.activation_bytes)
+        start = self.ctx.env.now
+        first, last = yield from self.compute_layers(rank, work, step, op, layer_s)
+        place = plan.ranks[rank]
+        self.bubble.passed(step, place.replica, place.shard, start, self.ctx.env.now)
+        if letter is not None and letter.sender_span is not None and first is not None:
+            self.ctx.recorder.notes.handoff(letter.sender_span, first)
+        target = plan.next_rank(rank) if forward else plan.prev_rank(rank)
+        if target is not None:
+            nbytes = work.activation_bytes if forward else work.gradient_bytes
+            yield from self.mail.post(rank, target, (step, op, target), nbytes,
+                                      _CARRIES[op.kind], last)
+
+    def compute_layers(self, rank: int, work: StageWork, step: int, op: Op,
+                       layer_s: np.ndarray) -> Generator[simpy.Event, Any,
+                                                         tuple[int | None, int | None]]:
+        """The pass's layers (backward: last first), each a compute span named after the
+        pass ("F3"), each followed by its tensor allreduce if it has one. Returns the
+        first and last compute spans' numbers."""
+        ctx, rec = self.ctx, self.ctx.recorder
+        forward = op.kind == "F"
+        order = range(len(work.layers)) if forward else range(len(work.layers) - 1, -1, -1)
+        allreduces = work.forward_allreduces if forward else work.backward_allreduces
+        first = last = None
+        for i in order:
+            start = ctx.env.now
+            yield from self.busy(rank, layer_s[i])
+            layer = work.layers[i]
+            span = rec.add_span(rank, "compute", start, ctx.env.now,
+                                facts=Facts(layers=(layer, layer), name=str(op)))
+            first = span if first is None else first
+            last = span if span is not None else last
+            if i in allreduces:
+                yield from self.tensor_allreduce(rank, step, op, i, allreduces[i])
+        return first, last
+
+    def tensor_allreduce(self, rank: int, step: int, op: Op, position: int,
+                         nbytes: int) -> Generator[simpy.Event, Any, None]:
+        """``rank``'s tensor group allreduces ``nbytes`` after layer ``position`` of ``op``."""
+        group = self.tensor_groups[rank]
+        start = self.ctx.env.now
+        yield from self.meetings.join(("tensor", step, op, position, group.ranks[0]), rank,
+                                      group.ranks, lambda: self.allreduce(nbytes, group=group))
+        self.tensor_s[rank] += self.ctx.env.now - start
+
+    def data_parallel(self, rank: int, work: StageWork,
+                      step: int) -> Generator[simpy.Event, Any, None]:
+        """``rank`` meets its data group: their allreduce of the shard's gradient, then each
+        one's update (as bsp's step: a pass at the summing rate and the SGD step)."""
+        group = self.data_groups[rank]
+        costs = self.ctx.cpu
+        nbytes = work.grad_bytes
+
+        def reduce() -> Generator[simpy.Event, Any, None]:
+            sent = nbytes if self.compressed_bytes is None else self.compressed_bytes
+            yield from self.allreduce(sent, group=group)
+            yield from together(self.ctx, group.ranks, "update",
+                                costs.reduce_s(nbytes) + costs.update_s(nbytes))
+
+        yield from self.meetings.join(("data", step, group.ranks[0]), rank, group.ranks,
+                                      reduce, lambda: self.group_updated(step))
+
+    # ---- the step ---------------------------------------------------------------------
+
+    def group_updated(self, step: int) -> None:
+        """A data group has updated; the last one closes the step."""
+        self.updated[step] = self.updated.get(step, 0) + 1
+        if self.updated[step] == self.plan.pipeline * self.plan.tensor:
+            del self.updated[step]
+            self.step_done(step)
+
+    def step_done(self, step: int) -> None:
+        """Every data group has updated: bsp's update of record (sim.simulated.strategies.
+        pipelined.PipelinedStrategy.step_done), and the step's bubble."""
+        ctx = self.ctx
+        compute = self.step_compute.pop(step)
+        self.slowest_compute_s += float(compute.max())
+        self.worker_compute_s += compute
+        self.bubble.close(step)
+        loss = self.apply_step(step) if ctx.numerics else math.nan
+        for w in ctx.workers:
+            w.clock = step + 1
+        ctx.recorder.update(-1, step + 1, step, 0, loss, ctx.n * ctx.config.workload.batch)
+        if not ctx.recorder.finished and ctx.numerics:
+            self.compute_gradients()
+
+    # ---- results ----------------------------------------------------------------------
+
+    def summary_extra(self) -> dict[str, Any]:
+        """bsp's pipelining keys (M: the largest shard's data-parallel allreduce alone, per
+        step; the messages between stages and inside tensor groups are in
+        ``pipeline_p2p_s`` and ``tensor_allreduce_s``), then the plan's: memory, the bubble,
+        each stage's compute, the time on point-to-point messages and tensor allreduces."""
+        ctx, plan = self.ctx, self.plan
+        steps = max(1, ctx.recorder.iteration)
+        C = self.slowest_compute_s
+        largest = max(work.grad_bytes for work in self.works)
+        M = steps * self.alone_bytes_s(largest if self.compressed_bytes is None
+                                       else self.compressed_bytes)
+        T = float(ctx.env.now)
+        device_bytes = ctx.compute.device.memory_bytes
+        compute = ctx.recorder.breakdown[:len(plan.ranks), KINDS.index("compute")]
+        stage_of = np.array([place.stage for place in plan.ranks])
+        return {**self.pipelining_summary(C, M, T, T, 1),
+                "ranks": len(plan.ranks),
+                "peak_memory_bytes": plan.peak_memory_bytes,
+                "memory_bytes_by_stage": plan.memory_bytes_by_stage,
+                "device_memory_bytes": device_bytes,
+                "memory_fits": None if device_bytes is None
+                else plan.peak_memory_bytes <= device_bytes,
+                "bubble_fraction": self.bubble.fraction,
+                "stage_compute_s": [float(compute[stage_of == s].mean())
+                                    for s in range(plan.pipeline)],
+                "activation_bytes_per_step": plan.activation_bytes_per_step,
+                "pipeline_p2p_s": float(self.mail.spent_s.mean()),
+                "tensor_allreduce_s": float(self.tensor_s.mean())}
