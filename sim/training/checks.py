@@ -23,7 +23,7 @@ from sim.network.fabrics import get_fabric
 from sim.network.topology import TOPOLOGIES, topology_options
 from sim.training.compute_model import DEVICES, load_device
 from sim.training.host_costs import load_host
-from sim.training.parallel_plan import build_plan, config_layers, plannable
+from sim.training.parallel_plan import build_plan, config_layers, plannable, splits
 from sim.training.strategies import STRATEGIES, row_of
 from sim.workloads.datasets import DATASETS, dataset_shape
 from sim.workloads.models import MODELS
@@ -117,10 +117,12 @@ def _check_strategy(c: Config) -> None:
     if s.backup >= c.cluster.workers:
         raise ValueError(f"strategy.backup: expected fewer than cluster.workers "
                          f"({c.cluster.workers}) backup workers, got {s.backup}")
+    ranks = row_of(c).worker_ranks(c)  # with [parallel], a slowdown names a rank
     for slow in c.compute.slowdowns:
-        if slow.worker >= c.cluster.workers:
+        if slow.worker >= ranks:
+            split = f": {ranks} ranks of stages and shards" if ranks > c.cluster.workers else ""
             raise ValueError(f"compute.slowdowns: worker {slow.worker} does not exist "
-                             f"(cluster.workers = {c.cluster.workers})")
+                             f"(cluster.workers = {c.cluster.workers}{split})")
         if slow.end_s is not None and slow.end_s <= slow.start_s:
             raise ValueError(f"compute.slowdowns: end_s ({slow.end_s}) must be after "
                              f"start_s ({slow.start_s})")
@@ -193,6 +195,10 @@ def _check_parallel(c: Config) -> None:
                              f"{_model_parallel()}")
         return
     split = par.pipeline * par.tensor > 1
+    if splits(c) and c.strategy.pipelining != "none":
+        raise ValueError(f"strategy.pipelining: {c.strategy.pipelining!r} is not run with "
+                         "[parallel] stages, shards or microbatches yet (each stage allreduces "
+                         "its gradients once its last backward pass is done)")
     if split and c.strategy.compression != "none":
         raise ValueError("strategy.compression: not combined with model parallelism (each "
                          "stage and shard would need its own codec)")
