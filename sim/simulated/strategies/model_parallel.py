@@ -23,10 +23,14 @@ order (:func:`sim.training.pipeline_schedule.stage_ops`) each step:
   each updates (bsp's CPU costs). The step closes, and its update is recorded, when every
   data group has updated; a rank starts its next step once its own group has.
 
-Numerics are bsp's (each replica's whole-batch gradient once per step at the parameters of
-record, averaged in rank order), so losses equal a plain bsp run's; the timing is the
-plan's. With one stage, one shard and one microbatch the run is bsp's, time for time
-(tests/test_model_parallel_sim.py).
+Numerics are the split replica's (:mod:`sim.training.stage_numerics`): once per step, at the
+parameters of record, each replica's batch goes through its stages' and shards' layers
+microbatch by microbatch with the C kernels, its tensor groups' partial sums added in shard
+order; the replicas' gradients are then averaged in rank order, as bsp's. The numbers are
+computed when the step before closes and the timing is the plan's, as bsp computes its
+gradients apart from its pipeline's timing (:mod:`sim.simulated.strategies.pipelined`). With
+one stage, one shard and one microbatch the run is bsp's, bit for bit and time for time;
+otherwise its losses are bsp's up to rounding (tests/test_model_parallel_sim.py).
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ from sim.simulated.strategies.allreduce import BSP, Group
 from sim.simulated.strategies.base import cpu, together
 from sim.trace import Facts
 from sim.training.pipeline_schedule import Op
+from sim.training.stage_numerics import replica_loss_grad
+from sim.training.workload import Worker
 
 # what it adds to summary.json (docs/reference/results.md)
 MODEL_PARALLEL_KEYS = ("ranks", "peak_memory_bytes", "memory_bytes_by_stage",
@@ -204,6 +210,14 @@ class ModelParallelBSP(BSP):
                                       reduce, lambda: self.group_updated(step))
 
     # ---- the step ---------------------------------------------------------------------
+
+    def gradient(self, worker: Worker, params: np.ndarray) -> float:
+        """The replica's batch through its split ranks, microbatch by microbatch, stage by
+        stage, each tensor group's sums in shard order
+        (:func:`sim.training.stage_numerics.replica_loss_grad`): the same bits as bsp's with
+        one microbatch and one shard, within rounding otherwise."""
+        X, y = worker.next_batch()
+        return replica_loss_grad(self.ctx.model, self.plan, params, X, y, worker.grad)
 
     def group_updated(self, step: int) -> None:
         """A data group has updated; the last one closes the step."""

@@ -36,6 +36,7 @@ from sim.simulated.pipeline import Pipeline
 from sim.simulated.strategies.base import Strategy, prologue
 from sim.trace import Facts
 from sim.training.messages import Message, StepCosts, plan_messages
+from sim.training.workload import Worker
 
 UNBOUNDED = 1 << 62  # steps: the run stops on the recorder, not on a step count
 
@@ -91,7 +92,11 @@ class PipelinedStrategy(Strategy):
 
     def compute_gradients(self) -> None:
         """Every worker's gradient at the current parameters (numerics of the next step)."""
-        self.losses = [w.gradient(self.model_of_record()) for w in self.ctx.workers]
+        self.losses = [self.gradient(w, self.model_of_record()) for w in self.ctx.workers]
+
+    def gradient(self, worker: Worker, params: np.ndarray) -> float:
+        """``worker``'s mini-batch loss; its gradient at ``params`` left in its ``grad``."""
+        return worker.gradient(params)
 
     def apply_step(self, step: int) -> float:
         """Apply the step's update (the messages have all landed); returns the mean loss."""
