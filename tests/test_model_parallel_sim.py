@@ -9,6 +9,7 @@ each message's sender to its receiver)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections import defaultdict
@@ -24,7 +25,12 @@ from sim.simulated.strategies.model_parallel import MODEL_PARALLEL_KEYS
 from sim.training.checks import validate
 from sim.training.parallel_plan import PlanLayer, build_plan
 from sim.training.pipeline_schedule import SCHEDULES, evaluate
+from sim.training.strategies import STRATEGIES
 from sim.workloads.models import make_model
+
+# the strategies that take [parallel] (bsp allreduces a stage's gradients, bsp-ps pushes them
+# to the servers and pulls them back)
+MP_KINDS = sorted(name for name, row in STRATEGIES.items() if row.model_parallel)
 
 # communication that costs nothing: no latency, no overhead, bytes at 1e30 B/s (1e-26 s for
 # the largest message here), on the ideal host (no CPU costs)
@@ -67,13 +73,14 @@ def balanced_layers(n: int = 4) -> list[PlanLayer]:
     return [PlanLayer(f"d{i}", 16, 16, True, 2.0 * 256, 4.0 * 256) for i in range(n)]
 
 
+@pytest.mark.parametrize("kind", MP_KINDS)
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("p, m", [(2, 1), (2, 4), (2, 8), (4, 1), (4, 4), (4, 8)])
-def test_balanced_stages_step_in_m_plus_p_minus_1_slots(tiny_config_data, schedule, p, m):
+def test_balanced_stages_step_in_m_plus_p_minus_1_slots(tiny_config_data, kind, schedule, p, m):
     """(m + p - 1)(t_f + t_b) per step and a bubble of (p - 1)/(m + p - 1), for GPipe and
     1F1B (Huang et al. 2019, Sec. 2.3; Narayanan et al. 2021, Sec. 2.2.1)."""
     config = mlp(tiny_config_data, parallel__pipeline=p, parallel__microbatches=m,
-                 parallel__schedule=schedule, workload__hidden=[16] * 7)
+                 parallel__schedule=schedule, workload__hidden=[16] * 7, strategy__kind=kind)
     plan = build_plan(config, layers=balanced_layers(8))
     summary = simulate(config, plan=plan).summary
     t_f = STEP_S * 2 * 256 * (8 // p) / gradient_flops(config) / m
@@ -83,6 +90,7 @@ def test_balanced_stages_step_in_m_plus_p_minus_1_slots(tiny_config_data, schedu
     assert summary["pipeline_p2p_s"] == pytest.approx(0.0, abs=1e-15)
 
 
+@pytest.mark.parametrize("kind", MP_KINDS)
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("keys", [
     {"parallel.pipeline": 2, "parallel.microbatches": 4},
@@ -91,11 +99,12 @@ def test_balanced_stages_step_in_m_plus_p_minus_1_slots(tiny_config_data, schedu
     {"parallel.pipeline": 4, "parallel.microbatches": 4, "cluster.workers": 1},
     {"parallel.pipeline": 2, "parallel.tensor": 2, "parallel.microbatches": 2},
 ])
-def test_unbalanced_stages_step_as_the_reference_timeline(tiny_config_data, schedule, keys):
+def test_unbalanced_stages_step_as_the_reference_timeline(tiny_config_data, kind, schedule,
+                                                          keys):
     """The MLP's stages are not balanced (the first layer has no input gradient; widths
     differ): the step is pipeline_schedule.evaluate's for the stages' own times, and the
     bubble its timeline's. With tensor shards, each shard computes 1/t of a split layer."""
-    config = mlp(tiny_config_data, keys, parallel__schedule=schedule)
+    config = mlp(tiny_config_data, keys, parallel__schedule=schedule, strategy__kind=kind)
     plan = build_plan(config)
     forward, backward = stage_seconds(config, plan)
     reference = evaluate([st.ops for st in plan.stages], forward, backward)
@@ -113,9 +122,11 @@ PLAIN = {"workload.model": "mlp", "workload.dataset": "digits", "workload.hidden
          "run.eval_every": 4}
 
 
+@pytest.mark.parametrize("kind", MP_KINDS)
 @pytest.mark.parametrize("keys", [
     {},
     {"cluster.host": "epyc-core"},
+    {"cluster.host": "epyc-core", "cluster.ranks_per_host": 2},
     {"cluster.host": "epyc-core", "cluster.ranks_per_host": 4, "cluster.wait": "sleep"},
     {"compute.distribution": "exponential", "compute.straggler_fraction": 0.25,
      "compute.straggler_slowdown": 3.0,
@@ -124,11 +135,12 @@ PLAIN = {"workload.model": "mlp", "workload.dataset": "digits", "workload.hidden
     {"cluster.network": "analytical", "workload.momentum": 0.9},
     {"run.time_limit_s": 3e-4, "run.iterations": 1000},
 ])
-def test_one_stage_one_shard_one_microbatch_is_bsp(tiny_config_data, keys):
-    """The plan's executor on a plan that splits nothing gives bsp's summary and metrics,
-    bit for bit: every key bsp writes but ``events`` (SimPy's count of the events it
+def test_one_stage_one_shard_one_microbatch_is_the_plain_strategy(tiny_config_data, kind, keys):
+    """The plan's executor on a plan that splits nothing gives the plain strategy's summary
+    and metrics, bit for bit (where ranks share cores too: it hands cores out in the same
+    order): every key bsp (bsp-ps) writes but ``events`` (SimPy's count of the events it
     processed, which the executor's code decides, as ``wall_s``)."""
-    config = validate(tiny_config_data(PLAIN, keys))
+    config = validate(tiny_config_data(PLAIN, keys, strategy__kind=kind))
     plain = simulate(config)
     planned = simulate(config, plan=build_plan(config))
     assert planned.metrics_csv == plain.metrics_csv
@@ -140,6 +152,7 @@ def test_one_stage_one_shard_one_microbatch_is_bsp(tiny_config_data, keys):
     assert planned.summary["bubble_fraction"] == 0.0
 
 
+@pytest.mark.parametrize("kind", MP_KINDS)
 @pytest.mark.parametrize("parallel, exact", [
     ({"parallel.pipeline": 2}, True),
     ({"parallel.pipeline": 3}, True),
@@ -147,13 +160,14 @@ def test_one_stage_one_shard_one_microbatch_is_bsp(tiny_config_data, keys):
     ({"parallel.tensor": 2}, False),
     ({"parallel.pipeline": 2, "parallel.tensor": 2, "parallel.microbatches": 4}, False),
 ])
-def test_losses_are_bsps_whatever_the_split(tiny_config_data, parallel, exact):
+def test_losses_are_the_unsplit_models_whatever_the_split(tiny_config_data, kind, parallel,
+                                                          exact):
     """The split replica's numerics (sim.training.stage_numerics): with the same batches,
     seed and data order, the losses (updates' and evaluations') are bsp's, bit for bit
     with one microbatch and one shard (the same kernel calls, stage by stage), within 1e-12
     relative otherwise (sums reassociated over microbatches and shards); the times are the
     plan's."""
-    base = {**PLAIN, "run.iterations": 12}
+    base = {**PLAIN, "run.iterations": 12, "strategy.kind": kind}
     plain = simulate(validate(tiny_config_data(base)))
     split = simulate(validate(tiny_config_data(base, parallel)))
 
@@ -176,6 +190,7 @@ SPLIT = {"parallel.pipeline": 2, "parallel.tensor": 2, "parallel.microbatches": 
          "cluster.fabric": "eth-10g"}
 
 
+@pytest.mark.parametrize("kind", MP_KINDS)
 @pytest.mark.parametrize("keys", [
     {},
     {"parallel.schedule": "gpipe", "cluster.host": "epyc-core"},
@@ -184,8 +199,8 @@ SPLIT = {"parallel.pipeline": 2, "parallel.tensor": 2, "parallel.microbatches": 
     {"compute.time_s": None, "compute.device": "v100", "cluster.topology": "leaf-spine",
      "cluster.hosts_per_leaf": 2},
 ])
-def test_every_ranks_activities_add_up_to_the_run(tiny_config_data, keys):
-    config = mlp(tiny_config_data, SPLIT, keys)
+def test_every_ranks_activities_add_up_to_the_run(tiny_config_data, kind, keys):
+    config = mlp(tiny_config_data, SPLIT, keys, strategy__kind=kind)
     summary = simulate(config).summary
     assert len(summary["workers"]) == summary["ranks"] == 2 * 2 * 2
     for rank in summary["workers"]:
@@ -195,9 +210,10 @@ def test_every_ranks_activities_add_up_to_the_run(tiny_config_data, keys):
     assert 0 < summary["bubble_fraction"] < 1
 
 
-def test_runs_are_deterministic(tiny_config_data):
+@pytest.mark.parametrize("kind", MP_KINDS)
+def test_runs_are_deterministic(tiny_config_data, kind):
     config = mlp(tiny_config_data, SPLIT, compute__distribution="exponential",
-                 cluster__host="epyc-core")
+                 cluster__host="epyc-core", strategy__kind=kind)
     first, again = simulate(config), simulate(config)
     assert first.metrics_csv == again.metrics_csv
     assert {k: v for k, v in first.summary.items() if k != "wall_s"} == \
@@ -243,9 +259,11 @@ def holder(events: list[dict], event: dict) -> dict:
     return found[0]
 
 
+@pytest.mark.parametrize("kind", MP_KINDS)
 @pytest.mark.parametrize("host", ["ideal", "epyc-core"])
-def test_the_trace_draws_the_schedule_with_an_arrow_per_message(tiny_config_data, host):
-    config = mlp(tiny_config_data, SPLIT, cluster__host=host, run__iterations=2)
+def test_the_trace_draws_the_schedule_with_an_arrow_per_message(tiny_config_data, kind, host):
+    config = mlp(tiny_config_data, SPLIT, cluster__host=host, run__iterations=2,
+                 strategy__kind=kind)
     plan = build_plan(config)
     events = simulate(config).trace["traceEvents"]
     threads = {e["tid"]: e["args"]["name"] for e in events
@@ -289,14 +307,16 @@ def test_sim_run_runs_a_config_with_parallel_and_sim_real_refuses_it(
 
 
 def test_a_model_parallel_strategy_without_a_simulated_class_exits_2(
-        tmp_path, capsys, tiny_config_data, write_toml):
-    """bsp-ps takes [parallel] (its checks pass) but its stages are not simulated yet."""
+        tmp_path, capsys, tiny_config_data, write_toml, monkeypatch):
+    """A row that takes [parallel] but names no model-parallel class: `sim run` exits 2
+    naming the strategy, and writes nothing."""
+    row = dataclasses.replace(STRATEGIES["bsp"], simulated_model_parallel=None)
+    monkeypatch.setitem(STRATEGIES, "bsp", row)
     data = tiny_config_data({"workload.model": "mlp", "workload.hidden": HIDDEN,
-                             "parallel.pipeline": 2, "strategy.kind": "bsp-ps",
-                             "run.iterations": 3})
+                             "parallel.pipeline": 2, "run.iterations": 3})
     path = write_toml(tmp_path / "exp.toml", data)
     assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
-    assert "bsp-ps" in capsys.readouterr().err
+    assert "'bsp' takes [parallel], but the simulator" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 

@@ -183,12 +183,15 @@ class Meetings:
 
     def join(self, key: tuple, rank: int, members: tuple[int, ...],
              work: Callable[[], Generator[simpy.Event, Any, None]],
-             then: Callable[[], None] | None = None) -> Generator[simpy.Event, Any, None]:
+             then: Callable[[], None] | None = None,
+             at_once: bool = False) -> Generator[simpy.Event, Any, None]:
         """``rank`` arrives at the meeting ``key`` of ``members``; the last to arrive
         starts ``work()`` (which records the members' spans); when it ends, the members go
         on in their order (as bsp's workers do when their message lands: where ranks share
         cores, the order they ask for one matters), and then ``then()`` runs (as bsp's step
-        closes after its workers' messages have landed)."""
+        closes after its workers' messages have landed). ``work`` starts one event after the
+        last arrival (as bsp's channel process wakes up), or ``at_once`` (as bsp-ps's last
+        push starts the servers' work)."""
         meeting = self.open.get(key)
         if meeting is None:
             meeting = self.open[key] = _Meeting()
@@ -199,13 +202,15 @@ class Meetings:
             now = self.env.now
             for member in members:
                 self.recorder.add_span(member, "wait", meeting.arrived_s[member], now)
-            # started one event later, as bsp's channel process is woken up by the last
-            # worker's message: where ranks share cores, what runs first at one instant
-            # decides who gets a core
-            kick = self.env.event()
-            kick.callbacks.append(
-                lambda _: self.env.process(self._hold(meeting, members, work(), then)))
-            kick.succeed()
+            # where ranks share cores, what runs first at one instant decides who gets a
+            # core: the work starts when its data-parallel strategy's would
+            if at_once:
+                self.env.process(self._hold(meeting, members, work(), then))
+            else:
+                kick = self.env.event()
+                kick.callbacks.append(
+                    lambda _: self.env.process(self._hold(meeting, members, work(), then)))
+                kick.succeed()
         yield released
 
     def _hold(self, meeting: _Meeting, members: tuple[int, ...],

@@ -196,7 +196,16 @@ def compute(ctx: Context, worker: Worker) -> Generator[simpy.Event, Any, float]:
     return duration
 
 
-def push(ctx: Context, worker: Worker, nbytes: float, apply_s: Callable[[float], float],
+class Endpoint(NamedTuple):
+    """A rank as :func:`push` sees it: its number and its network host (a
+    :class:`~sim.training.workload.Worker` is one; so is a model-parallel rank)."""
+
+    index: int
+    host: int
+
+
+def push(ctx: Context, worker: Worker | Endpoint, nbytes: float,
+         apply_s: Callable[[float], float],
          keys: tuple[float, float] = (0.0, 1.0), overlapped: bool = False,
          layers: tuple[int, int] | None = None,
          ) -> Generator[simpy.Event, Any, simpy.Event | None]:

@@ -1,5 +1,5 @@
-"""bsp on a parallelism plan: each replica's layers split over pipeline stages and tensor
-shards, its batch into microbatches (:mod:`sim.training.parallel_plan`).
+"""bsp and bsp-ps on a parallelism plan: each replica's layers split over pipeline stages
+and tensor shards, its batch into microbatches (:mod:`sim.training.parallel_plan`).
 
 Every rank of the plan is a SimPy process that runs its stage's passes in the schedule's
 order (:func:`sim.training.pipeline_schedule.stage_ops`) each step:
@@ -18,10 +18,13 @@ order (:func:`sim.training.pipeline_schedule.stage_ops`) each step:
 - a tensor group (the t shards of a stage of a replica) allreduces after a row-parallel
   layer's forward and a column-parallel layer's backward (the plan's TensorAllreduce list,
   per microbatch), with strategy.collective, on the live network.
-- once a rank's passes of the step are done it meets its data group (its stage's shard in
-  every replica): the last to arrive starts their allreduce of the shard's gradient, then
-  each updates (bsp's CPU costs). The step closes, and its update is recorded, when every
-  data group has updated; a rank starts its next step once its own group has.
+- once a rank's passes of the step are done, its data group (its stage's shard in every
+  replica) combines their gradients as the data-parallel strategy does: under bsp the last
+  to arrive starts their allreduce of the shard's gradient, then each updates (bsp's CPU
+  costs); under bsp-ps each pushes its shard's key range to the servers, the group's last
+  push has the servers average and step the range, and each pulls it back (bsp-ps's
+  costs). The step closes, and its update is recorded, when every data group has updated;
+  a rank starts its next step once its own group has.
 
 Numerics are the split replica's (:mod:`sim.training.stage_numerics`): once per step, at the
 parameters of record, each replica's batch goes through its stages' and shards' layers
@@ -29,8 +32,10 @@ microbatch by microbatch with the C kernels, its tensor groups' partial sums add
 order; the replicas' gradients are then averaged in rank order, as bsp's. The numbers are
 computed when the step before closes and the timing is the plan's, as bsp computes its
 gradients apart from its pipeline's timing (:mod:`sim.simulated.strategies.pipelined`). With
-one stage, one shard and one microbatch the run is bsp's, bit for bit and time for time;
-otherwise its losses are bsp's up to rounding (tests/test_model_parallel_sim.py).
+one stage, one shard and one microbatch the run is the plain strategy's, bit for bit and
+time for time (the few zero-length waits below keep SimPy's order of events at one instant
+where ranks share cores); otherwise its losses are up to rounding
+(tests/test_model_parallel_sim.py).
 """
 
 from __future__ import annotations
@@ -43,10 +48,13 @@ import numpy as np
 import simpy
 
 from sim.recorder import KINDS
+from sim.simulated.server import REQUEST_BYTES
 from sim.simulated.stages import BubbleTally, Mailbox, Meetings, StageWork, stage_works
-from sim.simulated.strategies.allreduce import BSP, Group
-from sim.simulated.strategies.base import cpu, together
+from sim.simulated.strategies.allreduce import BSP, AllreduceMixin, Group
+from sim.simulated.strategies.base import Endpoint, cpu, push, together
+from sim.simulated.strategies.ps_sync import BSPPS
 from sim.trace import Facts
+from sim.training.messages import plan_messages
 from sim.training.pipeline_schedule import Op
 from sim.training.stage_numerics import replica_loss_grad
 from sim.training.workload import Worker
@@ -61,19 +69,18 @@ MODEL_PARALLEL_KEYS = ("ranks", "peak_memory_bytes", "memory_bytes_by_stage",
 _CARRIES = {"F": "activation", "B": "activation gradient"}
 
 
-class ModelParallelBSP(BSP):
-    """bsp whose replicas run a parallelism plan (module docstring)."""
+class PlanRanks(AllreduceMixin):
+    """A parallelism plan's ranks, each running its stage's passes (module docstring); a
+    subclass closes a stage's step (:meth:`data_parallel`) and applies the update of record
+    (``apply_step``), as its data-parallel strategy does."""
 
-    def start(self) -> None:
+    def build_ranks(self) -> None:
+        """The plan's pieces: each stage's work, the groups, the messages, the tallies."""
         ctx = self.ctx
         self.plan = plan = ctx.plan
-        self.setup_replicas()
-        # with one stage and one shard the data-parallel allreduce is the only traffic, as
-        # in bsp, and its duration is replayed as bsp's is; otherwise each is simulated
-        self.replays = plan.pipeline * plan.tensor == 1
         self.works = stage_works(plan)
         ranks = len(plan.ranks)
-        placed = np.asarray(ctx.placed[:ranks])
+        self.placed = placed = np.asarray(ctx.placed[:ranks])
         self.data_groups = [self._group(plan.data_group(r), placed) for r in range(ranks)]
         self.tensor_groups = [self._group(plan.tensor_group(r), placed) for r in range(ranks)]
         self.mail = Mailbox(ctx.env, ctx.network, ctx.recorder, ctx.hosts, ctx.cpu.message_s,
@@ -89,9 +96,13 @@ class ModelParallelBSP(BSP):
         self.worker_compute_s = np.zeros(ranks)
         self.step_compute: dict[int, np.ndarray] = {}
         self.updated: dict[int, int] = {}  # step -> data groups that have updated
-        if ctx.numerics:
+
+    def start_ranks(self) -> None:
+        """The first step's gradients, and every rank's process."""
+        if self.ctx.numerics:
             self.compute_gradients()
-        self.loops = [ctx.env.process(self.rank_loop(r)) for r in range(ranks)]
+        self.loops = [self.ctx.env.process(self.rank_loop(r))
+                      for r in range(len(self.plan.ranks))]
 
     @staticmethod
     def _group(ranks: tuple[int, ...], placed: np.ndarray) -> Group:
@@ -194,20 +205,9 @@ class ModelParallelBSP(BSP):
 
     def data_parallel(self, rank: int, work: StageWork,
                       step: int) -> Generator[simpy.Event, Any, None]:
-        """``rank`` meets its data group: their allreduce of the shard's gradient, then each
-        one's update (as bsp's step: a pass at the summing rate and the SGD step)."""
-        group = self.data_groups[rank]
-        costs = self.ctx.cpu
-        nbytes = work.grad_bytes
-
-        def reduce() -> Generator[simpy.Event, Any, None]:
-            sent = nbytes if self.compressed_bytes is None else self.compressed_bytes
-            yield from self.allreduce(sent, group=group)
-            yield from together(self.ctx, group.ranks, "update",
-                                costs.reduce_s(nbytes) + costs.update_s(nbytes))
-
-        yield from self.meetings.join(("data", step, group.ranks[0]), rank, group.ranks,
-                                      reduce, lambda: self.group_updated(step))
+        """``rank``'s passes of ``step`` are done: combine its shard's gradient with its data
+        group's and update (its strategy's way); :meth:`group_updated` once the group has."""
+        raise NotImplementedError
 
     # ---- the step ---------------------------------------------------------------------
 
@@ -243,22 +243,23 @@ class ModelParallelBSP(BSP):
 
     # ---- results ----------------------------------------------------------------------
 
+    def alone_per_step_s(self) -> float:
+        """M's share of one step: the data-parallel exchange alone on an idle network."""
+        raise NotImplementedError
+
     def summary_extra(self) -> dict[str, Any]:
-        """bsp's pipelining keys (M: the largest shard's data-parallel allreduce alone, per
-        step; the messages between stages and inside tensor groups are in
-        ``pipeline_p2p_s`` and ``tensor_allreduce_s``), then the plan's: memory, the bubble,
-        each stage's compute, the time on point-to-point messages and tensor allreduces."""
+        """The data-parallel strategy's pipelining keys (M: :meth:`alone_per_step_s`; the
+        messages between stages and inside tensor groups are in ``pipeline_p2p_s`` and
+        ``tensor_allreduce_s``), then the plan's: memory, the bubble, each stage's compute,
+        the time on point-to-point messages and tensor allreduces."""
         ctx, plan = self.ctx, self.plan
         steps = max(1, ctx.recorder.iteration)
-        C = self.slowest_compute_s
-        largest = max(work.grad_bytes for work in self.works)
-        M = steps * self.alone_bytes_s(largest if self.compressed_bytes is None
-                                       else self.compressed_bytes)
         T = float(ctx.env.now)
         device_bytes = ctx.compute.device.memory_bytes
         compute = ctx.recorder.breakdown[:len(plan.ranks), KINDS.index("compute")]
         stage_of = np.array([place.stage for place in plan.ranks])
-        return {**self.pipelining_summary(C, M, T, T, 1),
+        return {**self.pipelining_summary(self.slowest_compute_s,
+                                          steps * self.alone_per_step_s(), T, T, 1),
                 "ranks": len(plan.ranks),
                 "peak_memory_bytes": plan.peak_memory_bytes,
                 "memory_bytes_by_stage": plan.memory_bytes_by_stage,
@@ -271,3 +272,146 @@ class ModelParallelBSP(BSP):
                 "activation_bytes_per_step": plan.activation_bytes_per_step,
                 "pipeline_p2p_s": float(self.mail.spent_s.mean()),
                 "tensor_allreduce_s": float(self.tensor_s.mean())}
+
+
+class ModelParallelBSP(PlanRanks, BSP):
+    """bsp whose replicas run a parallelism plan: a stage's data group allreduces its
+    shard's gradient (module docstring)."""
+
+    def start(self) -> None:
+        self.setup_replicas()
+        # with one stage and one shard the data-parallel allreduce is the only traffic, as
+        # in bsp, and its duration is replayed as bsp's is; otherwise each is simulated
+        self.replays = self.ctx.plan.pipeline * self.ctx.plan.tensor == 1
+        self.build_ranks()
+        self.start_ranks()
+
+    def sent_bytes(self, work: StageWork) -> int:
+        """What a rank of ``work``'s stage puts on the wire for its gradient (its
+        compressed size, if compressed)."""
+        return work.grad_bytes if self.compressed_bytes is None else self.compressed_bytes
+
+    def data_parallel(self, rank: int, work: StageWork,
+                      step: int) -> Generator[simpy.Event, Any, None]:
+        """``rank`` meets its data group: their allreduce of the shard's gradient, then each
+        one's update (as bsp's step: a pass at the summing rate and the SGD step)."""
+        group = self.data_groups[rank]
+        costs = self.ctx.cpu
+        nbytes = work.grad_bytes
+
+        def reduce() -> Generator[simpy.Event, Any, None]:
+            yield from self.allreduce(self.sent_bytes(work), group=group)
+            yield from together(self.ctx, group.ranks, "update",
+                                costs.reduce_s(nbytes) + costs.update_s(nbytes))
+
+        yield from self.meetings.join(("data", step, group.ranks[0]), rank, group.ranks,
+                                      reduce, lambda: self.group_updated(step))
+
+    def alone_per_step_s(self) -> float:
+        """The largest shard's data-parallel allreduce alone (the groups run at once)."""
+        largest = max(self.works, key=lambda work: work.grad_bytes)
+        return self.alone_bytes_s(self.sent_bytes(largest))
+
+
+class ModelParallelBSPPS(PlanRanks, BSPPS):
+    """bsp-ps whose replicas run a parallelism plan: each stage's shard has its own key
+    range on the servers (its layers' part of the keys, cut in t for the shards); a rank
+    pushes its shard's gradient, waits for its data group's pushes (the servers then
+    average and step that range), and pulls the range back. Tensor groups allreduce with
+    strategy.collective, as under bsp."""
+
+    def start(self) -> None:
+        ctx = self.ctx
+        self.setup_servers()
+        self._setup_collective()  # the tensor groups'
+        self.replays = False
+        self.request_s = int(np.count_nonzero(ctx.server.share)) * ctx.cpu.message_s(
+            REQUEST_BYTES)
+        self.pulled: dict[tuple[int, int], int] = {}  # (step, group) -> ranks that pulled
+        self.closed_steps = 0  # steps closed so far
+        self.closing: dict[int, simpy.Event] = {}  # step -> fires when it closes
+        self.build_ranks()
+        self.rank_keys = [self.shard_keys(place.stage, place.shard)
+                          for place in self.plan.ranks]
+        self.start_ranks()
+
+    def shard_keys(self, stage: int, shard: int) -> tuple[float, float]:
+        """A stage's shard's key range (fractions of the vector): the stage's layers'
+        range, cut into t equal parts."""
+        work = self.works[stage]
+        lo, hi = self.key_edges[work.layers[0]], self.key_edges[work.layers[-1] + 1]
+        cuts = np.linspace(lo, hi, self.plan.tensor + 1)
+        return float(cuts[shard]), float(cuts[shard + 1])
+
+    def data_parallel(self, rank: int, work: StageWork,
+                      step: int) -> Generator[simpy.Event, Any, None]:
+        """``rank`` pushes its shard's gradient (and its held pull request, as bsp-ps's
+        worker), meets its data group's pushes (the servers then average and step the
+        range), and pulls the range back."""
+        ctx = self.ctx
+        yield from self.previous_step_closed(rank, step)
+        me = Endpoint(rank, int(self.placed[rank]))
+        keys, layers = self.rank_keys[rank], (work.layers[0], work.layers[-1])
+        sent = work.grad_bytes if self.compressed_bytes is None else self.compressed_bytes
+        yield from push(ctx, me, sent, ctx.cpu.reduce_s, keys, False, layers)
+        yield from cpu(ctx, rank, "overhead", self.request_s)
+        group = self.data_groups[rank]
+        yield from self.meetings.join(("data", step, group.ranks[0]), rank, group.ranks,
+                                      lambda: self.apply_range(keys, work.grad_bytes),
+                                      at_once=True)
+        yield from self.pull_range(rank, me.host, keys, work.grad_bytes, layers, False)
+        # bsp-ps's worker wakes up one event after its pull has landed, before the step
+        # closes (where ranks share cores, who asks for one first gets it)
+        woken = self.ctx.env.timeout(0)
+        self.range_pulled(step, group)
+        yield woken
+
+    def previous_step_closed(self, rank: int,
+                             step: int) -> Generator[simpy.Event, Any, None]:
+        """``rank`` waits until the step before ``step`` has closed: bsp-ps's servers take a
+        step's pushes once every worker has pulled the step before
+        (:class:`sim.simulated.pipeline.ParameterServerChannel`)."""
+        if step <= self.closed_steps:
+            # bsp-ps's sender process wakes up one event after its worker's backward: where
+            # ranks share cores, the other ranks' tasks queued meanwhile go first
+            yield self.ctx.env.timeout(0)
+            return
+        closed = self.closing.get(step - 1)
+        if closed is None:
+            closed = self.closing[step - 1] = self.ctx.env.event()
+        start = self.ctx.env.now
+        yield closed
+        self.ctx.recorder.add_span(rank, "wait", start, self.ctx.env.now)
+
+    def step_done(self, step: int) -> None:
+        super().step_done(step)
+        self.closed_steps = step + 1
+        closed = self.closing.pop(step, None)
+        if closed is not None:
+            closed.succeed()
+
+    def apply_range(self, keys: tuple[float, float],
+                    nbytes: int) -> Generator[simpy.Event, Any, None]:
+        """The shards owning ``keys`` average and step them, queued on their cores before
+        they answer pulls (the numbers are applied when the step closes, apply_step)."""
+        self.apply_keys(keys, nbytes)
+        yield from ()
+
+    def range_pulled(self, step: int, group: Group) -> None:
+        key = (step, group.ranks[0])
+        self.pulled[key] = self.pulled.get(key, 0) + 1
+        if self.pulled[key] == group.size:
+            del self.pulled[key]
+            self.group_updated(step)
+
+    def apply_step(self, step: int) -> float:
+        """Every range is applied: the servers' mean of the replicas' gradients and the SGD
+        step of the whole vector (as bsp-ps's one message does), a new version."""
+        self.apply_numbers(plan_messages(self.layers.grad_bytes, "none", 0)[0])
+        return super().apply_step(step)
+
+    def alone_per_step_s(self) -> float:
+        """Every replica's whole gradient pushed and pulled back alone, as bsp-ps's M (a
+        replica's ranks push their ranges at once, the whole vector between them)."""
+        whole = plan_messages(self.layers.grad_bytes, "none", 0)[0]
+        return self.alone_s(whole)

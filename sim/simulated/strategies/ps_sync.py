@@ -114,14 +114,19 @@ class BSPPS(PipelinedStrategy):
 
 
     def start(self) -> None:
+        self.setup_servers()
+        self.start_pipeline(ParameterServerChannel(self.ctx.env,
+                                                   self.ctx.config.strategy.priority,
+                                                   self.push, self.apply_message, self.pull))
+
+    def setup_servers(self) -> None:
+        """Where each layer's keys lie on the servers, and the step's sum."""
         ctx = self.ctx
         self.total = np.zeros(ctx.params.size)
         self.compressed_bytes: int | None = None
         offsets = np.concatenate([[0], np.cumsum(ctx.layers.grad_bytes)])
         self.key_edges = offsets / offsets[-1]  # layer boundaries as fractions of the keys
         self.alone: dict[tuple[int, int], float] = {}
-        self.start_pipeline(ParameterServerChannel(ctx.env, ctx.config.strategy.priority,
-                                                   self.push, self.apply_message, self.pull))
 
     def model_of_record(self) -> np.ndarray:
         return self.ctx.server.store.params
@@ -155,31 +160,48 @@ class BSPPS(PipelinedStrategy):
     def pull(self, w: int, msg: Message) -> Generator[simpy.Event, Any, None]:
         """Each shard answers ``w``'s held request with its part of the message's layers
         (uncompressed), after the work queued on its core; ``w`` receives them."""
+        yield from self.pull_range(w, self.ctx.workers[w].host, self.keys(msg), msg.nbytes,
+                                   (msg.lo, msg.hi), self.pipe.overlapped)
+
+    def pull_range(self, rank: int, host: int, keys: tuple[float, float], nbytes: int,
+                   layers: tuple[int, int], overlapped: bool,
+                   ) -> Generator[simpy.Event, Any, None]:
+        """Each shard answers ``rank``'s (on network ``host``) held request with its part of
+        ``keys`` (``nbytes`` in all, uncompressed; ``layers`` for the trace), after the work
+        queued on its core; ``rank`` receives them."""
         ctx, server, costs = self.ctx, self.ctx.server, self.ctx.cpu
-        keys, lapped = self.keys(msg), self.pipe.overlapped
-        parts = server.range_bytes(*keys, msg.nbytes)
+        parts = server.range_bytes(*keys, nbytes)
         owners = parts > 0
-        facts = Facts("pull", msg.nbytes, (msg.lo, msg.hi))
-        with ctx.recorder.span(w, "wire", lapped, facts):
+        facts = Facts("pull", nbytes, layers)
+        with ctx.recorder.span(rank, "wire", overlapped, facts):
             served = server.process(owners, answer_s(costs, parts[owners]), what="pull")
             if served is not None:
                 yield served
-            yield from ctx.hosts.wait(w, server.send_range(ctx.workers[w].host, *keys,
-                                                           msg.nbytes, facts.sends))
-            yield from reply_handshake(ctx, w, parts)
-        yield from cpu(ctx, w, "overhead", float(costs.message_s(parts[owners]).sum()),
-                       lapped)
+            yield from ctx.hosts.wait(rank, server.send_range(host, *keys, nbytes,
+                                                              facts.sends))
+            yield from reply_handshake(ctx, rank, parts)
+        yield from cpu(ctx, rank, "overhead", float(costs.message_s(parts[owners]).sum()),
+                       overlapped)
 
     def apply_message(self, step: int, msg: Message) -> None:
         """The servers average the message's layers over the workers and step them (each
         shard's update of its part is queued on its core before it answers pulls)."""
+        self.apply_keys(self.keys(msg), msg.nbytes)
+        if self.ctx.numerics:
+            self.apply_numbers(msg)
+
+    def apply_keys(self, keys: tuple[float, float], nbytes: int) -> None:
+        """The shards owning ``keys`` (``nbytes`` of gradient in all) spend the CPU of the
+        mean (a pass at the summing rate) and the step, queued on their cores."""
         ctx = self.ctx
-        parts = ctx.server.range_bytes(*self.keys(msg), msg.nbytes)
-        costs = ctx.cpu  # the mean (a pass at the summing rate), then the step
+        parts = ctx.server.range_bytes(*keys, nbytes)
+        costs = ctx.cpu
         ctx.server.process(parts > 0, np.array([costs.reduce_s(p) + costs.update_s(p)
                                                 for p in parts[parts > 0]]), what="apply")
-        if not ctx.numerics:
-            return
+
+    def apply_numbers(self, msg: Message) -> None:
+        """The workers' mean gradient of the message's layers, and the SGD step of them."""
+        ctx = self.ctx
         keys = message_slice(msg, ctx.model)
         mean = ctx.rules.mean([w.grad[keys] for w in ctx.workers], self.total[keys])
         ctx.server.store.sgd.step(mean, ctx.rules.lr(0), keys)
