@@ -17,10 +17,11 @@ SMALL = {"model": "mlp", "dataset": "digits", "hidden": [32], "batch": 8}
 LINKS = 2  # the pid of the link tracks
 
 
-def events_of(kind: str, host: str = "ideal", **strategy) -> list[dict]:
+def events_of(kind: str, host: str = "ideal", parallel: dict | None = None,
+              **strategy) -> list[dict]:
     data = {"cluster": {"workers": 4, "fabric": "eth-10g", "host": host},
             "workload": SMALL, "strategy": {"kind": kind, **strategy},
-            "run": {"iterations": 6, "eval_every": 6}}
+            "parallel": parallel or {}, "run": {"iterations": 6, "eval_every": 6}}
     return simulate(validate(data)).trace["traceEvents"]
 
 
@@ -33,9 +34,11 @@ def holder(events: list[dict], event: dict) -> dict:
 
 
 def chains(events: list[dict]) -> dict[int, list[dict]]:
+    """The link flows' arrows (not the handoffs between ranks' slices, which
+    tests/test_model_parallel_sim.py checks)."""
     found = defaultdict(list)
     for e in events:
-        if e["ph"] in ("s", "t", "f"):
+        if e["ph"] in ("s", "t", "f") and e["cat"] == "message":
             found[e["id"]].append(e)
     return found
 
@@ -45,9 +48,14 @@ CASES = [(kind, {}, "ideal") for kind in STRATEGIES] + [
     ("ssp", {}, "epyc-core"), ("asp", {}, "epyc-core")]
 
 
-@pytest.mark.parametrize("kind, strategy, host", CASES)
-def test_every_arrow_starts_at_or_before_its_steps_and_end(kind, strategy, host):
-    events = events_of(kind, host, **strategy)
+# model parallelism: messages between stages (on a host with CPU costs their posting slices
+# carry link flows) and bsp-ps's pushes and pulls of each stage's shard
+SPLIT = {"pipeline": 2, "microbatches": 2}
+MP_CASES = [(kind, host) for kind, row in STRATEGIES.items() if row.model_parallel
+            for host in ("ideal", "epyc-core")]
+
+
+def assert_arrows_in_time_order(events: list[dict]) -> None:
     for chain in chains(events).values():
         start, *steps, end = chain  # in route order
         assert (start["ph"], end["ph"], end.get("bp")) == ("s", "f", "e")
@@ -56,12 +64,7 @@ def test_every_arrow_starts_at_or_before_its_steps_and_end(kind, strategy, host)
         assert times == sorted(times), chain
 
 
-@pytest.mark.parametrize("kind, strategy, host", CASES)
-def test_every_arrow_event_lies_in_its_own_slice(kind, strategy, host):
-    """The start binds to the sender's slice (which lists the flow's send) at the moment its
-    message leaves (the link flow's start), each step and the end to the flow's slice on
-    that link."""
-    events = events_of(kind, host, **strategy)
+def assert_arrow_events_in_their_slices(events: list[dict]) -> None:
     for chain in chains(events).values():
         start, *hops = chain
         sender = holder(events, start)
@@ -72,6 +75,28 @@ def test_every_arrow_event_lies_in_its_own_slice(kind, strategy, host):
         leaves = links[0]["ts"]
         assert start["ts"] == pytest.approx(
             min(max(leaves, sender["ts"]), sender["ts"] + sender["dur"]), abs=2e-3)
+
+
+@pytest.mark.parametrize("kind, strategy, host", CASES)
+def test_every_arrow_starts_at_or_before_its_steps_and_end(kind, strategy, host):
+    assert_arrows_in_time_order(events_of(kind, host, **strategy))
+
+
+@pytest.mark.parametrize("kind, strategy, host", CASES)
+def test_every_arrow_event_lies_in_its_own_slice(kind, strategy, host):
+    """The start binds to the sender's slice (which lists the flow's send) at the moment its
+    message leaves (the link flow's start), each step and the end to the flow's slice on
+    that link."""
+    assert_arrow_events_in_their_slices(events_of(kind, host, **strategy))
+
+
+@pytest.mark.parametrize("kind, host", MP_CASES)
+def test_model_parallel_runs_arrows_follow_the_same_rules(kind, host):
+    events = events_of(kind, host, SPLIT)
+    assert_arrows_in_time_order(events)
+    assert_arrow_events_in_their_slices(events)
+    if host != "ideal" or kind == "bsp-ps":  # not vacuous: some message has link arrows
+        assert chains(events)
 
 
 def test_the_ps_strategies_draw_arrows():
