@@ -18,6 +18,9 @@ SHOWN = ("sim_time_s", "iterations", "final_loss", "final_accuracy", "time_to_ta
 # shown when the run had [faults] or [checkpoint]
 FAULT_SHOWN = ("failures", "checkpoints", "lost_work_s", "lost_updates", "checkpoint_time_s",
                "restart_time_s", "goodput_updates_per_s")
+# shown when the run split its replicas ([parallel]; all its keys: docs/reference/results.md)
+PARALLEL_SHOWN = ("ranks", "bubble_fraction", "pipeline_p2p_s", "tensor_allreduce_s",
+                  "peak_memory_bytes", "memory_fits")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +37,7 @@ def default_out(config_path: Path) -> Path:
 
 
 def format_summary(summary: dict) -> str:
-    keys = SHOWN + tuple(k for k in FAULT_SHOWN if k in summary)
+    keys = SHOWN + tuple(k for k in FAULT_SHOWN + PARALLEL_SHOWN if k in summary)
     width = max(map(len, keys))
     lines = []
     for key in keys:
@@ -75,7 +78,10 @@ def main(args: argparse.Namespace) -> int:
     with shielded():  # a second Ctrl-C waits until the run directory is whole
         write_run(out, result.files(), replace=args.force)
     summary = result.summary
-    print(f"{config.strategy.kind} on {config.cluster.workers} workers, "
+    par = config.parallel
+    split = (f" ({par.pipeline} stages x {par.tensor} shards, {par.microbatches} "
+             f"microbatches, {par.schedule})" if "ranks" in summary else "")
+    print(f"{config.strategy.kind} on {config.cluster.workers} workers{split}, "
           f"{config.workload.model}/{config.workload.dataset}:")
     print(format_summary(summary))
     print(f"results: {out}/ (config.toml, summary.json, metrics.csv, trace.json)")
