@@ -13,6 +13,9 @@ Everything is read from result files on disk (``config.toml``, ``summary.json``,
 - :func:`select`, :func:`table`: rows matching config values; a value as a 2-D table
 - :func:`by_config`: runs differing only by their seed taken together: mean and 95%
   confidence interval per configuration
+- :func:`pipeline_bubble`, :func:`layouts`, :func:`fastest_layouts`: model parallelism:
+  measured bubble against (p - 1)/(m + p - 1) with peak memory; time per sample and memory
+  of D x p x t layouts; the fastest layout that fits per width and fabric (the crossover)
 - :func:`override`, :func:`cached_sweep`: ``--set`` text; a sweep run once per overrides
 - :func:`setup_notebook`, :func:`show`: a notebook's figure style and results directory;
   the PNGs a plot function wrote, displayed
@@ -348,6 +351,45 @@ def cached_sweep(config: PathLike, out: PathLike, overrides: Sequence[str] = (),
         print(f"{Path(config).stem}: {len(report.ran)} runs, {len(report.skipped)} reused "
               f"-> {report.out}")
     return Path(report.out)
+
+
+# ---- model parallelism ---------------------------------------------------------------------
+
+def pipeline_bubble(sweep_dir: PathLike) -> pd.DataFrame:
+    """A pipeline sweep's runs: pipeline, microbatches, schedule, bubble_fraction, the closed
+    form (p - 1)/(m + p - 1), their difference ``excess`` and peak_memory_bytes (the values
+    :func:`sim.plots.plot_bubble` draws). Raises UserError when no run reports a bubble."""
+    from sim.plots.model_parallel import bubble_rows
+
+    rows = pd.DataFrame(bubble_rows(Path(sweep_dir)))
+    rows["excess"] = rows["bubble_fraction"] - rows["closed_form"]
+    return rows
+
+
+def layouts(sweep_dir: PathLike) -> pd.DataFrame:
+    """A sweep of D x p x t layouts: layout, replicas, pipeline, tensor, fabric, width,
+    time_per_sample_s, peak_memory_bytes, device_memory_bytes, memory_fits, memory_source
+    (the values :func:`sim.plots.plot_memory_time` draws)."""
+    from sim.plots.model_parallel import layout_rows
+
+    return pd.DataFrame(layout_rows(Path(sweep_dir)))
+
+
+def fastest_layouts(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per width and fabric, the layout with the least time per sample among those that fit
+    in the device's memory (``memory_fits`` not False), and the runner-up's time: where the
+    winner changes along a row or column is the crossover."""
+    fits = rows[rows["memory_fits"].map(lambda v: v is not False)]
+    out = []
+    for (width, fabric), group in fits.groupby(["width", "fabric"], sort=True):
+        ranked = group.sort_values("time_per_sample_s")
+        first = ranked.iloc[0]
+        second = ranked.iloc[1] if len(ranked) > 1 else None
+        out.append({"width": width, "fabric": fabric, "fastest": first["layout"],
+                    "time_per_sample_s": first["time_per_sample_s"],
+                    "runner_up": None if second is None else second["layout"],
+                    "runner_up_s": math.nan if second is None else second["time_per_sample_s"]})
+    return pd.DataFrame(out)
 
 
 # ---- a notebook's setup --------------------------------------------------------------------
