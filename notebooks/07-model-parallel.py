@@ -162,8 +162,8 @@ for width in [1024, 4096, 16384, 32768]:
             override("parallel.microbatches", m)])
         planned[(width, name)] = build_plan(config).peak_memory_bytes / 2**30
 planned = pd.Series(planned).unstack()
-print((planned.round(2).astype(str) + planned.le(32).map({True: "", False: " (no)"}))
-      .to_string())
+marks = planned.le(32).map(lambda fits: "" if fits else " (does not fit)")
+print((planned.round(2).astype(str) + marks).to_string())
 
 # %% [markdown]
 # ## 4. The crossover
