@@ -359,7 +359,7 @@ def pipeline_bubble(sweep_dir: PathLike) -> pd.DataFrame:
     """A pipeline sweep's runs: pipeline, microbatches, schedule, bubble_fraction, the closed
     form (p - 1)/(m + p - 1), their difference ``excess`` and peak_memory_bytes (the values
     :func:`sim.plots.plot_bubble` draws). Raises UserError when no run reports a bubble."""
-    from sim.plots.model_parallel import bubble_rows
+    from sim.plots.parallel_figures import bubble_rows
 
     rows = pd.DataFrame(bubble_rows(Path(sweep_dir)))
     rows["excess"] = rows["bubble_fraction"] - rows["closed_form"]
@@ -370,7 +370,7 @@ def layouts(sweep_dir: PathLike) -> pd.DataFrame:
     """A sweep of D x p x t layouts: layout, replicas, pipeline, tensor, fabric, width,
     time_per_sample_s, peak_memory_bytes, device_memory_bytes, memory_fits, memory_source
     (the values :func:`sim.plots.plot_memory_time` draws)."""
-    from sim.plots.model_parallel import layout_rows
+    from sim.plots.parallel_figures import layout_rows
 
     return pd.DataFrame(layout_rows(Path(sweep_dir)))
 

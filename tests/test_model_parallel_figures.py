@@ -17,7 +17,7 @@ import pytest
 from sim.analysis import fastest_layouts, layouts, pipeline_bubble
 from sim.cli import main
 from sim.plots import plot_runs
-from sim.plots.model_parallel import (
+from sim.plots.parallel_figures import (
     bubble_figure,
     bubble_rows,
     closed_form,
@@ -75,7 +75,8 @@ def layout(tmp_path_factory) -> Sweep:
     return _sweep(tmp_path_factory, "layouts", BASE.replace('device = "cpu-core"',
                                                             'device = "v100"') + """
 [sweep]
-"cluster.workers,parallel.pipeline,parallel.tensor,parallel.microbatches" = [[4, 1, 1, 1], [1, 4, 1, 4], [1, 1, 4, 1], [2, 2, 1, 2]]
+"cluster.workers,parallel.pipeline,parallel.tensor,parallel.microbatches" = [
+    [4, 1, 1, 1], [1, 4, 1, 4], [1, 1, 4, 1], [2, 2, 1, 2]]
 "cluster.fabric" = ["eth-10g", "ib-hdr"]
 """)
 

@@ -47,7 +47,7 @@ from sim.plots.loss import (
     plot_loss_time,
     plot_loss_updates,
 )
-from sim.plots.model_parallel import (
+from sim.plots.parallel_figures import (
     SCHEDULE,
     TENSOR,
     bubble_figure,
