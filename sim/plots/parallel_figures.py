@@ -28,9 +28,6 @@ from matplotlib.patches import Patch
 from sim.errors import UserError
 from sim.plots.style import colour, figure, save, time_unit
 from sim.results import RESULTS, Run, Sweep, as_runs, read_json
-from sim.training.checks import load_config
-from sim.training.compute_model import load_device
-from sim.training.parallel_plan import build_plan
 
 PIPELINE, MICRO, SCHEDULE = "parallel.pipeline", "parallel.microbatches", "parallel.schedule"
 TENSOR, REPLICAS = "parallel.tensor", "cluster.workers"
@@ -205,7 +202,8 @@ def schedule_figure(run: Run | Path | str) -> Figure:
 def plot_schedule(runs: list[Run], out_dir: Path) -> list[Path]:
     """``schedule``: :func:`schedule_figure` of each run with pipeline passes."""
     written: list[Path] = []
-    able = [r for r in as_runs(runs) if schedule_slices(r)]
+    able = [r for r in as_runs(runs)
+            if (r.path / "trace.json").is_file() and schedule_slices(r)]
     for run in able:
         stem = "schedule" if len(able) == 1 else f"schedule-{run.path.name}"
         written += save(schedule_figure(run), out_dir, stem)
@@ -228,6 +226,12 @@ def planned_memory(run_dir: Path | str) -> tuple[float, float]:
     """(peak bytes of a rank, the device's bytes) from the run's config.toml by the same
     plan the config check and the executor use (a data-parallel run, one unsplit replica a
     rank, reports no memory keys of its own). NaN where the plan or device has none."""
+    # imported here: figures of result files alone load no config schema or method (the
+    # plan is needed only for a run whose summary lacks memory keys)
+    from sim.training.checks import load_config
+    from sim.training.compute_model import load_device
+    from sim.training.parallel_plan import build_plan
+
     config = load_config(Path(run_dir) / "config.toml")
     device = load_device(config.compute.device).memory_bytes
     try:
