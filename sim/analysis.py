@@ -355,15 +355,42 @@ def cached_sweep(config: PathLike, out: PathLike, overrides: Sequence[str] = (),
 
 # ---- model parallelism ---------------------------------------------------------------------
 
-def pipeline_bubble(sweep_dir: PathLike) -> pd.DataFrame:
-    """A pipeline sweep's runs: pipeline, microbatches, schedule, bubble_fraction, the closed
-    form (p - 1)/(m + p - 1), their difference ``excess`` and peak_memory_bytes (the values
-    :func:`sim.plots.plot_bubble` draws). Raises UserError when no run reports a bubble."""
+def pipeline_bubble(sweep_dir: PathLike, reference: bool = True) -> pd.DataFrame:
+    """A pipeline sweep's runs: run, pipeline, microbatches, schedule, bubble_fraction, the
+    closed form (p - 1)/(m + p - 1), their difference ``excess`` and peak_memory_bytes (the
+    values :func:`sim.plots.plot_bubble` draws). With ``reference``, also the bubble
+    :func:`sim.training.pipeline_schedule.evaluate` gives for each stage's own mean forward
+    and backward pass times in the run's first step (from trace.json; free messages): what
+    is left of the excess beyond it is communication. Raises UserError when no run reports
+    a bubble."""
     from sim.plots.parallel_figures import bubble_rows
 
     rows = pd.DataFrame(bubble_rows(Path(sweep_dir)))
     rows["excess"] = rows["bubble_fraction"] - rows["closed_form"]
+    if reference:
+        rows["reference"] = [_reference_bubble(Path(sweep_dir) / "runs" / r.run, r.schedule,
+                                               r.pipeline, r.microbatches)
+                             for r in rows.itertuples()]
     return rows
+
+
+def _reference_bubble(run_dir: Path, schedule: str, p: int, m: int) -> float:
+    """The schedule's bubble for the stages' measured pass times (replica 0, shard 0)."""
+    from sim.plots.parallel_figures import first_step, schedule_slices
+    from sim.training.pipeline_schedule import evaluate, schedule_ops
+
+    if not (run_dir / "trace.json").is_file():
+        return math.nan
+    passes = first_step(schedule_slices(run_dir), m)
+    times: dict[tuple[int, str], list[float]] = {}
+    for rank, kind, _k, start, end in passes:
+        times.setdefault((rank, kind), []).append(end - start)
+    try:
+        forward = [float(np.mean(times[(s, "F")])) for s in range(p)]
+        backward = [float(np.mean(times[(s, "B")])) for s in range(p)]
+    except KeyError:
+        return math.nan
+    return evaluate(schedule_ops(schedule, p, m), forward, backward).bubble_fraction
 
 
 def layouts(sweep_dir: PathLike) -> pd.DataFrame:

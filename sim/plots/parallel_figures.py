@@ -57,7 +57,7 @@ def _config(row: dict[str, Any], sweep: Sweep, key: str) -> Any:
 
 
 def bubble_rows(sweep_dir: Path | str) -> list[dict[str, Any]]:
-    """One row per finished run: pipeline, microbatches, schedule, bubble_fraction, the
+    """One row per finished run: run, pipeline, microbatches, schedule, bubble_fraction, the
     closed form and peak_memory_bytes, as results.csv has them. Raises UserError when no
     run reports a bubble."""
     sweep = Sweep(Path(sweep_dir))
@@ -67,7 +67,7 @@ def bubble_rows(sweep_dir: Path | str) -> list[dict[str, Any]]:
         if not math.isfinite(bubble):
             continue
         p, m = int(_config(row, sweep, PIPELINE)), int(_config(row, sweep, MICRO))
-        rows.append({"pipeline": p, "microbatches": m,
+        rows.append({"run": str(row["run"]), "pipeline": p, "microbatches": m,
                      "schedule": str(_config(row, sweep, SCHEDULE)),
                      "bubble_fraction": bubble, "closed_form": closed_form(p, m),
                      "peak_memory_bytes": _num(row.get("peak_memory_bytes"))})
