@@ -189,7 +189,7 @@ for width, group in best.groupby("width"):
 #
 # - **Small model (width 256, 0.5 M parameters): data parallel wins on every fabric**
 #   (0.58 µs per sample on IB HDR, 1.5 on 100 GbE, 11.4 on 10 GbE). Its allreduce of 4 MB
-#   is cheap, while pipelines and tensor shards pay a message (and its latency) per
+#   is cheap, while pipelines and tensor shards pay a message (and its overhead) per
 #   microbatch and layer. DP 2 x PP 4 is the runner-up.
 # - **Wider model (width 1024, 8.4 M parameters): the 8-stage pipeline wins on every
 #   fabric** (2.8 µs on IB HDR, 9.8 on 100 GbE, 61 on 10 GbE, against 7.7, 16.6 and 154 for
@@ -200,20 +200,20 @@ for width, group in best.groupby("width"):
 #   a host x PP 2 across hosts: 5.9 µs at width 1024 on IB HDR, against 2.8 for PP 8). A
 #   tensor-split layer allreduces its activations twice per layer pair and microbatch
 #   (forward and backward), and in this model every one of those messages pays the fabric's
-#   latency, even between ranks of one host: the lab has no NVLink-class link inside a host,
+#   per-message overhead, even between ranks of one host: the lab has no NVLink-class link inside a host,
 #   which is exactly what the rule of thumb leans on (Narayanan et al. 2021: tensor
-#   parallelism inside a node, where NVLink gives ~10x the bandwidth of the network,
+#   parallelism inside a node, where NVLink gives an order of magnitude more bandwidth than the network,
 #   pipelining across nodes). With the layers this narrow the allreduces are latency-bound
 #   too, where Megatron's 12k-wide transformer layers are bandwidth-bound.
 # - **Memory**: every layout fits a 32 GiB device at these widths (DP 8 needs 154 MiB a rank
 #   at width 1024, PP 8 24 MiB, TP 4 x PP 2 20 MiB). Splitting the model divides the
 #   parameters, gradients and momentum by p x t; data parallelism keeps all of them on every
 #   rank, so it is the one that runs out of memory first as the model grows. The plan (the
-#   same bytes the config check refuses on) extrapolates it below: at width 16384 a DP rank
+#   same bytes the config check refuses on) extrapolated it above: at width 16384 a DP rank
 #   needs 36 GiB and no longer fits; at 32768 it needs 144 GiB, a PP 8 rank 24 GiB and a
 #   TP 4 x PP 2 rank 18 GiB.
 #
 # So the run agrees with half of the rule of thumb: pipelining across nodes beats
 # replication once the gradient allreduce dominates. It does not reproduce the other half,
 # because the simulator charges intra-host tensor allreduces the network's per-message
-# latency; see [Model parallelism](../docs/explanation/model-parallelism.md).
+# overhead; see [Model parallelism](../docs/explanation/model-parallelism.md).
