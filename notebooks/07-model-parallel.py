@@ -191,9 +191,9 @@ for width, group in best.groupby("width"):
 #   (0.58 µs per sample on IB HDR, 1.5 on 100 GbE, 11.4 on 10 GbE). Its allreduce of 4 MB
 #   is cheap, while pipelines and tensor shards pay a message (and its overhead) per
 #   microbatch and layer. DP 2 x PP 4 is the runner-up.
-# - **Wider model (width 1024, 8.4 M parameters): the 8-stage pipeline wins on every
+# - **Wider model (width 1024, 6.6 M parameters): the 8-stage pipeline wins on every
 #   fabric** (2.8 µs on IB HDR, 9.8 on 100 GbE, 61 on 10 GbE, against 7.7, 16.6 and 154 for
-#   DP 8): the replicas' 67 MB allreduce now costs more than the activations a pipeline
+#   DP 8): the replicas' 52 MB allreduce now costs more than the activations a pipeline
 #   sends (8 rows x 1024 x 8 bytes a microbatch). The crossover between the two widths
 #   holds on all three fabrics: in this lab the width, not the fabric, moves it.
 # - **Tensor parallelism never wins here**, and neither does Megatron's layout (TP 4 inside
