@@ -99,9 +99,9 @@ def test_bubble_rows_are_the_results_and_the_closed_form(bubble):
     assert np.allclose(table["excess"], table["bubble_fraction"] - table["closed_form"])
     assert closed_form(4, 4) == pytest.approx(3 / 7)
     # the schedule evaluated at the stages' own pass times: at least the closed form (the
-    # slowest stage sets the pace), and near what was measured
+    # slowest stage sets the pace), at most what was measured (messages only add idle time)
     assert (table["reference"] >= table["closed_form"] - 1e-9).all()
-    assert (abs(table["reference"] - table["bubble_fraction"]) < 0.1).all()
+    assert (table["reference"] <= table["bubble_fraction"] + 1e-9).all()
 
 
 def test_bubble_figure_draws_the_measured_values(bubble, tmp_path):
