@@ -199,12 +199,13 @@ for width, group in best.groupby("width"):
 # - **Tensor parallelism never wins here**, and neither does Megatron's layout (TP 4 inside
 #   a host x PP 2 across hosts: 5.9 µs at width 1024 on IB HDR, against 2.8 for PP 8). A
 #   tensor-split layer allreduces its activations twice per layer pair and microbatch
-#   (forward and backward), and in this model every one of those messages pays the fabric's
-#   per-message overhead, even between ranks of one host: the lab has no NVLink-class link inside a host,
-#   which is exactly what the rule of thumb leans on (Narayanan et al. 2021: tensor
-#   parallelism inside a node, where NVLink gives an order of magnitude more bandwidth than the network,
-#   pipelining across nodes). With the layers this narrow the allreduces are latency-bound
-#   too, where Megatron's 12k-wide transformer layers are bandwidth-bound.
+#   (forward and backward), and in this model every one of those messages pays the
+#   fabric's per-message overhead, even between ranks of one host: the lab has no
+#   NVLink-class link inside a host, which is exactly what the rule of thumb leans on
+#   (Narayanan et al. 2021: tensor parallelism inside a node, where NVLink gives an order
+#   of magnitude more bandwidth than the network, pipelining across nodes). With layers
+#   this narrow the allreduces are latency-bound too, where Megatron's 12k-wide
+#   transformer layers are bandwidth-bound.
 # - **Memory**: every layout fits a 32 GiB device at these widths (DP 8 needs 154 MiB a rank
 #   at width 1024, PP 8 24 MiB, TP 4 x PP 2 20 MiB). Splitting the model divides the
 #   parameters, gradients and momentum by p x t; data parallelism keeps all of them on every
