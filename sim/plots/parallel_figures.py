@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from sim.errors import UserError
@@ -306,9 +307,12 @@ def memory_time_figure(sweep_dir: Path | str) -> Figure:
         handles = [ax.plot([], [], linestyle="none", marker=markers[i % len(markers)],
                            color="0.3", label=name)[0] for i, name in enumerate(layouts)]
         handles += [Patch(color=colour(i), label=name) for i, name in enumerate(fabrics)]
+        handles += [Line2D([], [], color="0.4", linestyle="--", label="device memory"),
+                    Line2D([], [], linestyle="none", marker="o", color="0.3",
+                           fillstyle="none", label="hollow: does not fit")]
         fig.legend(handles=handles, loc="outside right upper", fontsize=7)
-        fig.suptitle("Data vs model parallel: memory per rank and time per sample "
-                     "(dashed: device memory; hollow: does not fit)", fontweight="bold")
+        fig.suptitle("Data vs model parallel: memory per rank against time per sample",
+                     fontweight="bold")
     return fig
 
 
