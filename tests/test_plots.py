@@ -404,7 +404,8 @@ def test_plot_runs_all_kinds(results: dict[str, Path], tmp_path: Path) -> None:
              "gantt-bsp", "gantt-asp"]  # no sweep: no scaling with "all"
     assert_figures(paths, stems)
     assert set(plots.KINDS) == {"loss-time", "loss-updates", "staleness", "gantt", "breakdown",
-                                "scaling", "pipelining", "buckets", "checkpoint-interval"}
+                                "scaling", "pipelining", "buckets", "checkpoint-interval",
+                                "schedule", "bubble", "memory-time"}
 
 
 # ---- the sim-vs-real report ------------------------------------------------------------------

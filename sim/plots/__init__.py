@@ -19,6 +19,10 @@ confidence interval; a real run is dashed in its simulated twin's colour, on wal
   :func:`plot_buckets`: iteration time vs bucket size (both from a sweep's results.csv)
 - :func:`plot_checkpoint_interval`: wall time vs checkpoint interval under failures, with
   Daly's expectation and optimum and Young's (from a sweep of ``checkpoint.every_steps``)
+- :func:`plot_bubble`: pipeline bubble vs its closed form (p - 1)/(m + p - 1) and peak
+  memory per schedule; :func:`plot_memory_time`: memory per rank vs time per sample of
+  data- and model-parallel layouts (both from a sweep's results.csv); :func:`plot_schedule`:
+  a pipelined run's first step, passes labelled by microbatch, a row per rank
 - :func:`plot_runs`: the kinds asked for (the ``plot`` command);
   :func:`plot_sweep`: a sweep's standard comparison figures into ``SWEEP/plots/``
 """
@@ -43,6 +47,16 @@ from sim.plots.loss import (
     plot_loss_time,
     plot_loss_updates,
 )
+from sim.plots.parallel_figures import (
+    SCHEDULE,
+    TENSOR,
+    bubble_figure,
+    memory_time_figure,
+    plot_bubble,
+    plot_memory_time,
+    plot_schedule,
+    schedule_figure,
+)
 from sim.plots.pipelining import (
     BUCKET,
     MODE,
@@ -55,7 +69,9 @@ from sim.plots.pipelining import (
 from sim.plots.scaling import plot_scaling, scaling_figure, sweeps_workers
 from sim.results import Run, Sweep, expand
 
-__all__ = ["KINDS", "PlotOptions", "breakdown_figure", "buckets_figure", "differing_keys",
+__all__ = ["KINDS", "PlotOptions", "bubble_figure", "memory_time_figure", "plot_bubble",
+           "plot_memory_time", "plot_schedule", "schedule_figure", "breakdown_figure",
+           "buckets_figure", "differing_keys",
            "interval_figure", "plot_checkpoint_interval",
            "gantt_figure", "loss_figure", "parse_kinds", "parse_xlim", "pipelining_figure",
            "plot_breakdown", "plot_buckets", "plot_gantt", "plot_loss_time",
@@ -78,11 +94,13 @@ RUN_PLOTS: dict[str, RunPlot] = {
     "staleness": lambda runs, out, o: plot_staleness(runs, out),
     "gantt": lambda runs, out, o: plot_gantt(runs, out, window_s=o.gantt_window_s),
     "breakdown": lambda runs, out, o: plot_breakdown(runs, out),
+    "schedule": lambda runs, out, o: plot_schedule(runs, out),
 }
 LOSS_KINDS = ("loss-time", "loss-updates")
 # figures of a whole sweep: kind -> (the swept key it needs, the function)
 SWEEP_PLOTS = {"pipelining": (MODE, plot_pipelining), "buckets": (BUCKET, plot_buckets),
-               "checkpoint-interval": (INTERVAL_KEY, plot_checkpoint_interval)}
+               "checkpoint-interval": (INTERVAL_KEY, plot_checkpoint_interval),
+               "bubble": (SCHEDULE, plot_bubble), "memory-time": (TENSOR, plot_memory_time)}
 KINDS = (*RUN_PLOTS, "scaling", *SWEEP_PLOTS)
 NO_LOSS = ("no loss plots: no run evaluated the held-out loss (timing-only runs, "
            "workload.numerics = false)")

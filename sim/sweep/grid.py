@@ -2,6 +2,9 @@
 
 The ``[sweep]`` table's lists (dotted keys) are crossed in key order, times ``run.seeds``;
 every point is validated before anything runs, and each gets a readable, unique run name.
+A key naming several dotted keys joined by commas (``"cluster.workers,parallel.pipeline"``)
+sweeps them together: each of its values is a list with one value per key (coupled
+settings, e.g. the D x p x t layouts of 8 ranks), and the points carry the keys one by one.
 """
 
 from __future__ import annotations
@@ -60,12 +63,25 @@ def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def coupled(key: str) -> list[str]:
+    """The dotted keys a sweep key names: one, or several joined by commas."""
+    return [part.strip() for part in key.split(",")]
+
+
 def grid(sweep: dict[str, list[Any]], seeds: list[int] | None = None) -> list[dict[str, Any]]:
-    """The points' values: the product of the lists in key order, each repeated per seed."""
+    """The points' values: the product of the lists in key order, each repeated per seed; a
+    coupled key's value (a list) is spread over its keys."""
     keys, lists = list(sweep), list(sweep.values())
     if seeds:
         keys, lists = [*keys, "run.seed"], [*lists, list(seeds)]
-    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*lists)]
+    points = []
+    for combo in itertools.product(*lists):
+        values: dict[str, Any] = {}
+        for key, value in zip(keys, combo, strict=True):
+            parts = coupled(key)
+            values.update(zip(parts, value, strict=True) if len(parts) > 1 else {key: value})
+        points.append(values)
+    return points
 
 
 def format_value(value: Any) -> str:
@@ -166,16 +182,27 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None,
     seeds_list = seed_range(data, seeds) if seeds is not None else listed
     # the shapes of the table and the seeds, with the schema's own messages
     validate({"sweep": table, "run": {"seeds": seeds_list}}, source)
+    named: list[str] = []
     for key, values in table.items():
         where = f"{source}: sweep.{key}"
-        _check_key(key, where)
+        parts = coupled(key)
+        for part in parts:
+            _check_key(part, where if len(parts) == 1 else f"{where}: {part}")
+            if part in named:
+                raise UserError(f"{where}: {part} is swept twice")
+            named.append(part)
         if not values:
             raise UserError(f"{where}: expected a non-empty list of values")
+        if len(parts) > 1:
+            for value in values:
+                if not isinstance(value, list) or len(value) != len(parts):
+                    raise UserError(f"{where}: expected each value to be a list of "
+                                    f"{len(parts)} values, one per key, got {value!r}")
         canon = list(map(_canon, values))
         for value, text in zip(values, canon, strict=True):
             if canon.count(text) > 1:
                 raise UserError(f"{where}: {value!r} appears twice (two points, one run)")
-    if "run.seed" in table and seeds_list:
+    if "run.seed" in named and seeds_list:
         given = f"--seeds {seeds}" if seeds is not None else "run.seeds"
         raise UserError(f"{source}: sweep.run.seed: {given} is also given; use one of them")
     if not table and not seeds_list:
