@@ -346,14 +346,25 @@ def _stage(s: int, p: int, layers: list[PlanLayer], first: int, last: int, t: in
                  boundary_out, boundary_in, memory)
 
 
-def unexecuted(config: Any) -> str | None:
-    """Why neither executor runs ``config`` yet: its [parallel] splits a replica or cuts its
-    batch into microbatches, which only plans exist for so far (issue 29); None otherwise.
-    Both executors refuse such a config with this line rather than run it unsplit."""
+def split_key(config: Any) -> str | None:
+    """The first [parallel] key of ``config`` that splits a replica over ranks or cuts its
+    batch into microbatches (``pipeline``, ``tensor``, ``microbatches``); None if none does,
+    and a run is plain data parallel."""
     par = config.parallel
     for key, used in (("pipeline", par.pipeline > 1), ("tensor", par.tensor > 1),
                       ("microbatches", par.microbatches > 1)):
         if used:
-            return (f"parallel.{key}: model parallelism is planned "
-                    "(sim.training.parallel_plan) but not yet run by the executors")
+            return key
     return None
+
+
+def unexecuted(config: Any) -> str | None:
+    """Why the simulated executor does not run ``config`` yet: its [parallel] splits a
+    replica or cuts its batch into microbatches, which it has only plans for so far (issue
+    29); None otherwise. It refuses such a config with this line rather than run it unsplit
+    (real runs execute the plan: sim.real.executors.bsp_split)."""
+    key = split_key(config)
+    if key is None:
+        return None
+    return (f"parallel.{key}: model parallelism is planned (sim.training.parallel_plan) "
+            "but not yet run by the simulated executor")
