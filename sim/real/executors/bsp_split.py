@@ -251,6 +251,8 @@ class SplitRank:
 
 
 def run(ctx: RankContext) -> RankLog:
+    """This rank's part of the run: ``run.iterations`` steps (fewer after a NaN), its log
+    holding a :class:`SplitStep` per update applied (:func:`combine` reads them)."""
     rank = SplitRank(ctx)
     log = RankLog(ctx.rank)
     rank.warm_up()
