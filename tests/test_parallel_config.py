@@ -87,14 +87,15 @@ def test_a_model_too_large_says_what_it_needs_and_how_to_run_it_anyway(mlp):
     assert validate(data).run.memory == "report"
 
 
-def test_a_pipelined_config_is_refused_by_the_executors_until_they_run_plans(
+def test_a_pipelined_config_is_refused_by_the_simulator_until_it_runs_plans(
         tmp_path, capsys, mlp, write_toml):
-    """Planned, not yet executed (issue 29): rather than run the model unsplit, `sim run`
-    exits 2. The next part of the issue replaces this test."""
+    """Planned, not yet simulated (issue 29): rather than run the model unsplit, `sim run`
+    exits 2 (`sim real` runs it: tests/test_real_split.py). The simulated executor's part of
+    the issue replaces this test."""
     path = write_toml(tmp_path / "exp.toml", mlp({"parallel.pipeline": 2}))
     validate(mlp({"parallel.pipeline": 2}))
     assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
-    assert "not yet run by the executors" in capsys.readouterr().err
+    assert "not yet run by the simulated executor" in capsys.readouterr().err
 
 
 # ---- any value of a new key: valid, or one line naming that key -----------------------
