@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.trace import Facts, TraceNotes, chrome_trace
+from sim.trace import Facts, TraceNotes, chrome_trace, worker_track
 from sim.trace import link_flows_note as link_flows_note  # (its home was here)
 
 # Where a rank's time goes, the same keys for simulated and real runs (they add up to the
@@ -332,11 +332,14 @@ class Recorder:
                                                    else v) for v in row])
         return out.getvalue()
 
-    def trace(self, flows: Any = None, link_name: Callable[[int], str] = str) -> dict[str, Any]:
+    def trace(self, flows: Any = None, link_name: Callable[[int], str] = str,
+              worker_name: Callable[[int], str] = worker_track) -> dict[str, Any]:
         """trace.json's Chrome trace events (:func:`sim.trace.chrome_trace`): the workers'
-        spans, what the notes add, and the link flows of ``flows`` (a
-        :class:`~sim.network.linklog.FlowLog`, named by ``link_name``)."""
-        return chrome_trace(self.slices, len(self._time), self.notes, flows, link_name)
+        spans (their tracks named by ``worker_name``), what the notes add, and the link
+        flows of ``flows`` (a :class:`~sim.network.linklog.FlowLog`, named by
+        ``link_name``)."""
+        return chrome_trace(self.slices, len(self._time), self.notes, flows, link_name,
+                            worker_name)
 
 
 def _finite_or_none(x: float) -> float | None:

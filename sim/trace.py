@@ -3,7 +3,9 @@
 Processes, shown in this order (``process_sort_index``):
 
 - pid 0 ``workers``: a thread per worker with its slices, named and categorised by activity
-  (:data:`sim.recorder.KINDS`);
+  (:data:`sim.recorder.KINDS`); a slice with a label is named by it instead (a pipeline
+  pass's compute: ``F3``, ``B3``, microbatch 3), and a worker's thread may be named by the
+  run (a rank of a split replica: ``rank 5: replica 1, stage 0, shard 1``);
 - pid 1 ``overlapped communication``: the workers' communication beside their compute
   (pipelined runs), in lanes where it overlaps;
 - pid 3 ``servers``: a thread per parameter-server shard with its CPU work (``push``,
@@ -35,7 +37,8 @@ PROCESSES = {WORKERS: "workers", OVERLAPPED: "overlapped communication", SERVERS
              LINKS: "network links (flows)"}  # in display order
 
 _FACT_COLUMNS = (("span", "q"), ("message", "h"), ("bytes", "d"), ("first_layer", "q"),
-                 ("last_layer", "q"), ("version_read", "q"), ("staleness", "q"), ("name", "h"))
+                 ("last_layer", "q"), ("version_read", "q"), ("staleness", "q"),
+                 ("label", "h"))
 _SEND_COLUMNS = (("span", "q"), ("send", "q"))
 _HANDOFF_COLUMNS = (("sender", "q"), ("receiver", "q"))
 _WORK_COLUMNS = (("shard", "q"), ("what", "h"), ("start", "d"), ("end", "d"),
@@ -52,7 +55,7 @@ class Facts:
     layers: tuple[int, int] | None = None  # first and last layer carried (forward indices)
     sends: list[int] = field(default_factory=list)  # its network sends (FlowNetwork.sent)
     version_read: int | None = None  # the parameters' version a pull read
-    name: str = ""  # the slice's name, instead of its activity's (a pipeline pass: "F3")
+    label: str = ""  # the slice's name instead of its activity's (a pipeline pass: "F3")
 
 
 def _table(columns: tuple[tuple[str, str], ...]) -> dict[str, array]:
@@ -97,7 +100,8 @@ class TraceNotes:
             if self.tag is None or self.tag[1] != overlapped:
                 return
             facts = self.tag[0]
-        spans, messages, nbytes, first, last, versions, staleness, names = self._facts.values()
+        spans, messages, nbytes, first, last, versions, staleness, labels = \
+            self._facts.values()
         row = len(spans)
         spans.append(span)
         messages.append(self._code(facts.message))
@@ -107,7 +111,7 @@ class TraceNotes:
         last.append(hi)
         versions.append(NONE if facts.version_read is None else facts.version_read)
         staleness.append(NONE)  # known once the servers apply it (:meth:`applied`)
-        names.append(self._code(facts.name))
+        labels.append(self._code(facts.label))
         if facts.sends:
             sent_by, sends = self._sends.values()
             for send in facts.sends:
@@ -159,9 +163,9 @@ class TraceNotes:
         names = list(self._names)
         args: dict[int, dict[str, Any]] = {}
         named: dict[int, str] = {}
-        for span, message, nbytes, lo, hi, version, staleness, name in _rows(self._facts):
-            if names[name]:
-                named[span] = names[name]
+        for span, message, nbytes, lo, hi, version, staleness, label in _rows(self._facts):
+            if names[label]:
+                named[span] = names[label]
             found: dict[str, Any] = {}
             if names[message]:
                 found["message"] = names[message]
@@ -384,13 +388,19 @@ class _Trace:
         return events
 
 
+def worker_track(worker: int) -> str:
+    """A worker's thread name, unless the run names it."""
+    return f"worker {worker}"
+
+
 def chrome_trace(slices: list[tuple[int, str, float, float, bool]], workers: int,
                  notes: TraceNotes, flows: Any = None,
-                 link_name: Callable[[int], str] = str) -> dict[str, Any]:
+                 link_name: Callable[[int], str] = str,
+                 worker_name: Callable[[int], str] = worker_track) -> dict[str, Any]:
     """The trace of a run (times in microseconds): ``slices`` (worker, kind, start s, end s,
-    overlapped) of ``workers`` workers with their ``notes``, and the link flows of
-    ``flows`` (a :class:`~sim.network.linklog.FlowLog`; what it left out is marked by
-    ``otherData.link_flows`` and a global instant event)."""
+    overlapped) of ``workers`` workers (their threads named by ``worker_name``) with their
+    ``notes``, and the link flows of ``flows`` (a :class:`~sim.network.linklog.FlowLog`;
+    what it left out is marked by ``otherData.link_flows`` and a global instant event)."""
     trace = _Trace()
     args, sends, named = notes.span_args()
     own: list[_Item] = []  # on the worker's own track
@@ -400,10 +410,10 @@ def chrome_trace(slices: list[tuple[int, str, float, float, bool]], workers: int
                                                      args.get(i, {}), i))
     trace.slices(WORKERS, [(item.tracks[0], item) for item in own], sends)
     trace.handoffs(notes.handoff_pairs(), {item.key: item for item in own})
-    trace.threads.update({(WORKERS, w): f"worker {w}" for w in range(workers)})
+    trace.threads.update({(WORKERS, w): worker_name(w) for w in range(workers)})
     tid, placed = _place(lapped)
     trace.slices(OVERLAPPED, placed, sends)
-    trace.threads.update(_threads(OVERLAPPED, tid, lambda w: f"worker {w}"))
+    trace.threads.update(_threads(OVERLAPPED, tid, worker_name))
     if notes.servers:
         tid, placed = _place(notes.work_items(), range(notes.servers))
         trace.slices(SERVERS, placed, {})

@@ -87,15 +87,22 @@ def test_a_model_too_large_says_what_it_needs_and_how_to_run_it_anyway(mlp):
     assert validate(data).run.memory == "report"
 
 
-def test_a_pipelined_config_is_refused_by_the_real_executor_until_it_runs_plans(
-        tmp_path, capsys, mlp, write_toml):
-    """The simulator runs plans (tests/test_model_parallel_sim.py); real ranks do not yet
-    (issue 29): rather than run the model unsplit, `sim real` exits 2."""
-    path = write_toml(tmp_path / "exp.toml", mlp({"parallel.pipeline": 2}))
-    validate(mlp({"parallel.pipeline": 2}))
-    assert main(["real", str(path), "--out", str(tmp_path / "run")]) == 2
-    assert "not yet on real ranks" in capsys.readouterr().err
-    assert not (tmp_path / "run").exists()
+def test_both_executors_run_a_pipelined_config(tmp_path, mlp, write_toml):
+    """`sim run` simulates a split replica (tests/test_model_parallel_sim.py) and `sim real`
+    runs it on MPI ranks (tests/test_real_split.py): neither refuses a [parallel] config, and
+    both write the split-replica summary keys (docs/reference/results.md)."""
+    data = mlp({"parallel.pipeline": 2, "parallel.microbatches": 2})
+    validate(data)
+    path = write_toml(tmp_path / "exp.toml", data)
+    assert main(["run", str(path), "--out", str(tmp_path / "sim")]) == 0
+    summaries = [json.loads((tmp_path / "sim" / "summary.json").read_text())]
+    pytest.importorskip("mpi4py")
+    assert main(["real", str(path), "--out", str(tmp_path / "real")]) == 0
+    summaries.append(json.loads((tmp_path / "real" / "summary.json").read_text()))
+    for summary in summaries:
+        assert summary["iterations"] == 2
+        assert len(summary["memory_bytes_by_stage"]) == 2
+        assert 0 <= summary["bubble_fraction"] < 1
 
 
 # ---- any value of a new key: valid, or one line naming that key -----------------------

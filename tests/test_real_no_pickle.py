@@ -64,6 +64,7 @@ def full_log() -> RankLog:
     log.extra = {"dead_workers": [1], "found_dead_s": {"1": 0.25}, "none": None,
                  "nested": {"t": (1, (2, [3.5]))}}
     log.cursor, log.loop_s = 0.4, 0.0375
+    log.labels, log.track = {0: "F3"}, "rank 3: replica 1, stage 0, shard 1"
     return log
 
 

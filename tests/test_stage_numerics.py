@@ -116,3 +116,42 @@ def test_a_model_without_dense_layers_to_split_is_refused(tiny_config_data):
     plan, *_ = setup(tiny_config_data, p=2)
     with pytest.raises(TypeError, match="needs an MLP"):
         ShardRunner(make_model("logreg", FEATURES, 2), plan, 0, 0)
+
+
+@pytest.mark.parametrize("p, t", [(1, 1), (2, 1), (3, 1), (1, 2), (2, 2), (3, 2)])
+def test_each_shard_holds_the_plans_parameters_and_together_they_cover_the_model(
+        tiny_config_data, p, t):
+    """held(): as many entries as the plan's Stage.params; the stages' shards cover every
+    parameter, and shards overlap only in the entries every shard holds alike."""
+    plan, model, *_ = setup(tiny_config_data, p=p, t=t)
+    seen = np.zeros(model.size, int)
+    for s in range(p):
+        for k in range(t):
+            held = ShardRunner(model, plan, s, k).held()
+            assert len(held) == plan.stages[s].params and np.all(np.diff(held) > 0)
+            seen[held] += 1
+    assert seen.min() >= 1
+    shared = sum(x.params for st in plan.stages for x in st.layers if x.role == "whole") + \
+        sum(model.shapes[x.layer][0] for st in plan.stages for x in st.layers
+            if x.role == "row")
+    assert int((seen - 1).sum()) == (t - 1) * shared
+
+
+def test_own_copies_give_every_shard_the_gradient_of_all_it_holds(tiny_config_data):
+    """A real rank's runner (own_copies) writes every entry it holds, and the entries held
+    by several shards get the same gradient on each (the sum of a microbatch's parts)."""
+    plan, model, params, X, y = setup(tiny_config_data, p=1, t=2, m=2)
+    ref = np.full(model.size, np.nan)
+    replica_loss_grad(model, plan, params, X, y, ref)
+    rows = plan.microbatch_rows
+    group = [ShardRunner(model, plan, 0, k, own_copies=True) for k in range(2)]
+    grads = [np.full(model.size, np.nan) for _ in group]
+    for mb in range(2):
+        x = X[mb * rows:(mb + 1) * rows]
+        logits = lockstep([r.forward(params, mb, x) for r in group])[0]
+        _, delta = group[0].loss(mb, logits, y[mb * rows:(mb + 1) * rows])
+        lockstep([r.backward(params, g, mb, delta) for r, g in zip(group, grads, strict=True)])
+    for runner, grad in zip(group, grads, strict=True):
+        held = runner.held()
+        assert np.isfinite(grad[held]).all()
+        assert grad[held].tobytes() == ref[held].tobytes()

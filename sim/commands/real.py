@@ -7,9 +7,11 @@ import sys
 from pathlib import Path
 
 from sim.commands import add_set_option
+from sim.config import Config
 from sim.names import CONFIG_HELP, config_path
 from sim.real.launch.other_load import MAX_OTHER_LOAD
 from sim.training.checks import load_config
+from sim.training.parallel_plan import split_key
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
     except RunFailed as exc:
         print(f"error: real run failed: {exc}", file=sys.stderr)
         return 1
-    print(f"{config.strategy.kind} on {config.cluster.workers} real workers ({args.net}), "
+    print(f"{config.strategy.kind} on {placement(config, summaries[-1])} ({args.net}), "
           f"{config.workload.model}/{config.workload.dataset}:")
     print(format_summary(summaries[-1]))
     shown = "r0 ... " if args.repeat > 1 else ""
@@ -66,6 +68,18 @@ def main(args: argparse.Namespace) -> int:
     for line in load_warnings(summaries):
         print(line, file=sys.stderr)
     return 0
+
+
+def placement(config: Config, summary: dict) -> str:
+    """Where the run ran: ``2 real workers``, or for split replicas ``2 real replicas x 2
+    stages x 1 shard (4 ranks)``."""
+    workers, ranks = config.cluster.workers, summary.get("ranks", config.cluster.workers)
+    if split_key(config) is None:
+        return f"{workers} real workers"
+    par = config.parallel
+    return (f"{workers} real replica{'s' * (workers > 1)} x {par.pipeline} "
+            f"stage{'s' * (par.pipeline > 1)} x {par.tensor} shard{'s' * (par.tensor > 1)} "
+            f"({ranks} ranks, {par.microbatches} microbatch{'es' * (par.microbatches > 1)})")
 
 
 def load_warnings(summaries: list[dict]) -> list[str]:

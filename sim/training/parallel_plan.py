@@ -346,27 +346,26 @@ def _stage(s: int, p: int, layers: list[PlanLayer], first: int, last: int, t: in
                  boundary_out, boundary_in, memory)
 
 
+def split_key(config: Any) -> str | None:
+    """The first [parallel] key of ``config`` that splits a replica over ranks or cuts its
+    batch into microbatches (``pipeline``, ``tensor``, ``microbatches``); None if none does,
+    and a run is plain data parallel."""
+    par = config.parallel
+    for key, used in (("pipeline", par.pipeline > 1), ("tensor", par.tensor > 1),
+                      ("microbatches", par.microbatches > 1)):
+        if used:
+            return key
+    return None
+
+
 def splits(config: Any) -> bool:
     """Whether ``config``'s [parallel] splits a replica over stages or shards, or its batch
-    into microbatches: what an executor runs as a plan rather than as whole replicas."""
-    par = config.parallel
-    return par.pipeline * par.tensor * par.microbatches > 1
+    into microbatches: what an executor (simulated or real) runs as a plan rather than as
+    whole replicas."""
+    return split_key(config) is not None
 
 
 def plannable(config: Any) -> bool:
     """Whether a plan knows the config's layers: a dense model, not timed by a profile."""
     w = config.workload
     return w.numerics and w.profile is None and not MODELS[w.model].sparse
-
-
-def unexecuted(config: Any) -> str | None:
-    """Why the real executor does not run ``config`` yet: its [parallel] splits a replica or
-    cuts its batch into microbatches, which only the simulator runs so far (issue 29); None
-    otherwise. Real runs refuse such a config with this line rather than run it unsplit."""
-    par = config.parallel
-    for key, used in (("pipeline", par.pipeline > 1), ("tensor", par.tensor > 1),
-                      ("microbatches", par.microbatches > 1)):
-        if used:
-            return (f"parallel.{key}: model parallelism runs in the simulator "
-                    "(`sim run`), not yet on real ranks")
-    return None

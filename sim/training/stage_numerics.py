@@ -47,12 +47,17 @@ class ShardRunner:
 
     ``forward`` keeps each microbatch's layer inputs until its ``backward``. Parameters and
     gradients are the model's flat vectors; a runner reads and writes only its own part.
-    Raises TypeError for a model without dense layers to split (not an MLP)."""
+    Entries every shard of the stage holds alike (a whole layer, a row layer's bias) get
+    their gradient from shard 0 only, so that the shards of one process can share one
+    gradient vector; with ``own_copies`` every shard writes them too (a real rank, with a
+    gradient vector of its own, steps its own copies). Raises TypeError for a model without
+    dense layers to split (not an MLP)."""
 
-    def __init__(self, model: Model, plan: Plan, stage: int, shard: int) -> None:
+    def __init__(self, model: Model, plan: Plan, stage: int, shard: int,
+                 own_copies: bool = False) -> None:
         if not isinstance(model, MLP):
             raise TypeError(f"a split replica needs an MLP, got {model.name!r}")
-        self.model, self.plan, self.shard = model, plan, shard
+        self.model, self.plan, self.shard, self.own_copies = model, plan, shard, own_copies
         self.stage = plan.stages[stage]
         self.last_layer = len(model.shapes) - 1
         self._stash: dict[int, list[np.ndarray]] = {}
@@ -78,6 +83,14 @@ class ShardRunner:
         if layer.role == "row":
             return np.ascontiguousarray(W[:, self._cols(layer)]), b
         return W, b
+
+    def held(self) -> np.ndarray:
+        """The flat indices (ascending) of the parameters this shard holds and computes
+        with: its own part and its copies of the entries every shard holds, as many as the
+        plan's ``Stage.params``; the entries its data-parallel allreduce sums."""
+        index = np.arange(self.model.size)
+        parts = [a.ravel() for layer in self.stage.layers for a in self._weights(index, layer)]
+        return np.sort(np.concatenate(parts))
 
     # -- forward --------------------------------------------------------------------------
 
@@ -132,14 +145,15 @@ class ShardRunner:
                   first: bool) -> None:
         """Write (first microbatch) or add this shard's dW and db into ``grad``."""
         gW, gb = self.model._views(grad, layer.layer)
-        if layer.role == "whole" and self.shard > 0:  # every shard computes it; 0's is kept
+        copy = self.shard > 0 and not self.own_copies  # a copy whose gradient shard 0 keeps
+        if layer.role == "whole" and copy:  # every shard computes it; 0's is kept
             return
         if layer.role == "column":
             rows = self._rows(layer)
             gW, gb = gW[rows], gb[rows]
         elif layer.role == "row":
             gW = gW[:, self._cols(layer)]
-            if self.shard > 0:  # every shard has the same bias gradient; shard 0's is kept
+            if copy:  # every shard has the same bias gradient; shard 0's is kept
                 gb = None
         _put(gW, dW, first)
         if gb is not None:

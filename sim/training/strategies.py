@@ -64,10 +64,12 @@ class StrategyName:
 @dataclass(frozen=True)
 class RealProgram:
     """A strategy's real rank programs: modules with ``run(ctx) -> RankLog`` (and optionally
-    ``combine(logs, workload)``), for unpipelined runs and for layer-wise pipelined ones."""
+    ``combine(logs, workload)``), for unpipelined runs, for layer-wise pipelined ones and for
+    replicas split over ranks ([parallel]: pipeline stages, tensor shards, microbatches)."""
 
     module: str
     pipelined: str | None = None  # None: pipelined runs are simulated only
+    split: str | None = None  # None: split replicas are simulated only
     restarts: bool = False  # the unpipelined program checkpoints and restarts
 
 
@@ -155,7 +157,8 @@ STRATEGIES: dict[str, StrategyRow] = {row.name: row for row in (
     StrategyRow("bsp", f"{_RULES}:BSP", f"{_SIM}.allreduce:BSP", _named("BSP"), _named("bsp"),
                 "synchronous SGD: every step averages all workers' gradients with an allreduce",
                 real=RealProgram("sim.real.executors.bsp",
-                                 pipelined="sim.real.executors.bsp_pipelined", restarts=True),
+                                 pipelined="sim.real.executors.bsp_pipelined", restarts=True,
+                                 split="sim.real.executors.bsp_split"),
                 pipelining=PIPELINING, gathers_compressed=True, synchronous=True,
                 model_parallel=True,
                 simulated_model_parallel=f"{_SIM}.model_parallel:ModelParallelBSP"),

@@ -15,7 +15,10 @@ Figures compared (relative errors are (simulated - real mean) / real mean):
 * time by activity (:data:`sim.recorder.KINDS`: compute, data, update, overhead, wire, wait):
   per worker, side by side, and for each activity the mean seconds per worker over the run
   and per update, simulated and real, and the relative error, so the activity the model
-  gets wrong stands out.
+  gets wrong stands out;
+* with a split replica ([parallel]; either run has ``bubble_fraction``): the bubble, the
+  stage messages' and tensor sums' seconds, each stage's compute seconds, simulated and real
+  mean, with errors, and the planned peak memory of each.
 """
 
 from __future__ import annotations
@@ -118,6 +121,7 @@ def compare(sim_dir: Path, real_dir: Path) -> dict[str, Any]:
                                                    for r in reals])}}
     report["breakdown"] = _breakdown(sim, reals)
     report["faults"] = _faults(sim, reals)
+    report["model_parallel"] = _model_parallel(sim, reals)
     report["placement"] = placement_note(sim_dir, len(sim.summary.get("workers", [])),
                                          reals[0].summary)
     report["incomplete"] = [str(r.path) for r in [sim, *reals]
@@ -167,6 +171,31 @@ def _faults(sim: Run, reals: list[Run]) -> dict[str, Any] | None:
     return out
 
 
+MODEL_PARALLEL_FIGURES = ("bubble_fraction", "pipeline_p2p_s", "tensor_allreduce_s")
+
+
+def _model_parallel(sim: Run, reals: list[Run]) -> dict[str, Any] | None:
+    """With a split replica (either side's summary has ``bubble_fraction``): its figures,
+    simulated and real mean, with errors; each stage's compute seconds; planned memory."""
+    if not any("bubble_fraction" in run.summary for run in (sim, *reals)):
+        return None
+    out: dict[str, Any] = {}
+    for key in MODEL_PARALLEL_FIGURES:
+        s, r = sim.summary.get(key), _mean([x.summary.get(key) for x in reals])
+        out[key] = {"sim": s, "real": r, "error": relative_error(s, r)}
+    stages = [x.summary.get("stage_compute_s") or [] for x in reals]
+    real_stages = np.mean(np.array(stages), axis=0).tolist() if all(
+        len(x) == len(stages[0]) for x in stages) and stages[0] else None
+    sim_stages = sim.summary.get("stage_compute_s")
+    out["stage_compute_s"] = {
+        "sim": sim_stages, "real": real_stages,
+        "error": [relative_error(s, r) for s, r in zip(sim_stages, real_stages, strict=True)]
+        if sim_stages and real_stages and len(sim_stages) == len(real_stages) else None}
+    out["peak_memory_bytes"] = {"sim": sim.summary.get("peak_memory_bytes"),
+                                "real": reals[0].summary.get("peak_memory_bytes")}
+    return out
+
+
 def _per_update(run: Run, kind: str) -> float | None:
     """Seconds of ``kind`` per update (a worker's mean over the run / updates applied)."""
     value, updates = run.summary.get(f"{kind}_s"), run.summary.get("iterations")
@@ -212,6 +241,23 @@ def placement_note(sim_dir: Path, workers: int, real: dict[str, Any]) -> str | N
             f"cluster.ranks_per_host = {ranks}.")
 
 
+def _model_parallel_lines(figures: dict[str, Any] | None) -> list[str]:
+    """The split replica's figures as text (none without a split)."""
+    if not figures:
+        return []
+    lines = ["  split replica (sim vs real mean):"]
+    for key in MODEL_PARALLEL_FIGURES:
+        f = figures[key]
+        if f["sim"] is not None and f["real"] is not None:
+            lines.append(f"  {key:<19} sim {f['sim']:9.4g}   real {f['real']:9.4g}   error "
+                         f"{_pct(f['error'])}")
+    stages = figures["stage_compute_s"]
+    if stages["sim"] and stages["real"]:
+        lines.append("  stage_compute_s     sim " + " ".join(f"{x:.4g}" for x in stages["sim"])
+                     + "   real " + " ".join(f"{x:.4g}" for x in stages["real"]))
+    return lines
+
+
 def format_report(report: dict[str, Any]) -> str:
     """The headline figures as text."""
     it = report["iteration_s"]
@@ -243,6 +289,7 @@ def format_report(report: dict[str, Any]) -> str:
             if f["sim"] is not None and f["real"] is not None:
                 lines.append(f"  {key:<17} sim {f['sim']:9.4f} s  real {f['real']['mean']:9.4f}"
                              f" s  error {_pct(f['error'])}")
+    lines += _model_parallel_lines(report.get("model_parallel"))
     st = report["staleness"]["mean"]
     lines.append(f"  staleness mean   sim {st['sim']:.3g}   real {st['real']:.3g}")
     if report.get("placement"):

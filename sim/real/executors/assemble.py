@@ -27,11 +27,15 @@ import numpy as np
 from sim.config import dump_config
 from sim.real.executors.rank_compute import median_kernel_s
 from sim.recorder import Recorder, UpdateRecord
+from sim.trace import Facts
 from sim.training.rules import Rules
+from sim.training.strategies import row_of
 from sim.training.workload import Workload
 
 Span = tuple[int, str, float, float]  # worker, kind, start_s, end_s
 Part = tuple[str, float, float]  # kind, start_s, end_s (of one rank, before laying out)
+# a part with a label: what the trace names its slice instead of its kind (a pass: "F3")
+LabelledPart = tuple[str, float, float, str]
 LOOP = "overhead"  # what a gap between timed spans is: the framework's per-step loop
 
 
@@ -48,31 +52,37 @@ class RankLog:
     extra: dict[str, Any] = field(default_factory=dict)  # the strategy's own summary keys
     cursor: float = 0.0  # where the last span ended
     loop_s: float = 0.0  # gaps between timed spans (logged as overhead)
+    labels: dict[int, str] = field(default_factory=dict)  # span index -> its trace name
+    track: str = ""  # the trace's name for this rank's track ("": "worker R")
 
-    def span(self, worker: int, kind: str, start: float, end: float) -> None:
+    def span(self, worker: int, kind: str, start: float, end: float, label: str = "") -> None:
         """``worker`` spent [start, end) on ``kind``; spans must come in time order: one is
         clipped to begin where the last ended, and a gap before it is logged as loop
-        overhead."""
+        overhead. A ``label`` names the span on the trace (and keeps it apart from its
+        neighbours)."""
         start = max(start, self.cursor)
         if end <= start:
             return
         if start > self.cursor:
             self.loop_s += start - self.cursor
             self._add(worker, LOOP, self.cursor, start)
-        self._add(worker, kind, start, end)
+        self._add(worker, kind, start, end, label)
         self.cursor = end
 
-    def spans_of(self, worker: int, parts: list[Part]) -> None:
-        """Log ``parts`` (possibly unordered) in order of their start."""
-        for kind, start, end in sorted(parts, key=lambda p: p[1]):
-            self.span(worker, kind, start, end)
+    def spans_of(self, worker: int, parts: list[Part] | list[LabelledPart]) -> None:
+        """Log ``parts`` (possibly unordered, possibly labelled) in order of their start."""
+        for kind, start, end, *label in sorted(parts, key=lambda p: p[1]):
+            self.span(worker, kind, start, end, *label)
 
-    def _add(self, worker: int, kind: str, start: float, end: float) -> None:
+    def _add(self, worker: int, kind: str, start: float, end: float, label: str = "") -> None:
         last = self.spans[-1] if self.spans else None
-        if last is not None and last[1] == kind and last[0] == worker and last[3] == start:
+        if (last is not None and last[1] == kind and last[0] == worker and last[3] == start
+                and not label and len(self.spans) - 1 not in self.labels):
             self.spans[-1] = (worker, kind, last[2], end)  # one span, not two adjacent ones
         else:
             self.spans.append((worker, kind, start, end))
+            if label:
+                self.labels[len(self.spans) - 1] = label
 
     def record(self, time_s: float, update: UpdateRecord, params: np.ndarray,
                rules: Rules, iteration: int) -> None:
@@ -108,11 +118,14 @@ def carve(background: Part, parts: list[Part]) -> list[Part]:
 
 def assemble(workload: Workload, rules: Rules, logs: list[RankLog], wall_s: float,
              extra: dict[str, Any]) -> dict[str, str]:
-    """The run directory's files (name -> text) from every rank's log."""
+    """The run directory's files (name -> text) from every rank's log. The worker ranks
+    (each replica's ranks, as the strategy's row counts them; the servers come after) each
+    get their track and their row of the summary's ``workers``."""
     config = workload.config
     run = config.run
     now = [0.0]  # the replayed time (s)
-    rec = Recorder(lambda: now[0], workload.n, run.iterations, rules.evaluates_after,
+    worker_ranks = row_of(config).worker_ranks(config)
+    rec = Recorder(lambda: now[0], worker_ranks, run.iterations, rules.evaluates_after,
                    run.target_loss)
     snapshots: dict[int, np.ndarray] = {}
     for log in logs:
@@ -133,17 +146,20 @@ def assemble(workload: Workload, rules: Rules, logs: list[RankLog], wall_s: floa
         rec.record(update)
     end = now[0]
     server: dict[str, float] = {}
-    for worker, kind, start, stop in sorted((s for log in logs for s in log.spans),
-                                            key=lambda s: s[2]):
+    spans = sorted(((*span, log.labels.get(i, "")) for log in logs
+                    for i, span in enumerate(log.spans)), key=lambda s: s[2])
+    for worker, kind, start, stop, label in spans:
         if start >= end:  # the simulator stops recording when the last update is applied
             continue
-        if worker < workload.n:
-            rec.add_span(worker, kind, start, min(stop, end))
+        if worker < worker_ranks:
+            rec.add_span(worker, kind, start, min(stop, end),
+                         facts=Facts(label=label) if label else None)
         else:  # a server rank: not a worker, kept apart
             server[kind] = server.get(kind, 0.0) + min(stop, end) - start
     if server:
         extra = {**extra, "server_breakdown": server}
-    workers = [log for log in logs if log.rank < workload.n]
+    workers = [log for log in logs if log.rank < worker_ranks]
+    tracks = {log.rank: log.track for log in workers if log.track}
     extra = {**extra, "loop_s": float(np.mean([log.loop_s for log in workers]))}
     for log in logs:
         extra.update(log.extra)
@@ -160,4 +176,5 @@ def assemble(workload: Workload, rules: Rules, logs: list[RankLog], wall_s: floa
     return {"config.toml": dump_config(config),
             "summary.json": json.dumps(summary, indent=2) + "\n",
             "metrics.csv": rec.metrics_csv(),
-            "trace.json": json.dumps(rec.trace())}
+            "trace.json": json.dumps(rec.trace(
+                worker_name=lambda w: tracks.get(w, f"worker {w}")))}

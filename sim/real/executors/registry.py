@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from sim.config import Config
 from sim.errors import UserError
-from sim.training.parallel_plan import unexecuted
+from sim.training.parallel_plan import split_key
 from sim.training.strategies import STRATEGIES, StrategyRow, row_of
 from sim.training.workload import Workload
+from sim.workloads.models import MLP, MODELS
 
 if TYPE_CHECKING:
     from sim.real.executors.context import RankContext
@@ -42,9 +43,12 @@ class RealStrategy:
         return self.row.ranks(config)
 
     def program(self, config: Config) -> ModuleType:
-        """The rank program's module for ``config``."""
+        """The rank program's module for ``config``: a split replica's, a layer-wise
+        pipelined one's, or the plain one."""
         real = self.row.real
         assert real is not None  # check_supported refused the others
+        if split_key(config) is not None:
+            return importlib.import_module(real.split)
         pipelined = config.strategy.pipelining != "none"
         return importlib.import_module(real.pipelined if pipelined else real.module)
 
@@ -70,16 +74,13 @@ def _real_names(where: Callable[[StrategyRow], bool] = lambda row: True) -> str:
 def check_supported(config: Config, source: str = "config") -> RealStrategy:
     """The real strategy for ``config``, or UserError saying what real runs do not support."""
     kind, row = config.strategy.kind, row_of(config)
-    if (why := unexecuted(config)) is not None:
-        raise UserError(f"{source}: {why}")
     if row.real is None:
         raise UserError(f"{source}: strategy.kind {kind!r} {row.no_real}; real runs "
                         f"support {_real_names()}")
+    check_split(config, row, source)
     if config.strategy.compression != "none":
         raise UserError(f"{source}: strategy.compression {config.strategy.compression!r}: "
                         "real runs send dense gradients only (use \"none\")")
-    from sim.workloads.models import MODELS
-
     if config.strategy.pipelining != "none" and row.real.pipelined is None:
         raise UserError(f"{source}: strategy.pipelining {config.strategy.pipelining!r}: "
                         f"real runs pipeline {_real_names(lambda r: bool(r.real.pipelined))} "
@@ -103,3 +104,46 @@ def check_supported(config: Config, source: str = "config") -> RealStrategy:
         raise UserError(f"{source}: cluster.servers = {config.cluster.servers}: real runs "
                         "use one parameter-server rank (set cluster.servers = 1)")
     return RealStrategy(row)
+
+
+# what a real split replica runs its passes' kernels without: (key, whether it is set)
+_MODELLED_COMPUTE = (
+    ("compute.time_s", lambda c: c.time_s is not None),
+    ("compute.distribution", lambda c: c.distribution != "constant"),
+    ("compute.straggler_fraction", lambda c: c.straggler_fraction > 0
+     and c.straggler_slowdown > 1),
+    ("compute.slowdowns", lambda c: bool(c.slowdowns)),
+)
+
+
+def check_split(config: Config, row: StrategyRow, source: str = "config") -> None:
+    """What a real run of a replica split over ranks ([parallel] pipeline, tensor or
+    microbatches) does not support (UserError naming the key); nothing without a split."""
+    key = split_key(config)
+    if key is None:
+        return
+    assert row.real is not None
+    if row.real.split is None:
+        raise UserError(f"{source}: parallel.{key}: real runs split a replica with "
+                        f"{_real_names(lambda r: bool(r.real.split))} only "
+                        f"({config.strategy.kind} with [parallel] is simulated only)")
+    model = MODELS[config.workload.model]
+    if not (isinstance(model, type) and issubclass(model, MLP)):
+        raise UserError(f"{source}: workload.model {config.workload.model!r}: a split "
+                        "replica runs an MLP's dense layers on real ranks (model = \"mlp\")")
+    if config.strategy.pipelining != "none":
+        raise UserError(f"{source}: strategy.pipelining {config.strategy.pipelining!r}: a "
+                        "split replica's data-parallel allreduce runs after the pipeline's "
+                        "flush on real ranks, not overlapped with backward (use \"none\")")
+    for name, used in _MODELLED_COMPUTE:
+        if used(config.compute):
+            raise UserError(f"{source}: {name}: a split replica's passes run their real "
+                            "kernels only; modelled compute times are not slept per pass on "
+                            "real ranks (drop it, or simulate the run)")
+    faults = config.faults
+    if faults.enabled or config.checkpoint.enabled:
+        every = "every_steps" if config.checkpoint.every_steps is not None else "every_s"
+        name = (f"checkpoint.{every}" if not faults.enabled else
+                "faults.failures" if faults.failures else "faults.mtbf_s")
+        raise UserError(f"{source}: {name}: real runs of a split replica neither inject "
+                        "failures nor keep checkpoints yet")

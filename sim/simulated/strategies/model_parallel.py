@@ -187,7 +187,7 @@ class PlanRanks(AllreduceMixin):
             yield from self.busy(rank, layer_s[i])
             layer = work.layers[i]
             span = rec.add_span(rank, "compute", start, ctx.env.now,
-                                facts=Facts(layers=(layer, layer), name=str(op)))
+                                facts=Facts(layers=(layer, layer), label=str(op)))
             first = span if first is None else first
             last = span if span is not None else last
             if i in allreduces:
