@@ -23,7 +23,7 @@ from sim.recorder import KINDS
 from sim.simulated.engine import simulate
 from sim.simulated.strategies.model_parallel import MODEL_PARALLEL_KEYS
 from sim.training.checks import validate
-from sim.training.parallel_plan import PlanLayer, build_plan
+from sim.training.parallel_plan import PlanLayer, build_plan, rank_track
 from sim.training.pipeline_schedule import SCHEDULES, evaluate
 from sim.training.strategies import STRATEGIES
 from sim.workloads.models import make_model
@@ -268,7 +268,7 @@ def test_the_trace_draws_the_schedule_with_an_arrow_per_message(tiny_config_data
     events = simulate(config).trace["traceEvents"]
     threads = {e["tid"]: e["args"]["name"] for e in events
                if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == 0}
-    assert threads == {r: f"worker {r}" for r in range(len(plan.ranks))}
+    assert threads == {r: rank_track(place) for r, place in enumerate(plan.ranks)}
     m = plan.microbatches
     for rank in range(len(plan.ranks)):
         names = {e["name"] for e in events if e["ph"] == "X" and e["pid"] == 0

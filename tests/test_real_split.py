@@ -142,7 +142,8 @@ def test_gpipe_runs_every_forward_before_any_backward(run):
 
 def test_sim_compare_reads_a_split_run(run, tmp_path, capsys):
     """The comparison takes a split run's figures from its summary (here against a copy of
-    itself posing as the simulation: the simulated executor is another branch's)."""
+    itself posing as the simulation, so the errors are known exactly;
+    test_a_split_run_compares_with_its_simulation compares with a real simulation)."""
     real = run("p2-d2")
     sim = tmp_path / "sim"
     shutil.copytree(real, sim)
@@ -155,6 +156,37 @@ def test_sim_compare_reads_a_split_run(run, tmp_path, capsys):
     figures = report["model_parallel"]
     assert figures["bubble_fraction"]["error"] == pytest.approx(1.0)
     assert figures["stage_compute_s"]["error"] == [0.0, 0.0]
+
+
+def test_a_split_run_compares_with_its_simulation(run, tmp_path, capsys):
+    """`sim run` of the same config writes the same split keys and rank track names, and
+    `sim compare` reads the pair."""
+    real = run("p2-d2")
+    config = tmp_path / "p2-d2.toml"
+    config.write_text(BASE.format(workers=2))
+    assert main(["run", str(config), "--out", str(tmp_path / "sim"),
+                 "--set", "parallel.pipeline=2"]) == 0
+    sim = tmp_path / "sim"
+    keys = ("ranks", "bubble_fraction", "stage_compute_s", "pipeline_p2p_s",
+            "tensor_allreduce_s", "peak_memory_bytes", "memory_bytes_by_stage",
+            "device_memory_bytes", "memory_fits", "activation_bytes_per_step", "stage_layers")
+    s, r = summary(sim), summary(real)
+    assert set(keys) <= set(s) & set(r)
+    for key in ("ranks", "peak_memory_bytes", "memory_bytes_by_stage",
+                "activation_bytes_per_step", "stage_layers"):
+        assert s[key] == r[key], key  # the plan's: the same config, the same plan
+
+    def tracks(run_dir: Path) -> list[str]:
+        events = json.loads((run_dir / "trace.json").read_text())["traceEvents"]
+        return sorted(e["args"]["name"] for e in events if e.get("ph") == "M"
+                      and e.get("name") == "thread_name" and e.get("pid") == 0)
+
+    assert tracks(sim) == tracks(real)
+    capsys.readouterr()
+    assert main(["compare", str(sim), str(real), "--out", str(tmp_path / "cmp")]) == 0
+    assert "bubble_fraction" in capsys.readouterr().out
+    figures = json.loads((tmp_path / "cmp" / "report.json").read_text())["model_parallel"]
+    assert set(figures) >= {"bubble_fraction", "stage_compute_s", "pipeline_p2p_s"}
 
 
 def test_a_diverging_split_run_stops_every_rank_and_says_so(tmp_path):
@@ -180,7 +212,7 @@ def test_a_diverging_split_run_stops_every_rank_and_says_so(tmp_path):
     (['strategy.kind="bsp-ps"', "parallel.pipeline=2"],
      "parallel.pipeline: real runs split a replica with bsp only"),
     (['workload.model="softmax"', "parallel.microbatches=2"], "workload.model 'softmax'"),
-    (['strategy.pipelining="wfbp"', "parallel.pipeline=2"], "strategy.pipelining 'wfbp'"),
+    (['strategy.pipelining="wfbp"', "parallel.pipeline=2"], "strategy.pipelining: 'wfbp'"),
     (["compute.time_s=0.001", "parallel.pipeline=2"], "compute.time_s"),
     (["checkpoint.every_steps=2", "parallel.microbatches=2"], "checkpoint.every_steps"),
 ])

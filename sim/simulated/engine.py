@@ -28,8 +28,9 @@ from sim.simulated.hosts import Hosts
 from sim.simulated.recovery import build_recovery
 from sim.simulated.server import ParameterServer
 from sim.simulated.strategies.base import Context, Strategy
+from sim.trace import worker_track
 from sim.training.host_costs import CpuCosts, cpu_costs, load_host
-from sim.training.parallel_plan import Plan, build_plan, splits
+from sim.training.parallel_plan import Plan, build_plan, rank_track, splits
 from sim.training.store import ParameterStore
 from sim.training.strategies import make_rules, row_of
 from sim.training.workload import build_workload
@@ -211,7 +212,9 @@ def simulate(config: Config,
                                slowdowns=ctx.compute.slowdown_windows,
                                compute_time_s=ctx.compute.base_s, **extra,
                                **strategy.summary_extra())
-    trace = recorder.trace(ctx.network.flow_log, ctx.network.topology.link_name)
+    ranks = ctx.plan.ranks if ctx.plan is not None else None  # a split replica's ranks
+    worker_name = worker_track if ranks is None else lambda w: rank_track(ranks[w])
+    trace = recorder.trace(ctx.network.flow_log, ctx.network.topology.link_name, worker_name)
     if recovery is not None:
         trace = recovery.trace(trace)
     return Result(summary, recorder.metrics_csv(), trace, dump_config(config))

@@ -346,6 +346,13 @@ def _stage(s: int, p: int, layers: list[PlanLayer], first: int, last: int, t: in
                  boundary_out, boundary_in, memory)
 
 
+def rank_track(place: RankPlace) -> str:
+    """A rank's thread name in trace.json, the same in simulated and real runs
+    (docs/reference/results.md)."""
+    return (f"rank {place.rank}: replica {place.replica}, stage {place.stage}, "
+            f"shard {place.shard}")
+
+
 def split_key(config: Any) -> str | None:
     """The first [parallel] key of ``config`` that splits a replica over ranks or cuts its
     batch into microbatches (``pipeline``, ``tensor``, ``microbatches``); None if none does,

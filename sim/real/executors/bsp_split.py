@@ -59,7 +59,7 @@ from sim.real.executors.split_log import DATA_PARALLEL, LINKS, OTHER, PASS, TENS
 from sim.real.executors.split_log import combine as combine
 from sim.real.executors.stage_links import StageLinks
 from sim.real.executors.tensor_group import TensorGroup
-from sim.training.parallel_plan import build_plan
+from sim.training.parallel_plan import build_plan, rank_track
 from sim.training.rules import SGD
 from sim.training.stage_numerics import ShardRunner
 
@@ -279,7 +279,6 @@ def run(ctx: RankContext) -> RankLog:
         ctx.heartbeat.beat()
     rank.agreement.failed()
     log.kernel_s, log.messages = rank.kernel_s, rank.messages
-    log.track = f"rank {ctx.rank}: replica {rank.replica}, stage {rank.stage.index}, " \
-        f"shard {rank.runner.shard}"
+    log.track = rank_track(rank.plan.ranks[ctx.rank])
     return log
 

@@ -89,6 +89,9 @@ def combine(logs: list[RankLog], workload: Workload) -> None:
             workload.n * config.workload.batch)))
     gather_model(logs, workload, plan)
     logs[0].extra.update(figures(plan, steps, tagged))
+    device_bytes = workload.compute.device.memory_bytes
+    logs[0].extra.update(device_memory_bytes=device_bytes, memory_fits=None
+                         if device_bytes is None else plan.peak_memory_bytes <= device_bytes)
 
 
 def step_parts(rec: SplitStep, rank: int, posted: dict[tuple[int, int, int, int], float],
@@ -164,11 +167,13 @@ def figures(plan: Plan, steps: list[list[SplitStep]], tagged: list[list[list[Tag
 
 
 def bubble_fraction(plan: Plan, steps: list[list[SplitStep]]) -> float | None:
-    """1 - pass time / window time, summed over replicas, steps and ranks (None without
-    steps)."""
+    """1 - pass time / window time, summed over pipelines (a replica's shard through its
+    stages), steps and ranks (None without steps): the simulator's definition
+    (sim.simulated.stages.BubbleTally)."""
     busy = window = 0.0
-    for replica in range(plan.replicas):
-        ranks = [r for r in range(len(steps)) if plan.ranks[r].replica == replica]
+    for replica, shard in np.ndindex(plan.replicas, plan.tensor):
+        ranks = [r for r in range(len(steps))
+                 if (plan.ranks[r].replica, plan.ranks[r].shard) == (replica, shard)]
         for k in range(len(steps[0])):
             passes = [p for r in ranks for p in steps[r][k].passes]
             busy += sum(end - start for _, start, end in passes)

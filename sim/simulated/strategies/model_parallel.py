@@ -63,7 +63,7 @@ from sim.training.workload import Worker
 MODEL_PARALLEL_KEYS = ("ranks", "peak_memory_bytes", "memory_bytes_by_stage",
                        "device_memory_bytes", "memory_fits", "bubble_fraction",
                        "stage_compute_s", "activation_bytes_per_step", "pipeline_p2p_s",
-                       "tensor_allreduce_s")
+                       "tensor_allreduce_s", "stage_layers")
 
 # what a message between stages carries, by the pass that sends it (for the trace)
 _CARRIES = {"F": "activation", "B": "activation gradient"}
@@ -271,7 +271,8 @@ class PlanRanks(AllreduceMixin):
                                     for s in range(plan.pipeline)],
                 "activation_bytes_per_step": plan.activation_bytes_per_step,
                 "pipeline_p2p_s": float(self.mail.spent_s.mean()),
-                "tensor_allreduce_s": float(self.tensor_s.mean())}
+                "tensor_allreduce_s": float(self.tensor_s.mean()),
+                "stage_layers": [stage.last - stage.first + 1 for stage in plan.stages]}
 
 
 class ModelParallelBSP(PlanRanks, BSP):
