@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from sim import quick
 from sim.errors import UserError
 
 # name -> (module, one-line help)
@@ -41,12 +42,25 @@ def build_parser(chosen: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def announce_quick(args: argparse.Namespace) -> None:
+    """Under ``SGD_LAB_QUICK=1`` (:mod:`sim.quick`): one line on stderr for a command it
+    reduces, and ``--quick`` on for the commands that have that option."""
+    if not quick.enabled():
+        return
+    line = quick.banner(args.command)
+    if line:
+        print(line, file=sys.stderr, flush=True)
+    if hasattr(args, "quick"):
+        args.quick = True
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand; bad input prints one line on stderr and returns 2."""
     argv = sys.argv[1:] if argv is None else argv
     chosen = next((a for a in argv if not a.startswith("-")), None)
     try:  # an argument's type (a config's name) may raise UserError while parsing
         args = build_parser(chosen).parse_args(argv)
+        announce_quick(args)
         return int(importlib.import_module(args._module).main(args) or 0)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

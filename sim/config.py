@@ -202,6 +202,9 @@ class Run(Section):
     memory: Literal["refuse", "report"] = doc(
         "refuse", "a rank needing more than compute.device's memory: refuse the config "
         "(exit 2) or run it and flag it")
+    reduced: str | None = doc(None, "what `SGD_LAB_QUICK=1` cut from this run (it sets this "
+                              "itself, e.g. 'SGD_LAB_QUICK=1: run.iterations 60 -> 20'); "
+                              "summary.json repeats it. none: the run as configured")
     seeds: list[NonNegativeInt] = doc([], "sweeps repeat every point for each seed")
     trace_flows: NonNegativeInt = doc(100_000, "link flows kept on trace.json's link tracks, "
                                       "arrows and link counters (the first ones in the "

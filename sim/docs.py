@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from sim import quick
 from sim.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -248,6 +249,16 @@ file), after one line on stderr naming the file, the key and what was expected, 
 written; 130 or 143 when Ctrl-C or SIGTERM stopped it ([Result files](results.md) says what a
 stopped run keeps).
 
+Environment: `{variable}=1` runs the long commands in a reduced form, for tests (the test that
+runs every command of these pages sets it): `run`, `sweep` and `real` stop each run after at most
+{iterations} updates (evaluating it at least twice), `sweep` takes at most {seeds} seeds, and
+`calibrate`, `validate` and `bench` run as with `--quick`. Each of these commands then prints
+one line saying so, and a run it cut records what was cut as `run.reduced` in its
+`config.toml` and as `reduced` in its `summary.json` (and a sweep's `results.csv`): a reduced
+result is never taken for a real one, and a full sweep never reuses it. Any other value, or
+none, runs everything as configured. (The notebooks read the same variable to choose their
+own small parameters: [Work in the notebooks](../how-to/notebooks.md).)
+
 | command | does |
 |---|---|
 {commands}
@@ -268,7 +279,8 @@ def cli_page() -> str:
 
     commands = "\n".join(f"| [`{name}`](#{name}) | {_md(help_text)} |"
                          for name, (_, help_text) in COMMANDS.items())
-    return CLI_INTRO.format(generated=GENERATED, commands=commands) + cli_reference()
+    return CLI_INTRO.format(generated=GENERATED, commands=commands, variable=quick.VARIABLE,
+                            iterations=quick.ITERATIONS, seeds=quick.SEEDS) + cli_reference()
 
 
 # -- writing ---------------------------------------------------------------------------------

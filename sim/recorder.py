@@ -283,12 +283,14 @@ class Recorder:
     # ---- results --------------------------------------------------------------------
 
     def summary(self, seed: int, wall_s: float, events: int, complete: bool = True,
-                clock: str = "simulated", **extra: Any) -> dict[str, Any]:
+                clock: str = "simulated", reduced: str | None = None,
+                **extra: Any) -> dict[str, Any]:
         """The run's summary.json: the common keys, then ``extra`` (a strategy's or a
         runner's own keys). ``complete``: false for a run stopped early (interrupted), whose
         figures cover what it reached. ``clock``: what its times (``sim_time_s``, ``time_s``)
-        measure: "simulated" seconds, or a real run's "wall" seconds. Raises ValueError if
-        ``extra`` would replace a common key."""
+        measure: "simulated" seconds, or a real run's "wall" seconds. ``reduced``: the
+        config's run.reduced (what ``SGD_LAB_QUICK=1`` cut), kept as ``reduced`` when set.
+        Raises ValueError if ``extra`` would replace a common key."""
         staleness = np.array(self.staleness) if len(self.staleness) else np.zeros(1, np.int64)
         sim_time = float(self.clock())
         # a worker that stopped before the run's end waited for it
@@ -312,6 +314,7 @@ class Recorder:
             "seed": seed,
             "diverged": self.diverged,
             "complete": complete,
+            **({"reduced": reduced} if reduced is not None else {}),
             "workers": [dict(zip(KINDS, map(float, row), strict=True))
                         for row in breakdown],
         }

@@ -26,6 +26,13 @@ if str(ROOT) not in sys.path:
 
 ConfigData = Callable[..., dict[str, Any]]
 
+
+@pytest.fixture(autouse=True)
+def full_size_commands(monkeypatch):
+    """The suite's own CLI runs are as configured, even in a shell that exported
+    SGD_LAB_QUICK=1 (sim.quick); a test of the reduced form sets it itself."""
+    monkeypatch.delenv("SGD_LAB_QUICK", raising=False)
+
 # The bases. Every key is one that a default would change, so each is as small as its runs.
 TINY = {"cluster": {"workers": 2},
         "workload": {"features": 8, "samples": 256, "batch": 8}}

@@ -128,7 +128,7 @@ LAYERS: list[tuple[str, ...]] = [  # top to bottom
     ("sim.config", "sim.results", "sim.kernels", "sim.seeds", "sim.progress"),
     ("sim.recorder", "sim.calibrated"),
     ("sim.rundir",),
-    ("sim.trace", "sim.stats", "sim.names"),
+    ("sim.trace", "sim.stats", "sim.names", "sim.quick"),
     ("sim.errors", "sim._native", "sim"),
 ]
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sim import quick
 from sim.commands import add_set_option
 from sim.config import Config
 from sim.names import CONFIG_HELP, config_path
@@ -44,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
     from sim.real.launch.real_run import RealOptions, run_real
     from sim.results import iteration_s
 
-    config = load_config(args.config, args.overrides)
+    config = load_config(args.config, args.overrides, quick=quick.enabled())
     out = args.out or Path("runs") / f"{args.config.stem}-real"
     options = RealOptions(args.net, args.impl, args.wait, args.timeout_s, args.hang_s,
                           args.repeat)

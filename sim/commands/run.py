@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sim import quick
 from sim.commands import add_set_option
 from sim.names import CONFIG_HELP, config_path
 from sim.progress import Progress, Stopped, shielded, stop_on_signals
@@ -45,6 +46,8 @@ def format_summary(summary: dict) -> str:
         shown = "-" if value is None else (f"{value:.6g}" if isinstance(value, float)
                                             else str(value))
         lines.append(f"  {key:<{width}}  {shown}")
+    if summary.get("reduced"):
+        lines.append(f"  REDUCED: {summary['reduced']}")
     if summary.get("diverged"):
         lines.append("  DIVERGED: a NaN or Inf appeared; the run stopped early")
     return "\n".join(lines)
@@ -55,7 +58,7 @@ def main(args: argparse.Namespace) -> int:
     exiting 128 + the signal's number."""
     from sim.simulated.engine import simulate
 
-    config = load_config(args.config, args.overrides)
+    config = load_config(args.config, args.overrides, quick=quick.enabled())
     if config.sweep:
         print(f"note: {args.config} has a [sweep] table; this runs its base point only "
               f"(`python -m sim sweep {args.config}` runs the grid)")

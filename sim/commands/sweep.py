@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sim import quick
 from sim.commands import add_set_option
 from sim.names import CONFIG_HELP, config_path
 from sim.seeds import SEED, format_ci, summarise
@@ -171,7 +172,8 @@ def main(args: argparse.Namespace) -> int:
 
     out = args.out or default_out(args.config)
     report = run_sweep(args.config, out, args.overrides, jobs=args.jobs,
-                       scheduler=args.scheduler, plots=args.plots, seeds=args.seeds)
+                       scheduler=args.scheduler, plots=args.plots, seeds=args.seeds,
+                       quick=quick.enabled())
     done = len(report.rows)
     for line in report.sweep.warnings:
         print(f"warning: {line}", file=sys.stderr)

@@ -206,7 +206,7 @@ def simulate(config: Config,
     if recovery is not None:
         extra.update(recovery.finish())
     summary = recorder.summary(config.run.seed, wall_s, env.events_processed,
-                               complete=stopped_by is None,
+                               complete=stopped_by is None, reduced=config.run.reduced,
                                strategy=config.strategy.kind, fabric=ctx.network.fabric.name,
                                workers_n=ctx.n, stragglers=ctx.compute.stragglers,
                                slowdowns=ctx.compute.slowdown_windows,

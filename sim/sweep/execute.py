@@ -236,7 +236,8 @@ def _check_out(out: Path, manifest: dict[str, Any]) -> None:
                 or known[p["name"]]["values"] != p["values"])]
     if changed:
         raise UserError(f"{out}: same grid but run {changed[0]} has a different config (the "
-                        f"base config, a --set override or sim changed); choose another --out")
+                        f"base config, a --set override, SGD_LAB_QUICK or sim changed); choose "
+                        f"another --out")
     hashes = {p["config_sha256"] for p in known.values()}
     if not any(p["config_sha256"] in hashes for p in new):
         raise UserError(f"{out}: same grid but none of its runs has the config of a run here "
@@ -355,9 +356,11 @@ def write_results(out: Path, sweep: Sweep,
 
 def run_sweep(path: str | Path, out: str | Path, overrides: list[str] | None = None,
               jobs: int | None = None, scheduler: str | None = None, plots: bool = True,
-              progress: bool = True, seeds: int | None = None) -> SweepReport:
+              progress: bool = True, seeds: int | None = None,
+              quick: bool = False) -> SweepReport:
     """Run (or finish) the sweep of config ``path`` into ``out``; ``seeds``: N seeds per
-    point from run.seed (replacing run.seeds). Raises UserError.
+    point from run.seed (replacing run.seeds); ``quick``: in the reduced form of
+    :mod:`sim.quick`. Raises UserError.
 
     On a finished sweep with more seeds, only the new seeds run and the finished runs are
     reused; with fewer, only those seeds are reported (the module docstring says how).
@@ -366,7 +369,7 @@ def run_sweep(path: str | Path, out: str | Path, overrides: list[str] | None = N
     out = Path(out)
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs: expected at least 1, got {jobs}")
-    sweep = load_sweep(path, overrides, seeds)
+    sweep = load_sweep(path, overrides, seeds, quick)
     _check_out(out, sweep.manifest())  # before connecting or creating anything
     report = SweepReport(out, sweep)
     todo = any(not is_complete(out, p.name) for p in sweep.points)

@@ -21,7 +21,8 @@ from typing import Any
 from sim.config import Config, apply_overrides, dump_config, read_toml
 from sim.errors import UserError
 from sim.names import close_match
-from sim.training.checks import config_warnings, validate
+from sim.quick import reduce_seeds
+from sim.training.checks import config_warnings, validate, validate_reduced
 
 FORMAT = "sgd-lab.sweep/1"
 MAX_NAME = 80  # characters of a run directory name before it is shortened with a hash
@@ -167,9 +168,10 @@ def seed_range(data: dict[str, Any], count: int) -> list[int]:
 
 
 def load_sweep(path: str | Path, overrides: list[str] | None = None,
-               seeds: int | None = None) -> Sweep:
+               seeds: int | None = None, quick: bool = False) -> Sweep:
     """Read, override, expand and validate every point; ``seeds`` (``--seeds N``) replaces
-    run.seeds by N seeds from run.seed. Raises UserError; writes nothing."""
+    run.seeds by N seeds from run.seed; ``quick``: every point and the seeds in the reduced
+    form of :mod:`sim.quick`. Raises UserError; writes nothing."""
     source = str(path)
     data = apply_overrides(read_toml(path), overrides or [])
     table = data.pop("sweep", {})
@@ -182,6 +184,8 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None,
     seeds_list = seed_range(data, seeds) if seeds is not None else listed
     # the shapes of the table and the seeds, with the schema's own messages
     validate({"sweep": table, "run": {"seeds": seeds_list}}, source)
+    if quick:
+        seeds_list = reduce_seeds(seeds_list)
     named: list[str] = []
     for key, values in table.items():
         where = f"{source}: sweep.{key}"
@@ -216,7 +220,10 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None,
         point_data = copy.deepcopy(data)
         for key, value in values.items():
             _set(point_data, key, value)
-        config = validate(point_data, f"{source}: sweep point {name}")
+        where = f"{source}: sweep point {name}"
+        config = validate(point_data, where)
+        if quick:
+            point_data, config = validate_reduced(point_data, config, where)
         sha = hashlib.sha256(dump_config(config).encode()).hexdigest()
         if sha in seen:
             raise UserError(f"{source}: sweep points {seen[sha]} and {name} are the same run "

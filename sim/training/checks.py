@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sim import quick
 from sim.calibrated import CALIBRATED
 from sim.config import Cluster, Config, Strategy, apply_overrides, parse, read_toml
 from sim.errors import UserError
@@ -290,6 +291,25 @@ def validate(data: dict[str, Any], source: str = "<config>") -> Config:
     return config
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
-    """Read, override and validate a config file. Raises UserError."""
-    return validate(apply_overrides(read_toml(path), overrides or []), str(path))
+def load_config(path: str | Path, overrides: list[str] | None = None,
+                quick: bool = False) -> Config:
+    """Read, override and validate a config file; ``quick``: in the reduced form of
+    :mod:`sim.quick` (the command line's ``SGD_LAB_QUICK=1``). Raises UserError."""
+    data = apply_overrides(read_toml(path), overrides or [])
+    config = validate(data, str(path))
+    return validate_reduced(data, config, str(path))[1] if quick else config
+
+
+def validate_reduced(data: dict[str, Any], config: Config, source: str
+                     ) -> tuple[dict[str, Any], Config]:
+    """Config ``data`` (``config`` once validated) in the reduced form of :mod:`sim.quick`,
+    and its Config; the two unchanged when nothing needs cutting. Raises UserError, saying
+    the cut caused it."""
+    reduced = quick.reduce_config(data, config.run.iterations, config.run.eval_every)
+    if reduced is data:
+        return data, config
+    try:
+        return reduced, validate(reduced, source)
+    except UserError as exc:  # e.g. a planned failure after the last update left
+        raise UserError(f"{exc} ({reduced['run']['reduced']}; unset "
+                        f"{quick.VARIABLE} to run it as configured)") from None

@@ -168,6 +168,7 @@ def assemble(workload: Workload, rules: Rules, logs: list[RankLog], wall_s: floa
         rec.final = (math.nan, math.nan)
     kernel = [k for log in logs for k in log.kernel_s]
     summary = rec.summary(run.seed, wall_s, sum(log.messages for log in logs),
+                          reduced=run.reduced,
                           strategy=config.strategy.kind, fabric=extra.get("net"),
                           workers_n=workload.n, stragglers=workload.compute.stragglers,
                           slowdowns=workload.compute.slowdown_windows,
