@@ -90,6 +90,46 @@ def test_balanced_stages_step_in_m_plus_p_minus_1_slots(tiny_config_data, kind, 
     assert summary["pipeline_p2p_s"] == pytest.approx(0.0, abs=1e-15)
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("p, m", [(2, 1), (2, 4), (4, 8)])
+def test_every_microbatch_pass_moves_its_layers_weights(tiny_config_data, tmp_path, schedule,
+                                                         p, m):
+    """A device with a memory bandwidth B: a layer's forward pass of r rows takes
+    r F_f / R + W / B and its backward r F_b / R + 2 W / B (reads W, writes its gradient;
+    sim.training.compute_model), whatever r: the balanced step is (m + p - 1)(t_f + t_b)
+    with t_f, t_b those sums over a stage's layers at r = batch / m."""
+    rate, bandwidth = 1e9, 1e7
+    device = tmp_path / "device.json"
+    device.write_text(json.dumps({"format": "sgd-lab.device-profile/1", "flops_per_s": rate,
+                                  "memory_Bps": bandwidth}))
+    config = mlp(tiny_config_data, parallel__pipeline=p, parallel__microbatches=m,
+                 parallel__schedule=schedule, workload__hidden=[16] * 7,
+                 compute__time_s=None, compute__device=f"calibrated:{device}")
+    layers = balanced_layers(8)
+    summary = simulate(config, plan=build_plan(config, layers=layers)).summary
+    rows, weights = config.workload.batch // m, layers[0].params * 8
+    per_stage = 8 // p
+    t_f = per_stage * (rows * layers[0].forward_flops / rate + weights / bandwidth)
+    t_b = per_stage * (rows * layers[0].backward_flops / rate + 2 * weights / bandwidth)
+    assert summary["iter_s"] == pytest.approx((m + p - 1) * (t_f + t_b), rel=1e-9)
+
+
+def test_a_whole_gradient_moves_every_weight_three_times(tiny_config_data, tmp_path):
+    """Unsplit: overhead + FLOPs / R + 3 x parameter bytes / B, parameters counted here
+    from the MLP's widths (weights and biases)."""
+    from sim.training.workload import build_workload
+
+    device = tmp_path / "device.json"
+    device.write_text(json.dumps({"format": "sgd-lab.device-profile/1", "flops_per_s": 2e9,
+                                  "overhead_s": 3e-6, "memory_Bps": 5e8}))
+    config = mlp(tiny_config_data, compute__time_s=None,
+                 compute__device=f"calibrated:{device}")
+    widths = [config.workload.features, *HIDDEN, 2]
+    params = sum(a * b + b for a, b in itertools.pairwise(widths))
+    expected = 3e-6 + BATCH * gradient_flops(config) / 2e9 + 3 * params * 8 / 5e8
+    assert build_workload(config).compute.base_s == pytest.approx(expected, rel=1e-12)
+
+
 @pytest.mark.parametrize("kind", MP_KINDS)
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("keys", [

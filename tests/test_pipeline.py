@@ -106,3 +106,33 @@ def test_every_mode_lies_between_max_and_sum(forward, data, mode, priority, alph
                                   bucket_bytes=60, channel=channel)
     C, M = sum(forward) + sum(backward), sum(alpha + beta * m.nbytes for m in messages)
     assert max(C, M) - 1e-9 <= T <= C + M + 1e-9
+
+
+def test_a_step_is_shared_over_layers_by_their_seconds_with_a_memory_term(tmp_path):
+    """With a memory bandwidth, wait-free backprop's per-layer times are each layer's own
+    seconds (r F / R + passes x W / B), scaled to the drawn step; without, FLOP shares."""
+    import json
+    from types import SimpleNamespace
+
+    from sim.training.compute_model import ComputeModel
+    from sim.training.messages import LayerCosts
+
+    layers = LayerCosts(np.array([100.0, 300.0]), np.array([200.0, 600.0]),
+                        np.array([80, 8], np.int64), "model", np.array([80.0, 8.0]))
+    device = tmp_path / "d.json"
+    device.write_text(json.dumps({"format": "sgd-lab.device-profile/1", "flops_per_s": 1e3,
+                                  "memory_Bps": 1e2}))
+
+    cfg = SimpleNamespace(device=f"calibrated:{device}", time_s=None, distribution="constant",
+                          straggler_fraction=0.0, straggler_slowdown=1.0, slowdowns=[])
+    compute = ComputeModel(cfg, layers.flops(1), 1, 0, layers.traffic())
+    shares = compute.layer_shares((layers.forward_flops, layers.backward_flops),
+                                  layers.weight_bytes)
+    forward = np.array([100 / 1e3 + 80 / 1e2, 300 / 1e3 + 8 / 1e2])
+    backward = np.array([200 / 1e3 + 160 / 1e2, 600 / 1e3 + 16 / 1e2])
+    assert compute.base_s == pytest.approx(forward.sum() + backward.sum(), rel=1e-12)
+    costs = layers.split(compute.base_s, shares)
+    np.testing.assert_allclose(costs.forward_s, forward, rtol=1e-12)
+    np.testing.assert_allclose(costs.backward_s, backward, rtol=1e-12)
+    flop_only = layers.split(1.2)
+    np.testing.assert_allclose(flop_only.forward_s, [0.1, 0.3], rtol=1e-12)

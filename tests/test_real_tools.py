@@ -47,9 +47,30 @@ def test_rank_rounds_are_the_schedule_seen_by_each_rank(algorithm, p):
 
 def test_device_fit_recovers_rate_and_overhead():
     points = [{"flops": f, "seconds": 5e-6 + f / 2e10} for f in (1e4, 1e6, 1e7, 1e8)]
-    rate, overhead, errors = fit_device(points)
-    assert rate == pytest.approx(2e10, rel=1e-6) and overhead == pytest.approx(5e-6, rel=1e-4)
-    assert max(map(abs, errors)) < 1e-6
+    fit = fit_device(points)
+    assert fit.flops_per_s == pytest.approx(2e10, rel=1e-6)
+    assert fit.overhead_s == pytest.approx(5e-6, rel=1e-4) and fit.memory_Bps is None
+    assert max(map(abs, fit.errors)) < 1e-6
+
+
+def test_device_fit_recovers_the_memory_term_from_batches_and_quarter_batches():
+    """Each workload at its batch and a quarter of it: the same weights, a quarter of the
+    FLOPs; time = 4 us + F / 30 GFLOP/s + traffic / 12 GB/s is recovered exactly."""
+    shapes = [(4e7, 3e6), (1e7, 3e6), (2e6, 2e4), (5e5, 2e4), (8e7, 1.2e7), (2e7, 1.2e7)]
+    points = [{"flops": f, "traffic": t, "seconds": 4e-6 + f / 30e9 + t / 12e9}
+              for f, t in shapes]
+    fit = fit_device(points)
+    assert fit.flops_per_s == pytest.approx(30e9, rel=1e-6)
+    assert fit.memory_Bps == pytest.approx(12e9, rel=1e-6)
+    assert fit.overhead_s == pytest.approx(4e-6, rel=1e-4)
+
+
+def test_device_fit_leaves_out_a_term_that_would_be_negative():
+    """Times that fall as weights grow (no memory term): the traffic term is dropped."""
+    points = [{"flops": f, "traffic": t, "seconds": 2e-6 + f / 10e9 - t / 1e12}
+              for f, t in [(1e6, 1e5), (4e6, 1e6), (1e7, 2e6), (3e7, 1e5)]]
+    fit = fit_device(points)
+    assert fit.memory_Bps is None and fit.flops_per_s > 0 and fit.overhead_s >= 0
 
 
 def test_network_fit_recovers_alpha_and_beta():
@@ -132,8 +153,8 @@ def test_the_shipped_matrix_covers_every_level_of_every_axis():
     for axis, levels in matrix.axes.items():
         assert {c.levels[axis] for c in cases} == set(levels)
     # no stragglers (32), small with stragglers (16), real kernels on shm (8), pipelining
-    # (3), killed and restarted (2)
-    assert len(cases) == 61
+    # (3), killed and restarted (2), model parallelism (4 two-way splits, 2 three-stage)
+    assert len(cases) == 67
     full = expand(dataclasses.replace(matrix, blocks=[]))
     assert len(full) == int(np.prod([len(v) for v in matrix.axes.values()]))
     small = expand(matrix, ["workers=2", "strategy=bsp", "network=shm"])

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sim.errors import UserError
 from sim.names import config_path, unknown
+from sim.training.compute_model import describe_rates
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,8 +80,9 @@ def main(args: argparse.Namespace) -> int:
                                        0.05 if args.quick else 0.2)
         warn_load("compute", load.fraction)
         device = C.write_device(args.out / "device.json", points, args.concurrency)
-        print(f"compute: {device['flops_per_s'] / 1e9:.2f} GFLOP/s + "
-              f"{device['overhead_s'] * 1e6:.1f} us per gradient "
+        rates = describe_rates(device["flops_per_s"], device["overhead_s"],
+                               device["memory_Bps"])
+        print(f"compute: {rates} "
               f"(fit errors {min(device['errors']):+.1%} .. {max(device['errors']):+.1%})")
         for p in points:
             print(f"  {p['workload']:<34} {p['seconds'] * 1e6:9.1f} us  {p['error']:+.1%}")

@@ -28,6 +28,7 @@ import numpy as np
 import simpy
 
 from sim.trace import Facts
+from sim.training.messages import TRAFFIC
 from sim.training.parallel_plan import Plan, Stage
 from sim.training.pipeline_schedule import Op
 
@@ -47,6 +48,7 @@ class StageWork:
     activation_bytes: int  # to the next stage per microbatch (0 on the last)
     gradient_bytes: int  # to the previous stage per microbatch (0 on the first)
     grad_bytes: int  # the shard's gradient: its data-parallel allreduce per step
+    weight_bytes: np.ndarray  # per layer of ``layers``: the shard's weights a pass moves
 
     @property
     def flops(self) -> float:
@@ -54,15 +56,22 @@ class StageWork:
         :meth:`sim.training.messages.LayerCosts.flops` sums a whole model's)."""
         return float(self.forward_flops.sum() + self.backward_flops.sum())
 
-    def pass_seconds(self, step_s: float, microbatches: int) -> tuple[np.ndarray, np.ndarray]:
+    def traffic(self, microbatches: int) -> float:
+        """Bytes of weights the stage's step moves: every microbatch's passes move them."""
+        return microbatches * float(self.weight_bytes.sum()) * sum(TRAFFIC.values())
+
+    def pass_seconds(self, step_s: float, microbatches: int,
+                     shares: tuple[np.ndarray, np.ndarray] | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
         """Seconds of each layer's forward and backward for one microbatch, when the
-        stage's whole step takes ``step_s``: shared out in proportion to FLOPs (as
-        :meth:`~sim.training.messages.LayerCosts.split` shares a step out over layers),
-        then over the microbatches."""
-        total = self.forward_flops.sum() + self.backward_flops.sum()
+        stage's whole step takes ``step_s``: shared out in proportion to FLOPs, or to
+        ``shares`` (the step's seconds per layer and direction, :meth:`~sim.training.
+        compute_model.ComputeModel.layer_shares`), as :meth:`~sim.training.messages.
+        LayerCosts.split` shares a step out over layers, then over the microbatches."""
+        forward, backward = shares or (self.forward_flops, self.backward_flops)
+        total = forward.sum() + backward.sum()
         scale = step_s / total if total > 0 else 0.0
-        return (self.forward_flops * scale / microbatches,
-                self.backward_flops * scale / microbatches)
+        return forward * scale / microbatches, backward * scale / microbatches
 
 
 def stage_work(stage: Stage, itemsize: int) -> StageWork:
@@ -75,7 +84,8 @@ def stage_work(stage: Stage, itemsize: int) -> StageWork:
                      np.array([x.forward_flops for x in stage.layers], float),
                      np.array([x.backward_flops for x in stage.layers], float),
                      allreduces["forward"], allreduces["backward"], stage.ops,
-                     stage.activation_bytes, stage.gradient_bytes, stage.params * itemsize)
+                     stage.activation_bytes, stage.gradient_bytes, stage.params * itemsize,
+                     np.array([x.params * itemsize for x in stage.layers], float))
 
 
 def stage_works(plan: Plan) -> list[StageWork]:

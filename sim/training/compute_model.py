@@ -1,6 +1,12 @@
 """Compute-time model: how long a worker takes for one gradient, in simulated seconds.
 
-time = (FLOPs / device rate + per-call overhead), or a fixed ``compute.time_s``;
+time = per-gradient overhead + FLOPs / device rate + weight traffic / memory bandwidth, or
+a fixed ``compute.time_s``. The last term is the roofline's second resource (Williams,
+Waterman and Patterson 2009), added rather than overlapped: a pass over a dense layer moves
+its weights through memory whatever the batch (forward reads them, backward reads them and
+writes their gradient), so a small batch or microbatch (Narayanan et al. 2021, Sec. 3.4: the
+pass time t(b) of microbatch size b) computes fewer FLOPs per byte and runs at a lower
+rate. Devices without a memory bandwidth (``memory_Bps = None``) charge FLOPs only;
 times a noise factor of mean 1 (constant, exponential, shifted exponential or lognormal),
 times the
 straggler slowdown of the worker, times any named slowdown active when the
@@ -33,6 +39,9 @@ class Device:
     # what one rank may hold (parameters, gradients, optimizer state, stashed activations);
     # None: not known, so a config is never refused for memory, only reported
     memory_bytes: float | None = None
+    # bytes/s at which a pass moves its layers' weights (the roofline's memory bandwidth);
+    # None: not charged, a pass costs its FLOPs only
+    memory_Bps: float | None = None
 
     def __post_init__(self) -> None:
         if not (self.flops_per_s > 0 and math.isfinite(self.overhead_s)
@@ -42,6 +51,14 @@ class Device:
         if self.memory_bytes is not None and not (0 < self.memory_bytes < math.inf):
             raise ValueError(f"device {self.name!r}: need memory_bytes > 0 and finite (or "
                              f"null: not known), got {self.memory_bytes}")
+        if self.memory_Bps is not None and not (0 < self.memory_Bps < math.inf):
+            raise ValueError(f"device {self.name!r}: need memory_Bps > 0 and finite (or "
+                             f"null: not charged), got {self.memory_Bps}")
+
+    def seconds(self, flops: float, traffic: float = 0.0) -> float:
+        """Seconds of ``flops`` moving ``traffic`` bytes of weights, without the overhead."""
+        moved = traffic / self.memory_Bps if self.memory_Bps is not None else 0.0
+        return flops / self.flops_per_s + moved
 
 
 DEVICES: dict[str, Device] = {
@@ -77,13 +94,22 @@ def load_device(spec: str) -> Device:
 
 
 def save_device_profile(path: str | Path, flops_per_s: float, overhead_s: float,
-                        source: str, **extra: object) -> None:
+                        source: str, memory_Bps: float | None = None,
+                        **extra: object) -> None:
     """Write a device profile that ``compute.device = "calibrated:PATH"`` reads (``extra``:
     its name, default the file's; how it was measured: points, concurrency)."""
     path = Path(path)
     device = Device(name=str(extra.pop("name", path.stem)), flops_per_s=flops_per_s,
-                    overhead_s=overhead_s, source=source, on_host=True)
+                    overhead_s=overhead_s, source=source, on_host=True,
+                    memory_Bps=memory_Bps)
     write_profile(path, device, PROFILE_FORMAT, **extra)
+
+
+def describe_rates(flops_per_s: float, overhead_s: float, memory_Bps: float | None) -> str:
+    """A device's compute model in words: "36.7 GFLOP/s + 9.6 us per gradient" and, with a
+    memory term, "+ weights at 11.2 GB/s"."""
+    text = f"{flops_per_s / 1e9:.1f} GFLOP/s + {overhead_s * 1e6:.1f} us per gradient"
+    return text + (f" + weights at {memory_Bps / 1e9:.1f} GB/s" if memory_Bps else "")
 
 
 # name -> factor(rng, compute config), each of mean 1
@@ -102,12 +128,13 @@ NOISE: dict[str, Callable[[np.random.Generator, Any], float]] = {
 class ComputeModel:
     """Seconds per gradient for each worker (see the module docstring)."""
 
-    def __init__(self, cfg, flops_per_gradient: float, workers: int, seed: int) -> None:
-        self.device = load_device(cfg.device)
+    def __init__(self, cfg, flops_per_gradient: float, workers: int, seed: int,
+                 traffic_per_gradient: float = 0.0) -> None:
+        self.cfg, self.device = cfg, load_device(cfg.device)
         self.flops_per_gradient = flops_per_gradient
         self.base_s = cfg.time_s if cfg.time_s is not None else (
-            self.device.overhead_s + flops_per_gradient / self.device.flops_per_s)
-        self.noise, self.cfg = NOISE[cfg.distribution], cfg
+            self.base_for(flops_per_gradient, traffic_per_gradient))
+        self.noise = NOISE[cfg.distribution]
         streams = np.random.SeedSequence([seed, 0xC0FFEE]).spawn(workers + 1)
         self.rngs = [np.random.default_rng(s) for s in streams[:workers]]
         chooser = np.random.default_rng(streams[-1])
@@ -138,19 +165,36 @@ class ComputeModel:
         """Seconds for worker's next gradient, starting at simulated time ``now``."""
         return self._drawn(worker, now, self.base_s)
 
-    def base_for(self, flops: float) -> float:
-        """Seconds for ``flops`` of a gradient before noise and slowdowns: the device's rate
-        and per-gradient overhead, or ``compute.time_s`` scaled by their share of a whole
-        gradient's FLOPs (``base_s`` exactly for a whole gradient's)."""
+    def base_for(self, flops: float, traffic: float = 0.0) -> float:
+        """Seconds for ``flops`` of a gradient moving ``traffic`` bytes of weights, before
+        noise and slowdowns: the device's per-gradient overhead, rate and memory bandwidth,
+        or ``compute.time_s`` scaled by their share of a whole gradient's FLOPs (``base_s``
+        exactly for a whole gradient's)."""
         if self.cfg.time_s is not None:
             return self.cfg.time_s * (flops / self.flops_per_gradient)
-        return self.device.overhead_s + flops / self.device.flops_per_s
+        return self.device.overhead_s + self.device.seconds(flops, traffic)
 
-    def part_duration(self, worker: int, now: float, flops: float) -> float:
+    def part_duration(self, worker: int, now: float, flops: float,
+                      traffic: float = 0.0) -> float:
         """Seconds for rank ``worker``'s part of a step, ``flops`` of the gradient (a stage's
-        shard under model parallelism), starting at ``now``: :meth:`base_for`, times the
-        noise, straggler and slowdown factors :meth:`duration` applies."""
-        return self._drawn(worker, now, self.base_for(flops))
+        shard under model parallelism) moving ``traffic`` bytes of weights, starting at
+        ``now``: :meth:`base_for`, times the noise, straggler and slowdown factors
+        :meth:`duration` applies."""
+        return self._drawn(worker, now, self.base_for(flops, traffic))
+
+    def layer_shares(self, flops: tuple[np.ndarray, np.ndarray],
+                     weight_bytes: np.ndarray | None, passes: int = 1
+                     ) -> tuple[np.ndarray, np.ndarray] | None:
+        """How a step's compute divides over its layers' forward and backward passes, by
+        their seconds on the device: ``flops`` (forward, backward per layer, the whole
+        step's), ``passes`` passes over each layer's ``weight_bytes`` each way. None when
+        FLOPs alone divide it (no memory term, or a modelled ``compute.time_s``)."""
+        if self.device.memory_Bps is None or weight_bytes is None or self.cfg.time_s is not None:
+            return None
+        from sim.training.messages import TRAFFIC
+
+        return tuple(self.device.seconds(f, passes * TRAFFIC[way] * weight_bytes)
+                     for f, way in zip(flops, ("forward", "backward"), strict=True))
 
     def _drawn(self, worker: int, now: float, base_s: float) -> float:
         t = base_s * self.noise(self.rngs[worker], self.cfg) * self.factor[worker]

@@ -61,39 +61,60 @@ class StepCosts:
 
 @dataclass(frozen=True)
 class LayerCosts:
-    """The work of each layer (forward order): FLOPs per sample and gradient bytes."""
+    """The work of each layer (forward order): FLOPs per sample, gradient bytes, and the
+    bytes of weights a pass over the layer moves through memory whatever the batch
+    (:meth:`sim.training.compute_model.ComputeModel.layer_seconds` charges them)."""
 
     forward_flops: np.ndarray
     backward_flops: np.ndarray
     grad_bytes: np.ndarray
     source: str  # "model" or "profile:NAME"
+    # per layer: a dense layer's weights (forward reads them once, backward reads them and
+    # writes their gradient: TRAFFIC); 0 where the layer touches only a batch's rows (sparse)
+    weight_bytes: np.ndarray | None = None
 
     @classmethod
     def from_model(cls, model: Any, itemsize: int = 8) -> LayerCosts:
         layers = model.layers
+        grad_bytes = np.array([(layer.params.stop - layer.params.start) * itemsize
+                               for layer in layers], np.int64)
+        dense = np.array([layer.shape is not None for layer in layers])
         return cls(np.array([layer.forward_flops for layer in layers], float),
                    np.array([layer.backward_flops for layer in layers], float),
-                   np.array([(layer.params.stop - layer.params.start) * itemsize
-                             for layer in layers], np.int64), "model")
+                   grad_bytes, "model", np.where(dense, grad_bytes, 0).astype(float))
 
     @classmethod
     def from_profile(cls, profile: Any, itemsize: int = 4) -> LayerCosts:
         """A published network's layers; gradients in float32, as such networks train."""
         n = len(profile.layers)
+        grad_bytes = np.array([layer.params * itemsize for layer in profile.layers], np.int64)
         return cls(np.array([layer.forward_flops for layer in profile.layers], float),
                    np.array([profile.backward_flops(i) for i in range(n)], float),
-                   np.array([layer.params * itemsize for layer in profile.layers], np.int64),
-                   f"profile:{profile.name}")
+                   grad_bytes, f"profile:{profile.name}", grad_bytes.astype(float))
 
     def flops(self, batch: int) -> float:
         """Forward + backward FLOPs of one mini-batch."""
         return batch * float(self.forward_flops.sum() + self.backward_flops.sum())
 
-    def split(self, seconds: float) -> StepCosts:
-        """A step of ``seconds`` shared out over the layers in proportion to their FLOPs."""
-        total = self.forward_flops.sum() + self.backward_flops.sum()
+    def traffic(self) -> float:
+        """Bytes of weights one forward and backward pass over every layer moves."""
+        if self.weight_bytes is None:
+            return 0.0
+        return float(self.weight_bytes.sum()) * sum(TRAFFIC.values())
+
+    def split(self, seconds: float, shares: tuple[np.ndarray, np.ndarray] | None = None
+              ) -> StepCosts:
+        """A step of ``seconds`` shared out over the layers in proportion to their FLOPs, or
+        to ``shares`` (forward and backward weights per layer) when given."""
+        forward, backward = shares or (self.forward_flops, self.backward_flops)
+        total = forward.sum() + backward.sum()
         scale = seconds / total if total > 0 else 0.0
-        return StepCosts(self.forward_flops * scale, self.backward_flops * scale)
+        return StepCosts(forward * scale, backward * scale)
+
+
+#: Passes over a dense layer's weights: forward reads them; backward reads them (for the
+#: input's gradient) and writes their gradient.
+TRAFFIC = {"forward": 1, "backward": 2}
 
 
 def message_slice(msg: Message, model: Any) -> slice:

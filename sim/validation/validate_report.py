@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.rundir import write_atomic
+from sim.training.compute_model import describe_rates
 from sim.validation import reproducibility
 
 ITERATION_TARGET, ITERATION_WORST, TTT_TARGET = 0.05, 0.15, 0.10
@@ -51,9 +52,9 @@ def _profile_lines(profiles: dict[str, Path]) -> list[str]:
         except (OSError, json.JSONDecodeError):
             continue
         if net == "device":
-            lines.append(f"- compute: {data['flops_per_s'] / 1e9:.1f} GFLOP/s + "
-                         f"{data['overhead_s'] * 1e6:.1f} us per gradient "
-                         f"(`{path}`; {data.get('source', '')})")
+            rates = describe_rates(data["flops_per_s"], data["overhead_s"],
+                                   data.get("memory_Bps"))
+            lines.append(f"- compute: {rates} (`{path}`; {data.get('source', '')})")
         else:
             fit = data.get("measurements", {}).get("fit", {})
             lines.append(f"- {net}: alpha {fit.get('alpha_s', 0) * 1e6:.1f} us, "

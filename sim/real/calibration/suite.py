@@ -3,8 +3,11 @@
 Compute: the gradient kernel of each workload (``model.loss_grad`` on a batch from
 ``worker.next_batch``, the call real runs time as ``compute``; gathering the batch is
 ``data``, a host cost: :mod:`sim.real.calibration.host`) is timed, optionally in
-``concurrency`` processes at once (all cores busy, as during a real run), and
-``time = overhead_s + FLOPs / flops_per_s`` is fitted by least squares on relative errors.
+``concurrency`` processes at once (all cores busy, as during a real run), at its batch and
+at a quarter of it (a microbatch's rows: fewer FLOPs for the same weights), and
+``time = overhead_s + FLOPs / flops_per_s + weight traffic / memory_Bps`` is fitted by
+least squares on relative errors (:mod:`sim.training.compute_model`; a term whose
+coefficient would be negative is left out).
 The result is a device profile (:func:`sim.training.compute_model.save_device_profile`) for
 ``compute.device = "calibrated:PATH"``.
 
@@ -34,6 +37,7 @@ import platform
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -100,11 +104,25 @@ def _time_kernels_child(args: tuple[list[dict], float]) -> list[float]:
     return time_kernels([validate(d) for d in dumps], min_time_s)
 
 
+def with_microbatches(configs: list[Config]) -> list[Config]:
+    """Each config, and the same at a quarter of its batch (when that is >= 1 row)."""
+    out = []
+    for config in configs:
+        out.append(config)
+        if config.workload.batch >= 4:
+            dump = config.model_dump(mode="json", exclude_none=True)
+            dump["workload"]["batch"] = config.workload.batch // 4
+            out.append(validate(dump, "a quarter batch"))
+    return out
+
+
 def measure_kernels(configs: list[Config], concurrency: int = 1,
                     min_time_s: float = 0.2) -> list[dict[str, Any]]:
-    """One point per config: its FLOPs and the median gradient time (mean over processes)."""
+    """Points of each config at its batch and a quarter of it (:func:`with_microbatches`):
+    FLOPs, weight traffic (bytes) and the median gradient time (mean over processes)."""
     from sim.training.workload import build_workload
 
+    configs = with_microbatches(configs)
     if concurrency <= 1:
         seconds = time_kernels(configs, min_time_s)
     else:
@@ -113,21 +131,48 @@ def measure_kernels(configs: list[Config], concurrency: int = 1,
         with multiprocessing.get_context("spawn").Pool(concurrency) as pool:
             per_process = pool.map(_time_kernels_child, [(dumps, min_time_s)] * concurrency)
         seconds = np.mean(per_process, axis=0).tolist()
-    return [{"workload": _describe(c), "flops": build_workload(c).model.flops(c.workload.batch),
-             "seconds": s} for c, s in zip(configs, seconds, strict=True)]
+    points = []
+    for config, s in zip(configs, seconds, strict=True):
+        workload = build_workload(config)
+        points.append({"workload": _describe(config), "flops": workload.layers.flops(
+            config.workload.batch), "traffic": workload.layers.traffic(), "seconds": s})
+    return points
 
 
-def fit_device(points: list[dict[str, Any]]) -> tuple[float, float, list[float]]:
-    """(flops_per_s, overhead_s, relative error of each point) of time = o + F / rate."""
-    flops = np.array([p["flops"] for p in points])
+#: The device fit's terms (time = overhead + FLOPs / rate + traffic / memory bandwidth),
+#: tried in this order until every coefficient is >= 0; FLOPs are always in.
+FITS = (("overhead", "flops", "traffic"), ("flops", "traffic"), ("overhead", "flops"),
+        ("flops",))
+
+
+@dataclass
+class DeviceFit:
+    flops_per_s: float
+    overhead_s: float
+    memory_Bps: float | None  # None: the traffic term left out (no bandwidth found)
+    errors: list[float]  # (predicted - measured) / measured, per point
+
+
+def fit_device(points: list[dict[str, Any]]) -> DeviceFit:
+    """time = overhead + FLOPs / flops_per_s + traffic / memory_Bps by least squares on
+    relative errors, leaving out a term whose coefficient comes out negative (points without
+    ``traffic`` have none)."""
     seconds = np.array([p["seconds"] for p in points])
-    A = np.column_stack([np.ones_like(flops), flops]) / seconds[:, None]
-    (overhead, inverse_rate), *_ = np.linalg.lstsq(A, np.ones_like(seconds), rcond=None)
-    if inverse_rate <= 0:  # all points the same size: a pure rate through the origin
-        overhead, inverse_rate = 0.0, float(np.median(seconds / flops))
-    overhead = max(float(overhead), 0.0)
-    predicted = overhead + flops * inverse_rate
-    return 1.0 / float(inverse_rate), overhead, (predicted / seconds - 1).tolist()
+    columns = {"overhead": np.ones_like(seconds),
+               "flops": np.array([p["flops"] for p in points], float),
+               "traffic": np.array([p.get("traffic", 0.0) for p in points], float)}
+    for terms in FITS:
+        A = np.column_stack([columns[t] for t in terms]) / seconds[:, None]
+        x, *_ = np.linalg.lstsq(A, np.ones_like(seconds), rcond=None)
+        coef = dict(zip(terms, x.tolist(), strict=True))
+        if all(v > 0 for v in coef.values()):
+            break
+    else:  # every point the same shape: a pure rate through the origin
+        coef = {"flops": float(np.median(seconds / columns["flops"]))}
+    predicted = sum(coef[t] * columns[t] for t in coef)
+    traffic = coef.get("traffic")
+    return DeviceFit(1.0 / coef["flops"], coef.get("overhead", 0.0),
+                     1.0 / traffic if traffic else None, (predicted / seconds - 1).tolist())
 
 
 # ---- network -----------------------------------------------------------------------------
@@ -239,12 +284,13 @@ def write_fabric(path: Path, net: str, measured: dict[str, Any],
 
 
 def write_device(path: Path, points: list[dict[str, Any]], concurrency: int) -> dict:
-    rate, overhead, errors = fit_device(points)
-    for point, error in zip(points, errors, strict=True):
+    fit = fit_device(points)
+    for point, error in zip(points, fit.errors, strict=True):
         point["error"] = error
-    save_device_profile(path, rate, overhead,
+    save_device_profile(path, fit.flops_per_s, fit.overhead_s,
                         f"sim calibrate: gradient times of {len(points)} workloads, "
-                        f"{concurrency} process(es) at once; {stamp()}",
+                        f"{concurrency} process(es) at once; {stamp()}", fit.memory_Bps,
                         name=f"calibrated-{platform.node()}", points=points,
                         concurrency=concurrency)
-    return {"flops_per_s": rate, "overhead_s": overhead, "errors": errors}
+    return {"flops_per_s": fit.flops_per_s, "overhead_s": fit.overhead_s,
+            "memory_Bps": fit.memory_Bps, "errors": fit.errors}

@@ -64,6 +64,15 @@ from sim.training.rules import SGD
 from sim.training.stage_numerics import ShardRunner
 
 
+def held_entries(index: np.ndarray) -> slice | np.ndarray:
+    """A rank's held entries (ascending flat indices) as a slice when they are one range (a
+    pipeline stage's whole layers): its gradient and parameters are then views, where an
+    index array gathers and scatters every step (~0.1 ms per 100,000 entries here)."""
+    if index.size and index[-1] - index[0] + 1 == index.size:
+        return slice(int(index[0]), int(index[-1]) + 1)
+    return index
+
+
 class Agreement:
     """Whether some rank's update failed: a one-value non-blocking allreduce (logical or)
     per step on a communicator of its own, started after each update and completed later."""
@@ -103,10 +112,12 @@ class SplitRank:
         model = workload.model
         self.shapes = model.shapes
         self.runner = ShardRunner(model, plan, place.stage, place.shard, own_copies=True)
-        self.held = self.runner.held()
+        self.held = held_entries(self.runner.held())
         self.params = workload.params.copy()  # only the held entries are kept current
         self.grad = np.zeros(model.size)
-        self.sgd = SGD(self.params[self.held], config.workload)  # the held entries, packed
+        self.count = self.grad[self.held].size
+        # the held entries: a view a stage's whole layers (one range) steps in place, else packed
+        self.sgd = SGD(self.params[self.held], config.workload)
         self.worker = workload.workers[place.replica]  # its replica's batch stream
         # communicators: created by every rank in the same order (Split is collective)
         tensor_comm = comm.Split(place.replica * plan.pipeline + place.stage, place.shard)
@@ -114,7 +125,7 @@ class SplitRank:
         algorithm = config.strategy.collective
         self.tensor = TensorGroup(tensor_comm, self.stage, plan.itemsize, ctx.impl, algorithm,
                                   ctx.waiter)
-        self.reduce = make_allreduce(ctx.impl, data_comm, algorithm, self.held.size,
+        self.reduce = make_allreduce(ctx.impl, data_comm, algorithm, self.count,
                                      ctx.waiter)
         self.links = StageLinks(comm.Dup(), plan, ctx.rank, self.shapes[self.stage.first][1],
                                 self.shapes[self.stage.last][0], ctx.waiter, ctx.now)
@@ -225,7 +236,8 @@ class SplitRank:
         except NonFiniteError:
             self.params[self.held] = math.nan
             return False
-        self.params[self.held] = self.sgd.params
+        if not isinstance(self.held, slice):  # packed: put back
+            self.params[self.held] = self.sgd.params
         rec.updated = self.now()
         rec.add(OTHER, [("update", began, rec.updated)])
         return True
@@ -239,7 +251,7 @@ class SplitRank:
         rows = worker.shard[:worker.batch]
         self.step(SplitStep(0), (data.X_train[rows], data.y_train[rows]))
         self.deltas.clear()
-        self.reduce(np.zeros(self.held.size))
+        self.reduce(np.zeros(self.count))
         self.agreement.start(False)
         self.agreement.failed()
         self.reduce.take(self.ctx.t0)

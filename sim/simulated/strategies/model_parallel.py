@@ -79,6 +79,10 @@ class PlanRanks(AllreduceMixin):
         ctx = self.ctx
         self.plan = plan = ctx.plan
         self.works = stage_works(plan)
+        batch, m = ctx.config.workload.batch, plan.microbatches
+        self.shares = [ctx.compute.layer_shares(  # each stage's step over its passes
+            (batch * w.forward_flops, batch * w.backward_flops), w.weight_bytes, m)
+            for w in self.works]
         ranks = len(plan.ranks)
         self.placed = placed = np.asarray(ctx.placed[:ranks])
         self.data_groups = [self._group(plan.data_group(r), placed) for r in range(ranks)]
@@ -116,7 +120,8 @@ class PlanRanks(AllreduceMixin):
         step, step_s = 0, self.draw(rank, work, 0)
         while True:
             yield from self.rank_prologue(rank, work)
-            forward_s, backward_s = work.pass_seconds(step_s, self.plan.microbatches)
+            forward_s, backward_s = work.pass_seconds(step_s, self.plan.microbatches,
+                                                      self.shares[work.index])
             for op in work.ops:
                 yield from self.run_pass(rank, work, step, op,
                                          forward_s if op.kind == "F" else backward_s)
@@ -131,7 +136,8 @@ class PlanRanks(AllreduceMixin):
         batch), drawn now."""
         ctx = self.ctx
         flops = ctx.config.workload.batch * work.flops
-        seconds = ctx.compute.part_duration(rank, ctx.env.now, flops)
+        seconds = ctx.compute.part_duration(rank, ctx.env.now, flops,
+                                            work.traffic(self.plan.microbatches))
         self.step_compute.setdefault(step, np.zeros(len(self.plan.ranks)))[rank] = seconds
         return seconds
 

@@ -74,7 +74,10 @@ class PipelinedStrategy(Strategy):
     def costs(self, worker: int, step: int) -> StepCosts:
         seconds = self.ctx.compute.duration(worker, self.ctx.env.now)
         self._step_compute.setdefault(step, np.zeros(self.ctx.n))[worker] = seconds
-        return self.layers.split(seconds)
+        layers, batch = self.layers, self.ctx.config.workload.batch
+        shares = self.ctx.compute.layer_shares(
+            (batch * layers.forward_flops, batch * layers.backward_flops), layers.weight_bytes)
+        return layers.split(seconds, shares)
 
     def step_done(self, step: int) -> None:
         compute = self._step_compute.pop(step, np.zeros(self.ctx.n))
