@@ -115,7 +115,7 @@ def _check_strategy(c: Config) -> None:
     if s.compression != "none" and c.workload.model == "sparse-logreg":
         raise ValueError("strategy.compression: sparse-logreg already sends only the touched "
                          "features; compression applies to dense models")
-    if s.kind == "backup" and s.backup >= c.cluster.workers:  # read by backup only
+    if row_of(c).drops_backups and s.backup >= c.cluster.workers:  # the others ignore it
         raise ValueError(f"strategy.backup: expected fewer than cluster.workers "
                          f"({c.cluster.workers}) backup workers, got {s.backup}")
     ranks = row_of(c).worker_ranks(c)  # with [parallel], a slowdown names a rank

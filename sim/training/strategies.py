@@ -93,6 +93,7 @@ class StrategyRow:
     uses_servers: bool = False  # adds cluster.servers parameter-server ranks after the workers
     gathers_compressed: bool = False  # compressed gradients travel by strategy.allgather
     synchronous: bool = False  # an update combines a step's gradients from (nearly) every worker
+    drops_backups: bool = False  # a step drops strategy.backup gradients (needs fewer than N)
     # takes [parallel]: a replica split over pipeline stages and tensor shards, microbatches
     model_parallel: bool = False
     # "module:Class" of its SimPy processes for a config with [parallel] (stages, shards or
@@ -174,7 +175,7 @@ STRATEGIES: dict[str, StrategyRow] = {row.name: row for row in (
                 "synchronous SGD with b backup workers: each step uses the first N - b gradients "
                 "(Chen et al. 2016)",
                 real=_REAL_PS, recovery="elastic", uses_servers=True, synchronous=True,
-                no_model_parallel=_NO_MP_BACKUP),
+                drops_backups=True, no_model_parallel=_NO_MP_BACKUP),
     StrategyRow("asp", f"{_RULES}:ASP", f"{_SIM}.ps_async:ASP", _named("ASP"), _named("asp"),
                 "Downpour-style asynchronous SGD through parameter servers (Dean et al. 2012)",
                 real=_REAL_PS, recovery="elastic", uses_servers=True,
