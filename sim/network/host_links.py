@@ -30,13 +30,13 @@ NONE = "none"  # no host link: ranks of one host talk through the fabric (each i
 # of 150 GB/s a GPU in one direction, 95.8% (Dell HPC, "Deep learning performance with
 # V100 GPUs"). The same share is assumed for later NVLink generations (same 25 GB/s lanes).
 _NVLINK_EFFICIENCY = 0.958
-# End-to-end small-message latency of a GPU-to-GPU write over NVLink: about 2 us (the order
-# p2pBandwidthLatencyTest's "P2P=Enabled Latency (P2P Writes)" reports on NVLink systems).
-# Approximate; NCCL adds its own kernel and protocol costs per collective on top of this.
-_NVLINK_ALPHA_S = 2e-6
-# PCIe peer to peer: about 4 us (p2pmark's best-pair isolated P2P latency, 4.1 us on PCIe
-# 5.0 x16; cudaMemcpyPeer through the root complex or a PCIe switch). Approximate.
-_PCIE_ALPHA_S = 4e-6
+# Per-message latency: NCCL's own cost model, the per-step hardware latency of a ring on its
+# small-message LL protocol (NVIDIA/nccl src/graph/tuning.cc, hwLat / hwLatencies: NVLink 0.6
+# us, PCI 1.0 us, NET 2.7 us; stable across NCCL 2.1x-2.2x). A model's figure, not a
+# measurement; NCCL's per-collective base latency (kernel launch, ~6.6 us for a ring) is
+# left out, as the fabrics' alphas leave it out.
+_NVLINK_ALPHA_S = 0.6e-6
+_PCIE_ALPHA_S = 1.0e-6
 
 
 def _link(name: str, per_direction_GBps: float, efficiency: float, alpha_s: float,
