@@ -66,6 +66,10 @@ class Cluster(Section):
                                       "stage's tensor shards, then a replica's stages)")
     rank_hosts: list[NonNegativeInt] = doc([], "the host of every rank (workers, then "
                                            "servers); overrides ranks_per_host")
+    host_link: str = doc("none", "the interconnect between ranks of one host "
+                         "(`python -m sim list host-links`: NVLink, PCIe): their messages "
+                         "take it instead of the fabric; none: every rank its own NIC on "
+                         "the fabric, also to a rank beside it")
     wait: Literal["auto", "sleep", "spin"] = doc(
         "auto", "how a waiting rank waits: sleep frees its core, spin (MPI busy polling) "
         "holds it; auto spins only where every rank has a core")

@@ -28,6 +28,13 @@ def fabrics() -> list[str]:
             f"({f.source})" for name, f in REGISTRY.items()]
 
 
+def host_links() -> list[str]:
+    from sim.network.host_links import REGISTRY
+
+    return [f"{name:<13} {f.bandwidth_Bps / 1e9:6.1f} GB/s a direction  "
+            f"alpha {f.alpha_s() * 1e6:4.1f} us  ({f.source})" for name, f in REGISTRY.items()]
+
+
 def strategies() -> list[str]:
     from sim.training.strategies import STRATEGIES
 
@@ -114,7 +121,8 @@ def experiments() -> list[str]:
 
 
 LISTS: dict[str, Callable[[], list[str]]] = {
-    "fabrics": fabrics, "strategies": strategies, "models": models, "datasets": datasets,
+    "fabrics": fabrics, "host-links": host_links, "strategies": strategies, "models": models,
+    "datasets": datasets,
     "collectives": collectives, "topologies": topologies, "devices": devices,
     "hosts": hosts, "storage": storage, "experiments": experiments,
 }

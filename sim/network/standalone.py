@@ -12,9 +12,11 @@ from sim.network.analytical import AnalyticalNetwork
 from sim.network.collectives import Collective, get_collective
 from sim.network.fabrics import Fabric, describe, get_fabric
 from sim.network.flow import FlowNetwork
+from sim.network.host_links import get_host_link
 from sim.network.topology import make_topology, place
+from sim.network.two_tier import TwoTierNetwork
 
-Network = FlowNetwork | AnalyticalNetwork
+Network = FlowNetwork | AnalyticalNetwork | TwoTierNetwork
 
 MODELS: dict[str, type[Network]] = {
     "flow": FlowNetwork,
@@ -41,6 +43,30 @@ def build_network(env: simpy.Environment, fabric: str | Mapping[str, Any] | Fabr
     return MODELS[model](env, fabric, topo)
 
 
+def endpoint_machines(placed: np.ndarray, rank_machines: Sequence[int],
+                      n_endpoints: int) -> np.ndarray:
+    """The machine of every endpoint: rank r's (``rank_machines[r]``) at ``placed[r]``; an
+    endpoint holding no rank is alone on a machine of its own (a negative id)."""
+    machine = -1 - np.arange(n_endpoints)
+    ranks = min(len(rank_machines), len(placed))
+    machine[np.asarray(placed[:ranks], np.int64)] = np.asarray(rank_machines[:ranks], np.int64)
+    return machine
+
+
+def with_host_link(network: Network, host_link: str | Fabric | None,
+                   machine: np.ndarray) -> Network:
+    """``network`` with a host link between endpoints of one machine (``machine[e]``:
+    endpoint e's, see :mod:`sim.network.two_tier`); the network itself, unchanged, when
+    ``host_link`` is None or "none" or no two endpoints share a machine. Raises ValueError
+    for an unknown host link."""
+    link = get_host_link(host_link) if isinstance(host_link, str) else host_link
+    if link is None or len(np.unique(machine)) == len(machine):
+        return network
+    inside = build_network(network.env, link, len(machine), topology="star",
+                           model=network.model)
+    return TwoTierNetwork(network, inside, machine)
+
+
 def simulate(collective: str | Collective, buffers: Sequence[np.ndarray] | None = None,
              **options: Any) -> Outcome:
     """Run one collective alone in a new environment: ``time_s, result = simulate(...)``.
@@ -56,11 +82,14 @@ def run_alone(collective: str | Collective, buffers: Sequence[np.ndarray] | None
               p: int | None = None, nbytes: int | None = None,
               fabric: str | Mapping[str, Any] | Fabric = "ib-hdr", topology: str = "star",
               model: str = "flow", placement: str = "block",
+              host_link: str | Fabric | None = None, machines: Sequence[int] = (),
               **topology_options: Any) -> tuple[float, Network]:
     """(simulated time in s, the network it ran on) for one collective in a new environment.
 
     Ranks are placed on hosts by ``placement`` (block or round-robin); parameter servers
-    come after the workers. Raises ValueError for bad arguments.
+    come after the workers. ``machines[r]``: rank r's machine, whose ranks talk over
+    ``host_link`` (:func:`with_host_link`; ranks beyond the list each have a machine of
+    their own). Raises ValueError for bad arguments.
     """
     algo = get_collective(collective) if isinstance(collective, str) else collective
     workers = len(buffers) if buffers is not None else p
@@ -71,6 +100,7 @@ def run_alone(collective: str | Collective, buffers: Sequence[np.ndarray] | None
     network = build_network(env, fabric, endpoints, topology=topology, model=model,
                             **topology_options)
     hosts = place(network.topology, endpoints, placement)
+    network = with_host_link(network, host_link, endpoint_machines(hosts, machines, endpoints))
     run = env.process(algo.run(network, buffers, p=p, nbytes=nbytes, hosts=hosts))
     env.run(run)
     return run.value, network

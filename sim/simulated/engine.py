@@ -21,7 +21,7 @@ from sim.config import Config, dump_config
 from sim.errors import UserError
 from sim.kernels import NonFiniteError
 from sim.network.fabrics import get_fabric
-from sim.network.standalone import build_network
+from sim.network.standalone import build_network, endpoint_machines, with_host_link
 from sim.network.topology import place, topology_options
 from sim.recorder import Recorder
 from sim.simulated.hosts import Hosts
@@ -143,6 +143,10 @@ def build_simulation(config: Config, plan: Plan | None = None) -> Simulation:
         fabric = dataclasses.replace(fabric, overhead_s=0.0)
     network = build_network(env, fabric, workers + servers, **options)
     hosts = place(network.topology, workers + servers, cluster.placement)
+    # ranks of one host talk over its host link (none: over the fabric, as any two ranks)
+    machines = tuple(rank_hosts(cluster, workers + servers))
+    network = with_host_link(network, cluster.host_link,
+                             endpoint_machines(hosts, machines, workers + servers))
     for w in workload.workers:
         w.host = int(hosts[w.index])
     recorder = Recorder(lambda: env.now, workers, run.iterations,
@@ -154,7 +158,9 @@ def build_simulation(config: Config, plan: Plan | None = None) -> Simulation:
                              ParameterStore(rules, workload.params.copy(), config.workload),
                              cores, workers, recorder.notes) if servers else None
     ctx = Context(env, config, network, workload, rules, recorder, done, server,
-                  {**options, "placement": cluster.placement}, cores, costs, plan=plan,
+                  {**options, "placement": cluster.placement,
+                   "host_link": cluster.host_link, "machines": machines},
+                  cores, costs, plan=plan,
                   placed=hosts)
     strategy = strategy_cls(ctx)
     model, data = workload.model, workload.data

@@ -21,6 +21,7 @@ from sim.faults.storage import get_storage
 from sim.names import unknown
 from sim.network.collectives import REGISTRY as COLLECTIVES
 from sim.network.fabrics import get_fabric
+from sim.network.host_links import get_host_link
 from sim.network.topology import TOPOLOGIES, topology_options
 from sim.training.compute_model import DEVICES, load_device
 from sim.training.host_costs import load_host
@@ -80,6 +81,10 @@ def _check_hosts(c: Config) -> None:
         load_host(c.cluster.host)
     except ValueError as exc:
         raise ValueError(f"cluster.host: {exc}") from None
+    try:
+        get_host_link(c.cluster.host_link)
+    except ValueError as exc:
+        raise ValueError(f"cluster.host_link: {exc}") from None
     ranks = row_of(c).ranks(c)
     placed = len(c.cluster.rank_hosts)
     if placed and placed != ranks:
@@ -269,7 +274,19 @@ def _unused_allgather(c: Config) -> str | None:
     return None
 
 
-WARNINGS = [_one_leaf, _unused_allgather]
+def _lone_host_link(c: Config) -> str | None:
+    cluster = c.cluster
+    if cluster.host_link == "none":
+        return None
+    ranks = row_of(c).ranks(c)
+    placed = list(cluster.rank_hosts) or [r // cluster.ranks_per_host for r in range(ranks)]
+    if len(set(placed)) == len(placed):
+        return (f"cluster.host_link = {cluster.host_link!r} has no effect: every rank is on "
+                "a host of its own (set cluster.ranks_per_host or cluster.rank_hosts)")
+    return None
+
+
+WARNINGS = [_one_leaf, _unused_allgather, _lone_host_link]
 
 
 def config_warnings(config: Config) -> list[str]:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.network.standalone import build_network
+from sim.network.standalone import build_network, endpoint_machines, with_host_link
 from sim.network.topology import place
 from sim.recorder import UpdateRecord
 from sim.simulated.pipeline import ParameterServerChannel
@@ -222,9 +222,12 @@ class BSPPS(PipelinedStrategy):
             env = simpy.Environment()
             options = dict(ctx.network_options)
             placement = options.pop("placement")
+            host_link, machines = options.pop("host_link"), options.pop("machines")
             n_hosts = ctx.n + len(ctx.server.hosts)
             network = build_network(env, ctx.network.fabric, n_hosts, **options)
             hosts = place(network.topology, n_hosts, placement)
+            network = with_host_link(network, host_link,
+                                     endpoint_machines(hosts, machines, n_hosts))
             server = ParameterServer(network, hosts[ctx.n:], ctx.server.store)
             server.share, server.edges = ctx.server.share, ctx.server.edges
             keys = self.keys(msg)
