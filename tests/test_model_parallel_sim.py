@@ -96,8 +96,10 @@ def test_every_microbatch_pass_moves_its_layers_weights(tiny_config_data, tmp_pa
                                                          p, m):
     """A device with a memory bandwidth B: a layer's forward pass of r rows takes
     r F_f / R + W / B and its backward r F_b / R + 2 W / B (reads W, writes its gradient;
-    sim.training.compute_model), whatever r: the balanced step is (m + p - 1)(t_f + t_b)
-    with t_f, t_b those sums over a stage's layers at r = batch / m."""
+    sim.training.compute_model), whatever r, and every microbatch after the first adds
+    3 W / B to accumulate its gradient (read it and the sum, write the sum), spread over the
+    backwards: the balanced step is (m + p - 1)(t_f + t_b) with t_f, t_b those sums over a
+    stage's layers at r = batch / m."""
     rate, bandwidth = 1e9, 1e7
     device = tmp_path / "device.json"
     device.write_text(json.dumps({"format": "sgd-lab.device-profile/1", "flops_per_s": rate,
@@ -110,7 +112,8 @@ def test_every_microbatch_pass_moves_its_layers_weights(tiny_config_data, tmp_pa
     rows, weights = config.workload.batch // m, layers[0].params * 8
     per_stage = 8 // p
     t_f = per_stage * (rows * layers[0].forward_flops / rate + weights / bandwidth)
-    t_b = per_stage * (rows * layers[0].backward_flops / rate + 2 * weights / bandwidth)
+    moves = 2 + 3 * (m - 1) / m
+    t_b = per_stage * (rows * layers[0].backward_flops / rate + moves * weights / bandwidth)
     assert summary["iter_s"] == pytest.approx((m + p - 1) * (t_f + t_b), rel=1e-9)
 
 

@@ -72,6 +72,7 @@ def devices() -> list[str]:
 
     return [f"{name:<9} {d.flops_per_s / 1e12:8.3f} TFLOP/s  +{d.overhead_s * 1e6:.1f} us/step"
             + (f"  {d.memory_bytes / 2**30:g} GiB" if d.memory_bytes else "")
+            + (f"  {d.memory_Bps / 1e9:g} GB/s" if d.memory_Bps else "")
             + f" ({d.source})" for name, d in DEVICES.items()]
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import simpy
 
 from sim.trace import Facts
-from sim.training.messages import TRAFFIC
+from sim.training.messages import weight_passes
 from sim.training.parallel_plan import Plan, Stage
 from sim.training.pipeline_schedule import Op
 
@@ -57,8 +57,8 @@ class StageWork:
         return float(self.forward_flops.sum() + self.backward_flops.sum())
 
     def traffic(self, microbatches: int) -> float:
-        """Bytes of weights the stage's step moves: every microbatch's passes move them."""
-        return microbatches * float(self.weight_bytes.sum()) * sum(TRAFFIC.values())
+        """Bytes of weights the stage's step moves (every microbatch's passes move them)."""
+        return float(self.weight_bytes.sum()) * sum(weight_passes(microbatches))
 
     def pass_seconds(self, step_s: float, microbatches: int,
                      shares: tuple[np.ndarray, np.ndarray] | None = None

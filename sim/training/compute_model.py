@@ -71,15 +71,18 @@ DEVICES: dict[str, Device] = {
     # NVIDIA V100 SXM2 datasheet: 15.7 TFLOP/s FP32 peak; ~10 us of kernel launches per step.
     # Memory: the datasheet's 32 GB HBM2 model (a 16 GB one exists too); HBM "GB" are GiB,
     # and the driver keeps a few hundred MiB of them for itself.
-    "v100": Device("v100", 15.7e12, 10e-6, "NVIDIA V100 datasheet (FP32 peak, 32 GB HBM2)",
-                   memory_bytes=32 * 2**30),
+    # Memory bandwidth: the datasheets' HBM peak (900 GB/s V100 SXM2, 2,039 GB/s A100 80 GB
+    # SXM, 3.35 TB/s H100 SXM), as the FLOP rate is their peak: small-batch passes over a
+    # layer's weights run at it (Williams et al. 2009's roofline).
+    "v100": Device("v100", 15.7e12, 10e-6, "NVIDIA V100 datasheet (FP32 peak, 32 GB HBM2, "
+                   "900 GB/s)", memory_bytes=32 * 2**30, memory_Bps=900e9),
     # NVIDIA A100 SXM datasheet: 19.5 TFLOP/s FP32 peak (156 TF32 with tensor cores).
     # Memory: the datasheet's 80 GB HBM2e model (a 40 GB one exists too).
-    "a100": Device("a100", 19.5e12, 10e-6, "NVIDIA A100 datasheet (FP32 peak, 80 GB HBM2e)",
-                   memory_bytes=80 * 2**30),
+    "a100": Device("a100", 19.5e12, 10e-6, "NVIDIA A100 datasheet (FP32 peak, 80 GB HBM2e, "
+                   "2,039 GB/s)", memory_bytes=80 * 2**30, memory_Bps=2039e9),
     # NVIDIA H100 SXM datasheet: 67 TFLOP/s FP32 peak; 80 GB HBM3.
-    "h100": Device("h100", 67e12, 10e-6, "NVIDIA H100 datasheet (FP32 peak, 80 GB HBM3)",
-                   memory_bytes=80 * 2**30),
+    "h100": Device("h100", 67e12, 10e-6, "NVIDIA H100 datasheet (FP32 peak, 80 GB HBM3, "
+                   "3.35 TB/s)", memory_bytes=80 * 2**30, memory_Bps=3.35e12),
 }
 
 
@@ -187,14 +190,15 @@ class ComputeModel:
                      ) -> tuple[np.ndarray, np.ndarray] | None:
         """How a step's compute divides over its layers' forward and backward passes, by
         their seconds on the device: ``flops`` (forward, backward per layer, the whole
-        step's), ``passes`` passes over each layer's ``weight_bytes`` each way. None when
-        FLOPs alone divide it (no memory term, or a modelled ``compute.time_s``)."""
+        step's) and each layer's ``weight_bytes`` moved as ``passes`` microbatches move them
+        (:func:`sim.training.messages.weight_passes`). None when FLOPs alone divide it (no
+        memory term, or a modelled ``compute.time_s``)."""
         if self.device.memory_Bps is None or weight_bytes is None or self.cfg.time_s is not None:
             return None
-        from sim.training.messages import TRAFFIC
+        from sim.training.messages import weight_passes
 
-        return tuple(self.device.seconds(f, passes * TRAFFIC[way] * weight_bytes)
-                     for f, way in zip(flops, ("forward", "backward"), strict=True))
+        return tuple(self.device.seconds(f, times * weight_bytes)
+                     for f, times in zip(flops, weight_passes(passes), strict=True))
 
     def _drawn(self, worker: int, now: float, base_s: float) -> float:
         t = base_s * self.noise(self.rngs[worker], self.cfg) * self.factor[worker]

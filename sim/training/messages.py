@@ -69,8 +69,8 @@ class LayerCosts:
     backward_flops: np.ndarray
     grad_bytes: np.ndarray
     source: str  # "model" or "profile:NAME"
-    # per layer: a dense layer's weights (forward reads them once, backward reads them and
-    # writes their gradient: TRAFFIC); 0 where the layer touches only a batch's rows (sparse)
+    # per layer: a dense layer's weights, moved as weight_passes counts; 0 where the layer
+    # touches only a batch's rows (sparse)
     weight_bytes: np.ndarray | None = None
 
     @classmethod
@@ -100,7 +100,7 @@ class LayerCosts:
         """Bytes of weights one forward and backward pass over every layer moves."""
         if self.weight_bytes is None:
             return 0.0
-        return float(self.weight_bytes.sum()) * sum(TRAFFIC.values())
+        return float(self.weight_bytes.sum()) * sum(weight_passes(1))
 
     def split(self, seconds: float, shares: tuple[np.ndarray, np.ndarray] | None = None
               ) -> StepCosts:
@@ -112,9 +112,14 @@ class LayerCosts:
         return StepCosts(forward * scale, backward * scale)
 
 
-#: Passes over a dense layer's weights: forward reads them; backward reads them (for the
-#: input's gradient) and writes their gradient.
-TRAFFIC = {"forward": 1, "backward": 2}
+def weight_passes(microbatches: int) -> tuple[int, int]:
+    """How many times a step's forward and backward passes move a dense layer's weights (in
+    units of its bytes) over ``microbatches``: each forward reads them; each backward reads
+    them (for its input's gradient) and writes their gradient, and from the second
+    microbatch on the gradient is accumulated (read it and the sum, write the sum: 3 more),
+    as PyTorch's autograd accumulates ``.grad`` and the lab's split replicas do."""
+    m = microbatches
+    return m, 2 * m + 3 * (m - 1)
 
 
 def message_slice(msg: Message, model: Any) -> slice:

@@ -134,30 +134,36 @@ class ShardRunner:
             W, _ = self._weights(params, layer)
             index = layer.layer
             needs_input = index > 0
+            gW, gb = self._grad_views(grad, layer)
+            # the first microbatch writes its gradient in place (no copy; m = 1 is the unsplit
+            # model's call), the others add theirs
+            direct = first and gW is not None and gb is not None and gW.flags.c_contiguous
             dW, db, delta = K.dense_backward(x, delta, W, relu_in=index > 0,
-                                             input_grad=needs_input)
-            self._add_grad(grad, layer, dW, db, first)
+                                             input_grad=needs_input,
+                                             dW=gW if direct else None,
+                                             db=gb if direct else None)
+            if not direct:
+                if gW is not None:
+                    _put(gW, dW, first)
+                if gb is not None:
+                    _put(gb, db, first)
             if layer.role == "column" and needs_input:
                 delta = yield delta
         return delta if self.stage.index > 0 else None
 
-    def _add_grad(self, grad: np.ndarray, layer: ShardLayer, dW: np.ndarray, db: np.ndarray,
-                  first: bool) -> None:
-        """Write (first microbatch) or add this shard's dW and db into ``grad``."""
+    def _grad_views(self, grad: np.ndarray, layer: ShardLayer
+                    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Where this shard's dW and db of ``layer`` go in ``grad``; None for an entry whose
+        gradient shard 0 keeps (a copy every shard computes alike)."""
         gW, gb = self.model._views(grad, layer.layer)
-        copy = self.shard > 0 and not self.own_copies  # a copy whose gradient shard 0 keeps
-        if layer.role == "whole" and copy:  # every shard computes it; 0's is kept
-            return
+        copy = self.shard > 0 and not self.own_copies
+        if layer.role == "whole":
+            return (None, None) if copy else (gW, gb)
         if layer.role == "column":
             rows = self._rows(layer)
-            gW, gb = gW[rows], gb[rows]
-        elif layer.role == "row":
-            gW = gW[:, self._cols(layer)]
-            if copy:  # every shard has the same bias gradient; shard 0's is kept
-                gb = None
-        _put(gW, dW, first)
-        if gb is not None:
-            _put(gb, db, first)
+            return gW[rows], gb[rows]
+        # row: its input columns; every shard has the same bias gradient
+        return gW[:, self._cols(layer)], None if copy else gb
 
 
 def _bias_relu(summed: np.ndarray, b: np.ndarray, relu: bool) -> np.ndarray:
