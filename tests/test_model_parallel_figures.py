@@ -197,8 +197,7 @@ def test_memory_time_figure_draws_the_layouts(layout, tmp_path):
     rows = layout_rows(layout.path)
     assert len(rows) == 8
     assert {r["layout"] for r in rows} == {"DP 4", "PP 4", "TP 4", "DP 2 x PP 2"}
-    for r in rows:  # data parallel reports no memory keys: the plan's
-        assert r["memory_source"] == ("plan" if r["layout"] == "DP 4" else "summary")
+    for r in rows:  # every layout reports its memory, data parallel too
         assert r["memory_fits"] is True
     fig = memory_time_figure(layout.path)
     ax = fig.axes[0]
@@ -211,9 +210,8 @@ def test_memory_time_figure_draws_the_layouts(layout, tmp_path):
                                        r["peak_memory_bytes"] / 2**20) for r in rows))
     by_run = {row["run"]: row for row in layout.rows}
     for r in rows:
-        if r["memory_source"] == "summary":
-            assert any(row["peak_memory_bytes"] == r["peak_memory_bytes"]
-                       for row in by_run.values())
+        assert any(row["peak_memory_bytes"] == r["peak_memory_bytes"]
+                   for row in by_run.values())
     best = fastest_layouts(layouts(layout.path))
     assert set(best["fabric"]) == {"eth-10g", "ib-hdr"}
     for _, b in best.iterrows():

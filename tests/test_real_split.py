@@ -130,6 +130,16 @@ def test_a_split_run_writes_the_contract_with_a_track_per_rank(run):
                if e["ph"] == "X" and e["pid"] == 0 and e["name"][0] in "FB")
 
 
+def test_a_data_parallel_real_run_reports_a_whole_model_and_one_batch(run):
+    """bsp's worker rank holds the MLP's 12*8+8 + 8*8+8 + 8*6+6 + 6*4+4 = 258 parameters and
+    their gradients (no momentum), and one batch's 16 rows of layer inputs and logits
+    (12 + 8 + 8 + 6 + 4 floats), 8 bytes each: the same count as a split run's."""
+    s = summary(run("bsp-d2"))
+    expected = 2 * 258 * 8 + 16 * (12 + 8 + 8 + 6 + 4) * 8
+    assert s["memory_bytes_by_stage"] == [expected] and s["peak_memory_bytes"] == expected
+    assert s["device_memory_bytes"] is None and s["memory_fits"] is None
+
+
 def test_gpipe_runs_every_forward_before_any_backward(run):
     """The trace shows the schedule: on stage 0, F0..F3 then B0..B3 each step."""
     events = json.loads((run("p2-t2-m4-gpipe-d1") / "trace.json").read_text())["traceEvents"]
