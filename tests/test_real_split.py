@@ -161,7 +161,11 @@ def test_sim_compare_reads_a_split_run(run, tmp_path, capsys):
     s.update(kind="simulated", clock="simulated", bubble_fraction=s["bubble_fraction"] * 2)
     (sim / "summary.json").write_text(json.dumps(s))
     assert main(["compare", str(sim), str(real), "--out", str(tmp_path / "cmp")]) == 0
-    assert "bubble_fraction" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "bubble_fraction" in out
+    # the header names the layout, not "on 2 workers"
+    assert out.splitlines()[0].startswith(
+        "bsp, 2 replicas x 2 stages x 1 shard (4 ranks), 1f1b, 1 microbatch, real ")
     report = json.loads((tmp_path / "cmp" / "report.json").read_text())
     figures = report["model_parallel"]
     assert figures["bubble_fraction"]["error"] == pytest.approx(1.0)
