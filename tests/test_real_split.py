@@ -23,25 +23,6 @@ from sim.training.parallel_plan import build_plan
 
 pytest.importorskip("mpi4py")
 
-BASE = """
-[cluster]
-workers = {workers}
-[workload]
-model = "mlp"
-features = 12
-classes = 4
-samples = 400
-hidden = [8, 8, 6]
-batch = 16
-lr = 0.2
-[run]
-iterations = 4
-eval_every = 2
-seed = 5
-[strategy]
-kind = "bsp"
-"""
-
 # name -> (replicas, --set overrides, --allreduce)
 RUNS = {
     "bsp-d1": (1, [], "schedule"),
@@ -56,7 +37,7 @@ RUNS = {
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(tmp_path_factory, split_mlp_data, write_toml):
     """``run(name)``: the real run ``name`` of :data:`RUNS` (made on first use); its
     directory."""
     root = tmp_path_factory.mktemp("split")
@@ -65,8 +46,7 @@ def run(tmp_path_factory):
     def get(name: str) -> Path:
         if name not in made:
             workers, sets, impl = RUNS[name]
-            config = root / f"{name}.toml"
-            config.write_text(BASE.format(workers=workers))
+            config = write_toml(root / f"{name}.toml", split_mlp_data(cluster__workers=workers))
             out = root / name
             args = [a for s in sets for a in ("--set", s)]
             assert main(["real", str(config), "--out", str(out), "--allreduce", impl,
@@ -172,12 +152,12 @@ def test_sim_compare_reads_a_split_run(run, tmp_path, capsys):
     assert figures["stage_compute_s"]["error"] == [0.0, 0.0]
 
 
-def test_a_split_run_compares_with_its_simulation(run, tmp_path, capsys):
+def test_a_split_run_compares_with_its_simulation(run, tmp_path, capsys, split_mlp_data,
+                                                  write_toml):
     """`sim run` of the same config writes the same split keys and rank track names, and
     `sim compare` reads the pair."""
     real = run("p2-d2")
-    config = tmp_path / "p2-d2.toml"
-    config.write_text(BASE.format(workers=2))
+    config = write_toml(tmp_path / "p2-d2.toml", split_mlp_data(cluster__workers=2))
     assert main(["run", str(config), "--out", str(tmp_path / "sim"),
                  "--set", "parallel.pipeline=2"]) == 0
     sim = tmp_path / "sim"
@@ -203,9 +183,9 @@ def test_a_split_run_compares_with_its_simulation(run, tmp_path, capsys):
     assert set(figures) >= {"bubble_fraction", "stage_compute_s", "pipeline_p2p_s"}
 
 
-def test_a_diverging_split_run_stops_every_rank_and_says_so(tmp_path):
-    config = tmp_path / "diverge.toml"
-    config.write_text(BASE.format(workers=1).replace("lr = 0.2", "lr = 1e200"))
+def test_a_diverging_split_run_stops_every_rank_and_says_so(tmp_path, split_mlp_data,
+                                                            write_toml):
+    config = write_toml(tmp_path / "diverge.toml", split_mlp_data(workload__lr=1e200))
     for name, sets in (("bsp", []), ("split", ["--set", "parallel.pipeline=2", "--set",
                                                "parallel.tensor=2", "--set",
                                                "parallel.stage_layers=[2, 2]"])):
@@ -230,9 +210,9 @@ def test_a_diverging_split_run_stops_every_rank_and_says_so(tmp_path):
     (["compute.time_s=0.001", "parallel.pipeline=2"], "compute.time_s"),
     (["checkpoint.every_steps=2", "parallel.microbatches=2"], "checkpoint.every_steps"),
 ])
-def test_what_real_runs_do_not_split_exits_2_naming_the_key(tmp_path, capsys, sets, message):
-    config = tmp_path / "bad.toml"
-    config.write_text(BASE.format(workers=1))
+def test_what_real_runs_do_not_split_exits_2_naming_the_key(tmp_path, capsys, sets, message,
+                                                           split_mlp_data, write_toml):
+    config = write_toml(tmp_path / "bad.toml", split_mlp_data())
     out = tmp_path / "out"
     assert main(["real", str(config), "--out", str(out),
                  *[a for s in sets for a in ("--set", s)]]) == 2
