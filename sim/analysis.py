@@ -395,8 +395,8 @@ def _reference_bubble(run_dir: Path, schedule: str, p: int, m: int) -> float:
 
 def layouts(sweep_dir: PathLike) -> pd.DataFrame:
     """A sweep of D x p x t layouts: layout, replicas, pipeline, tensor, fabric, width,
-    time_per_sample_s, peak_memory_bytes, device_memory_bytes, memory_fits, memory_source
-    (the values :func:`sim.plots.plot_memory_time` draws)."""
+    time_per_sample_s, peak_memory_bytes, device_memory_bytes, memory_fits (the values
+    :func:`sim.plots.plot_memory_time` draws)."""
     from sim.plots.parallel_figures import layout_rows
 
     return pd.DataFrame(layout_rows(Path(sweep_dir)))

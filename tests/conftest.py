@@ -45,6 +45,11 @@ TWO_RANK = {"cluster": {"workers": 2},
             "workload": {"features": 16, "samples": 400, "batch": 8}}
 TINY_RUN = {"cluster": {"workers": 3}, "workload": {"samples": 512},
             "run": {"iterations": 24, "eval_every": 4}}
+SPLIT_MLP = {"cluster": {"workers": 1},
+             "workload": {"model": "mlp", "dataset": "gaussian", "features": 12, "classes": 4,
+                          "samples": 400, "hidden": [8, 8, 6], "batch": 16, "lr": 0.2},
+             "strategy": {"kind": "bsp"},
+             "run": {"iterations": 4, "eval_every": 2, "seed": 5}}
 
 
 def with_keys(base: dict[str, Any], *layers: dict[str, Any], **keys: Any) -> dict[str, Any]:
@@ -95,6 +100,14 @@ def two_rank_config_data() -> ConfigData:
     the real-run tools' tests (calibration, validation, emulation, failures, load), tiny so
     that mpiexec's start-up dominates; each test adds its strategy, compute and run length."""
     return factory(TWO_RANK)
+
+
+@pytest.fixture(scope="session")
+def split_mlp_data() -> ConfigData:
+    """1 replica of a 4-layer MLP (12 -> 8 -> 8 -> 6 -> 4, 258 parameters), batch 16, lr 0.2,
+    bsp, 4 updates with an eval every 2 (seed 5): the base of the model-parallel tests' runs,
+    simulated and real, each adding its [parallel] (or --set) and cluster.workers."""
+    return factory(SPLIT_MLP)
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 import pytest
+import tomli_w
 
 from sim.analysis import fastest_layouts, layouts, pipeline_bubble
 from sim.cli import main
@@ -28,39 +29,24 @@ from sim.plots.parallel_figures import (
 from sim.results import Sweep
 from sim.sweep.grid import load_sweep
 
-BASE = """
-[cluster]
-workers = 1
-fabric = "ib-hdr"
-[workload]
-model = "mlp"
-dataset = "gaussian"
-features = 16
-classes = 16
-samples = 256
-hidden = [16, 16, 16]
-batch = 8
-[strategy]
-kind = "bsp"
-[compute]
-device = "cpu-core"
-[run]
-iterations = 2
-eval_every = 2
-"""
+# the shared split MLP (conftest's split_mlp_data) with layers wide enough for 4 tensor
+# shards (16 -> 16 -> 16 -> 16 -> 4), on IB HDR, 2 updates a run
+WIDE = {"workload.features": 16, "workload.hidden": [16, 16, 16], "cluster.fabric": "ib-hdr",
+        "compute.device": "cpu-core", "run.iterations": 2, "run.eval_every": 2}
 
 
-def _sweep(tmp_path_factory, name: str, text: str) -> Sweep:
+def _sweep(tmp_path_factory, name: str, data: dict, text: str) -> Sweep:
+    """``data`` and the TOML ``text`` after it, swept in a fresh folder."""
     root = tmp_path_factory.mktemp(name)
-    (root / "x.toml").write_text(text)
+    (root / "x.toml").write_text(tomli_w.dumps(data) + text)
     assert main(["sweep", str(root / "x.toml"), "--out", str(root / "out"), "--jobs", "1",
                  "--no-plots"]) == 0
     return Sweep(root / "out")
 
 
 @pytest.fixture(scope="module")
-def bubble(tmp_path_factory) -> Sweep:
-    return _sweep(tmp_path_factory, "bubble", BASE + """
+def bubble(tmp_path_factory, split_mlp_data) -> Sweep:
+    return _sweep(tmp_path_factory, "bubble", split_mlp_data(WIDE), """
 [parallel]
 pipeline = 2
 [sweep]
@@ -71,9 +57,9 @@ pipeline = 2
 
 
 @pytest.fixture(scope="module")
-def layout(tmp_path_factory) -> Sweep:
-    return _sweep(tmp_path_factory, "layouts", BASE.replace('device = "cpu-core"',
-                                                            'device = "v100"') + """
+def layout(tmp_path_factory, split_mlp_data) -> Sweep:
+    return _sweep(tmp_path_factory, "layouts",
+                  split_mlp_data(WIDE, compute__device="v100"), """
 [sweep]
 "cluster.workers,parallel.pipeline,parallel.tensor,parallel.microbatches" = [
     [4, 1, 1, 1], [1, 4, 1, 4], [1, 1, 4, 1], [2, 2, 1, 2]]
@@ -178,15 +164,16 @@ def test_coupled_sweep_keys_spread_over_their_keys(layout):
             "parallel.microbatches"} <= set(layout.swept)
 
 
-def test_bad_coupled_sweep_values_are_refused(tmp_path):
+def test_bad_coupled_sweep_values_are_refused(tmp_path, split_mlp_data):
     path = tmp_path / "x.toml"
-    path.write_text(BASE + '[sweep]\n"cluster.workers,parallel.pipeline" = [[2, 1], [1]]\n')
+    base = tomli_w.dumps(split_mlp_data(WIDE))
+    path.write_text(base + '[sweep]\n"cluster.workers,parallel.pipeline" = [[2, 1], [1]]\n')
     with pytest.raises(Exception, match="a list of 2 values"):
         load_sweep(path)
-    path.write_text(BASE + '[sweep]\n"cluster.workers,parallel.nope" = [[2, 1]]\n')
+    path.write_text(base + '[sweep]\n"cluster.workers,parallel.nope" = [[2, 1]]\n')
     with pytest.raises(Exception, match="parallel.nope"):
         load_sweep(path)
-    path.write_text(BASE + '[sweep]\n"cluster.workers,parallel.pipeline" = [[2, 1]]\n'
+    path.write_text(base + '[sweep]\n"cluster.workers,parallel.pipeline" = [[2, 1]]\n'
                     '"cluster.workers" = [1, 2]\n')
     with pytest.raises(Exception, match="swept twice"):
         load_sweep(path)
@@ -197,8 +184,7 @@ def test_memory_time_figure_draws_the_layouts(layout, tmp_path):
     rows = layout_rows(layout.path)
     assert len(rows) == 8
     assert {r["layout"] for r in rows} == {"DP 4", "PP 4", "TP 4", "DP 2 x PP 2"}
-    for r in rows:  # data parallel reports no memory keys: the plan's
-        assert r["memory_source"] == ("plan" if r["layout"] == "DP 4" else "summary")
+    for r in rows:  # every layout reports its memory, data parallel too
         assert r["memory_fits"] is True
     fig = memory_time_figure(layout.path)
     ax = fig.axes[0]
@@ -211,9 +197,8 @@ def test_memory_time_figure_draws_the_layouts(layout, tmp_path):
                                        r["peak_memory_bytes"] / 2**20) for r in rows))
     by_run = {row["run"]: row for row in layout.rows}
     for r in rows:
-        if r["memory_source"] == "summary":
-            assert any(row["peak_memory_bytes"] == r["peak_memory_bytes"]
-                       for row in by_run.values())
+        assert any(row["peak_memory_bytes"] == r["peak_memory_bytes"]
+                   for row in by_run.values())
     best = fastest_layouts(layouts(layout.path))
     assert set(best["fabric"]) == {"eth-10g", "ib-hdr"}
     for _, b in best.iterrows():

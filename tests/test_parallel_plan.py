@@ -16,6 +16,7 @@ from sim.training.parallel_plan import (
     balance,
     build_plan,
     config_layers,
+    layout_words,
     plan_layers,
     split_key,
 )
@@ -196,3 +197,19 @@ def test_config_layers_need_a_dense_model(tiny_config_data):
         config_layers(sparse)
     assert split_key(config(tiny_config_data)) is None
     assert split_key(config(tiny_config_data, parallel__tensor=2)) == "tensor"
+
+
+# ---- the layout in words --------------------------------------------------------------
+
+@pytest.mark.parametrize("keys, words", [
+    ({"cluster.workers": 4}, "4 workers"),
+    ({"cluster.workers": 1}, "1 worker"),
+    ({"cluster.workers": 1, "parallel.pipeline": 3, "parallel.microbatches": 4},
+     "1 replica x 3 stages x 1 shard (3 ranks), 1f1b, 4 microbatches"),
+    ({"cluster.workers": 2, "parallel.tensor": 2, "parallel.schedule": "gpipe"},
+     "2 replicas x 1 stage x 2 shards (4 ranks), gpipe, 1 microbatch"),
+])
+def test_a_layout_in_words_counts_replicas_stages_shards_and_ranks(tiny_config_data, keys,
+                                                                    words):
+    assert layout_words(config(tiny_config_data, **{k.replace(".", "__"): v
+                                                     for k, v in keys.items()})) == words

@@ -23,25 +23,6 @@ from sim.training.parallel_plan import build_plan
 
 pytest.importorskip("mpi4py")
 
-BASE = """
-[cluster]
-workers = {workers}
-[workload]
-model = "mlp"
-features = 12
-classes = 4
-samples = 400
-hidden = [8, 8, 6]
-batch = 16
-lr = 0.2
-[run]
-iterations = 4
-eval_every = 2
-seed = 5
-[strategy]
-kind = "bsp"
-"""
-
 # name -> (replicas, --set overrides, --allreduce)
 RUNS = {
     "bsp-d1": (1, [], "schedule"),
@@ -56,7 +37,7 @@ RUNS = {
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(tmp_path_factory, split_mlp_data, write_toml):
     """``run(name)``: the real run ``name`` of :data:`RUNS` (made on first use); its
     directory."""
     root = tmp_path_factory.mktemp("split")
@@ -65,8 +46,7 @@ def run(tmp_path_factory):
     def get(name: str) -> Path:
         if name not in made:
             workers, sets, impl = RUNS[name]
-            config = root / f"{name}.toml"
-            config.write_text(BASE.format(workers=workers))
+            config = write_toml(root / f"{name}.toml", split_mlp_data(cluster__workers=workers))
             out = root / name
             args = [a for s in sets for a in ("--set", s)]
             assert main(["real", str(config), "--out", str(out), "--allreduce", impl,
@@ -130,6 +110,16 @@ def test_a_split_run_writes_the_contract_with_a_track_per_rank(run):
                if e["ph"] == "X" and e["pid"] == 0 and e["name"][0] in "FB")
 
 
+def test_a_data_parallel_real_run_reports_a_whole_model_and_one_batch(run):
+    """bsp's worker rank holds the MLP's 12*8+8 + 8*8+8 + 8*6+6 + 6*4+4 = 258 parameters and
+    their gradients (no momentum), and one batch's 16 rows of layer inputs and logits
+    (12 + 8 + 8 + 6 + 4 floats), 8 bytes each: the same count as a split run's."""
+    s = summary(run("bsp-d2"))
+    expected = 2 * 258 * 8 + 16 * (12 + 8 + 8 + 6 + 4) * 8
+    assert s["memory_bytes_by_stage"] == [expected] and s["peak_memory_bytes"] == expected
+    assert s["device_memory_bytes"] is None and s["memory_fits"] is None
+
+
 def test_gpipe_runs_every_forward_before_any_backward(run):
     """The trace shows the schedule: on stage 0, F0..F3 then B0..B3 each step."""
     events = json.loads((run("p2-t2-m4-gpipe-d1") / "trace.json").read_text())["traceEvents"]
@@ -151,19 +141,23 @@ def test_sim_compare_reads_a_split_run(run, tmp_path, capsys):
     s.update(kind="simulated", clock="simulated", bubble_fraction=s["bubble_fraction"] * 2)
     (sim / "summary.json").write_text(json.dumps(s))
     assert main(["compare", str(sim), str(real), "--out", str(tmp_path / "cmp")]) == 0
-    assert "bubble_fraction" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "bubble_fraction" in out
+    # the header names the layout, not "on 2 workers"
+    assert out.splitlines()[0].startswith(
+        "bsp, 2 replicas x 2 stages x 1 shard (4 ranks), 1f1b, 1 microbatch, real ")
     report = json.loads((tmp_path / "cmp" / "report.json").read_text())
     figures = report["model_parallel"]
     assert figures["bubble_fraction"]["error"] == pytest.approx(1.0)
     assert figures["stage_compute_s"]["error"] == [0.0, 0.0]
 
 
-def test_a_split_run_compares_with_its_simulation(run, tmp_path, capsys):
+def test_a_split_run_compares_with_its_simulation(run, tmp_path, capsys, split_mlp_data,
+                                                  write_toml):
     """`sim run` of the same config writes the same split keys and rank track names, and
     `sim compare` reads the pair."""
     real = run("p2-d2")
-    config = tmp_path / "p2-d2.toml"
-    config.write_text(BASE.format(workers=2))
+    config = write_toml(tmp_path / "p2-d2.toml", split_mlp_data(cluster__workers=2))
     assert main(["run", str(config), "--out", str(tmp_path / "sim"),
                  "--set", "parallel.pipeline=2"]) == 0
     sim = tmp_path / "sim"
@@ -189,9 +183,9 @@ def test_a_split_run_compares_with_its_simulation(run, tmp_path, capsys):
     assert set(figures) >= {"bubble_fraction", "stage_compute_s", "pipeline_p2p_s"}
 
 
-def test_a_diverging_split_run_stops_every_rank_and_says_so(tmp_path):
-    config = tmp_path / "diverge.toml"
-    config.write_text(BASE.format(workers=1).replace("lr = 0.2", "lr = 1e200"))
+def test_a_diverging_split_run_stops_every_rank_and_says_so(tmp_path, split_mlp_data,
+                                                            write_toml):
+    config = write_toml(tmp_path / "diverge.toml", split_mlp_data(workload__lr=1e200))
     for name, sets in (("bsp", []), ("split", ["--set", "parallel.pipeline=2", "--set",
                                                "parallel.tensor=2", "--set",
                                                "parallel.stage_layers=[2, 2]"])):
@@ -216,9 +210,9 @@ def test_a_diverging_split_run_stops_every_rank_and_says_so(tmp_path):
     (["compute.time_s=0.001", "parallel.pipeline=2"], "compute.time_s"),
     (["checkpoint.every_steps=2", "parallel.microbatches=2"], "checkpoint.every_steps"),
 ])
-def test_what_real_runs_do_not_split_exits_2_naming_the_key(tmp_path, capsys, sets, message):
-    config = tmp_path / "bad.toml"
-    config.write_text(BASE.format(workers=1))
+def test_what_real_runs_do_not_split_exits_2_naming_the_key(tmp_path, capsys, sets, message,
+                                                           split_mlp_data, write_toml):
+    config = write_toml(tmp_path / "bad.toml", split_mlp_data())
     out = tmp_path / "out"
     assert main(["real", str(config), "--out", str(out),
                  *[a for s in sets for a in ("--set", s)]]) == 2

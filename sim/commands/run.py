@@ -20,8 +20,9 @@ SHOWN = ("sim_time_s", "iterations", "final_loss", "final_accuracy", "time_to_ta
 FAULT_SHOWN = ("failures", "checkpoints", "lost_work_s", "lost_updates", "checkpoint_time_s",
                "restart_time_s", "goodput_updates_per_s")
 # shown when the run split its replicas ([parallel]; all its keys: docs/reference/results.md)
-PARALLEL_SHOWN = ("ranks", "bubble_fraction", "pipeline_p2p_s", "tensor_allreduce_s",
-                  "peak_memory_bytes", "memory_fits")
+PARALLEL_SHOWN = ("ranks", "bubble_fraction", "pipeline_p2p_s", "tensor_allreduce_s")
+# shown when the run's model has dense layers whose bytes the plan counts (every such run)
+MEMORY_SHOWN = ("peak_memory_bytes", "memory_fits")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +39,8 @@ def default_out(config_path: Path) -> Path:
 
 
 def format_summary(summary: dict) -> str:
-    keys = SHOWN + tuple(k for k in FAULT_SHOWN + PARALLEL_SHOWN if k in summary)
+    keys = SHOWN + tuple(k for k in FAULT_SHOWN + PARALLEL_SHOWN + MEMORY_SHOWN
+                         if k in summary)
     width = max(map(len, keys))
     lines = []
     for key in keys:

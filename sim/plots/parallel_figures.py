@@ -223,30 +223,11 @@ def _width(value: Any) -> int:
     return int(max(widths)) if widths else 0
 
 
-def planned_memory(run_dir: Path | str) -> tuple[float, float]:
-    """(peak bytes of a rank, the device's bytes) from the run's config.toml by the same
-    plan the config check and the executor use (a data-parallel run, one unsplit replica a
-    rank, reports no memory keys of its own). NaN where the plan or device has none."""
-    # imported here: figures of result files alone load no config schema or method (the
-    # plan is needed only for a run whose summary lacks memory keys)
-    from sim.training.checks import load_config
-    from sim.training.compute_model import load_device
-    from sim.training.parallel_plan import build_plan
-
-    config = load_config(Path(run_dir) / "config.toml")
-    device = load_device(config.compute.device).memory_bytes
-    try:
-        peak = float(build_plan(config).peak_memory_bytes)
-    except ValueError:
-        peak = math.nan
-    return peak, float(device) if device is not None else math.nan
-
-
 def layout_rows(sweep_dir: Path | str) -> list[dict[str, Any]]:
     """One row per finished run: layout, D, p, t, fabric, width (the widest hidden layer),
-    time_per_sample_s (1 / samples_per_s), peak_memory_bytes, device_memory_bytes,
-    memory_fits and memory_source (``summary``, or ``plan`` for a run whose summary has no
-    memory keys: :func:`planned_memory`). Raises UserError when no run has a rate."""
+    time_per_sample_s (1 / samples_per_s), and from its summary peak_memory_bytes,
+    device_memory_bytes and memory_fits (NaN, NaN and None for a model without dense layers,
+    which reports none). Raises UserError when no run has a rate."""
     sweep = Sweep(Path(sweep_dir))
     rows = []
     for row in sweep.rows:
@@ -256,19 +237,13 @@ def layout_rows(sweep_dir: Path | str) -> list[dict[str, Any]]:
         if not (math.isfinite(rate) and rate > 0):
             continue
         fits = row.get("memory_fits")
-        source = "summary"
-        if not math.isfinite(peak):
-            peak, device = planned_memory(sweep.path / "runs" / str(row["run"]))
-            fits = bool(peak <= device) if math.isfinite(peak * device) else None
-            source = "plan"
         d, p, t = (int(_config(row, sweep, k)) for k in (REPLICAS, PIPELINE, TENSOR))
         rows.append({"layout": layout_name(d, p, t), "replicas": d, "pipeline": p,
                      "tensor": t, "fabric": str(_config(row, sweep, "cluster.fabric")),
                      "width": _width(_config(row, sweep, "workload.hidden")),
                      "time_per_sample_s": 1.0 / rate, "peak_memory_bytes": peak,
                      "device_memory_bytes": device,
-                     "memory_fits": fits if isinstance(fits, bool) else None,
-                     "memory_source": source})
+                     "memory_fits": fits if isinstance(fits, bool) else None})
     if not rows:
         raise UserError(f"{sweep.path / RESULTS}: no run reports samples_per_s")
     return rows

@@ -31,6 +31,7 @@ from sim.simulated.strategies.base import Context, Strategy
 from sim.trace import worker_track
 from sim.training.host_costs import CpuCosts, cpu_costs, load_host
 from sim.training.parallel_plan import Plan, build_plan, rank_track, splits
+from sim.training.rank_memory import memory_summary
 from sim.training.store import ParameterStore
 from sim.training.strategies import make_rules, row_of
 from sim.training.workload import build_workload
@@ -217,6 +218,8 @@ def simulate(config: Config,
                                workers_n=ctx.n, stragglers=ctx.compute.stragglers,
                                slowdowns=ctx.compute.slowdown_windows,
                                compute_time_s=ctx.compute.base_s, **extra,
+                               **memory_summary(config, ctx.compute.device.memory_bytes,
+                                                ctx.plan),
                                **strategy.summary_extra())
     ranks = ctx.plan.ranks if ctx.plan is not None else None  # a split replica's ranks
     worker_name = worker_track if ranks is None else lambda w: rank_track(ranks[w])

@@ -26,6 +26,7 @@ from sim.network.topology import TOPOLOGIES, topology_options
 from sim.training.compute_model import DEVICES, load_device
 from sim.training.host_costs import load_host
 from sim.training.parallel_plan import build_plan, config_layers, plannable, splits
+from sim.training.rank_memory import run_memory
 from sim.training.strategies import STRATEGIES, row_of
 from sim.workloads.datasets import DATASETS, dataset_shape
 from sim.workloads.models import MODELS
@@ -226,23 +227,31 @@ def _gib(nbytes: float) -> str:
 
 
 def _check_memory(c: Config) -> None:
-    """Refuse a rank that needs more than its device holds (run.memory = "refuse")."""
+    """Refuse a rank, worker or parameter server, that needs more than its device holds
+    (run.memory = "refuse"; the ranks' bytes: :mod:`sim.training.rank_memory`)."""
     device = load_device(c.compute.device)
-    if c.run.memory == "report" or device.memory_bytes is None or not plannable(c):
-        return  # nothing to refuse, or no dense layers whose memory the plan knows
+    memory = None if c.run.memory == "report" or device.memory_bytes is None \
+        else run_memory(c)
+    if memory is None or memory.peak_memory_bytes <= device.memory_bytes:
+        return  # fits, nothing to refuse, or no dense layers whose memory the plan knows
+    holds = f"{c.compute.device!r} holds {_gib(device.memory_bytes)}; run.memory = " \
+        "\"report\" runs it anyway"
+    server = memory.server
+    if max(memory.memory_bytes_by_stage) < memory.peak_memory_bytes and server is not None:
+        raise ValueError(
+            f"compute.device: a parameter-server rank needs {_gib(server.total_bytes)} "
+            f"(parameters {_gib(server.params_bytes)}, momentum "
+            f"{_gib(server.momentum_bytes)}), {holds}")
     plan = build_plan(c)
     stage = max(plan.stages, key=lambda st: st.memory.total_bytes)
     need = stage.memory
-    if need.total_bytes <= device.memory_bytes:
-        return
     where = f"a rank of stage {stage.index}" if plan.pipeline > 1 else "each rank"
     raise ValueError(
         f"compute.device: {where} needs {_gib(need.total_bytes)} (parameters "
         f"{_gib(need.params_bytes)}, gradients {_gib(need.grads_bytes)}, momentum "
         f"{_gib(need.momentum_bytes)}, activations of {stage.peak_in_flight} "
         f"microbatch{'es' if stage.peak_in_flight > 1 else ''} {_gib(need.activations_bytes)}), "
-        f"{c.compute.device!r} holds {_gib(device.memory_bytes)}; run.memory = \"report\" "
-        "runs it anyway")
+        f"{holds}")
 
 
 CHECKS = [_check_names, _check_topology, _check_fabric, _check_hosts, _check_pipelining,

@@ -353,6 +353,22 @@ def rank_track(place: RankPlace) -> str:
             f"shard {place.shard}")
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 'es' if noun.endswith('h') else 's'}"
+
+
+def layout_words(config: Any) -> str:
+    """A resolved config's ranks in words, as reports head a run: "1 replica x 3 stages x 1
+    shard (3 ranks), 1f1b, 4 microbatches" for a split replica, "4 workers" otherwise."""
+    cluster, par = config.cluster, config.parallel
+    if not splits(config):
+        return _count(cluster.workers, "worker")
+    ranks = cluster.workers * par.pipeline * par.tensor
+    return (f"{_count(cluster.workers, 'replica')} x {_count(par.pipeline, 'stage')} x "
+            f"{_count(par.tensor, 'shard')} ({_count(ranks, 'rank')}), {par.schedule}, "
+            f"{_count(par.microbatches, 'microbatch')}")
+
+
 def split_key(config: Any) -> str | None:
     """The first [parallel] key of ``config`` that splits a replica over ranks or cuts its
     batch into microbatches (``pipeline``, ``tensor``, ``microbatches``); None if none does,

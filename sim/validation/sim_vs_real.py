@@ -34,6 +34,7 @@ from sim.errors import UserError
 from sim.faults.timeline import GAP_KINDS
 from sim.recorder import KINDS
 from sim.results import Run, load_repeats
+from sim.training.parallel_plan import layout_words
 
 
 def relative_error(simulated: float | None, real: float | None) -> float | None:
@@ -92,9 +93,12 @@ def compare(sim_dir: Path, real_dir: Path) -> dict[str, Any]:
     if empty:
         raise UserError(f"{empty[0]}: the run applied no updates; nothing to compare")
     iteration = spread([r.iteration_s for r in reals])
+    config = _config(sim_dir)
+    workers = sim.summary.get("workers_n")
     report: dict[str, Any] = {
         "sim_dir": str(sim_dir), "real_dir": str(real_dir), "repeats": len(reals),
-        "strategy": sim.summary.get("strategy"), "workers": sim.summary.get("workers_n"),
+        "strategy": sim.summary.get("strategy"), "workers": workers,
+        "layout": f"{workers} workers" if config is None else layout_words(config),
         "net": reals[0].summary.get("net"), "fabric": sim.summary.get("fabric"),
         "iteration_s": {"sim": sim.iteration_s, "real": iteration,
                         "error": relative_error(sim.iteration_s, iteration["mean"]),
@@ -122,8 +126,8 @@ def compare(sim_dir: Path, real_dir: Path) -> dict[str, Any]:
     report["breakdown"] = _breakdown(sim, reals)
     report["faults"] = _faults(sim, reals)
     report["model_parallel"] = _model_parallel(sim, reals)
-    report["placement"] = placement_note(sim_dir, len(sim.summary.get("workers", [])),
-                                         reals[0].summary)
+    report["placement"] = None if config is None else placement_note(
+        config, len(sim.summary.get("workers", [])), reals[0].summary)
     report["incomplete"] = [str(r.path) for r in [sim, *reals]
                             if r.summary.get("complete") is False]
     return report
@@ -217,17 +221,24 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
 
 
-def placement_note(sim_dir: Path, workers: int, real: dict[str, Any]) -> str | None:
-    """A warning when the simulation did not put the ranks where the real run had them (all
-    on this machine's cores, with its host costs); None when it did."""
-    from sim.simulated.engine import rank_hosts
+def _config(sim_dir: Path) -> Any:
+    """The simulated run's resolved config (:class:`sim.config.Config`), None if its
+    config.toml is missing or no longer valid."""
     from sim.training.checks import validate
-    from sim.training.strategies import row_of
 
     try:
-        config = validate(tomllib.loads((sim_dir / "config.toml").read_text()), str(sim_dir))
+        return validate(tomllib.loads((sim_dir / "config.toml").read_text()), str(sim_dir))
     except (OSError, tomllib.TOMLDecodeError, UserError):
         return None
+
+
+def placement_note(config: Any, workers: int, real: dict[str, Any]) -> str | None:
+    """A warning when the simulation (its resolved ``config``, ``workers`` worker ranks) did
+    not put the ranks where the real run had them (all on this machine's cores, with its
+    host costs); None when it did."""
+    from sim.simulated.engine import rank_hosts
+    from sim.training.strategies import row_of
+
     cluster, cores = config.cluster, os.cpu_count() or 1
     ranks = workers + row_of(config).server_ranks(config)
     placed = rank_hosts(cluster, ranks)
@@ -261,7 +272,8 @@ def _model_parallel_lines(figures: dict[str, Any] | None) -> list[str]:
 def format_report(report: dict[str, Any]) -> str:
     """The headline figures as text."""
     it = report["iteration_s"]
-    lines = [f"{report['strategy']} on {report['workers']} workers, real {report['net']} "
+    layout = report.get("layout") or f"{report['workers']} workers"  # older reports lack it
+    lines = [f"{report['strategy']}, {layout}, real {report['net']} "
              f"({report['repeats']} repeats) vs simulated {report['fabric']}:",
              f"  iteration time   sim {it['sim'] * 1e3:9.3f} ms   real "
              f"{it['real']['mean'] * 1e3:9.3f} ms [{it['real']['min'] * 1e3:.3f} .. "

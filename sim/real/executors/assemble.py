@@ -9,8 +9,8 @@ spans reach the summary's breakdown; a server rank's time by activity goes to
 ``server_breakdown``. After training, rank 0 gathers the logs and *replays* them, in time
 order, through the simulator's own :class:`sim.recorder.Recorder`, its clock reading the
 replayed time. So summary.json, metrics.csv and trace.json are computed by the same code as
-for a simulated run; the evaluations (held-out loss and accuracy of each snapshot) run after
-training, off the clock.
+for a simulated run, with the same memory keys (:mod:`sim.training.rank_memory`); the
+evaluations (held-out loss and accuracy of each snapshot) run after training, off the clock.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from sim.config import dump_config
 from sim.real.executors.rank_compute import median_kernel_s
 from sim.recorder import Recorder, UpdateRecord
 from sim.trace import Facts
+from sim.training.rank_memory import memory_summary
 from sim.training.rules import Rules
 from sim.training.strategies import row_of
 from sim.training.workload import Workload
@@ -160,7 +161,8 @@ def assemble(workload: Workload, rules: Rules, logs: list[RankLog], wall_s: floa
         extra = {**extra, "server_breakdown": server}
     workers = [log for log in logs if log.rank < worker_ranks]
     tracks = {log.rank: log.track for log in workers if log.track}
-    extra = {**extra, "loop_s": float(np.mean([log.loop_s for log in workers]))}
+    extra = {**extra, "loop_s": float(np.mean([log.loop_s for log in workers])),
+             **memory_summary(config, workload.compute.device.memory_bytes)}
     for log in logs:
         extra.update(log.extra)
     if any(log.diverged for log in logs):

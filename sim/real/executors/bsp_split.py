@@ -39,7 +39,8 @@ and wire), the stage messages (posting: overhead; blocked on a receive: wait unt
 sender posted it, wire after), the data group's allreduce (wire before its slowest member
 was ready is wait, as bsp's) and the update. :func:`combine` adds the run's figures:
 ``bubble_fraction``, ``stage_compute_s``, ``pipeline_p2p_s``, ``tensor_allreduce_s`` (measured)
-and the plan's ``peak_memory_bytes``, ``memory_bytes_by_stage``, ``activation_bytes_per_step``.
+and the plan's ``activation_bytes_per_step`` (the memory keys: every run's,
+:mod:`sim.real.executors.assemble`).
 """
 
 from __future__ import annotations

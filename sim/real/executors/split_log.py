@@ -25,8 +25,8 @@ The figures (``summary.json``), measured over the updates every rank applied:
   ranks spent in passes (a pass from its input in hand to its output, its tensor sums
   included): 1 - sum of pass time / sum of windows (each window counted once per rank);
 
-and the plan's (not measured): ``peak_memory_bytes``, ``memory_bytes_by_stage``,
-``activation_bytes_per_step``, with ``stage_layers`` (the layers of each stage).
+and the plan's (not measured): ``activation_bytes_per_step``, with ``stage_layers`` (the
+layers of each stage). The memory keys are every real run's (:mod:`.assemble`).
 """
 
 from __future__ import annotations
@@ -89,9 +89,6 @@ def combine(logs: list[RankLog], workload: Workload) -> None:
             workload.n * config.workload.batch)))
     gather_model(logs, workload, plan)
     logs[0].extra.update(figures(plan, steps, tagged))
-    device_bytes = workload.compute.device.memory_bytes
-    logs[0].extra.update(device_memory_bytes=device_bytes, memory_fits=None
-                         if device_bytes is None else plan.peak_memory_bytes <= device_bytes)
 
 
 def step_parts(rec: SplitStep, rank: int, posted: dict[tuple[int, int, int, int], float],
@@ -159,8 +156,6 @@ def figures(plan: Plan, steps: list[list[SplitStep]], tagged: list[list[list[Tag
         "tensor_allreduce_s": float(np.mean([seconds(r, TENSOR) for r in ranks])),
         "pipeline_p2p_s": float(np.mean([seconds(r, LINKS, lambda kind: kind != "wait")
                                          for r in ranks])),
-        "peak_memory_bytes": plan.peak_memory_bytes,
-        "memory_bytes_by_stage": plan.memory_bytes_by_stage,
         "activation_bytes_per_step": plan.activation_bytes_per_step,
         "stage_layers": [stage.last - stage.first + 1 for stage in plan.stages],
     }

@@ -59,9 +59,9 @@ from sim.training.pipeline_schedule import Op
 from sim.training.stage_numerics import replica_loss_grad
 from sim.training.workload import Worker
 
-# what it adds to summary.json (docs/reference/results.md)
-MODEL_PARALLEL_KEYS = ("ranks", "peak_memory_bytes", "memory_bytes_by_stage",
-                       "device_memory_bytes", "memory_fits", "bubble_fraction",
+# what it adds to summary.json (docs/reference/results.md; the memory keys every run of a
+# dense model reports: sim.training.rank_memory)
+MODEL_PARALLEL_KEYS = ("ranks", "bubble_fraction",
                        "stage_compute_s", "activation_bytes_per_step", "pipeline_p2p_s",
                        "tensor_allreduce_s", "stage_layers")
 
@@ -256,22 +256,17 @@ class PlanRanks(AllreduceMixin):
     def summary_extra(self) -> dict[str, Any]:
         """The data-parallel strategy's pipelining keys (M: :meth:`alone_per_step_s`; the
         messages between stages and inside tensor groups are in ``pipeline_p2p_s`` and
-        ``tensor_allreduce_s``), then the plan's: memory, the bubble, each stage's compute,
-        the time on point-to-point messages and tensor allreduces."""
+        ``tensor_allreduce_s``), then the plan's: the bubble, each stage's compute,
+        the time on point-to-point messages and tensor allreduces (its memory: the
+        engine's, as every run's)."""
         ctx, plan = self.ctx, self.plan
         steps = max(1, ctx.recorder.iteration)
         T = float(ctx.env.now)
-        device_bytes = ctx.compute.device.memory_bytes
         compute = ctx.recorder.breakdown[:len(plan.ranks), KINDS.index("compute")]
         stage_of = np.array([place.stage for place in plan.ranks])
         return {**self.pipelining_summary(self.slowest_compute_s,
                                           steps * self.alone_per_step_s(), T, T, 1),
                 "ranks": len(plan.ranks),
-                "peak_memory_bytes": plan.peak_memory_bytes,
-                "memory_bytes_by_stage": plan.memory_bytes_by_stage,
-                "device_memory_bytes": device_bytes,
-                "memory_fits": None if device_bytes is None
-                else plan.peak_memory_bytes <= device_bytes,
                 "bubble_fraction": self.bubble.fraction,
                 "stage_compute_s": [float(compute[stage_of == s].mean())
                                     for s in range(plan.pipeline)],
