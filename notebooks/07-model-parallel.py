@@ -31,7 +31,7 @@ MICROBATCHES = [1, 4, 16] if QUICK else [1, 2, 4, 8, 16, 32]
 SCHEDULES = ["gpipe", "1f1b"]
 WIDTH = 64 if QUICK else 512        # of every layer in the bubble experiment
 FABRICS = ["eth-10g", "ib-hdr"] if QUICK else ["eth-10g", "eth-100g", "ib-hdr"]
-WIDTHS = [32, 128] if QUICK else [256, 1024]   # hidden width in the layout experiment
+WIDTHS = [256, 4096] if QUICK else [256, 1024, 4096, 16384]  # layout experiment (timing only)
 GANTT = {"parallel.pipeline": 4, "parallel.microbatches": 4}   # the runs drawn as schedules
 
 # %%
@@ -184,37 +184,31 @@ for width, group in best.groupby("width"):
           f"{', '.join(group['fabric'])}")
 
 # %% [markdown]
-# What the full run finds (`python -m sim sweep data-vs-model-parallel`, widths 256 and
-# 1024, 3 steps):
+# What the full run finds (`python -m sim sweep data-vs-model-parallel`: widths 256 to
+# 16384, 1,024 rows a replica per step, pipelines in 8 microbatches of 128, timing only,
+# each host's 4 GPUs joined by NVLink 2), in µs per sample:
 #
-# - **Small model (width 256, 0.5 M parameters): data parallel wins on every fabric**
-#   (0.58 µs per sample on IB HDR, 1.5 on 100 GbE, 11.4 on 10 GbE). Its allreduce of 4 MB
-#   is cheap, while pipelines and tensor shards pay a message (and its overhead) per
-#   microbatch and layer. DP 2 x PP 4 is the runner-up.
-# - **Wider model (width 1024, 6.6 M parameters): the 8-stage pipeline wins on every
-#   fabric** (2.8 µs on IB HDR, 9.8 on 100 GbE, 61 on 10 GbE, against 7.7, 16.6 and 154 for
-#   DP 8): the replicas' 52 MB allreduce now costs more than the activations a pipeline
-#   sends (8 rows x 1024 x 8 bytes a microbatch). The crossover between the two widths
-#   holds on all three fabrics: in this lab the width, not the fabric, moves it.
-# - **Tensor parallelism never wins here**, and neither does Megatron's layout (TP 4 inside
-#   a host x PP 2 across hosts: 5.9 µs at width 1024 on IB HDR, against 2.8 for PP 8). A
-#   tensor-split layer allreduces its activations twice per layer pair and microbatch
-#   (forward and backward), and in this model every one of those messages pays the
-#   fabric's per-message overhead, even between ranks of one host: the lab has no
-#   NVLink-class link inside a host, which is exactly what the rule of thumb leans on
-#   (Narayanan et al. 2021: tensor parallelism inside a node, where NVLink gives an order
-#   of magnitude more bandwidth than the network, pipelining across nodes). With layers
-#   this narrow the allreduces are latency-bound too, where Megatron's 12k-wide
-#   transformer layers are bandwidth-bound.
-# - **Memory**: every layout fits a 32 GiB device at these widths (DP 8 needs 154 MiB a rank
-#   at width 1024, PP 8 24 MiB, TP 4 x PP 2 20 MiB). Splitting the model divides the
-#   parameters, gradients and momentum by p x t; data parallelism keeps all of them on every
-#   rank, so it is the one that runs out of memory first as the model grows. The plan (the
-#   same bytes the config check refuses on) extrapolated it above: at width 16384 a DP rank
-#   needs 36 GiB and no longer fits; at 32768 it needs 144 GiB, a PP 8 rank 24 GiB and a
-#   TP 4 x PP 2 rank 18 GiB.
+# | width | 10 GbE | 100 GbE | IB HDR |
+# |---|---|---|---|
+# | 256 | DP 2 x TP 4, 0.51 | DP 8, 0.096 | DP 8, 0.056 |
+# | 1024 | DP 2 x TP 4, 6.1 | DP 2 x TP 4, 1.19 | DP 8, 0.79 |
+# | 4096 | TP 4 x PP 2, 58 | DP 2 x TP 4, 15.1 | DP 2 x TP 4, 10.3 |
+# | 16384 | TP 4 x PP 2, 301 | TP 4 x PP 2, 192 | TP 8, 139 |
 #
-# So the run agrees with half of the rule of thumb: pipelining across nodes beats
-# replication once the gradient allreduce dominates. It does not reproduce the other half,
-# because the simulator charges intra-host tensor allreduces the network's per-message
-# overhead; see [Model parallelism](../docs/explanation/model-parallelism.md).
+# - **Data parallelism wins while its allreduce is cheap**: small models on fast fabrics
+#   (width 256 on 100 GbE and IB HDR, 1024 on IB HDR).
+# - **Then tensor parallelism inside a host**: the winners keep a tensor group of 4 on one
+#   host's NVLink and replicate it (DP 2 x TP 4) or, on slow fabrics and large models,
+#   pipeline two of them across the hosts (TP 4 x PP 2, Megatron's layout: the rule of
+#   thumb of Narayanan et al. 2021, tensor parallelism inside a node, pipelining across).
+# - **Where the lab departs from the rule**: on IB HDR at width 16384 an 8-way tensor group
+#   across both hosts (TP 8) wins, since every GPU has its own 200 Gb/s NIC here; PP 8
+#   alone never wins (its bubble of 0.47 at m = 8, and 8 passes over its weights a step).
+# - **Memory**: a DP rank holds the whole model's weights, gradients and momentum, so it is
+#   the first to run out: at width 16384 it needs 37 GiB and no longer fits the V100's 32,
+#   where a TP 4 x PP 2 rank needs 4.6 GiB (the plan's bytes above extrapolate it further).
+#
+# The microbatch size matters as much as the fabric: with 8-row microbatches
+# (`--set workload.batch=64`) every pass over a wide layer is memory-bound, pipelines pay
+# for re-reading their weights 8 times a step, and TP 8 wins at the largest widths; see
+# [Model parallelism](../docs/explanation/model-parallelism.md).

@@ -103,7 +103,8 @@ class Workload(Section):
     profile: Literal["resnet50", "vgg16", "bert-base"] | None = doc(
         None, "charge each step the per-layer FLOPs and gradient sizes (float32) of a real "
         "network; bsp and bsp-ps only")
-    numerics: bool = doc(True, "false: timing only (needs a profile; no data, no loss)")
+    numerics: bool = doc(True, "false: timing only (a profile's layers, or the model's from the "
+                         "data set's shape; no data, no loss)")
 
 
 class Strategy(Section):

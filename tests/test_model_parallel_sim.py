@@ -377,3 +377,20 @@ def test_the_model_has_the_layers_the_helpers_count():
     total = sum(layer.forward_flops + layer.backward_flops for layer in model.layers)
     assert total == gradient_flops(validate({"workload": {"model": "mlp", "hidden": HIDDEN,
                                                           "features": 8}}))
+
+
+@pytest.mark.parametrize("keys", [
+    {"parallel.pipeline": 2, "parallel.microbatches": 4},
+    {"parallel.pipeline": 2, "parallel.tensor": 2, "parallel.microbatches": 2},
+    {},
+])
+def test_a_timing_only_run_takes_the_time_of_the_run_with_numbers(tiny_config_data, keys):
+    """workload.numerics = false times the model's layers from the data set's shape: on the
+    ideal host (no data to gather) every figure of time is the numeric run's, bit for bit,
+    and there is no loss."""
+    timed = {"compute.time_s": None, "compute.device": "v100", "cluster.fabric": "ib-hdr"}
+    full = simulate(mlp(tiny_config_data, keys, timed)).summary
+    only = simulate(mlp(tiny_config_data, keys, timed, workload__numerics=False)).summary
+    for key in ("iter_s", "compute_s", "wire_s", "wait_s", "peak_memory_bytes"):
+        assert only[key] == full[key], key
+    assert full["final_loss"] > 0 and only["final_loss"] is None

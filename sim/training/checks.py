@@ -152,8 +152,9 @@ def _check_pipelining(c: Config) -> None:
     if w.profile is not None and len(modes) == 1:
         raise ValueError(f"workload.profile: timing profiles apply to "
                          f"{_pipelined()}, not {s.kind!r}")
-    if not w.numerics and w.profile is None:
-        raise ValueError("workload.numerics: false needs a workload.profile to time")
+    if not w.numerics and len(modes) == 1:
+        raise ValueError(f"workload.numerics: timing-only runs apply to {_pipelined()}, "
+                         f"not {s.kind!r}")
     if not w.numerics and s.compression != "none":
         raise ValueError("strategy.compression: a timing-only run has no gradient to compress")
 

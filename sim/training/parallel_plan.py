@@ -72,7 +72,7 @@ def config_layers(config: Any) -> list[PlanLayer]:
     """The layers of ``config``'s model, built from the data set's shape (no data made).
     Raises ValueError naming the key for a timing profile or a sparse model."""
     w = config.workload
-    if w.profile is not None or not w.numerics:
+    if w.profile is not None:
         raise ValueError("workload.profile: a timing profile has no layer widths to plan "
                          "stages and shards from")
     if MODELS[w.model].sparse:
@@ -389,6 +389,7 @@ def splits(config: Any) -> bool:
 
 
 def plannable(config: Any) -> bool:
-    """Whether a plan knows the config's layers: a dense model, not timed by a profile."""
+    """Whether a plan knows the config's layers: a dense model (with or without numerics),
+    not timed by a profile."""
     w = config.workload
-    return w.numerics and w.profile is None and not MODELS[w.model].sparse
+    return w.profile is None and not MODELS[w.model].sparse

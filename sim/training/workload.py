@@ -18,7 +18,14 @@ import numpy as np
 from sim.training.compression import Dense, make_codec
 from sim.training.compute_model import ComputeModel
 from sim.training.messages import LayerCosts
-from sim.workloads.datasets import Dataset, DatasetSpec, csr_rows, make_dataset, shard
+from sim.workloads.datasets import (
+    Dataset,
+    DatasetSpec,
+    csr_rows,
+    dataset_shape,
+    make_dataset,
+    shard,
+)
 from sim.workloads.models import Model, make_model
 from sim.workloads.timing_profiles import get_profile
 
@@ -95,7 +102,7 @@ def build_workload(config: Any) -> Workload:
                                       int(streams[4].generate_state(1)[0]))
     data, model = _data_and_model(config, data_rng)
     layers = LayerCosts.from_profile(get_profile(workload.profile)) if workload.profile \
-        else LayerCosts.from_model(model)
+        else LayerCosts.from_model(model or shaped_model(config))
     batch_rngs = [np.random.default_rng(s) for s in streams[2].spawn(cluster.workers)]
     shards = shard(data.n_train if data else 0, cluster.workers, workload.shard, data_rng)
     size = model.size if model else 0
@@ -109,6 +116,15 @@ def build_workload(config: Any) -> Workload:
     compute = ComputeModel(config.compute, layers.flops(workload.batch), ranks,
                            int(streams[3].generate_state(1)[0]), layers.traffic())
     return Workload(config, data, model, params, workers, compute, layers)
+
+
+def shaped_model(config: Any) -> Model:
+    """``config``'s model built from its data set's shape, no data made: what a timing-only
+    run of a model without a profile times (its layers' FLOPs and bytes)."""
+    w = config.workload
+    _, features, classes, _ = dataset_shape(w.dataset, w.samples, w.features, w.classes)
+    return make_model(w.model, features, classes, hidden=tuple(w.hidden), l2=w.l2,
+                      nnz_per_row=w.nnz_per_row)
 
 
 def _data_and_model(config: Any, rng: np.random.Generator) -> tuple[Any, Any]:
