@@ -219,6 +219,25 @@ def _inside(ts: float, lo: float, hi: float) -> float:
     return min(max(ts, lo + edge), hi - edge)
 
 
+def _forward(a: _Item, b: _Item) -> tuple[float, float] | None:
+    """Where an arrow from slice ``a`` to slice ``b`` starts and ends (us): at ``a``'s end
+    and ``b``'s start, each just inside its slice (a v1 flow event binds to the slice that
+    holds its ts). A receiver takes a message up only after its sender made it, so ``b``
+    starts no earlier than ``a`` ends: the simulator's clock says so exactly, and a real
+    run's ranks log on one clock (``time.perf_counter``, :mod:`sim.real.executors.
+    rank_clock`) and the receiver's pass begins after its receive returned. Should the times
+    say otherwise all the same (a trace from some other clock), the start is clamped back to
+    the end, within ``a``, then the end moved on to the start, within ``b``, so that no
+    arrow points back in time; None if even that cannot hold (``b`` ended before ``a``
+    began): no arrow then."""
+    a_lo, a_hi, b_lo, b_hi = a.start * 1e6, a.end * 1e6, b.start * 1e6, b.end * 1e6
+    end = _inside(b_lo, b_lo, b_hi)
+    start = _inside(min(a_hi, end), a_lo, a_hi)
+    if start > end:
+        end = _inside(start, b_lo, b_hi)
+    return (start, end) if start <= end else None
+
+
 def _number(x: float) -> float | int:
     """An integral float as an int (4096, not 4096.0)."""
     return int(x) if float(x).is_integer() else float(x)
@@ -357,16 +376,18 @@ class _Trace:
     def handoffs(self, pairs: list[tuple[int, int]], own: dict[int, _Item]) -> None:
         """An arrow from each sender's slice, where it ends (its output leaves), to the
         receiver's slice, where it starts (it takes the output up): both on the workers'
-        own tracks, the receiver starting no earlier than the sender ends."""
+        own tracks, and forward in time (:func:`_forward`)."""
         for n, (sender, receiver) in enumerate(pairs):
             a, b = own.get(sender), own.get(receiver)
             if a is None or b is None:
                 continue
+            ends = _forward(a, b)
+            if ends is None:
+                continue
             flow = HANDOFF_IDS + n
-            for ph, item, ts in (("s", a, a.end), ("f", b, b.start)):
-                lo, hi = item.start * 1e6, item.end * 1e6
+            for ph, item, ts in (("s", a, ends[0]), ("f", b, ends[1])):
                 event = {"ph": ph, "id": flow, "cat": "handoff", "name": "handoff",
-                         "pid": WORKERS, "tid": item.tracks[0], "ts": _inside(ts * 1e6, lo, hi)}
+                         "pid": WORKERS, "tid": item.tracks[0], "ts": ts}
                 if ph == "f":
                     event["bp"] = "e"
                 self.events.append(event)

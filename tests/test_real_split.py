@@ -1,8 +1,9 @@
 """Real runs of bsp with a replica split over MPI ranks ([parallel]: pipeline stages, tensor
 shards, microbatches; sim/real/executors/bsp_split.py): the losses are a real bsp run's on the
 unsplit model (bit for bit with one microbatch and one shard per stage, within 1e-12
-otherwise), the result files hold one track per rank and the pipeline's figures, a NaN stops
-every rank at once, and what real runs cannot split is refused with exit 2 naming the key.
+otherwise), the result files hold one track per rank, the pipeline's figures and an arrow
+per stage message (as the simulated trace draws them), a NaN stops every rank at once, and
+what real runs cannot split is refused with exit 2 naming the key.
 
 Tiny runs (a 4-layer MLP, 4 updates); each mpiexec start costs seconds on this 2-core
 machine, so every run is made once per module and shared by the tests that read it."""
@@ -12,9 +13,11 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from test_model_parallel_sim import holder
 
 from sim.cli import main
 from sim.recorder import KINDS
@@ -108,6 +111,53 @@ def test_a_split_run_writes_the_contract_with_a_track_per_rank(run):
     assert passes == {(r, f"{kind}{k}") for r in range(4) for kind in "FB" for k in range(4)}
     assert all(e["cat"] == "compute" for e in events
                if e["ph"] == "X" and e["pid"] == 0 and e["name"][0] in "FB")
+
+
+@pytest.mark.parametrize("name", ["p3-d1", "p2-d2", "p2-t2-m4-gpipe-d1"])
+def test_the_trace_draws_an_arrow_per_stage_message_forward_in_time(run, name):
+    """As the simulated trace (test_model_parallel_sim): an arrow per activation and per
+    gradient between stages, from the last compute slice of the pass that sent it, where it
+    ends, to the first of the same pass on the rank of the next (forward) or previous
+    (backward) stage that took it up, where it starts; never pointing back in time."""
+    out = run(name)
+    plan = build_plan(load_config(out / "config.toml"))
+    steps = summary(out)["iterations"]
+    events = json.loads((out / "trace.json").read_text())["traceEvents"]
+    arrows = defaultdict(list)
+    for e in events:
+        if e["ph"] in ("s", "f") and e["cat"] == "handoff":
+            arrows[e["id"]].append(e)
+    # per step: every microbatch's activation and gradient across each stage boundary, on
+    # every replica's every shard
+    assert len(arrows) == (steps * plan.microbatches * (plan.pipeline - 1) * 2
+                           * plan.replicas * plan.tensor)
+    computes = defaultdict(list)  # a rank's compute slices in time order
+    for e in sorted((e for e in events if e["ph"] == "X" and e["pid"] == 0
+                     and e["cat"] == "compute"), key=lambda e: e["ts"]):
+        computes[e["tid"]].append(e)
+
+    def neighbour(e: dict, step: int) -> str:
+        """The name of the compute slice before (-1) or after (+1) ``e`` on its rank."""
+        mine = computes[e["tid"]]
+        at = mine.index(e) + step
+        return mine[at]["name"] if 0 <= at < len(mine) else ""
+
+    seen: dict[tuple, int] = defaultdict(int)
+    for start, end in arrows.values():
+        assert (start["ph"], end["ph"], end["bp"]) == ("s", "f", "e")
+        assert start["ts"] <= end["ts"]
+        sent, taken = holder(events, start), holder(events, end)
+        assert sent["cat"] == taken["cat"] == "compute"
+        assert sent["name"] == taken["name"]  # the same pass of the same microbatch
+        a, b = plan.ranks[sent["tid"]], plan.ranks[taken["tid"]]
+        assert (a.replica, a.shard) == (b.replica, b.shard)
+        assert b.stage - a.stage == (1 if sent["name"][0] == "F" else -1)
+        # the sender's pass ends in this slice, the receiver's begins in that one
+        assert neighbour(sent, 1) != sent["name"] and neighbour(taken, -1) != taken["name"]
+        assert start["ts"] == pytest.approx(sent["ts"] + sent["dur"], abs=2e-3)
+        assert end["ts"] == pytest.approx(taken["ts"], abs=2e-3)
+        seen[sent["tid"], taken["tid"], sent["name"]] += 1
+    assert set(seen.values()) == {steps}  # each message once a step
 
 
 def test_a_data_parallel_real_run_reports_a_whole_model_and_one_batch(run):

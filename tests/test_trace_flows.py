@@ -10,6 +10,7 @@ from collections import defaultdict
 import pytest
 
 from sim.simulated.engine import simulate
+from sim.trace import TraceNotes, chrome_trace
 from sim.training.checks import validate
 from sim.training.strategies import STRATEGIES
 
@@ -105,3 +106,21 @@ def test_the_ps_strategies_draw_arrows():
         events = events_of(kind)
         flows = [e for e in events if e["ph"] == "X" and e["pid"] == LINKS]
         assert flows and len(chains(events)) == len(flows) // 2  # host->switch->host
+
+
+@pytest.mark.parametrize("receiver, drawn", [((1e-6, 3e-6), True), ((-4e-6, -1e-6), False)])
+def test_a_handoff_whose_times_overlap_is_clamped_forward(receiver, drawn):
+    """An arrow between ranks' slices (a stage message) whose receiver's slice begins before
+    the sender's ends (no clock of this lab gives that, but a trace must not draw an arrow
+    back in time): both ends meet inside both slices; with no such time, no arrow."""
+    notes = TraceNotes()
+    notes.handoff(0, 1)
+    slices = [(0, "compute", 0.0, 2e-6, False), (1, "compute", *receiver, False)]
+    events = chrome_trace(slices, 2, notes)["traceEvents"]
+    arrow = [e for e in events if e["ph"] in ("s", "f") and e["cat"] == "handoff"]
+    if not drawn:
+        assert arrow == []
+        return
+    start, end = arrow
+    assert start["ts"] <= end["ts"]
+    assert (holder(events, start)["tid"], holder(events, end)["tid"]) == (0, 1)

@@ -55,6 +55,9 @@ class RankLog:
     loop_s: float = 0.0  # gaps between timed spans (logged as overhead)
     labels: dict[int, str] = field(default_factory=dict)  # span index -> its trace name
     track: str = ""  # the trace's name for this rank's track ("": "worker R")
+    # messages for the trace's arrows: (sender rank, index of the span whose output it was,
+    # receiver rank, index of the span that took it up), ranks as positions in the logs
+    handoffs: list[tuple[int, int, int, int]] = field(default_factory=list)
 
     def span(self, worker: int, kind: str, start: float, end: float, label: str = "") -> None:
         """``worker`` spent [start, end) on ``kind``; spans must come in time order: one is
@@ -147,16 +150,25 @@ def assemble(workload: Workload, rules: Rules, logs: list[RankLog], wall_s: floa
         rec.record(update)
     end = now[0]
     server: dict[str, float] = {}
-    spans = sorted(((*span, log.labels.get(i, "")) for log in logs
+    spans = sorted(((*span, log.labels.get(i, ""), (r, i)) for r, log in enumerate(logs)
                     for i, span in enumerate(log.spans)), key=lambda s: s[2])
-    for worker, kind, start, stop, label in spans:
+    handoffs = [h for log in logs for h in log.handoffs]
+    ends = {(r, i) for h in handoffs for r, i in (h[:2], h[2:])}
+    numbers: dict[tuple[int, int], int | None] = {}  # (rank, span index) -> the recorder's
+    for worker, kind, start, stop, label, key in spans:
         if start >= end:  # the simulator stops recording when the last update is applied
             continue
         if worker < worker_ranks:
-            rec.add_span(worker, kind, start, min(stop, end),
-                         facts=Facts(label=label) if label else None)
+            number = rec.add_span(worker, kind, start, min(stop, end),
+                                  facts=Facts(label=label) if label else None)
+            if key in ends:
+                numbers[key] = number
         else:  # a server rank: not a worker, kept apart
             server[kind] = server.get(kind, 0.0) + min(stop, end) - start
+    for sender, sent_at, receiver, taken_at in handoffs:
+        a, b = numbers.get((sender, sent_at)), numbers.get((receiver, taken_at))
+        if a is not None and b is not None:  # (both replayed: an arrow between them)
+            rec.notes.handoff(a, b)
     if server:
         extra = {**extra, "server_breakdown": server}
     workers = [log for log in logs if log.rank < worker_ranks]

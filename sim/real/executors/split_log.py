@@ -27,6 +27,9 @@ The figures (``summary.json``), measured over the updates every rank applied:
 
 and the plan's (not measured): ``activation_bytes_per_step``, with ``stage_layers`` (the
 layers of each stage). The memory keys are every real run's (:mod:`.assemble`).
+
+The trace draws an arrow per stage message (activation or gradient), as the simulated
+run's does: from the sending pass's compute slice to the receiving pass's (:func:`handoffs`).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import numpy as np
 
 from sim.real.executors.assemble import Part, RankLog
 from sim.real.executors.bsp import waiting_for
-from sim.real.executors.stage_links import Received, Sent
+from sim.real.executors.stage_links import Received, Sent, pass_of
 from sim.recorder import UpdateRecord
 from sim.training.parallel_plan import Plan, build_plan
 from sim.training.stage_numerics import ShardRunner
@@ -78,12 +81,16 @@ def combine(logs: list[RankLog], workload: Workload) -> None:
     tagged: list[list[list[Tagged]]] = [[] for _ in logs]
     for k in range(n):
         ready = [own[k].ready for own in steps]
+        passes: list[dict[str, tuple[int, int]]] = []
         for rank, own in enumerate(steps):
             joined = max(ready[r] for r in plan.data_group(rank))
             parts = step_parts(own[k], rank, posted, joined)
             tagged[rank].append(parts)
+            before = len(logs[rank].spans)
             logs[rank].spans_of(rank, [(kind, start, end, label)
                                        for _, kind, start, end, label in parts])
+            passes.append(pass_spans(logs[rank], before))
+        logs[0].handoffs += handoffs([own[k] for own in steps], passes)
         logs[0].updates.append((max(own[k].updated for own in steps), UpdateRecord(
             -1, k + 1, k, 0, replica_loss(plan, [own[k] for own in steps]),
             workload.n * config.workload.batch)))
@@ -105,6 +112,34 @@ def step_parts(rec: SplitStep, rank: int, posted: dict[tuple[int, int, int, int]
     parts += [(DATA_PARALLEL, kind, start, end, "") for kind, start, end in
               waiting_for(data, joined)]
     return [p for p in parts if p[3] > p[2]]
+
+
+def pass_spans(log: RankLog, since: int) -> dict[str, tuple[int, int]]:
+    """The passes among ``log``'s spans from index ``since`` on (one step's): pass label
+    ("F3") -> the indices of its first and last compute span (a pass's kernels are cut in
+    pieces by its tensor sums)."""
+    found: dict[str, tuple[int, int]] = {}
+    for i in range(since, len(log.spans)):
+        label = log.labels.get(i)
+        if label:
+            found[label] = (found.get(label, (i, i))[0], i)
+    return found
+
+
+def handoffs(recs: list[SplitStep], passes: list[dict[str, tuple[int, int]]]
+             ) -> list[tuple[int, int, int, int]]:
+    """One step's stage messages as the trace's arrows (:attr:`RankLog.handoffs`): from the
+    last compute span of the pass that sent it to the first of the same pass on the rank
+    that received it, as the simulator draws them (sim.simulated.strategies.model_parallel).
+    ``recs`` and ``passes`` (:func:`pass_spans`): every rank's step."""
+    out = []
+    for rank, rec in enumerate(recs):
+        for source, tag, _, _ in rec.received:
+            label = pass_of(tag)
+            sent, taken = passes[source].get(label), passes[rank].get(label)
+            if sent is not None and taken is not None:  # (a pass cut to nothing has none)
+                out.append((source, sent[1], rank, taken[0]))
+    return out
 
 
 def replica_loss(plan: Plan, recs: list[SplitStep]) -> float:

@@ -38,6 +38,12 @@ def gradient_tag(microbatch: int) -> int:
     return 2 * microbatch + 1
 
 
+def pass_of(tag: int) -> str:
+    """The pass whose output a message of ``tag`` carries, and which takes it up on the
+    receiving stage: "F3" for microbatch 3's activation, "B3" for its gradient."""
+    return f"{'FB'[tag % 2]}{tag // 2}"
+
+
 class StageLinks:
     """One rank's messages to and from its neighbouring stages, step by step.
 
