@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from sim.calibrated import load_profile, write_profile
+from sim.training.messages import weight_passes
 
 PROFILE_FORMAT = "sgd-lab.device-profile/1"
 
@@ -195,8 +196,6 @@ class ComputeModel:
         memory term, or a modelled ``compute.time_s``)."""
         if self.device.memory_Bps is None or weight_bytes is None or self.cfg.time_s is not None:
             return None
-        from sim.training.messages import weight_passes
-
         return tuple(self.device.seconds(f, times * weight_bytes)
                      for f, times in zip(flops, weight_passes(passes), strict=True))
 

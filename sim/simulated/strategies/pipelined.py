@@ -47,7 +47,10 @@ class PipelinedStrategy(Strategy):
     def start_pipeline(self, channel: Any) -> None:
         ctx = self.ctx
         strategy = ctx.config.strategy
-        self.layers = ctx.layers
+        self.layers = layers = ctx.layers
+        batch = ctx.config.workload.batch  # how a step divides over the layers, once
+        self.shares = ctx.compute.layer_shares(
+            (batch * layers.forward_flops, batch * layers.backward_flops), layers.weight_bytes)
         self.messages = plan_messages(self.layers.grad_bytes, strategy.pipelining,
                                       strategy.bucket_bytes)
         self.slowest_compute_s = 0.0  # sum over steps of the slowest worker's compute
@@ -74,10 +77,7 @@ class PipelinedStrategy(Strategy):
     def costs(self, worker: int, step: int) -> StepCosts:
         seconds = self.ctx.compute.duration(worker, self.ctx.env.now)
         self._step_compute.setdefault(step, np.zeros(self.ctx.n))[worker] = seconds
-        layers, batch = self.layers, self.ctx.config.workload.batch
-        shares = self.ctx.compute.layer_shares(
-            (batch * layers.forward_flops, batch * layers.backward_flops), layers.weight_bytes)
-        return layers.split(seconds, shares)
+        return self.layers.split(seconds, self.shares)
 
     def step_done(self, step: int) -> None:
         compute = self._step_compute.pop(step, np.zeros(self.ctx.n))
