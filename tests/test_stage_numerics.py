@@ -155,3 +155,32 @@ def test_own_copies_give_every_shard_the_gradient_of_all_it_holds(tiny_config_da
         held = runner.held()
         assert np.isfinite(grad[held]).all()
         assert grad[held].tobytes() == ref[held].tobytes()
+
+
+@pytest.mark.parametrize("p, t, m", [(1, 2, 2), (2, 2, 3), (3, 1, 2)])
+def test_a_packed_runner_computes_the_same_bits_on_its_own_vector(tiny_config_data, p, t, m):
+    """A packed runner (a real rank's) takes its shard's entries packed, flat[held()], and
+    gives the unpacked runner's outputs and gradient bit for bit, every entry written."""
+    plan, model, params, X, y = setup(tiny_config_data, p=p, t=t, m=m)
+    rows = plan.microbatch_rows
+    for stage in range(p):
+        group = [ShardRunner(model, plan, stage, k, own_copies=True) for k in range(t)]
+        packed = [ShardRunner(model, plan, stage, k, packed=True) for k in range(t)]
+        held = [r.held() for r in group]
+        grads = [np.full(model.size, np.nan) for _ in group]
+        own = [np.full(h.size, np.nan) for h in held]
+        width = model.shapes[plan.stages[stage].first][1]
+        for mb in range(m):
+            x = X[mb * rows:(mb + 1) * rows] if stage == 0 else np.cos(
+                np.arange(rows * width, dtype=float) + mb).reshape(rows, width)
+            out = lockstep([r.forward(params, mb, x) for r in group])[0]
+            out_packed = lockstep([r.forward(params[h], mb, x)
+                                   for r, h in zip(packed, held, strict=True)])[0]
+            assert out_packed.tobytes() == out.tobytes()
+            delta = np.sin(np.arange(out.size, dtype=float) + mb).reshape(out.shape) / 7
+            lockstep([r.backward(params, g, mb, delta) for r, g in zip(group, grads,
+                                                                         strict=True)])
+            lockstep([r.backward(params[h], g, mb, delta) for r, g, h in zip(
+                packed, own, held, strict=True)])
+        for grad, mine, h in zip(grads, own, held, strict=True):
+            assert np.isfinite(mine).all() and mine.tobytes() == grad[h].tobytes()

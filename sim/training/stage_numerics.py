@@ -50,17 +50,39 @@ class ShardRunner:
     Entries every shard of the stage holds alike (a whole layer, a row layer's bias) get
     their gradient from shard 0 only, so that the shards of one process can share one
     gradient vector; with ``own_copies`` every shard writes them too (a real rank, with a
-    gradient vector of its own, steps its own copies). Raises TypeError for a model without
-    dense layers to split (not an MLP)."""
+    gradient vector of its own, steps its own copies). With ``packed`` the parameters and
+    gradients passed in are the shard's own packed vector (``flat[held()]``, the layers one
+    after another) rather than the model's: every layer's weights contiguous, a row layer's
+    columns included, so nothing is gathered, copied or scattered (a real rank). Raises
+    TypeError for a model without dense layers to split (not an MLP)."""
 
     def __init__(self, model: Model, plan: Plan, stage: int, shard: int,
-                 own_copies: bool = False) -> None:
+                 own_copies: bool = False, packed: bool = False) -> None:
         if not isinstance(model, MLP):
             raise TypeError(f"a split replica needs an MLP, got {model.name!r}")
-        self.model, self.plan, self.shard, self.own_copies = model, plan, shard, own_copies
+        self.model, self.plan, self.shard = model, plan, shard
+        self.own_copies = own_copies or packed
         self.stage = plan.stages[stage]
         self.last_layer = len(model.shapes) - 1
         self._stash: dict[int, list[np.ndarray]] = {}
+        self._packed: dict[int, tuple[int, tuple[int, int], int, int]] | None = None
+        if packed:
+            self._packed = self._packed_layout()
+
+    def _packed_layout(self) -> dict[int, tuple[int, tuple[int, int], int, int]]:
+        """Where each layer's (W, b) of this shard lie in its packed vector (``flat[held()]``):
+        layer -> (W's offset, W's shape, b's offset, b's length). The held entries ascend
+        layer by layer, W (row-major, a row layer's columns included) before b, so the
+        packed vector is the shard's layers one after another."""
+        index, layout, at, order = np.arange(self.model.size), {}, 0, []
+        for layer in self.stage.layers:
+            W, b = self._in_model(index, layer)
+            layout[layer.layer] = (at, W.shape, at + W.size, b.size)
+            at += W.size + b.size
+            order += [W.ravel(), b]
+        if not np.array_equal(np.concatenate(order), self.held()):
+            raise RuntimeError("the packed layout is not the held entries' order")
+        return layout
 
     # -- the parameters of one layer as this shard holds them -----------------------------
 
@@ -75,7 +97,14 @@ class ShardRunner:
         return slice(self.shard * din, (self.shard + 1) * din)
 
     def _weights(self, flat: np.ndarray, layer: ShardLayer) -> tuple[np.ndarray, np.ndarray]:
-        """(W, b) of ``layer`` in ``flat`` as this shard computes with them (C-contiguous)."""
+        """(W, b) of ``layer`` in ``flat`` (the model's vector, or with ``packed`` the
+        shard's) as this shard computes with them (C-contiguous)."""
+        if self._packed is not None:
+            return self._packed_views(flat, layer)
+        return self._in_model(flat, layer)
+
+    def _in_model(self, flat: np.ndarray, layer: ShardLayer) -> tuple[np.ndarray, np.ndarray]:
+        """(W, b) of ``layer`` as this shard holds them, in the model's flat vector."""
         W, b = self.model._views(flat, layer.layer)
         if layer.role == "column":
             rows = self._rows(layer)
@@ -84,12 +113,17 @@ class ShardRunner:
             return np.ascontiguousarray(W[:, self._cols(layer)]), b
         return W, b
 
+    def _packed_views(self, flat: np.ndarray, layer: ShardLayer
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        w_at, shape, b_at, b_len = self._packed[layer.layer]
+        return flat[w_at:b_at].reshape(shape), flat[b_at:b_at + b_len]
+
     def held(self) -> np.ndarray:
         """The flat indices (ascending) of the parameters this shard holds and computes
         with: its own part and its copies of the entries every shard holds, as many as the
         plan's ``Stage.params``; the entries its data-parallel allreduce sums."""
         index = np.arange(self.model.size)
-        parts = [a.ravel() for layer in self.stage.layers for a in self._weights(index, layer)]
+        parts = [a.ravel() for layer in self.stage.layers for a in self._in_model(index, layer)]
         return np.sort(np.concatenate(parts))
 
     # -- forward --------------------------------------------------------------------------
@@ -155,6 +189,8 @@ class ShardRunner:
                     ) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Where this shard's dW and db of ``layer`` go in ``grad``; None for an entry whose
         gradient shard 0 keeps (a copy every shard computes alike)."""
+        if self._packed is not None:  # every entry of its own, contiguous
+            return self._packed_views(grad, layer)
         gW, gb = self.model._views(grad, layer.layer)
         copy = self.shard > 0 and not self.own_copies
         if layer.role == "whole":

@@ -18,8 +18,9 @@ After the flush, each rank sums the gradient of the parameters it holds
 (:meth:`ShardRunner.held`: its part and its copies of the entries every shard holds) over
 its data group (its stage and shard in every replica: ``strategy.collective`` by the run's
 allreduce implementation, as bsp), takes the mean over the D replicas and steps them with
-bsp's SGD kernel. A rank keeps the whole flat parameter vector, which the runner indexes as
-the model does, but only its held entries are current; the model of record is put together
+bsp's SGD kernel. A rank keeps only its held entries, packed (the runner's ``packed``
+layout: its layers one after another, so a row-parallel layer's columns are contiguous and
+nothing is gathered or scattered during a step); the model of record is put together
 after the run from replica 0's ranks' snapshots of their held entries (copies held by
 several shards must agree to the bit, or the run fails) and evaluated off the clock, as bsp's.
 
@@ -65,15 +66,6 @@ from sim.training.rules import SGD
 from sim.training.stage_numerics import ShardRunner
 
 
-def held_entries(index: np.ndarray) -> slice | np.ndarray:
-    """A rank's held entries (ascending flat indices) as a slice when they are one range (a
-    pipeline stage's whole layers): its gradient and parameters are then views, where an
-    index array gathers and scatters every step (~0.1 ms per 100,000 entries here)."""
-    if index.size and index[-1] - index[0] + 1 == index.size:
-        return slice(int(index[0]), int(index[-1]) + 1)
-    return index
-
-
 class Agreement:
     """Whether some rank's update failed: a one-value non-blocking allreduce (logical or)
     per step on a communicator of its own, started after each update and completed later."""
@@ -112,13 +104,12 @@ class SplitRank:
         self.first, self.last = place.stage == 0, place.stage == plan.pipeline - 1
         model = workload.model
         self.shapes = model.shapes
-        self.runner = ShardRunner(model, plan, place.stage, place.shard, own_copies=True)
-        self.held = held_entries(self.runner.held())
-        self.params = workload.params.copy()  # only the held entries are kept current
-        self.grad = np.zeros(model.size)
-        self.count = self.grad[self.held].size
-        # the held entries: a view a stage's whole layers (one range) steps in place, else packed
-        self.sgd = SGD(self.params[self.held], config.workload)
+        # the held entries, packed: the rank's parameters and gradient are vectors of its own
+        # (nothing gathered or scattered a step; the allreduce and the update take them whole)
+        self.runner = ShardRunner(model, plan, place.stage, place.shard, packed=True)
+        self.params = workload.params[self.runner.held()]
+        self.grad = np.zeros(self.params.size)
+        self.sgd = SGD(self.params, config.workload)  # steps self.params in place
         self.worker = workload.workers[place.replica]  # its replica's batch stream
         # communicators: created by every rank in the same order (Split is collective)
         tensor_comm = comm.Split(place.replica * plan.pipeline + place.stage, place.shard)
@@ -126,7 +117,7 @@ class SplitRank:
         algorithm = config.strategy.collective
         self.tensor = TensorGroup(tensor_comm, self.stage, plan.itemsize, ctx.impl, algorithm,
                                   ctx.waiter)
-        self.reduce = make_allreduce(ctx.impl, data_comm, algorithm, self.count,
+        self.reduce = make_allreduce(ctx.impl, data_comm, algorithm, self.params.size,
                                      ctx.waiter)
         self.links = StageLinks(comm.Dup(), plan, ctx.rank, self.shapes[self.stage.first][1],
                                 self.shapes[self.stage.last][0], ctx.waiter, ctx.now)
@@ -206,7 +197,7 @@ class SplitRank:
             out, ok = self.tensor.run(self.runner.backward(self.params, self.grad, microbatch,
                                                            delta), "backward", fallback)
         if not ok:  # the step's gradient is lost: every later microbatch's sum raises too
-            self.grad[self.held] = math.nan
+            self.grad[:] = math.nan
         self.timed_pass(rec, f"B{microbatch}", began)
         if not self.first:
             self.links.send_gradient(microbatch, out)
@@ -227,7 +218,7 @@ class SplitRank:
         """Sum the held entries' gradient over the data group, take the mean and step them;
         False if a NaN or Inf made it raise (the held parameters are NaN then)."""
         ctx = self.ctx
-        summed = self.grad[self.held]
+        summed = self.grad
         rec.ready = self.now()
         self.reduce(summed)
         rec.add(DATA_PARALLEL, self.reduce.take(ctx.t0))
@@ -235,10 +226,8 @@ class SplitRank:
         try:
             self.sgd.step(ctx.rules.mean_of_sum(summed, ctx.workload.n), ctx.rules.lr(0))
         except NonFiniteError:
-            self.params[self.held] = math.nan
+            self.params[:] = math.nan
             return False
-        if not isinstance(self.held, slice):  # packed: put back
-            self.params[self.held] = self.sgd.params
         rec.updated = self.now()
         rec.add(OTHER, [("update", began, rec.updated)])
         return True
@@ -252,7 +241,7 @@ class SplitRank:
         rows = worker.shard[:worker.batch]
         self.step(SplitStep(0), (data.X_train[rows], data.y_train[rows]))
         self.deltas.clear()
-        self.reduce(np.zeros(self.count))
+        self.reduce(np.zeros(self.params.size))
         self.agreement.start(False)
         self.agreement.failed()
         self.reduce.take(self.ctx.t0)
@@ -272,7 +261,7 @@ def run(ctx: RankContext) -> RankLog:
     ctx.start_clock()
     holds_record = rank.replica == 0  # replica 0's ranks snapshot the model of record
     if holds_record:
-        log.snapshot(rank.params[rank.held], ctx.rules, 0)
+        log.snapshot(rank.params, ctx.rules, 0)
     for update in range(1, ctx.config.run.iterations + 1):
         rec = SplitStep(update)
         rank.step(rec, rank.draw(rec))
@@ -288,7 +277,7 @@ def run(ctx: RankContext) -> RankLog:
             continue
         log.steps.append(rec)
         if holds_record:
-            log.snapshot(rank.params[rank.held], ctx.rules, len(log.steps))
+            log.snapshot(rank.params, ctx.rules, len(log.steps))
         ctx.heartbeat.beat()
     rank.agreement.failed()
     log.kernel_s, log.messages = rank.kernel_s, rank.messages
