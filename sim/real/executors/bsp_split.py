@@ -257,9 +257,11 @@ def run(ctx: RankContext) -> RankLog:
     holding a :class:`SplitStep` per update applied (:func:`combine` reads them)."""
     rank = SplitRank(ctx)
     log = RankLog(ctx.rank)
+    holds_record = rank.replica == 0  # replica 0's ranks snapshot the model of record
+    if holds_record:
+        log.reserve(rank.params.size, ctx.rules, ctx.config.run.iterations)
     rank.warm_up()
     ctx.start_clock()
-    holds_record = rank.replica == 0  # replica 0's ranks snapshot the model of record
     if holds_record:
         log.snapshot(rank.params, ctx.rules, 0)
     for update in range(1, ctx.config.run.iterations + 1):

@@ -170,6 +170,7 @@ class ServerProtocol:
         self.dead: set[int] = set()  # workers found dead (elastic recovery)
         self.finished = False
         self.log = RankLog(self.n)
+        self.log.reserve(self.store.params.size, rules, self.iterations)
         self.log.snapshot(self.store.params, rules, 0)
 
     def on_pull(self, worker: int, now: float) -> None:

@@ -18,6 +18,8 @@ class Replica:
         self.ctx = ctx
         self.sgd = SGD(ctx.workload.params.copy(), ctx.config.workload)
         self.log, self.steps = RankLog(ctx.rank), []
+        if ctx.rank == 0:  # the rank that snapshots the model of record
+            self.log.reserve(self.params.size, ctx.rules, ctx.config.run.iterations)
 
     @property
     def params(self) -> np.ndarray:
