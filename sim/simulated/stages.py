@@ -28,7 +28,7 @@ import numpy as np
 import simpy
 
 from sim.trace import Facts
-from sim.training.messages import weight_passes
+from sim.training.messages import weight_traffic
 from sim.training.parallel_plan import Plan, Stage
 from sim.training.pipeline_schedule import Op
 
@@ -58,7 +58,7 @@ class StageWork:
 
     def traffic(self, microbatches: int) -> float:
         """Bytes of weights the stage's step moves (every microbatch's passes move them)."""
-        return float(self.weight_bytes.sum()) * sum(weight_passes(microbatches))
+        return weight_traffic(self.weight_bytes, microbatches)
 
     def pass_seconds(self, step_s: float, microbatches: int,
                      shares: tuple[np.ndarray, np.ndarray] | None = None

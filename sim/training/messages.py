@@ -98,9 +98,7 @@ class LayerCosts:
 
     def traffic(self) -> float:
         """Bytes of weights one forward and backward pass over every layer moves."""
-        if self.weight_bytes is None:
-            return 0.0
-        return float(self.weight_bytes.sum()) * sum(weight_passes(1))
+        return 0.0 if self.weight_bytes is None else weight_traffic(self.weight_bytes, 1)
 
     def split(self, seconds: float, shares: tuple[np.ndarray, np.ndarray] | None = None
               ) -> StepCosts:
@@ -110,6 +108,11 @@ class LayerCosts:
         total = forward.sum() + backward.sum()
         scale = seconds / total if total > 0 else 0.0
         return StepCosts(forward * scale, backward * scale)
+
+
+def weight_traffic(weight_bytes: np.ndarray, microbatches: int) -> float:
+    """Bytes of weights a step over layers of ``weight_bytes`` moves in ``microbatches``."""
+    return float(weight_bytes.sum()) * sum(weight_passes(microbatches))
 
 
 def weight_passes(microbatches: int) -> tuple[int, int]:
