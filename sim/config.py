@@ -1,8 +1,8 @@
 """Experiment configs: the typed schema, defaults, validation and dotted ``--set`` overrides.
 
 A config is a TOML file with the tables ``[cluster]``, ``[workload]``, ``[strategy]``,
-``[parallel]``, ``[compute]``, ``[run]`` and optionally ``[faults]``, ``[checkpoint]`` and
-``[sweep]``.
+``[parallel]``, ``[embeddings]``, ``[compute]``, ``[run]`` and optionally ``[faults]``,
+``[checkpoint]`` and ``[sweep]``.
 Every key has a default, so an empty file is a valid experiment. This module is the schema
 alone: :func:`parse` checks types and ranges; the checks across keys and against the
 registries, and :func:`~sim.training.checks.load_config`, are :mod:`sim.training.checks`'s.
@@ -78,10 +78,12 @@ class Cluster(Section):
 class Workload(Section):
     """The data set, the model and the optimizer."""
 
-    model: str = doc("logreg", "logreg, softmax, mlp or sparse-logreg")
-    dataset: str = doc("gaussian", "gaussian, digits (shipped by scikit-learn) or "
-                       "sparse-powerlaw")
-    features: PositiveInt = doc(64, "input dimension of generated data sets")
+    model: str = doc("logreg", "logreg, softmax, mlp, sparse-logreg or wide-deep")
+    dataset: str = doc("gaussian", "gaussian, digits (shipped by scikit-learn), "
+                       "sparse-powerlaw, ctr-synthetic or criteo:PATH (Criteo's display-ads "
+                       "TSV)")
+    features: PositiveInt = doc(64, "input dimension of generated data sets (ctr-synthetic: "
+                                "dense features)")
     samples: int = doc(4096, "rows of generated data sets (train + held out)", strict=True,
                        ge=2)
     classes: int = doc(2, "classes of the gaussian data set", strict=True, ge=2)
@@ -96,7 +98,18 @@ class Workload(Section):
                                "sparse-powerlaw: scale of the hidden weights")
     noise: NonNegative = doc(1.0, "gaussian: per-feature standard deviation")
     nnz_per_row: PositiveInt = doc(20, "sparse-powerlaw: active features per row")
-    zipf_exponent: Positive = doc(1.1, "sparse-powerlaw: feature frequency ~ rank^-a")
+    zipf_exponent: NonNegative = doc(1.1, "sparse-powerlaw, ctr-synthetic: row i of a field "
+                                     "drawn with probability ~ i^-a (0: uniform)")
+    fields: PositiveInt = doc(8, "ctr-synthetic: categorical fields, one embedding table each")
+    vocab: PositiveInt | list[PositiveInt] = doc(
+        1000, "ctr-synthetic, criteo: rows of each field's table (one value for all, or one "
+        "per field)")
+    ids_per_field: PositiveInt = doc(1, "ctr-synthetic: ids in each field's bag (multi-hot)")
+    embedding_dim: PositiveInt = doc(8, "wide-deep: columns of every embedding table")
+    cross_buckets: PositiveInt = doc(4096, "wide-deep: hash buckets of the wide part's crossed "
+                                     "features (one per consecutive field pair)")
+    pooling: Literal["sum", "mean"] = doc("sum", "wide-deep: how a field's bag of rows is "
+                                          "pooled")
     test_fraction: float = doc(0.2, "held-out share of the rows", gt=0, lt=1)
     shard: Literal["contiguous", "shuffled"] = doc(
         "shuffled", "how training rows are split over workers")
@@ -161,6 +174,28 @@ class Parallel(Section):
     schedule: Literal["gpipe", "1f1b"] = doc(
         "1f1b", "gpipe: all forwards, then all backwards (Huang et al. 2019); 1f1b: "
         "PipeDream-Flush, one forward one backward (Narayanan et al. 2021)")
+
+
+class Embeddings(Section):
+    """Where wide-deep's embedding tables live and how their rows are updated."""
+
+    placement: Literal["ps", "alltoall", "replicated"] = doc(
+        "ps", "ps: rows on the parameter-server shards, sparse pulls and pushes; alltoall: "
+        "tables split over the workers, pooled embeddings exchanged all-to-all (DLRM); "
+        "replicated: every worker holds them, gradients allreduced")
+    sharding: Literal["row-hash", "row-range", "table", "column"] = doc(
+        "row-hash", "ps / alltoall: rows by hash or by range, whole tables, or each shard some "
+        "columns of every row (TorchRec's names)")
+    cache_rows: NonNegativeInt = doc(0, "ps: the hottest rows each worker keeps, refreshed "
+                                     "after strategy.staleness steps")
+    optimizer: Literal["adagrad", "sgd"] = doc(
+        "adagrad", "the tables' row updates (state lives with the rows); the dense part "
+        "uses workload.lr and momentum")
+    lr: Positive | None = doc(None, "the tables' learning rate (none: workload.lr)")
+    initial_accumulator: Positive = doc(0.1, "adagrad: every entry's starting sum of squares "
+                                        "(TensorFlow's initial_accumulator_value)")
+    sparse_allreduce: bool = doc(False, "replicated: allgather the touched rows instead of "
+                                 "allreducing whole tables")
 
 
 class Slowdown(Section):
@@ -302,6 +337,7 @@ class Config(Section):
     workload: Workload = Workload()
     strategy: Strategy = Strategy()
     parallel: Parallel = Parallel()
+    embeddings: Embeddings = Embeddings()
     compute: Compute = Compute()
     run: Run = Run()
     faults: Faults = Faults()

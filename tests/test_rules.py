@@ -23,7 +23,7 @@ from sim.training.workload import build_workload
 
 def store_for(kind: str, workers: int = 3, d: int = 5, **keys) -> ParameterStore:
     config = make(strategy__kind=kind, cluster__workers=workers, **keys)
-    return ParameterStore(make_rules(config), np.zeros(d), config.workload)
+    return ParameterStore(make_rules(config), np.zeros(d))
 
 
 # ---- closed forms ---------------------------------------------------------------------------
@@ -126,8 +126,8 @@ def test_an_ssp_cache_is_read_while_within_the_bound_with_the_workers_own_update
     config = make(strategy__kind="ssp", strategy__staleness=2, cluster__workers=2,
                   workload__lr=0.5)
     rules = make_rules(config)
-    store = ParameterStore(rules, np.zeros(3), config.workload)
-    cache = ParameterCache(rules, np.empty(3), config.workload)
+    store = ParameterStore(rules, np.zeros(3))
+    cache = ParameterCache(rules, np.empty(3))
     assert not cache.fresh  # nothing pulled yet
     cache.pulled(store.read(cache.params), store.admit(0))
     grads = [np.array([1.0, 2.0, 3.0]) * k for k in (1, 2, 3)]
@@ -150,8 +150,8 @@ def test_without_a_usable_cache_every_read_pulls(kind):
     what it pulled (so SSP with s = 0 stays BSP)."""
     config = make(strategy__kind=kind, strategy__staleness=0)
     rules = make_rules(config)
-    store = ParameterStore(rules, np.zeros(2), config.workload)
-    cache = ParameterCache(rules, np.empty(2), config.workload)
+    store = ParameterStore(rules, np.zeros(2))
+    cache = ParameterCache(rules, np.empty(2))
     for _ in range(3):
         assert not cache.fresh
         cache.pulled(store.read(cache.params), store.admit(0))

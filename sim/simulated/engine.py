@@ -156,7 +156,7 @@ def build_simulation(config: Config, plan: Plan | None = None) -> Simulation:
     recorder.on_done = done.succeed
     cores = build_hosts(env, config, workers + servers, costs, workers)
     server = ParameterServer(network, hosts[workers:],
-                             ParameterStore(rules, workload.params.copy(), config.workload),
+                             ParameterStore(rules, workload.params.copy()),
                              cores, workers, recorder.notes) if servers else None
     ctx = Context(env, config, network, workload, rules, recorder, done, server,
                   {**options, "placement": cluster.placement,

@@ -30,6 +30,8 @@ import numpy as np
 
 from sim import kernels as K
 from sim.recorder import UpdateRecord
+from sim.training.row_optimizer import TableOptimizer
+from sim.training.workload import shaped_model
 
 
 class ParameterStore(Protocol):
@@ -56,16 +58,31 @@ class ParameterStore(Protocol):
 
 
 class SGD:
-    """Parameters and their momentum buffer, stepped as PyTorch's SGD does."""
+    """Parameters and their momentum buffer, stepped as PyTorch's SGD does; a model's
+    embedding tables (wide-deep) are stepped by their own row optimizer instead
+    (:class:`sim.training.row_optimizer.TableOptimizer`: sparse Adagrad or SGD)."""
 
-    def __init__(self, params: np.ndarray, workload: Any) -> None:
+    def __init__(self, params: np.ndarray, config: Any) -> None:
+        workload = config.workload
         self.params = params
         self.momentum, self.weight_decay = workload.momentum, workload.weight_decay
         self.velocity = np.zeros_like(params) if self.momentum > 0 else None
+        tables = table_layout(config)
+        self.tables = (TableOptimizer(tables, params, config.embeddings, workload.lr)
+                       if tables and len(params) else None)
+        # where the dense part starts: the tables come first in the flat vector
+        self.dense_start = tables[-1].params.stop if self.tables else 0
 
     def step(self, grad: np.ndarray, lr: float, keys: slice = slice(None)) -> None:
         """One step of the parameters ``keys`` (``grad`` covers just those); raises
         :class:`sim.kernels.NonFiniteError` on a NaN or Inf."""
+        if self.tables is not None:
+            start, stop, _ = keys.indices(len(self.params))
+            self.tables.step_dense(grad, lr, start)
+            if stop <= self.dense_start:
+                return
+            grad, keys = grad[max(0, self.dense_start - start):], slice(
+                max(start, self.dense_start), stop)
         velocity = None if self.velocity is None else self.velocity[keys]
         K.sgd_update(self.params[keys], grad, velocity, lr, self.momentum, self.weight_decay)
 
@@ -76,6 +93,12 @@ class SGD:
             self.velocity[rows] = self.momentum * self.velocity[rows] + step
             step = self.velocity[rows]
         self.params[rows] -= lr * step
+
+
+def table_layout(config: Any) -> list[Any]:
+    """The row-addressed tables of ``config``'s model (wide-deep's wide part and embedding
+    tables), built from its shape alone; empty for every other model."""
+    return list(shaped_model(config).tables) if config.workload.model == "wide-deep" else []
 
 
 class Rules:

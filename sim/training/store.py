@@ -13,8 +13,6 @@ reads instead of pulling while its rules say they are fresh (SSP).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from sim import kernels as K
@@ -25,9 +23,9 @@ class ParameterStore:
     """Parameters of record with the bookkeeping of ``rules``; ``params`` is kept (not
     copied) and stepped in place."""
 
-    def __init__(self, rules: Rules, params: np.ndarray, workload: Any) -> None:
+    def __init__(self, rules: Rules, params: np.ndarray) -> None:
         self.rules = rules
-        self.sgd = SGD(params, workload)
+        self.sgd = SGD(params, rules.config)
         self.version = 0  # updates applied
         self.clocks = np.zeros(rules.n, np.int64)  # updates each worker contributed to
         # the clock gap of each worker's read in progress (a cached read: one more per push)
@@ -132,9 +130,9 @@ class ParameterCache:
     worker's gradients; with one worker the two agree bit for bit).
     """
 
-    def __init__(self, rules: Rules, params: np.ndarray, workload: Any) -> None:
+    def __init__(self, rules: Rules, params: np.ndarray) -> None:
         self.rules = rules
-        self.sgd = SGD(params, workload)
+        self.sgd = SGD(params, rules.config)
         self.version: int | None = None  # None: nothing pulled yet
         self.gap: int | None = None
 

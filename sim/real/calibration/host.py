@@ -161,10 +161,10 @@ def measure_update(quick: bool, min_time_s: float) -> tuple[list[float], list[fl
     from sim.training.checks import validate
     from sim.training.rules import SGD
 
-    workload = validate({}, "host calibration").workload
+    config = validate({}, "host calibration")
     nbytes, seconds = [], []
     for size in VECTOR_BYTES_QUICK if quick else VECTOR_BYTES:
-        sgd, grad = SGD(np.zeros(size // 8), workload), np.full(size // 8, 1e-3)
+        sgd, grad = SGD(np.zeros(size // 8), config), np.full(size // 8, 1e-3)
         seconds.append(median_s(lambda s=sgd, g=grad: s.step(g, 1e-3), min_time_s))
         nbytes.append(float(size))
     return nbytes, seconds

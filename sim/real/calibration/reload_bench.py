@@ -42,7 +42,7 @@ def step_work() -> Any:
         "model": "logreg", "features": FEATURES, "samples": SAMPLES, "batch": BATCH}},
         "host calibration")
     worker = build_workload(config).workers[0]
-    sgd = SGD(np.zeros(FEATURES + 1), config.workload)
+    sgd = SGD(np.zeros(FEATURES + 1), config)
     grad, message = np.full(FEATURES + 1, 1e-3), np.empty(FEATURES + 1)
 
     def step() -> None:

@@ -109,7 +109,7 @@ class SplitRank:
         self.runner = ShardRunner(model, plan, place.stage, place.shard, packed=True)
         self.params = workload.params[self.runner.held()]
         self.grad = np.zeros(self.params.size)
-        self.sgd = SGD(self.params, config.workload)  # steps self.params in place
+        self.sgd = SGD(self.params, config)  # steps self.params in place
         self.worker = workload.workers[place.replica]  # its replica's batch stream
         # communicators: created by every rank in the same order (Split is collective)
         tensor_comm = comm.Split(place.replica * plan.pipeline + place.stage, place.shard)

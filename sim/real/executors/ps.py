@@ -65,7 +65,7 @@ def work(ctx: RankContext) -> RankLog:
     worker = ctx.workload.workers[w]
     inbox, outbox = np.zeros(HEADER + size), np.zeros(HEADER + size)
     request, note = np.zeros(HEADER), np.zeros(HEADER)
-    cache = ParameterCache(ctx.rules, inbox[HEADER:], ctx.config.workload)  # pulls land there
+    cache = ParameterCache(ctx.rules, inbox[HEADER:])  # pulls land there
     params = cache.params
     ctx.warm_kernels(ctx.workload.params)
     outbox[0], outbox[1] = WARM, w  # warm-up: a full-size round trip with the server
@@ -163,7 +163,7 @@ class ServerProtocol:
     def __init__(self, rules: Rules, workload: Workload) -> None:
         self.rules, self.n = rules, workload.n
         self.iterations = workload.config.run.iterations
-        self.store = ParameterStore(rules, workload.params.copy(), workload.config.workload)
+        self.store = ParameterStore(rules, workload.params.copy())
         self.pending: dict[int, float] = {}  # worker -> arrival time of its pull
         self.held: set[int] = set()  # workers whose pull could not be answered on arrival
         self.stopped: set[int] = set()

@@ -16,7 +16,7 @@ class Replica:
 
     def __init__(self, ctx: RankContext) -> None:
         self.ctx = ctx
-        self.sgd = SGD(ctx.workload.params.copy(), ctx.config.workload)
+        self.sgd = SGD(ctx.workload.params.copy(), ctx.config)
         self.log, self.steps = RankLog(ctx.rank), []
         if ctx.rank == 0:  # the rank that snapshots the model of record
             self.log.reserve(self.params.size, ctx.rules, ctx.config.run.iterations)

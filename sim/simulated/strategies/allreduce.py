@@ -244,7 +244,7 @@ class BSP(AllreduceMixin, PipelinedStrategy):
         else:
             self._setup_collective(strategy.allgather)
             self.decode_s = (ctx.n - 1) * ctx.cpu.reduce_s(ctx.workers[0].codec.decode_bytes)
-        self.sgd = SGD(ctx.params.copy(), ctx.config.workload)
+        self.sgd = SGD(ctx.params.copy(), ctx.config)
         self.total = np.zeros(ctx.params.size)  # the sum, then the mean, of the gradients
         self.decoded = np.zeros(ctx.params.size)
         self.compressed_bytes: int | None = None
@@ -311,7 +311,7 @@ class LocalSGD(AllreduceMixin, Strategy):
     def start(self) -> None:
         self._setup_collective()
         ctx = self.ctx
-        self.sgd = [SGD(ctx.params.copy(), ctx.config.workload) for _ in ctx.workers]
+        self.sgd = [SGD(ctx.params.copy(), ctx.config) for _ in ctx.workers]
         self.replicas = [sgd.params for sgd in self.sgd]
         self.average = ctx.params.copy()
         ctx.env.process(self.run())

@@ -25,7 +25,7 @@ class EASGD(Strategy):
 
     def start(self) -> None:
         ctx = self.ctx
-        self.sgd = [SGD(ctx.params.copy(), ctx.config.workload) for _ in ctx.workers]
+        self.sgd = [SGD(ctx.params.copy(), ctx.config) for _ in ctx.workers]
         self.replicas = [sgd.params for sgd in self.sgd]
         self.restarted = [False] * ctx.n  # its replica was lost: it starts from the center
         self.start_loops()

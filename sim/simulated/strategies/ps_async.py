@@ -56,7 +56,7 @@ class ASP(Strategy):
 
     def work(self, w: Worker) -> Generator[simpy.Event, Any, None]:
         ctx, rec = self.ctx, self.ctx.recorder
-        cache = ParameterCache(ctx.rules, np.zeros(ctx.model.size), ctx.config.workload)
+        cache = ParameterCache(ctx.rules, np.zeros(ctx.model.size))
         while not rec.finished:
             if not cache.fresh:  # pull (the cache is never filled with sparse rows)
                 gap = yield from self.gate(w)

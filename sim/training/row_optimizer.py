@@ -1,0 +1,63 @@
+"""The embedding tables' optimizer: row updates whose state lives with the rows.
+
+Only the rows a batch touched are stepped, as TensorFlow's sparse apply ops and the
+parameter servers of recommendation models do. ``adagrad`` is TensorFlow's Adagrad (Duchi
+et al. 2011): per entry ``acc += g^2; w -= lr g / sqrt(acc)``, ``acc`` starting at
+``embeddings.initial_accumulator``; ``sgd`` is ``w -= lr g``. Neither has momentum or
+decay, so a row with a zero gradient stays bit for bit the same: stepping every row of a
+table (an allreduced dense gradient) and stepping only the touched ones give the same bits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sim import kernels as K
+
+
+class TableOptimizer:
+    """Row updates of ``tables`` (:class:`sim.workloads.wide_deep.Table`) in ``params``,
+    stepped in place; ``embeddings`` is the config's ``[embeddings]`` and ``base_lr``
+    ``workload.lr`` (the strategies' learning rates are scaled by embeddings.lr / base_lr)."""
+
+    def __init__(self, tables: Sequence[Any], params: np.ndarray, embeddings: Any,
+                 base_lr: float) -> None:
+        self.tables, self.params = list(tables), params
+        self.adagrad = embeddings.optimizer == "adagrad"
+        self.lr_scale = 1.0 if embeddings.lr is None else embeddings.lr / base_lr
+        self.accum = [np.full((t.rows, t.dim), embeddings.initial_accumulator)
+                      if self.adagrad else None for t in self.tables]
+        self._all_rows = [np.arange(t.rows, dtype=np.int64) for t in self.tables]
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of the optimizer's state (Adagrad's sums of squares)."""
+        return sum(a.nbytes for a in self.accum if a is not None)
+
+    def step_rows(self, table: int, rows: np.ndarray, grads: np.ndarray, lr: float) -> None:
+        """Step the distinct ``rows`` of table ``table`` by ``grads`` (rows, dim).
+
+        Raises :class:`sim.kernels.NonFiniteError` on a NaN or Inf."""
+        view = self.tables[table].view(self.params)
+        lr *= self.lr_scale
+        if self.adagrad:
+            K.adagrad_rows(view, self.accum[table], rows, grads, lr, 0.0)
+        else:
+            K.sgd_rows(view, rows, grads, lr)
+
+    def step_dense(self, grad: np.ndarray, lr: float, start: int = 0) -> None:
+        """Step every row of the tables inside ``grad``, which covers the flat vector from
+        ``start`` on (a table only partly inside it is a ValueError)."""
+        stop = start + len(grad)
+        for i, table in enumerate(self.tables):
+            lo, hi = table.params.start, table.params.stop
+            if hi <= start or lo >= stop:
+                continue
+            if lo < start or hi > stop:
+                raise ValueError(f"grad: covers part of table {table.name!r} "
+                                 f"([{start}, {stop}) against [{lo}, {hi}))")
+            rows = grad[lo - start:hi - start].reshape(table.rows, table.dim)
+            self.step_rows(i, self._all_rows[i], rows, lr)
