@@ -29,12 +29,13 @@ from sim.simulated.recovery import build_recovery
 from sim.simulated.server import ParameterServer
 from sim.simulated.strategies.base import Context, Strategy
 from sim.trace import worker_track
+from sim.training.embedding_traffic import EmbeddingTraffic
 from sim.training.host_costs import CpuCosts, cpu_costs, load_host
 from sim.training.parallel_plan import Plan, build_plan, rank_track, splits
 from sim.training.rank_memory import memory_summary
 from sim.training.store import ParameterStore
 from sim.training.strategies import make_rules, row_of
-from sim.training.workload import build_workload
+from sim.training.workload import Workload, build_workload
 
 
 class CountingEnvironment(simpy.Environment):
@@ -111,6 +112,17 @@ def _plan(config: Config) -> Plan:
                         "model's dense layers)") from None
 
 
+def _traffic(config: Config, workload: Workload, servers: int) -> EmbeddingTraffic | None:
+    """The per-shard accounting of a model whose tables live on the servers, else None."""
+    model = workload.model
+    if model is None or not model.tables or not servers \
+            or config.embeddings.placement != "ps":
+        return None
+    rows = [workload.data.X_train[w.shard] for w in workload.workers] \
+        if config.embeddings.cache_rows else []
+    return EmbeddingTraffic(model, config, servers, rows)
+
+
 def build_simulation(config: Config, plan: Plan | None = None) -> Simulation:
     """The environment, the strategy's context and the strategy, ready to start.
 
@@ -162,7 +174,7 @@ def build_simulation(config: Config, plan: Plan | None = None) -> Simulation:
                   {**options, "placement": cluster.placement,
                    "host_link": cluster.host_link, "machines": machines},
                   cores, costs, plan=plan,
-                  placed=hosts)
+                  placed=hosts, traffic=_traffic(config, workload, servers))
     strategy = strategy_cls(ctx)
     model, data = workload.model, workload.data
     if model is not None:
@@ -220,7 +232,8 @@ def simulate(config: Config,
                                compute_time_s=ctx.compute.base_s, **extra,
                                **memory_summary(config, ctx.compute.device.memory_bytes,
                                                 ctx.plan),
-                               **strategy.summary_extra())
+                               **strategy.summary_extra(),
+                               **(ctx.traffic.summary() if ctx.traffic else {}))
     ranks = ctx.plan.ranks if ctx.plan is not None else None  # a split replica's ranks
     worker_name = worker_track if ranks is None else lambda w: rank_track(ranks[w])
     trace = recorder.trace(ctx.network.flow_log, ctx.network.topology.link_name, worker_name)

@@ -116,6 +116,21 @@ class ParameterServer:
         split = self._split(start, stop, nbytes)
         return self._send(split.hosts, [host] * len(split.hosts), split.owned, sends)
 
+    def push_parts(self, host: int, parts: np.ndarray,
+                   sends: list[int] | None = None) -> simpy.Event:
+        """``parts[s]`` bytes from ``host`` to each shard s (none where 0): a message whose
+        split follows the rows it carries, not key ranges (embedding tables)."""
+        owners = np.flatnonzero(parts > 0)
+        return self._send([host] * len(owners), self.hosts[owners].tolist(),
+                          parts[owners].tolist(), sends)
+
+    def send_parts(self, host: int, parts: np.ndarray,
+                   sends: list[int] | None = None) -> simpy.Event:
+        """Each shard s sends ``parts[s]`` bytes to ``host`` (none where 0)."""
+        owners = np.flatnonzero(parts > 0)
+        return self._send(self.hosts[owners].tolist(), [host] * len(owners),
+                          parts[owners].tolist(), sends)
+
     def _send(self, src: list[int], dst: list[int], nbytes: list[float],
               sends: list[int] | None) -> simpy.Event:
         """Messages src[i] -> dst[i] of nbytes[i] (one alone by the network's cheaper

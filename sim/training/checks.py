@@ -223,6 +223,46 @@ def _check_parallel(c: Config) -> None:
                          f"workload.batch ({c.workload.batch} rows per replica)")
 
 
+def _placements() -> str:
+    """Each strategy that trains models with tables and where it keeps them."""
+    return "; ".join(f"{name}: {', '.join(row.embedding_placements)}"
+                     for name, row in STRATEGIES.items() if row.embedding_placements)
+
+
+def _check_embeddings(c: Config) -> None:
+    """A model with embedding tables (wide-deep) against its data, the strategy and
+    [embeddings]; [embeddings] keys that need a placement."""
+    w, e, row = c.workload, c.embeddings, row_of(c)
+    if e.cache_rows and e.placement != "ps":
+        raise ValueError(f"embeddings.cache_rows: a worker caches rows it pulls from the "
+                         f"servers (placement \"ps\"), not with placement {e.placement!r}")
+    if e.sparse_allreduce and e.placement != "replicated":
+        raise ValueError(f"embeddings.sparse_allreduce: gathers replicated tables' rows "
+                         f"(placement \"replicated\"), not with placement {e.placement!r}")
+    if not MODELS[w.model].tabular:
+        return
+    if e.placement not in row.embedding_placements:
+        where = (f"keeps them {' or '.join(map(repr, row.embedding_placements))}"
+                 if row.embedding_placements else "does not train models with tables")
+        raise ValueError(f"embeddings.placement: strategy {c.strategy.kind!r} {where}, not "
+                         f"{e.placement!r} ({_placements()})")
+    if not w.numerics:
+        raise ValueError(f"workload.numerics: {w.model}'s messages follow the ids its "
+                         "batches touch, which needs the data (numerics = true)")
+    refused = {"workload.l2": (w.l2 > 0, "has no L2 term in its loss (workload.weight_decay "
+                               "decays the dense part)"),
+               "strategy.compression": (c.strategy.compression != "none",
+                                        "already sends only the rows a batch touches"),
+               "strategy.pipelining": (c.strategy.pipelining != "none",
+                                       "sends its tables' rows and its dense part once a step"),
+               "parallel.pipeline": (splits(c), "places its tables by [embeddings], not by "
+                                     "[parallel] stages, shards or microbatches"),
+               "faults.failures": (c.faults.enabled, "is not run with failures yet")}
+    for key, (wrong, why) in refused.items():
+        if wrong:
+            raise ValueError(f"{key}: {w.model} {why}")
+
+
 def _gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.3g} GiB"
 
@@ -256,7 +296,8 @@ def _check_memory(c: Config) -> None:
 
 
 CHECKS = [_check_names, _check_topology, _check_fabric, _check_hosts, _check_pipelining,
-          _check_workload, _check_strategy, _check_faults, _check_parallel, _check_memory]
+          _check_workload, _check_strategy, _check_faults, _check_embeddings, _check_parallel,
+          _check_memory]
 
 
 # ---- warnings: valid settings that do nothing here (said before a run, never refused) ----

@@ -100,6 +100,10 @@ class StrategyRow:
     # microbatches: sim.training.parallel_plan.splits); None: the simulator refuses one
     simulated_model_parallel: str | None = None
     no_model_parallel: str = "does not split a replica over ranks"  # why not (model_parallel off)
+    # where it can keep wide-deep's embedding tables (embeddings.placement): "ps" for the
+    # parameter-server strategies (sparse pulls and pushes), "replicated" and "alltoall"
+    # for bsp; empty: it does not train models with tables
+    embedding_placements: tuple[str, ...] = ()
 
     def server_ranks(self, config: Any) -> int:
         """The parameter-server ranks it adds to ``config``'s cluster."""
@@ -162,31 +166,34 @@ STRATEGIES: dict[str, StrategyRow] = {row.name: row for row in (
                                  split="sim.real.executors.bsp_split"),
                 pipelining=PIPELINING, gathers_compressed=True, synchronous=True,
                 model_parallel=True,
-                simulated_model_parallel=f"{_SIM}.model_parallel:ModelParallelBSP"),
+                simulated_model_parallel=f"{_SIM}.model_parallel:ModelParallelBSP",
+                embedding_placements=("replicated", "alltoall")),
     StrategyRow("bsp-ps", f"{_RULES}:BSPPS", f"{_SIM}.ps_sync:BSPPS", _named("BSP (PS)"),
                 _named("bsp-ps"),
                 "synchronous SGD through sharded parameter servers: push, barrier, pull",
                 real=_REAL_PS, pipelining=PIPELINING, uses_servers=True, synchronous=True,
                 model_parallel=True,
-                simulated_model_parallel=f"{_SIM}.model_parallel:ModelParallelBSPPS"),
+                simulated_model_parallel=f"{_SIM}.model_parallel:ModelParallelBSPPS",
+                embedding_placements=("ps",)),
     StrategyRow("backup", f"{_RULES}:Backup", f"{_SIM}.ps_sync:Backup",
                 _named("Backup (b = {})", "strategy.backup"),
                 _named("backup b={}", "strategy.backup"),
                 "synchronous SGD with b backup workers: each step uses the first N - b gradients "
                 "(Chen et al. 2016)",
                 real=_REAL_PS, recovery="elastic", uses_servers=True, synchronous=True,
-                drops_backups=True, no_model_parallel=_NO_MP_BACKUP),
+                drops_backups=True, no_model_parallel=_NO_MP_BACKUP,
+                embedding_placements=("ps",)),
     StrategyRow("asp", f"{_RULES}:ASP", f"{_SIM}.ps_async:ASP", _named("ASP"), _named("asp"),
                 "Downpour-style asynchronous SGD through parameter servers (Dean et al. 2012)",
                 real=_REAL_PS, recovery="elastic", uses_servers=True,
-                no_model_parallel=_NO_MP_ASYNC),
+                no_model_parallel=_NO_MP_ASYNC, embedding_placements=("ps",)),
     StrategyRow("ssp", f"{_RULES}:SSP", f"{_SIM}.ps_async:SSP",
                 _named("SSP (s = {})", "strategy.staleness"),
                 _named("ssp s={}", "strategy.staleness"),
                 "stale synchronous parallel: clocks differ by at most strategy.staleness "
                 "(Ho et al. 2013)",
                 real=_REAL_PS, recovery="elastic", uses_servers=True,
-                no_model_parallel=_NO_MP_ASYNC),
+                no_model_parallel=_NO_MP_ASYNC, embedding_placements=("ps",)),
     StrategyRow("local-sgd", f"{_RULES}:LocalSGD", f"{_SIM}.allreduce:LocalSGD",
                 _named("Local SGD (H = {})", "strategy.local_steps"), _named("local-sgd"),
                 "H local SGD steps on each replica, then the replicas are averaged "

@@ -43,6 +43,8 @@ class Worker:
         self.clock = 0  # iterations this worker has completed
         self._order = rng.permutation(shard)
         self._next = 0
+        self._peeked: tuple[Any, np.ndarray] | None = None
+        self.last_batch: tuple[Any, np.ndarray] | None = None
 
     @property
     def batch_bytes(self) -> int:
@@ -56,7 +58,22 @@ class Worker:
         return self.batch * X.shape[1] * X.itemsize
 
     def next_batch(self) -> tuple[Any, np.ndarray]:
-        """The next ``batch`` rows of the shard, without replacement within an epoch."""
+        """The next ``batch`` rows of the shard, without replacement within an epoch (the
+        one :meth:`peek_batch` showed, if it was called); :attr:`last_batch` keeps it."""
+        if self._peeked is not None:
+            batch, self._peeked = self._peeked, None
+        else:
+            batch = self._draw()
+        self.last_batch = batch
+        return batch
+
+    def peek_batch(self) -> tuple[Any, np.ndarray]:
+        """The batch :meth:`next_batch` will return next (what a pull for it asks for)."""
+        if self._peeked is None:
+            self._peeked = self._draw()
+        return self._peeked
+
+    def _draw(self) -> tuple[Any, np.ndarray]:
         if self._next + self.batch > len(self._order):
             self._order, self._next = self.rng.permutation(self.shard), 0
         rows = self._order[self._next:self._next + self.batch]

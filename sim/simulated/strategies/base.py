@@ -20,6 +20,7 @@ from sim.simulated.hosts import Hosts
 from sim.simulated.server import REQUEST_BYTES, ParameterServer
 from sim.trace import Facts
 from sim.training.compute_model import ComputeModel
+from sim.training.embedding_traffic import EmbeddingTraffic, Parts
 from sim.training.host_costs import CpuCosts
 from sim.training.messages import LayerCosts
 from sim.training.parallel_plan import Plan
@@ -48,6 +49,9 @@ class Context:
     # cannot split, timed by a profile)
     plan: Plan | None = None
     placed: np.ndarray | None = None  # the network host of every rank (workers, then servers)
+    # wide-deep's tables on the servers: the bytes per shard of every pull and push, from
+    # the ids touched (None: a model without tables, or tables not on the servers)
+    traffic: EmbeddingTraffic | None = None
     # the CPU side of each kind of message to or from the shards (see message_costs)
     message_memo: dict[tuple, MessageCosts] = field(default_factory=dict, repr=False)
 
@@ -237,7 +241,10 @@ def gradient_pushed(ctx: Context, worker: Worker, params: np.ndarray,
     loss = worker.gradient(params)
     yield from compute(ctx, worker)
     message, nbytes = worker.codec.encode(worker.grad)
-    processed = yield from push(ctx, worker, nbytes, apply_s)
+    if ctx.traffic is not None:  # the rows the batch touched, not key ranges
+        processed = yield from push_rows(ctx, worker, apply_s)
+    else:
+        processed = yield from push(ctx, worker, nbytes, apply_s)
     yield from block(ctx, worker.index, waits_as, processed)
     if ctx.recorder.finished:
         return None
@@ -264,6 +271,68 @@ def pull(ctx: Context, worker: Worker, out: np.ndarray,
         yield from reply_handshake(ctx, worker.index, costs.parts)
     yield from cpu(ctx, worker.index, "overhead", costs.sender_s)
     return version
+
+
+def pull_params(ctx: Context, worker: Worker,
+                out: np.ndarray) -> Generator[simpy.Event, Any, int]:
+    """``worker`` pulls the parameters its next gradient reads into ``out``: all of them,
+    or, for a model whose tables are on the servers, the rows its next batch touches
+    (:func:`pull_rows`). Returns the version read."""
+    if ctx.traffic is None:
+        return (yield from pull(ctx, worker, out))
+    version = yield from pull_rows(ctx, worker, out)
+    ctx.traffic.read(worker.index, out)  # its cached rows, if it keeps any
+    return version
+
+
+def pull_rows(ctx: Context, worker: Worker | Endpoint, out: np.ndarray | None,
+              overlapped: bool = False) -> Generator[simpy.Event, Any, int]:
+    """``worker`` asks each shard for the rows of its next batch that the shard owns (and
+    its part of the dense parameters) and receives exactly those
+    (:meth:`sim.training.embedding_traffic.EmbeddingTraffic.pull`); each shard answers
+    after the work queued on it. The numbers read are the store's (into ``out`` unless
+    None): a gradient reads only its batch's rows. Returns the version read."""
+    server, costs = ctx.server, ctx.cpu
+    X, _ = ctx.workers[worker.index].peek_batch()
+    parts = ctx.traffic.pull(worker.index, X)
+    owners = parts.request > 0
+    request, reply = parts.request[owners], parts.reply[owners]
+    yield from cpu(ctx, worker.index, "overhead", float(costs.message_s(request).sum()),
+                   overlapped)
+    facts = Facts("pull", parts.nbytes)
+    with ctx.recorder.span(worker.index, "wire", overlapped, facts):
+        yield server.push_parts(worker.host, parts.request, facts.sends)
+        served = server.process(owners, costs.message_s(request) + costs.message_s(reply),
+                                what="pull")
+        if served is not None:
+            yield served
+        version = server.store.read(out) if out is not None else server.store.version
+        facts.version_read = version
+        yield from ctx.hosts.wait(worker.index, server.send_parts(worker.host, parts.reply,
+                                                                  facts.sends))
+        yield from reply_handshake(ctx, worker.index, parts.reply)
+    yield from cpu(ctx, worker.index, "overhead", float(costs.message_s(reply).sum()),
+                   overlapped)
+    return version
+
+
+def push_rows(ctx: Context, worker: Worker, apply_s: Callable[[float], float],
+              overlapped: bool = False) -> Generator[simpy.Event, Any, simpy.Event | None]:
+    """``worker`` sends each shard the (id, row gradient) pairs of the rows its last batch
+    touched that the shard owns, and its part of the dense gradient; returns the event of
+    the shards having processed them (as :func:`push`'s)."""
+    parts: Parts = ctx.traffic.push(worker.last_batch[0])
+    owners = parts.request > 0
+    owned = parts.request[owners]
+    yield from cpu(ctx, worker.index, "overhead", float(ctx.cpu.message_s(owned).sum()),
+                   overlapped)
+    facts = Facts("push", parts.nbytes)
+    delivered = ctx.server.push_parts(worker.host, parts.request, facts.sends)
+    yield from block(ctx, worker.index, "wire", delivered, overlapped, facts)
+    shard_s = np.array([ctx.cpu.message_s(p) + apply_s(p) for p in owned])
+    if not np.any(shard_s > 0):
+        return None
+    return ctx.server.process(owners, shard_s, worker.index, owned, sends=facts.sends)
 
 
 class MessageCosts(NamedTuple):

@@ -17,7 +17,16 @@ import numpy as np
 import simpy
 
 from sim.recorder import UpdateRecord
-from sim.simulated.strategies.base import Strategy, block, compute, cpu, gradient_pushed, pull, push
+from sim.simulated.strategies.base import (
+    Strategy,
+    block,
+    compute,
+    cpu,
+    gradient_pushed,
+    pull,
+    pull_params,
+    push,
+)
 from sim.training.store import ParameterCache
 from sim.training.workload import Worker
 
@@ -65,7 +74,7 @@ class ASP(Strategy):
                 if ctx.model.sparse and ctx.config.strategy.sparse_comm:
                     yield from self.sparse_iteration(w, cache.params)
                     continue
-                cache.pulled((yield from pull(ctx, w, cache.params)), gap)
+                cache.pulled((yield from pull_params(ctx, w, cache.params)), gap)
             version = cache.version
             # applied once the servers have processed it; the worker's next pull would be
             # answered only after that (FIFO servers), so it waits as on a receive

@@ -37,8 +37,10 @@ from sim.simulated.strategies.base import (
     answer_s,
     cpu,
     gradient_pushed,
-    pull,
+    pull_params,
+    pull_rows,
     push,
+    push_rows,
     reply_handshake,
 )
 from sim.simulated.strategies.pipelined import PipelinedStrategy
@@ -85,7 +87,7 @@ class Backup(Strategy):
             with rec.span(w.index, "wait"):
                 yield self.closed
             return
-        version = yield from pull(ctx, w, self.replicas[w.index])
+        version = yield from pull_params(ctx, w, self.replicas[w.index])
         loss = yield from gradient_pushed(ctx, w, self.replicas[w.index], ctx.cpu.reduce_s,
                                           "wait", self.decoded)
         if loss is None:
@@ -127,6 +129,7 @@ class BSPPS(PipelinedStrategy):
         offsets = np.concatenate([[0], np.cumsum(ctx.layers.grad_bytes)])
         self.key_edges = offsets / offsets[-1]  # layer boundaries as fractions of the keys
         self.alone: dict[tuple[int, int], float] = {}
+        self.replicas: dict[int, np.ndarray] = {}  # workers' copies, when they cache rows
 
     def model_of_record(self) -> np.ndarray:
         return self.ctx.server.store.params
@@ -150,6 +153,9 @@ class BSPPS(PipelinedStrategy):
         step's sum (on its core, queued behind earlier work). After its last message of
         the step the worker sends its (held) pull request."""
         ctx, worker, lapped = self.ctx, self.ctx.workers[w], self.pipe.overlapped
+        if ctx.traffic is not None:  # the rows the batch touched, not key ranges
+            yield from push_rows(ctx, worker, ctx.cpu.reduce_s, lapped)
+            return
         yield from push(ctx, worker, self.message_bytes(msg), ctx.cpu.reduce_s,
                         self.keys(msg), lapped, (msg.lo, msg.hi))
         if msg.lo == 0:
@@ -159,7 +165,12 @@ class BSPPS(PipelinedStrategy):
 
     def pull(self, w: int, msg: Message) -> Generator[simpy.Event, Any, None]:
         """Each shard answers ``w``'s held request with its part of the message's layers
-        (uncompressed), after the work queued on its core; ``w`` receives them."""
+        (uncompressed), after the work queued on its core; ``w`` receives them. With
+        tables on the servers: the rows ``w``'s next batch touches (its cached ones when
+        they are due) and the dense part."""
+        if self.ctx.traffic is not None:
+            yield from pull_rows(self.ctx, self.ctx.workers[w], None, self.pipe.overlapped)
+            return
         yield from self.pull_range(w, self.ctx.workers[w].host, self.keys(msg), msg.nbytes,
                                    (msg.lo, msg.hi), self.pipe.overlapped)
 
@@ -185,8 +196,16 @@ class BSPPS(PipelinedStrategy):
 
     def apply_message(self, step: int, msg: Message) -> None:
         """The servers average the message's layers over the workers and step them (each
-        shard's update of its part is queued on its core before it answers pulls)."""
-        self.apply_keys(self.keys(msg), msg.nbytes)
+        shard's update of its part is queued on its core before it answers pulls; with
+        tables on the servers, of the rows the step's batches touched)."""
+        ctx = self.ctx
+        if ctx.traffic is not None:
+            parts = ctx.traffic.union_push([w.last_batch[0] for w in ctx.workers])
+            owned = parts[parts > 0]
+            ctx.server.process(parts > 0, np.array([ctx.cpu.reduce_s(p) + ctx.cpu.update_s(p)
+                                                    for p in owned]), what="apply")
+        else:
+            self.apply_keys(self.keys(msg), msg.nbytes)
         if self.ctx.numerics:
             self.apply_numbers(msg)
 
@@ -205,6 +224,16 @@ class BSPPS(PipelinedStrategy):
         keys = message_slice(msg, ctx.model)
         mean = ctx.rules.mean([w.grad[keys] for w in ctx.workers], self.total[keys])
         ctx.server.store.sgd.step(mean, ctx.rules.lr(0), keys)
+
+    def gradient(self, worker: Worker, params: np.ndarray) -> float:
+        """``worker``'s gradient, on its cached rows as it holds them if it keeps any."""
+        traffic = self.ctx.traffic
+        if traffic is not None and traffic.caches:
+            replica = self.replicas.setdefault(worker.index, np.empty_like(params))
+            np.copyto(replica, params)
+            traffic.read(worker.index, replica)
+            params = replica
+        return worker.gradient(params)
 
     def apply_step(self, step: int) -> float:
         self.ctx.server.store.version += 1
@@ -231,11 +260,16 @@ class BSPPS(PipelinedStrategy):
             server = ParameterServer(network, hosts[ctx.n:], ctx.server.store)
             server.share, server.edges = ctx.server.share, ctx.server.edges
             keys = self.keys(msg)
+            traffic = ctx.traffic
+            if traffic is not None:  # the mean push and pull of the run's batches
+                _, reply, pushed = traffic.mean_parts()
 
             def exchange() -> Generator[simpy.Event, Any, None]:
-                yield simpy.AllOf(env, [server.push_range(h, *keys, self.message_bytes(msg))
+                yield simpy.AllOf(env, [server.push_parts(h, pushed) if traffic else
+                                        server.push_range(h, *keys, self.message_bytes(msg))
                                         for h in hosts[:ctx.n]])
-                yield simpy.AllOf(env, [server.send_range(h, *keys, msg.nbytes)
+                yield simpy.AllOf(env, [server.send_parts(h, reply) if traffic else
+                                        server.send_range(h, *keys, msg.nbytes)
                                         for h in hosts[:ctx.n]])
 
             env.run(env.process(exchange()))
