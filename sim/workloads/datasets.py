@@ -1,9 +1,12 @@
-"""Datasets: seeded synthetic dense and sparse data, and digits shipped by scikit-learn.
+"""Datasets: seeded synthetic dense, sparse and click-through-rate data, digits shipped by
+scikit-learn, and Criteo click logs read from a file the user names (``criteo:PATH``).
 
 Every generator takes a :class:`DatasetSpec` and a ``numpy.random.Generator`` and
 returns a :class:`Dataset` with a held-out split. Labels are class ids (int32); the model
 that trains on them says which label type its kernels take (:meth:`Dataset.labelled_as`).
-Nothing is downloaded.
+Click-through-rate data sets hold :class:`~sim.workloads.ctr.CtrRows` (dense features,
+categorical ids, crossed ids) and say their columns in :attr:`Dataset.ctr`. Nothing is
+downloaded.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from sim.names import unknown
+from sim.workloads import ctr
+from sim.workloads.ctr import CtrRows, CtrShape
 
 
 @dataclass(frozen=True)
@@ -29,19 +34,29 @@ class DatasetSpec:
     nnz_per_row: int = 20         # active features per row (sparse)
     zipf_exponent: float = 1.1    # feature frequency ~ rank^-a (sparse)
     test_fraction: float = 0.2
+    # click-through-rate data (ctr-synthetic; criteo:PATH uses vocab and cross_buckets):
+    # features is the number of dense features, zipf_exponent the ids' popularity exponent
+    fields: int = 8               # categorical fields
+    vocab: tuple[int, ...] = (1000,)  # ids per field: one size for all fields, or one each
+    ids_per_field: int = 1        # ids a row has in each field (multi-hot bags)
+    cross_buckets: int = 4096     # buckets of the wide part's crossed ids
+    embedding_dim: int = 8        # of the planted model that labels ctr-synthetic rows
 
 
 @dataclass
 class Dataset:
-    """Train and held-out rows. Dense: ``X`` is (n, d). Sparse: ``X`` is a CSR triple."""
+    """Train and held-out rows. Dense: ``X`` is (n, d). Sparse: ``X`` is a CSR triple.
+    Click-through-rate: ``X`` is :class:`CtrRows`, ``ctr`` its columns, ``features`` its
+    dense features (rows are selected as ``X[rows]``, like dense ones)."""
 
-    X_train: np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]
+    X_train: np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray] | CtrRows
     y_train: np.ndarray
-    X_test: np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]
+    X_test: np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray] | CtrRows
     y_test: np.ndarray
     features: int
     classes: int
     sparse: bool = False
+    ctr: CtrShape | None = None
 
     @property
     def n_train(self) -> int:
@@ -161,11 +176,82 @@ def csr_rows(csr: tuple[np.ndarray, np.ndarray, np.ndarray],
     return new_indptr, np.ascontiguousarray(indices[take]), np.ascontiguousarray(data[take])
 
 
+def ctr_shape(spec: DatasetSpec) -> CtrShape:
+    """The click-through-rate columns ``spec`` asks for (``features`` dense features);
+    raises ValueError for a bad vocab or size."""
+    return CtrShape.of(spec.fields, spec.vocab, spec.ids_per_field, spec.cross_buckets,
+                       spec.features)
+
+
+def ctr_synthetic(spec: DatasetSpec, rng: np.random.Generator) -> Dataset:
+    """Click-through-rate rows: Zipf-popular ids per field, labels from a planted Wide & Deep.
+
+    Ids of field f are 0..vocab[f]-1, id i - 1 with probability proportional to
+    i^-zipf_exponent, ``ids_per_field`` a row (with replacement); dense features are
+    standard normal; labels are Bernoulli(sigmoid(logit)) of a random Wide & Deep model
+    (Cheng et al. 2016) over them (:func:`sim.workloads.ctr.synthetic`).
+    """
+    shape = ctr_shape(spec)
+    rows, labels, _ = ctr.synthetic(shape, spec.samples, spec.zipf_exponent,
+                                    spec.embedding_dim, rng)
+    return _ctr(rows, labels, shape, spec, rng)
+
+
+def criteo(path: str, spec: DatasetSpec, rng: np.random.Generator) -> Dataset:
+    """The first ``samples`` lines of a Criteo display-advertising TSV file (13 dense
+    features, 26 categorical fields hashed into ``vocab`` ids; :func:`ctr.read_criteo`).
+    Raises ValueError naming the file and line of a bad one."""
+    shape = ctr.criteo_shape(spec.vocab, spec.cross_buckets)
+    rows, labels = ctr.read_criteo(path, shape, spec.samples)
+    return _ctr(rows, labels, shape, spec, rng)
+
+
+def _ctr(rows: CtrRows, labels: np.ndarray, shape: CtrShape, spec: DatasetSpec,
+         rng: np.random.Generator) -> Dataset:
+    train, test = _split(len(labels), spec.test_fraction, rng)
+    return Dataset(rows[train], labels[train], rows[test], labels[test],
+                   shape.dense_features, 2, ctr=shape)
+
+
 DATASETS: dict[str, Callable[[DatasetSpec, np.random.Generator], Dataset]] = {
     "gaussian": gaussian,
     "digits": digits,
     "sparse-powerlaw": sparse_powerlaw,
+    "ctr-synthetic": ctr_synthetic,
 }
+
+
+@dataclass(frozen=True)
+class DatasetFamily:
+    """Data sets named by a prefix and an argument (``criteo:PATH``): ``build(argument,
+    spec, rng)`` makes one, ``shape(argument, samples, features, classes)`` says its
+    (rows, features, classes, sparse) without making it."""
+
+    build: Callable[[str, DatasetSpec, np.random.Generator], Dataset]
+    shape: Callable[[str, int, int, int], tuple[int, int, int, bool]]
+    usage: str  # how the name is written, for error messages
+
+
+DATASET_FAMILIES: dict[str, DatasetFamily] = {
+    "criteo:": DatasetFamily(
+        criteo,
+        lambda path, samples, _f, _c: (ctr.criteo_row_count(path, samples),
+                                       ctr.CRITEO_DENSE, 2, False),
+        "criteo:PATH"),
+}
+
+
+def dataset_family(name: str) -> tuple[DatasetFamily, str] | None:
+    """(family, argument) of a name like ``criteo:PATH``, or None for a plain name."""
+    for prefix, family in DATASET_FAMILIES.items():
+        if name.startswith(prefix):
+            return family, name[len(prefix):]
+    return None
+
+
+def known_dataset(name: str) -> bool:
+    """Whether ``name`` is a registered data set or a family's prefixed name."""
+    return name in DATASETS or dataset_family(name) is not None
 
 
 DIGITS_SHAPE = (1797, 64, 10)  # rows, features, classes of sklearn's load_digits
@@ -173,18 +259,27 @@ DIGITS_SHAPE = (1797, 64, 10)  # rows, features, classes of sklearn's load_digit
 
 def dataset_shape(name: str, samples: int, features: int,
                   classes: int) -> tuple[int, int, int, bool]:
-    """(rows, features, classes, sparse) that ``name`` yields for these settings."""
+    """(rows, features, classes, sparse) that ``name`` yields for these settings. For
+    ``criteo:PATH`` the rows are counted in the file (at most ``samples``); raises
+    ValueError if it cannot be read."""
+    if (family := dataset_family(name)) is not None:
+        return family[0].shape(family[1], samples, features, classes)
     if name == "digits":
         return (*DIGITS_SHAPE, False)
     if name == "sparse-powerlaw":
         return samples, features, 2, True
+    if name == "ctr-synthetic":
+        return samples, features, 2, False
     return samples, features, classes, False
 
 
 def make_dataset(spec: DatasetSpec, rng: np.random.Generator) -> Dataset:
     """Build the named data set; raises KeyError listing the known names."""
+    if (family := dataset_family(spec.name)) is not None:
+        return family[0].build(family[1], spec, rng)
     if spec.name not in DATASETS:
-        raise KeyError(unknown("dataset", spec.name, sorted(DATASETS)))
+        usages = [f.usage for f in DATASET_FAMILIES.values()]
+        raise KeyError(unknown("dataset", spec.name, sorted(DATASETS) + usages))
     return DATASETS[spec.name](spec, rng)
 
 
