@@ -28,8 +28,15 @@ from sim.training.host_costs import load_host
 from sim.training.parallel_plan import build_plan, config_layers, plannable, splits
 from sim.training.rank_memory import run_memory
 from sim.training.strategies import STRATEGIES, row_of
-from sim.workloads.datasets import DATASETS, dataset_shape
+from sim.workloads.datasets import (
+    DATASETS,
+    ctr_columns,
+    ctr_dataset,
+    dataset_shape,
+    known_dataset,
+)
 from sim.workloads.models import MODELS
+from sim.workloads.wide_deep import vocab_list
 
 # ---- cross-key checks: each raises ValueError("dotted.key: message") -------------------
 
@@ -41,7 +48,8 @@ def _known(key: str, value: str, names: list[str]) -> None:
 def _check_names(c: Config) -> None:
     _known("strategy.kind", c.strategy.kind, list(STRATEGIES))
     _known("workload.model", c.workload.model, list(MODELS))
-    _known("workload.dataset", c.workload.dataset, list(DATASETS))
+    if not known_dataset(c.workload.dataset):
+        _known("workload.dataset", c.workload.dataset, [*DATASETS, "criteo:PATH"])
     _known("cluster.topology", c.cluster.topology, list(TOPOLOGIES))
     allreduce = [n for n, cls in COLLECTIVES.items() if cls.kind == "allreduce" and n != "ps"]
     gathers = [n for n, cls in COLLECTIVES.items() if cls.kind == "allgather"]
@@ -102,6 +110,11 @@ def _check_workload(c: Config) -> None:
     rows, features, classes, sparse = dataset_shape(w.dataset, w.samples, w.features,
                                                     w.classes)
     model = MODELS[w.model]
+    if model.tabular != ctr_dataset(w.dataset):
+        kind = "a click-through-rate" if model.tabular else "a feature-matrix"
+        raise ValueError(f"workload.model: {w.model!r} needs {kind} dataset, "
+                         f"{w.dataset!r} is not"
+                         + (" (ctr-synthetic or criteo:PATH)" if model.tabular else ""))
     if model.sparse != sparse:
         kind = "a sparse" if model.sparse else "a dense"
         raise ValueError(f"workload.model: {w.model!r} needs {kind} dataset, "
@@ -246,6 +259,8 @@ def _check_embeddings(c: Config) -> None:
                  if row.embedding_placements else "does not train models with tables")
         raise ValueError(f"embeddings.placement: strategy {c.strategy.kind!r} {where}, not "
                          f"{e.placement!r} ({_placements()})")
+    fields, _, _ = ctr_columns(w.dataset, w.fields, w.ids_per_field, w.features)
+    vocab_list(w.vocab, fields)  # one per field, or one for all
     if not w.numerics:
         raise ValueError(f"workload.numerics: {w.model}'s messages follow the ids its "
                          "batches touch, which needs the data (numerics = true)")

@@ -22,6 +22,7 @@ from sim.workloads.datasets import (
     Dataset,
     DatasetSpec,
     csr_rows,
+    ctr_columns,
     dataset_shape,
     make_dataset,
     shard,
@@ -52,6 +53,8 @@ class Worker:
         if self.data is None:
             return 0
         X = self.data.X_train
+        if self.data.ctr is not None:  # dense features, ids and crossed ids of a row
+            return self.batch * X.row_bytes
         if self.data.sparse:  # values and column indices of the rows' nonzeros
             per_row = X[0].size / max(1, X[2].size - 1)
             return int(self.batch * per_row * (X[0].itemsize + X[1].itemsize))
@@ -140,8 +143,18 @@ def shaped_model(config: Any) -> Model:
     run of a model without a profile times (its layers' FLOPs and bytes)."""
     w = config.workload
     _, features, classes, _ = dataset_shape(w.dataset, w.samples, w.features, w.classes)
-    return make_model(w.model, features, classes, hidden=tuple(w.hidden), l2=w.l2,
-                      nnz_per_row=w.nnz_per_row)
+    return make_model(w.model, features, classes, **model_options(config))
+
+
+def model_options(config: Any) -> dict[str, Any]:
+    """The model's keyword options from ``config`` (a click-through-rate data set's
+    columns: Criteo's own for its files)."""
+    w = config.workload
+    fields, ids_per_field, _ = ctr_columns(w.dataset, w.fields, w.ids_per_field, w.features)
+    return {"hidden": tuple(w.hidden), "l2": w.l2, "nnz_per_row": w.nnz_per_row,
+            "fields": fields, "vocab": w.vocab if isinstance(w.vocab, int) else tuple(w.vocab),
+            "embedding_dim": w.embedding_dim, "cross_buckets": w.cross_buckets,
+            "pooling": w.pooling, "ids_per_field": ids_per_field}
 
 
 def _data_and_model(config: Any, rng: np.random.Generator) -> tuple[Any, Any]:
@@ -149,11 +162,18 @@ def _data_and_model(config: Any, rng: np.random.Generator) -> tuple[Any, Any]:
     workload = config.workload
     if not workload.numerics:
         return None, None
+    options = model_options(config)
     spec = DatasetSpec(workload.dataset, workload.samples, workload.features, workload.classes,
                        workload.separation, workload.noise, workload.nnz_per_row,
-                       workload.zipf_exponent, workload.test_fraction)
+                       workload.zipf_exponent, workload.test_fraction,
+                       fields=options["fields"], vocab=_as_tuple(workload.vocab),
+                       ids_per_field=options["ids_per_field"],
+                       cross_buckets=workload.cross_buckets,
+                       embedding_dim=workload.embedding_dim)
     data = make_dataset(spec, rng)
-    model = make_model(workload.model, data.features, data.classes,
-                       hidden=tuple(workload.hidden), l2=workload.l2,
-                       nnz_per_row=workload.nnz_per_row)
+    model = make_model(workload.model, data.features, data.classes, **options)
     return data.labelled_as(model.label_dtype), model
+
+
+def _as_tuple(vocab: int | list[int]) -> tuple[int, ...]:
+    return (vocab,) if isinstance(vocab, int) else tuple(vocab)

@@ -249,6 +249,20 @@ def dataset_family(name: str) -> tuple[DatasetFamily, str] | None:
     return None
 
 
+def ctr_dataset(name: str) -> bool:
+    """Whether ``name`` gives click-through-rate rows (:class:`~sim.workloads.ctr.CtrRows`)."""
+    return name == "ctr-synthetic" or dataset_family(name) is not None
+
+
+def ctr_columns(name: str, fields: int, ids_per_field: int,
+                dense_features: int) -> tuple[int, int, int]:
+    """(fields, ids per field, dense features) of a click-through-rate data set: the
+    config's for ctr-synthetic, Criteo's own for its files."""
+    if dataset_family(name) is not None:
+        return ctr.CRITEO_FIELDS, 1, ctr.CRITEO_DENSE
+    return fields, ids_per_field, dense_features
+
+
 def known_dataset(name: str) -> bool:
     """Whether ``name`` is a registered data set or a family's prefixed name."""
     return name in DATASETS or dataset_family(name) is not None
