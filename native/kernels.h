@@ -207,4 +207,40 @@ int dense_matvec_f32(const float *A, int64_t m, int64_t n, const float *x,
 int dense_matvec_f64(const double *A, int64_t m, int64_t n, const double *x,
                      double *y);
 
+/* ---- 8. embedding tables (Wide & Deep) -----------------------------------
+ * table: V x D, ids: n x k in [0, V) (a bag of k ids per row, repeats allowed).
+ * out (n x D) = the sum of each bag's rows, added in order, then divided by k
+ * when mean != 0. Every id is checked before anything is written (SGD_EINDEX). */
+int embedding_bag_forward_f32(const float *table, int64_t V, int64_t D,
+                              const int64_t *ids, int64_t n, int64_t k, int mean,
+                              float *out);
+int embedding_bag_forward_f64(const double *table, int64_t V, int64_t D,
+                              const int64_t *ids, int64_t n, int64_t k, int mean,
+                              double *out);
+/* The row gradients of the u unique ids of a forward's ids: inverse (n * k) in
+ * [0, u) maps ids[i][j] to its unique id (np.unique's return_inverse). out
+ * (u x D) is zeroed, then out[inverse[i k + j]] += grad_out[i] (divided by k
+ * when mean != 0) in (i, j) order; grad_out: n x D. Inverse checked first. */
+int embedding_bag_backward_f32(const int64_t *inverse, int64_t n, int64_t k,
+                               const float *grad_out, int64_t D, int mean, int64_t u,
+                               float *out);
+int embedding_bag_backward_f64(const int64_t *inverse, int64_t n, int64_t k,
+                               const double *grad_out, int64_t D, int mean, int64_t u,
+                               double *out);
+/* Adagrad on the u listed rows of table (V x D), TensorFlow's form: for each
+ * row r = rows[q] (distinct, in [0, V); checked before anything is written)
+ * and g = grads[q] (u x D): accum[r] += g * g; table[r] -= lr g / (sqrt(accum[r])
+ * + eps). lr, eps >= 0 and finite. A dense step is rows = 0..V-1: same bits. */
+int adagrad_rows_f32(float *table, float *accum, int64_t V, int64_t D,
+                     const int64_t *rows, int64_t u, const float *grads, float lr,
+                     float eps);
+int adagrad_rows_f64(double *table, double *accum, int64_t V, int64_t D,
+                     const int64_t *rows, int64_t u, const double *grads, double lr,
+                     double eps);
+/* SGD on the listed rows: table[rows[q]] -= lr grads[q]; as adagrad_rows. */
+int sgd_rows_f32(float *table, int64_t V, int64_t D, const int64_t *rows, int64_t u,
+                 const float *grads, float lr);
+int sgd_rows_f64(double *table, int64_t V, int64_t D, const int64_t *rows, int64_t u,
+                 const double *grads, double lr);
+
 #endif

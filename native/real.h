@@ -16,3 +16,4 @@
 #include "sparse.inc"
 #include "compress.inc"
 #include "matvec.inc"
+#include "embedding.inc"
