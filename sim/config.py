@@ -179,10 +179,11 @@ class Parallel(Section):
 class Embeddings(Section):
     """Where wide-deep's embedding tables live and how their rows are updated."""
 
-    placement: Literal["ps", "alltoall", "replicated"] = doc(
-        "ps", "ps: rows on the parameter-server shards, sparse pulls and pushes; alltoall: "
+    placement: Literal["ps", "alltoall", "replicated"] | None = doc(
+        None, "ps: rows on the parameter-server shards, sparse pulls and pushes; alltoall: "
         "tables split over the workers, pooled embeddings exchanged all-to-all (DLRM); "
-        "replicated: every worker holds them, gradients allreduced")
+        "replicated: every worker holds them, gradients allreduced; none: the strategy's "
+        "own (ps for the parameter-server strategies, replicated for bsp)")
     sharding: Literal["row-hash", "row-range", "table", "column"] = doc(
         "row-hash", "ps / alltoall: rows by hash or by range, whole tables, or each shard some "
         "columns of every row (TorchRec's names)")

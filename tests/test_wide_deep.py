@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from training_cases import FREE_NETWORK, make, train, update_table
+from training_cases import FREE_NETWORK, make, rows, train, update_table
 
 from sim.errors import UserError
 from sim.simulated.engine import simulate
@@ -19,7 +19,7 @@ WIDE_DEEP = {"workload.model": "wide-deep", "workload.dataset": "ctr-synthetic",
              "workload.features": 3, "workload.fields": 3, "workload.vocab": 200,
              "workload.embedding_dim": 4, "workload.cross_buckets": 64,
              "workload.hidden": [8], "workload.samples": 1200, "workload.batch": 16,
-             "workload.lr": 0.05, "cluster.workers": 3, "run.iterations": 12,
+             "workload.lr": 0.2, "cluster.workers": 3, "run.iterations": 12,
              "run.eval_every": 4}
 PS = {"strategy.kind": "bsp-ps", "cluster.servers": 2, "embeddings.placement": "ps"}
 
@@ -94,8 +94,8 @@ def test_rows_untouched_by_a_step_stay_bit_for_bit():
     after = strategy.model_of_record()
     touched = [np.unique(np.concatenate(ids)) for ids in
                zip(*(model.touched(w.last_batch[0]) for w in ctx.workers), strict=True)]
-    for table, rows in zip(model.tables, touched, strict=True):
-        still = np.setdiff1d(np.arange(table.rows), rows)
+    for table, touched_rows in zip(model.tables, touched, strict=True):
+        still = np.setdiff1d(np.arange(table.touched_rows), touched_rows)
         np.testing.assert_array_equal(table.view(after)[still],
                                       table.view(ctx.params)[still])
 
@@ -103,12 +103,10 @@ def test_rows_untouched_by_a_step_stay_bit_for_bit():
 @pytest.mark.parametrize("kind", ["asp", "ssp", "backup"])
 def test_asynchronous_and_backup_strategies_train_wide_deep(kind):
     config = make(WIDE_DEEP, PS, strategy__kind=kind, strategy__backup=1,
-                  run__iterations=60, run__eval_every=60)
+                  run__iterations=90, run__eval_every=90)
     result = simulate(config)
-    evals = [float(line.split(",")[-2]) for line in result.metrics_csv.splitlines()
-             if line.startswith("eval")] if False else None
-    del evals
-    assert result.summary["final_loss"] < np.log(2)
+    first = rows(result.metrics_csv, "eval")[0]["loss"]
+    assert result.summary["final_loss"] < first - 0.1
     assert result.summary["pull_bytes_per_step"] > 0
 
 
@@ -138,13 +136,16 @@ def test_pull_and_push_bytes_follow_the_ids_touched(sharding):
     X, _ = workload.workers[0].next_batch()
     pull, push = traffic.pull(0, X), traffic.push(X)
     touched = model.touched(X)
-    # every touched row once, with its id, over the shards; the dense part split evenly
-    rows_bytes = sum(len(ids) * (t.dim * 8 + ID_BYTES) for ids, t in zip(touched, model.tables,
-                                                                        strict=True))
+    # every touched row once over the shards, its id to each shard holding some of its
+    # columns (one, but for column sharding); the dense part split evenly
+    holders = (lambda t: min(t.dim, 2)) if sharding == "column" else (lambda t: 1)
+    rows_bytes = sum(len(ids) * (t.dim * 8 + ID_BYTES * holders(t))
+                     for ids, t in zip(touched, model.tables, strict=True))
     dense = (model.size - model.dense_start) * 8
     assert push.request.sum() == pytest.approx(rows_bytes + dense)
     owners = np.count_nonzero(pull.request)
     assert pull.nbytes == pytest.approx(rows_bytes + dense + REQUEST_BYTES * owners)
+    assert owners == 2
     # per shard: the shard map's own count
     shards = ShardMap([TableSpec(t.rows, t.dim) for t in model.tables], 2, sharding)
     split = np.array_split(np.arange(model.size - model.dense_start), 2)

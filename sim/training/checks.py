@@ -246,13 +246,16 @@ def _check_embeddings(c: Config) -> None:
     """A model with embedding tables (wide-deep) against its data, the strategy and
     [embeddings]; [embeddings] keys that need a placement."""
     w, e, row = c.workload, c.embeddings, row_of(c)
-    if e.cache_rows and e.placement != "ps":
+    tabular = MODELS[w.model].tabular
+    if tabular and e.placement is None and row.embedding_placements:  # in config.toml
+        e.placement = row.embedding_placements[0]
+    if e.cache_rows and e.placement not in ("ps", None):
         raise ValueError(f"embeddings.cache_rows: a worker caches rows it pulls from the "
                          f"servers (placement \"ps\"), not with placement {e.placement!r}")
-    if e.sparse_allreduce and e.placement != "replicated":
+    if e.sparse_allreduce and e.placement not in ("replicated", None):
         raise ValueError(f"embeddings.sparse_allreduce: gathers replicated tables' rows "
                          f"(placement \"replicated\"), not with placement {e.placement!r}")
-    if not MODELS[w.model].tabular:
+    if not tabular:
         return
     if e.placement not in row.embedding_placements:
         where = (f"keeps them {' or '.join(map(repr, row.embedding_placements))}"

@@ -75,7 +75,7 @@ def config_layers(config: Any) -> list[PlanLayer]:
     if w.profile is not None:
         raise ValueError("workload.profile: a timing profile has no layer widths to plan "
                          "stages and shards from")
-    if MODELS[w.model].sparse:
+    if MODELS[w.model].sparse or MODELS[w.model].tabular:
         raise ValueError(f"workload.model: {w.model!r} has no dense layers to split over ranks")
     _, features, classes, _ = dataset_shape(w.dataset, w.samples, w.features, w.classes)
     return plan_layers(make_model(w.model, features, classes, hidden=tuple(w.hidden)))
@@ -390,6 +390,8 @@ def splits(config: Any) -> bool:
 
 def plannable(config: Any) -> bool:
     """Whether a plan knows the config's layers: a dense model (with or without numerics),
-    not timed by a profile."""
+    not timed by a profile; not a model with embedding tables (their rows are placed by
+    [embeddings])."""
     w = config.workload
-    return w.profile is None and not MODELS[w.model].sparse
+    model = MODELS[w.model]
+    return w.profile is None and not model.sparse and not model.tabular

@@ -131,13 +131,18 @@ class WideDeep(Model):
 
     # -- forward --
 
-    def _inputs(self, params: np.ndarray, X) -> np.ndarray:
+    def _bags(self, X) -> list[np.ndarray]:
+        """Each field's ids (n, ids_per_field), contiguous as the kernels take them."""
+        return [np.ascontiguousarray(X.ids[:, f, :]) for f in range(self.fields)]
+
+    def _inputs(self, params: np.ndarray, X, bags: list[np.ndarray]) -> np.ndarray:
         """concat(pooled embeddings per field, dense features): (n, fields x dim + dense)."""
         n, d = len(X), self.dim
-        x = np.empty((n, self.fields * d + self.dense_features))
+        pooled = np.empty((self.fields, n, d))
         for f, table in enumerate(self.tables[1:]):
-            K.embedding_bag_forward(table.view(params), X.ids[:, f, :], self.mean,
-                                    out=x[:, f * d:(f + 1) * d])
+            K.embedding_bag_forward(table.view(params), bags[f], self.mean, out=pooled[f])
+        x = np.empty((n, self.fields * d + self.dense_features))
+        x[:, :self.fields * d] = pooled.transpose(1, 0, 2).reshape(n, self.fields * d)
         x[:, self.fields * d:] = X.dense
         return x
 
@@ -145,9 +150,10 @@ class WideDeep(Model):
         wide = params[self.tables[0].params]
         return wide[X.wide].sum(axis=1) + wide[self.cross_buckets]
 
-    def _forward(self, params: np.ndarray, X) -> tuple[list[np.ndarray], np.ndarray]:
+    def _forward(self, params: np.ndarray, X,
+                 bags: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
         """(the MLP's activations, input first, and the logits (n,))."""
-        acts = [self._inputs(params, X)]
+        acts = [self._inputs(params, X, bags)]
         for i in range(len(self.shapes)):
             W, b = self._views(params, i)
             acts.append(K.dense_forward(acts[-1], W, b, relu=i < len(self.shapes) - 1))
@@ -164,7 +170,8 @@ class WideDeep(Model):
     def sparse_loss_grad(self, params: np.ndarray, X, y: np.ndarray) -> SparseGrad:
         """The batch's loss and gradient: per table its distinct rows and their gradients
         (sorted by row), and the MLP's gradient."""
-        acts, z = self._forward(params, X)
+        bags = self._bags(X)
+        acts, z = self._forward(params, X, bags)
         loss, dz = self._logistic(z, y)
         dense = np.empty(self.size - self.dense_start)
         offset, delta = self.dense_start, dz[:, None]
@@ -178,12 +185,10 @@ class WideDeep(Model):
                                            db=grad[dout * din:])
         tables = [self._wide_grad(X, dz)]
         d = self.dim
-        for f in range(self.fields):
-            ids = X.ids[:, f, :]
+        for f, ids in enumerate(bags):
             rows, inverse = np.unique(ids, return_inverse=True)
             grads = K.embedding_bag_backward(ids, np.ascontiguousarray(delta[:, f * d:(f + 1) * d]),
-                                             self.mean, inverse.reshape(-1).astype(np.int64),
-                                             len(rows))
+                                             self.mean, inverse.astype(np.int64), len(rows))
             tables.append(TableGrad(rows.astype(np.int64), grads))
         return SparseGrad(loss, tables, dense)
 
@@ -215,9 +220,9 @@ class WideDeep(Model):
         return grad.loss, self.scatter(grad, out)
 
     def evaluate(self, params, X, y):
-        _, z = self._forward(params, X)
+        _, z = self._forward(params, X, self._bags(X))
         loss, _ = self._logistic(z, y)
         return loss, float(np.mean((z > 0) == (y > 0.5)))
 
     def predict(self, params, X):
-        return (self._forward(params, X)[1] > 0).astype(np.float64)
+        return (self._forward(params, X, self._bags(X))[1] > 0).astype(np.float64)

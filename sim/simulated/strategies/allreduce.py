@@ -29,6 +29,7 @@ from sim.network.standalone import run_alone
 from sim.simulated.pipeline import AllreduceChannel
 from sim.simulated.strategies.base import Strategy, block, compute, cpu, everyone, together
 from sim.simulated.strategies.pipelined import PipelinedStrategy
+from sim.simulated.strategies.table_exchange import EXCHANGES
 from sim.training.messages import Message
 from sim.training.rules import SGD
 from sim.training.workload import Worker
@@ -248,6 +249,9 @@ class BSP(AllreduceMixin, PipelinedStrategy):
         self.total = np.zeros(ctx.params.size)  # the sum, then the mean, of the gradients
         self.decoded = np.zeros(ctx.params.size)
         self.compressed_bytes: int | None = None
+        # a model's embedding tables, moved as embeddings.placement says (None: no tables)
+        self.tables = (EXCHANGES[ctx.config.embeddings.placement](self)
+                       if ctx.model is not None and ctx.model.tables else None)
 
     def model_of_record(self) -> np.ndarray:
         return self.sgd.params
@@ -259,7 +263,10 @@ class BSP(AllreduceMixin, PipelinedStrategy):
         """The message's allreduce, then every replica's mean of the sum (a pass at the
         summing rate) and SGD step over its layers."""
         lapped, costs = self.pipe.overlapped, self.ctx.cpu
-        yield from self.allreduce(self.message_bytes(msg), lapped)
+        if self.tables is not None:
+            yield from self.tables.timed_exchange(msg.nbytes, lapped)
+        else:
+            yield from self.allreduce(self.message_bytes(msg), lapped)
         yield from everyone(self.ctx, "update",
                             costs.reduce_s(msg.nbytes) + costs.update_s(msg.nbytes), lapped)
 
@@ -275,8 +282,15 @@ class BSP(AllreduceMixin, PipelinedStrategy):
         return float(np.mean(self.losses))
 
     def alone_s(self, msg: Message) -> float:
-        """The message's allreduce alone on an idle network, with its CPU."""
+        """The message's allreduce alone on an idle network, with its CPU (with tables, the
+        mean exchange as it ran: nothing runs beside it without pipelining)."""
+        if self.tables is not None:
+            return self.tables.mean_s
         return self.alone_bytes_s(self.message_bytes(msg))
+
+    def summary_extra(self) -> dict[str, Any]:
+        extra = super().summary_extra()
+        return extra if self.tables is None else {**extra, **self.tables.summary()}
 
     def alone_bytes_s(self, nbytes: int) -> float:
         """An allreduce of ``nbytes`` among every worker alone on an idle network, with its

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.network.alltoallv import alltoallv
+from sim.network.alltoall import alltoallv
 from sim.network.collectives import get_collective
 from sim.training.embedding_shards import ShardMap, TableSpec, load_max_over_mean
 from sim.training.embedding_traffic import ID_BYTES
@@ -46,12 +46,25 @@ class TableExchange:
         self.model = model
         self.dense_bytes = (model.size - model.dense_start) * VALUE_BYTES
         self.steps = 0
+        self.elapsed_s = 0.0  # in exchanges, summed over steps
         self.unique_ids = 0.0  # summed over workers and steps
         self.pulled = self.pushed = 0.0  # bytes, summed over workers and steps
 
     def exchange(self, nbytes: int, overlapped: bool) -> Generator[simpy.Event, Any, None]:
         """One step's communication; ``nbytes``: the whole gradient's."""
         raise NotImplementedError
+
+    def timed_exchange(self, nbytes: int,
+                       overlapped: bool) -> Generator[simpy.Event, Any, None]:
+        """:meth:`exchange`, its duration kept for :attr:`mean_s`."""
+        start = self.ctx.env.now
+        yield from self.exchange(nbytes, overlapped)
+        self.elapsed_s += self.ctx.env.now - start
+
+    @property
+    def mean_s(self) -> float:
+        """The mean step's exchange (s)."""
+        return self.elapsed_s / self.steps if self.steps else 0.0
 
     def touched(self) -> list[list[np.ndarray]]:
         """The distinct rows of each table each worker's last batch touched."""
