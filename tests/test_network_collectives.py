@@ -16,8 +16,9 @@ from sim.network.fabrics import Fabric, get_fabric
 from sim.network.standalone import build_network, run_alone, simulate
 
 ALLREDUCES = [name for name, cls in REGISTRY.items() if cls.kind == "allreduce"]
-# each rank's buffer is the whole input (allgathers: tests/test_network_allgather.py)
-ONE_BLOCK = [name for name, cls in REGISTRY.items() if cls.kind != "allgather"]
+# each rank's buffer is the whole input (allgathers: tests/test_network_allgather.py,
+# all-to-alls: tests/test_network_alltoall.py)
+ONE_BLOCK = [name for name, cls in REGISTRY.items() if cls.kind not in ("allgather", "alltoall")]
 P_RANGE = range(2, 65)
 
 

@@ -2,11 +2,13 @@
 
 One collective (the default) prints the simulated time, the closed-form alpha-beta time,
 algorithm bandwidth (algbw = S / t) and bus bandwidth (busbw = algbw * 2(p-1)/p for
-allreduce, (p-1)/p for allgather, 1 for broadcast: nccl-tests' doc/PERFORMANCE.md), and the
-bandwidth lower bound busbw-factor * S / B, where B is what one host can inject (one NIC's
-link on a switched topology). ``--bytes`` is each rank's vector n; for an allgather that is
-each rank's contribution (MPI_Allgather's sendcount), and S = p n is the gathered vector
-(nccl-tests' size); otherwise S = n.
+allreduce, (p-1)/p for allgather and alltoall, 1 for broadcast: nccl-tests'
+doc/PERFORMANCE.md), and the bandwidth lower bound busbw-factor * S / B, where B is what one
+host can inject (one NIC's link on a switched topology). ``--bytes`` is each rank's vector
+n; for an allgather that is each rank's contribution (MPI_Allgather's sendcount), and
+S = p n is the gathered vector (nccl-tests' size); for an alltoall it is what a rank sends
+to each rank (MPI_Alltoall's sendcount), and S = p n is all a rank sends (nccl-tests'
+alltoall size); otherwise S = n.
 
 A sweep (any of ``--min-bytes``, ``--max-bytes``, ``--factor``, ``--algorithms``,
 ``--datatype``, ``--out``, or several comma-separated fabrics) times every nccl-tests size
@@ -56,11 +58,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "comma-separated, make a sweep (default ib-hdr)")
     parser.add_argument("--algo",
                         help="ring, rabenseifner, recursive-doubling, tree, broadcast, ps, "
-                             "ring-allgather or recursive-doubling-allgather (default ring)")
+                             "ring-allgather, recursive-doubling-allgather, "
+                             "pairwise-alltoall or bruck-alltoall (default ring)")
     parser.add_argument("--workers", type=int, default=64, help="ranks p (default 64)")
     parser.add_argument("--bytes", dest="size",
                         help="size of the vector, e.g. 100MB, 1GiB, 4096, 1e6; an allgather: "
-                             "each rank's contribution (default 100MB)")
+                             "each rank's contribution; an alltoall: what a rank sends to "
+                             "each rank (default 100MB)")
     parser.add_argument("--topology", default="star",
                         help="star, leaf-spine (= fat-tree) or ring (default star)")
     parser.add_argument("--oversubscription", type=float,
@@ -79,7 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print one JSON object (a sweep: a list, one object per row)")
     sweep = parser.add_argument_group(
         "sweep like nccl-tests", "sizes S as nccl-tests counts them (an allgather's is the "
-        "gathered vector); K, M, G are binary (1K = 1024), kB/MB/GB decimal")
+        "gathered vector, an alltoall's all a rank sends); K, M, G are binary (1K = 1024), "
+        "kB/MB/GB decimal")
     sweep.add_argument("--min-bytes", metavar="SIZE",
                        help="smallest size, nccl-tests' -b (default 8)")
     sweep.add_argument("--max-bytes", metavar="SIZE",
@@ -89,7 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "(default 2)")
     sweep.add_argument("--algorithms", metavar="LIST",
                        help="comma-separated algorithms, collectives (allreduce, allgather, "
-                            "broadcast: all their algorithms) or all (default: --algo)")
+                            "alltoall, broadcast: all their algorithms) or all (default: "
+                            "--algo)")
     sweep.add_argument("--datatype", metavar="TYPE",
                        help=f"element type of the count column, nccl-tests' -d: "
                             f"{', '.join(nccl.DATATYPES)} (default float)")
@@ -168,8 +174,11 @@ def render(result: dict[str, Any]) -> str:
                                          result["topology_options"].items())
     servers = f" and {result['servers']} servers" if result["servers"] else ""
     size = format_bytes(result["bytes"])
-    if result["total_bytes"] != result["bytes"]:  # an allgather: n from each rank, S = p n
-        size += f" from each rank ({format_bytes(result['total_bytes'])} gathered)"
+    total = format_bytes(result["total_bytes"])
+    if result["collective"] == "allgather":  # n from each rank, S = p n
+        size += f" from each rank ({total} gathered)"
+    elif result["collective"] == "alltoall":  # n from each rank to each rank, S = p n
+        size += f" from each rank to each ({total} sent by each)"
 
     def rate(value: float | None) -> str:
         return "n/a (zero time)" if value is None else format_rate(value)

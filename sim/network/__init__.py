@@ -5,6 +5,7 @@ Inside a SimPy simulation::
     network = build_network(env, "ib-hdr", n_hosts=64)            # flow model, one switch
     yield network.send(0, 1, nbytes=4096)                          # point to point
     elapsed_s = yield from get_collective("ring").run(network, buffers)   # allreduce
+    elapsed_s = yield from alltoallv(network, bytes_matrix)        # bytes[i, j]: i -> j
 
 Alone: ``time_s, result = simulate("ring", buffers, fabric="ib-hdr")``.
 
@@ -19,6 +20,7 @@ from typing import Any
 
 _EXPORTS: dict[str, tuple[str, str]] = {
     "AnalyticalNetwork": ("sim.network.analytical", "AnalyticalNetwork"),
+    "alltoallv": ("sim.network.alltoall", "alltoallv"),
     "COLLECTIVES": ("sim.network.collectives", "REGISTRY"),
     "Collective": ("sim.network.collectives", "Collective"),
     "get_collective": ("sim.network.collectives", "get_collective"),

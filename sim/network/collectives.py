@@ -1,5 +1,5 @@
 """Collectives on real buffers: ring, Rabenseifner, recursive doubling, tree, broadcast, PS,
-and the ring and recursive-doubling allgathers.
+the ring and recursive-doubling allgathers, and the pairwise and Bruck all-to-alls.
 
 Each algorithm is a :class:`~sim.network.schedule.Schedule` of rounds (what moves where,
 and whether the receiver adds or overwrites) plus its closed-form time. Running one inside
@@ -16,6 +16,13 @@ An allgather's ``nbytes`` is each rank's contribution n (MPI_Allgather's sendcou
 compressed gradient is); each rank's buffer holds p blocks of n, its own at offset rank x n,
 and ends with every rank's block. nccl-tests' size S (for algbw) is then p n
 (:meth:`Collective.total_bytes`).
+
+An all-to-all's ``nbytes`` is what a rank sends to each rank, m (MPI_Alltoall's sendcount
+times the type's size); each rank's buffer holds p blocks of m, block j for rank j, and
+afterwards block j of rank i holds rank j's block i (the blocks transposed). nccl-tests'
+size S, the whole of what a rank sends, is p m (:meth:`Collective.total_bytes`); the block
+a rank keeps stays where it is. Variable sizes (MPI_Alltoallv, timing only):
+:mod:`sim.network.alltoall`.
 
 Closed forms use alpha (one message, :meth:`Fabric.alpha_s`) and beta (s/byte); they are
 exact for the flow model on one switch when every chunk has the same size (p, or the
@@ -36,7 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from sim.names import unknown
-from sim.network.schedule import COPY, SUM, Buffers, Round, Schedule, check_buffers, chunks
+from sim.network.schedule import COPY, SUM, Buffers, Pieces, Round, Schedule, check_buffers, chunks
 
 if TYPE_CHECKING:
     import simpy  # the simulated network's events; real ranks use the schedules only
@@ -48,6 +55,7 @@ BUS_FACTORS: dict[str, Callable[[int], float]] = {
     "allreduce": lambda p: 2 * (p - 1) / p,
     "broadcast": lambda p: 1.0 if p > 1 else 0.0,
     "allgather": lambda p: (p - 1) / p,
+    "alltoall": lambda p: (p - 1) / p,  # a rank sends and receives (p - 1) m of its S = p m
 }
 
 
@@ -83,7 +91,8 @@ class Collective(ABC):
         """Time on one uncontended switch, alpha s per message and beta s per byte."""
 
     def blocks(self, p: int) -> int:
-        """Blocks of ``nbytes`` in each rank's buffer: 1 here, p for an allgather."""
+        """Blocks of ``nbytes`` in each rank's buffer: 1 here, p for an allgather or an
+        all-to-all."""
         return 1
 
     def total_bytes(self, p: int, nbytes: float) -> float:
@@ -122,7 +131,8 @@ class Collective(ABC):
         hosts = np.arange(endpoints) if hosts is None else np.asarray(hosts, np.int64)
         if hosts.shape != (endpoints,):
             raise ValueError(f"{self.name}: expected {endpoints} hosts, got {hosts.shape}")
-        data = None if buffers is None else Buffers(buffers, schedule.helper_lengths)
+        data = None if buffers is None else Buffers(buffers, schedule.helper_lengths,
+                                                    schedule.send_copy)
         return Plan(self, p, int(nbytes), schedule, hosts, data, itemsize)
 
     def run(self, network: Any, buffers: Sequence[np.ndarray] | None = None, *,
@@ -130,8 +140,8 @@ class Collective(ABC):
             hosts: np.ndarray | None = None) -> Generator[simpy.Event, Any, float]:
         """SimPy process body: run on ``network`` and return the elapsed simulated time (s).
 
-        With ``buffers`` (one float32/float64 vector per rank, reduced or gathered in place)
-        the data moves; with ``p`` and ``nbytes`` instead only the time is simulated.
+        With ``buffers`` (one float32/float64 vector per rank, reduced, gathered or exchanged
+        in place) the data moves; with ``p`` and ``nbytes`` instead only the time is simulated.
         ``hosts[e]`` is the host of endpoint e (default: endpoint e on host e). Raises
         ValueError.
         """
@@ -331,9 +341,89 @@ class RecursiveDoublingAllgather(Allgather):
         return _lg(pof2) * alpha_s + blocks * nbytes * beta_s + fold
 
 
+class Alltoall(Collective):
+    """Every rank sends block j of its buffer to rank j; ``nbytes`` is one block m.
+
+    The rounds read from a copy of each buffer (MPI_Alltoall's send buffer, see
+    :mod:`sim.network.schedule`) and write the received blocks into the buffer itself.
+    """
+
+    kind = "alltoall"
+
+    def blocks(self, p: int) -> int:
+        return p
+
+
+class PairwiseAlltoall(Alltoall):
+    """All-to-all in p - 1 rounds: in round k = 1..p-1 rank i sends its block for i + k and
+    receives rank i - k's (mod p); MPICH's algorithm for long messages."""
+
+    name = "pairwise-alltoall"
+
+    def schedule(self, p: int, count: int) -> Schedule:
+        ranks = np.arange(p)
+        sent = p * count  # where the send copy starts
+
+        def step(r: int) -> Round:
+            dst = (ranks + r + 1) % p
+            return Round(ranks, dst, sent + dst * count, ranks * count,
+                         np.full(p, count, np.int64), COPY)
+
+        return Schedule(p, p - 1, step, send_copy=True)
+
+    def closed_form_s(self, p: int, nbytes: float, alpha_s: float, beta_s: float) -> float:
+        # Thakur, Rabenseifner and Gropp 2005, sec. 4: (p - 1) alpha + (p - 1) / p S beta,
+        # each round one message of m = S / p each way on every NIC
+        return (p - 1) * (alpha_s + nbytes * beta_s)
+
+
+class BruckAlltoall(Alltoall):
+    """All-to-all in ceil(lg p) rounds (Bruck et al. 1997); MPICH's algorithm for short
+    messages, any p.
+
+    MPICH rotates each buffer so that position q holds the block for rank i + q; in round
+    k rank i packs every position with bit k set into one message to rank i + 2^k, which
+    keeps them at the same positions; a block has reached its rank after the round of its
+    position's highest bit, and a last inverse rotation puts it at its source's block.
+    Here the rotations are offsets, not copies: position q lives in the send copy at block
+    i + q, and a block's last round writes it straight to block i - q of the buffer. Round k
+    carries c_k = #{q < p: bit k of q set} blocks, p / 2 for a power of two.
+    """
+
+    name = "bruck-alltoall"
+
+    def schedule(self, p: int, count: int) -> Schedule:
+        ranks = np.arange(p)[:, None]
+        sent = p * count  # where the send copy starts
+
+        def step(k: int) -> Round:
+            shift = 1 << k
+            q = np.flatnonzero(np.arange(p) & shift)  # the positions this round moves
+            dst = (ranks + shift) % p
+            home = q < 2 * shift  # bit k is q's highest: the block arrives at its rank
+            src_off = sent + (ranks + q) % p * count
+            dst_off = np.where(home, (dst - q) % p * count, sent + (dst + q) % p * count)
+            blocks = len(q)
+            pieces = Pieces(np.arange(p + 1) * blocks, src_off.ravel(), dst_off.ravel(),
+                            np.full(p * blocks, count, np.int64))
+            return Round(ranks[:, 0], dst[:, 0], src_off[:, 0], dst_off[:, 0],
+                         np.full(p, blocks * count, np.int64), COPY, pieces)
+
+        return Schedule(p, _ceil_lg(p), step, send_copy=True)
+
+    def closed_form_s(self, p: int, nbytes: float, alpha_s: float, beta_s: float) -> float:
+        # Thakur, Rabenseifner and Gropp 2005, sec. 4: lg p alpha + S / 2 lg p beta for a
+        # power of two (S = p m). Any p: round k is one message of c_k m each way on every
+        # NIC (a shift by 2^k < p pairs distinct ranks), so ceil(lg p) alpha + sum c_k m beta
+        rounds = _ceil_lg(p)
+        blocks = sum(_with_bit(p, k) for k in range(rounds))
+        return rounds * alpha_s + blocks * nbytes * beta_s
+
+
 REGISTRY: dict[str, type[Collective]] = {
     cls.name: cls for cls in (Ring, Rabenseifner, RecursiveDoubling, Tree, Broadcast,
-                              ParameterServer, RingAllgather, RecursiveDoublingAllgather)
+                              ParameterServer, RingAllgather, RecursiveDoublingAllgather,
+                              PairwiseAlltoall, BruckAlltoall)
 }
 
 
@@ -357,6 +447,13 @@ def _lg(n: int) -> int:
 
 def _ceil_lg(n: int) -> int:
     return (n - 1).bit_length()
+
+
+def _with_bit(p: int, k: int) -> int:
+    """How many of 0..p-1 have bit k set: 2^k in every whole period of 2^(k+1), and the
+    remainder's part past 2^k."""
+    period = 2 << k
+    return (p // period) * (1 << k) + max(0, p % period - (1 << k))
 
 
 def _masks(pof2: int) -> list[int]:

@@ -6,10 +6,12 @@ As NVIDIA/nccl-tests has them (``src/common.cu``, ``src/util.cu``, each collecti
 * sizes run min, min f, min f^2, ... while <= max (``-b``, ``-e``, ``-f``); the suffixes
   K, M and G are binary (1K = 1024);
 * a size of S bytes is S // itemsize elements of the data type (``-d``, default float);
-  an allgather's count is each rank's: (elements // p) rounded down to 16 bytes' worth of
-  elements, so small allgathers report size 0, as nccl-tests prints them;
+  an allgather's count is each rank's and an alltoall's what a rank sends each rank, both
+  (elements // p) rounded down to 16 bytes' worth of elements, so small ones report size
+  0, as nccl-tests prints them;
 * algbw = S / t and busbw = algbw x the collective's bus factor, in GB/s (1e9 bytes/s),
-  S being the result on one rank (p x the count for an allgather);
+  S being the result on one rank (p x the count for an allgather, and for an alltoall,
+  where it is also what a rank sends);
 * the table: size (B), count (elements), type, time (us), algbw, busbw (GB/s), numbers in
   nccl-tests' widths (7 and 6 characters, two decimals while they fit), and the average
   busbw below it.
@@ -38,6 +40,8 @@ CALL_COUNTS: dict[str, Callable[[int, int, int], int]] = {
     "allreduce": lambda elements, itemsize, p: elements,
     "broadcast": lambda elements, itemsize, p: elements,
     "allgather": lambda elements, itemsize, p: (elements // p) & ~(16 // itemsize - 1),
+    # src/alltoall.cu: paramcount = (count / nranks) & -(16 / eltSize), to each peer
+    "alltoall": lambda elements, itemsize, p: (elements // p) & ~(16 // itemsize - 1),
 }
 
 _NCCL_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KkMmGg])\s*$")
@@ -89,7 +93,8 @@ class Point:
     topology: str
     model: str
     size_bytes: int  # nccl-tests' size S: the result on one rank
-    count: int  # the call's count argument (elements; each rank's for an allgather)
+    count: int  # the call's count argument (elements; each rank's for an allgather, to each
+    #             rank for an alltoall)
     type: str
     time_us: float
     algbw_GBps: float
@@ -160,7 +165,7 @@ def measure_point(algo: Collective, fabric: Fabric, p: int, size: int, datatype:
     ``where``: topology, model and their options, as :func:`run_alone` takes them."""
     itemsize = DATATYPES[datatype]
     count = call_count(algo.kind, size, itemsize, p)
-    nbytes = count * itemsize  # each rank's vector (its block, for an allgather)
+    nbytes = count * itemsize  # each rank's vector (a block, for an allgather or alltoall)
     time_s, network = run_alone(algo, p=p, nbytes=nbytes, fabric=fabric, **where)
     size_bytes = int(algo.total_bytes(p, nbytes))
     algbw, busbw = bandwidths_GBps(size_bytes, time_s, algo.bus_factor(p))

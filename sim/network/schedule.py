@@ -10,6 +10,13 @@ Semantics (shared by every network model, so results never depend on timing):
 * When all of an endpoint's transfers of a round have been delivered, it applies the
   payloads it received, in transfer order: ``SUM`` adds (``sim.kernels.sum_into``),
   ``COPY`` overwrites (``sim.kernels.copy``). So every reduction has a fixed order.
+* A transfer moves one contiguous slice, or several (its :class:`Pieces`, packed in order
+  at the sender and unpacked in the same order at the receiver, as MPICH's Bruck all-to-all
+  packs the blocks of one step into one message): one message either way.
+* With ``send_copy`` (MPI_Alltoall's send buffer, apart from its receive buffer) each
+  worker's buffer of L elements is copied before the first round; offsets in [L, 2 L)
+  address that copy (offset L + x is its element x), so an in-place all-to-all never
+  overwrites a block it has still to send. The copy takes no simulated time.
 """
 
 from __future__ import annotations
@@ -26,8 +33,24 @@ COPY = "copy"
 
 
 @dataclass(frozen=True)
+class Pieces:
+    """The slices transfer t of a round carries: rows ``ptr[t]:ptr[t + 1]`` of ``src_off``,
+    ``dst_off`` and ``count`` (int64 arrays; elements), read in that order at the sender and
+    written in that order at the receiver."""
+
+    ptr: np.ndarray
+    src_off: np.ndarray
+    dst_off: np.ndarray
+    count: np.ndarray
+
+
+@dataclass(frozen=True)
 class Round:
-    """Transfers of one round: endpoint ids, element offsets and counts (int64 arrays)."""
+    """Transfers of one round: endpoint ids, element offsets and counts (int64 arrays).
+
+    With ``pieces`` a transfer carries several slices (``count`` is then their sum, what
+    the network charges; ``src_off`` and ``dst_off`` are its first slice's).
+    """
 
     src: np.ndarray
     dst: np.ndarray
@@ -35,6 +58,7 @@ class Round:
     dst_off: np.ndarray
     count: np.ndarray
     op: str  # SUM or COPY, applied at the receiver
+    pieces: Pieces | None = None
 
     @classmethod
     def aligned(cls, src: np.ndarray, dst: np.ndarray, off: np.ndarray, count: np.ndarray,
@@ -53,19 +77,22 @@ class Schedule:
     """``n_rounds`` rounds over ``n_endpoints`` endpoints, made on demand by ``round(r)``.
 
     Endpoints past the workers (ids >= n_workers) are helpers such as parameter servers;
-    they get zeroed buffers of ``helper_lengths`` elements.
+    they get zeroed buffers of ``helper_lengths`` elements. ``send_copy``: the workers'
+    buffers are copied before round 0 and offsets past a buffer's end read the copy (see
+    the module's docstring).
     """
 
     n_endpoints: int
     n_rounds: int
     round: Callable[[int], Round]
     helper_lengths: tuple[int, ...] = ()
+    send_copy: bool = False
 
     @classmethod
     def of(cls, n_endpoints: int, rounds: Sequence[Round],
-           helper_lengths: tuple[int, ...] = ()) -> Schedule:
+           helper_lengths: tuple[int, ...] = (), send_copy: bool = False) -> Schedule:
         """A schedule from a list of rounds built up front."""
-        return cls(n_endpoints, len(rounds), rounds.__getitem__, helper_lengths)
+        return cls(n_endpoints, len(rounds), rounds.__getitem__, helper_lengths, send_copy)
 
 
 def chunks(count: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -79,28 +106,53 @@ def chunks(count: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Buffers:
-    """The endpoints' vectors: the workers' (caller-owned) plus zeroed helper buffers."""
+    """The endpoints' vectors: the workers' (caller-owned) plus zeroed helper buffers, and
+    with ``send_copy`` a copy of each worker's taken now (see the module's docstring)."""
 
-    def __init__(self, workers: Sequence[np.ndarray], helper_lengths: Sequence[int]) -> None:
+    def __init__(self, workers: Sequence[np.ndarray], helper_lengths: Sequence[int],
+                 send_copy: bool = False) -> None:
         dtype = workers[0].dtype
         self.arrays = list(workers) + [np.zeros(n, dtype) for n in helper_lengths]
+        self.sent = [kernels.copy(np.empty_like(w), w) for w in workers] if send_copy else []
+
+    def _slice(self, endpoint: int, start: int, count: int) -> np.ndarray:
+        """Elements [start, start + count) of an endpoint's buffer, past its end the copy's."""
+        array = self.arrays[endpoint]
+        if start >= len(array) and endpoint < len(self.sent):
+            array, start = self.sent[endpoint], start - len(array)
+        return array[start:start + count]
+
+    def _slices(self, rnd: Round, t: int, reading: bool) -> list[tuple[int, int]]:
+        """(offset, count) of every slice transfer t reads (sender) or writes (receiver)."""
+        if rnd.pieces is None:
+            return [(int((rnd.src_off if reading else rnd.dst_off)[t]), int(rnd.count[t]))]
+        rows = slice(int(rnd.pieces.ptr[t]), int(rnd.pieces.ptr[t + 1]))
+        offsets = (rnd.pieces.src_off if reading else rnd.pieces.dst_off)[rows]
+        return list(zip(offsets.tolist(), rnd.pieces.count[rows].tolist(), strict=True))
 
     def payloads(self, rnd: Round, ids: np.ndarray) -> dict[int, np.ndarray]:
         """Copies of what transfers ``ids`` carry, read now from the senders."""
         out = {}
         for t in ids.tolist():
-            start = int(rnd.src_off[t])
-            source = self.arrays[rnd.src[t]][start:start + int(rnd.count[t])]
-            out[t] = kernels.copy(np.empty_like(source), source)
+            sender = int(rnd.src[t])
+            parts = [self._slice(sender, start, n)
+                     for start, n in self._slices(rnd, t, reading=True)]
+            if len(parts) == 1:
+                out[t] = kernels.copy(np.empty_like(parts[0]), parts[0])
+            else:  # packed in order into one message
+                out[t] = np.concatenate(parts)
         return out
 
     def apply(self, rnd: Round, ids: np.ndarray, payloads: dict[int, np.ndarray]) -> None:
         """Apply received payloads of transfers ``ids`` (in that order) at their receivers."""
         combine = kernels.sum_into if rnd.op == SUM else kernels.copy
         for t in ids.tolist():
-            start = int(rnd.dst_off[t])
+            receiver = int(rnd.dst[t])
             payload = payloads.pop(t)
-            combine(self.arrays[rnd.dst[t]][start:start + len(payload)], payload)
+            at = 0
+            for start, n in self._slices(rnd, t, reading=False):
+                combine(self._slice(receiver, start, n), payload[at:at + n])
+                at += n
 
     def run_round(self, rnd: Round) -> None:
         """Execute a whole round at once: every payload is read before any is applied."""
