@@ -206,3 +206,33 @@ def test_widedeep_layout_is_tables_then_dense():
     assert [t.params for t in model.tables] == [slice(0, 5), slice(5, 20), slice(20, 41)]
     assert model.dense_params == slice(41, model.size)
     assert model.size == 41 + (4 * 8 + 4) + (1 * 4 + 1)
+
+
+def test_embeddings_keys_without_tables_are_a_warning():
+    from sim.training.checks import config_warnings
+
+    warned = config_warnings(make(embeddings__sharding="column"))
+    assert any("embeddings.sharding" in line and "no effect" in line for line in warned)
+    assert not config_warnings(make(WIDE_DEEP, PS, embeddings__sharding="column"))
+
+
+@pytest.mark.parametrize("override, named", [
+    ("embeddings.placement=disk", "embeddings.placement"),
+    ("embeddings.sharding=random", "embeddings.sharding"),
+    ("embeddings.cache_rows=-1", "embeddings.cache_rows"),
+    ("workload.zipf_exponent=-0.5", "workload.zipf_exponent"),
+    ("workload.dataset=criteo:/nonexistent.tsv", "workload.dataset"),
+])
+def test_bad_embeddings_values_exit_2_from_the_command_line(tmp_path, override, named):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    config = tmp_path / "wd.toml"
+    config.write_text('[workload]\nmodel = "wide-deep"\ndataset = "ctr-synthetic"\n')
+    done = subprocess.run([sys.executable, "-m", "sim", "run", str(config), "--set", override,
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).parents[1])
+    assert done.returncode == 2, done.stderr
+    assert named in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()

@@ -15,7 +15,15 @@ from typing import Any
 
 from sim import quick
 from sim.calibrated import CALIBRATED
-from sim.config import Cluster, Config, Strategy, apply_overrides, parse, read_toml
+from sim.config import (
+    Cluster,
+    Config,
+    Embeddings,
+    Strategy,
+    apply_overrides,
+    parse,
+    read_toml,
+)
 from sim.errors import UserError
 from sim.faults.storage import get_storage
 from sim.names import unknown
@@ -107,8 +115,11 @@ def _check_workload(c: Config) -> None:
     w = c.workload
     if not w.numerics:
         return  # timing only: no data set to check against
-    rows, features, classes, sparse = dataset_shape(w.dataset, w.samples, w.features,
-                                                    w.classes)
+    try:
+        rows, features, classes, sparse = dataset_shape(w.dataset, w.samples, w.features,
+                                                        w.classes)
+    except ValueError as exc:  # a data file that cannot be read
+        raise ValueError(f"workload.dataset: {exc}") from None
     model = MODELS[w.model]
     if model.tabular != ctr_dataset(w.dataset):
         kind = "a click-through-rate" if model.tabular else "a feature-matrix"
@@ -355,7 +366,16 @@ def _lone_host_link(c: Config) -> str | None:
     return None
 
 
-WARNINGS = [_one_leaf, _unused_allgather, _lone_host_link]
+def _unused_embeddings(c: Config) -> str | None:
+    changed = [f"embeddings.{key}" for key, value in c.embeddings.model_dump().items()
+               if value != getattr(Embeddings(), key)]
+    if changed and not MODELS[c.workload.model].tabular:
+        return (f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: "
+                f"workload.model {c.workload.model!r} has no embedding tables (wide-deep has)")
+    return None
+
+
+WARNINGS = [_one_leaf, _unused_allgather, _lone_host_link, _unused_embeddings]
 
 
 def config_warnings(config: Config) -> list[str]:

@@ -30,7 +30,6 @@ class TableOptimizer:
         self.lr_scale = 1.0 if embeddings.lr is None else embeddings.lr / base_lr
         self.accum = [np.full((t.rows, t.dim), embeddings.initial_accumulator)
                       if self.adagrad else None for t in self.tables]
-        self._all_rows = [np.arange(t.rows, dtype=np.int64) for t in self.tables]
 
     @property
     def state_bytes(self) -> int:
@@ -60,4 +59,7 @@ class TableOptimizer:
                 raise ValueError(f"grad: covers part of table {table.name!r} "
                                  f"([{start}, {stop}) against [{lo}, {hi}))")
             rows = grad[lo - start:hi - start].reshape(table.rows, table.dim)
-            self.step_rows(i, self._all_rows[i], rows, lr)
+            # only rows with a gradient change: the others would stay bit for bit (module
+            # docstring), and a step's batches touch few of a table's rows
+            touched = np.flatnonzero(rows.any(axis=1))
+            self.step_rows(i, touched, rows[touched], lr)

@@ -19,11 +19,14 @@ pooling and their backward (a scatter-add of row gradients) are C kernels
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from sim import kernels as K
 from sim.workloads.model_base import Layer, Model
+
+_TOUCHED_KEPT = 64  # batches whose touched rows are remembered
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class WideDeep(Model):
         self.fields, self.dim, self.dense_features = fields, embedding_dim, features
         self.vocab, self.cross_buckets = vocab_list(vocab, fields), cross_buckets
         self.mean, self.ids_per_field = pooling == "mean", ids_per_field
+        self._touched: dict[int, tuple[Any, list[np.ndarray]]] = {}
+        self._written: dict[int, tuple[np.ndarray, list[np.ndarray]]] = {}
         crosses = max(fields - 1, 0)
         self.tables = [Table("wide", slice(0, cross_buckets + 1), cross_buckets + 1, 1)]
         start = cross_buckets + 1
@@ -201,17 +206,36 @@ class WideDeep(Model):
         return TableGrad(np.append(rows, self.cross_buckets).astype(np.int64), grads[:, None])
 
     def touched(self, X) -> list[np.ndarray]:
-        """The distinct rows of each table (wide first) a batch reads: what a pull asks for."""
+        """The distinct rows of each table (wide first) a batch reads: what a pull asks for.
+        (Remembered for the last few batches: a pull, a push and a step all ask.)"""
+        key = id(X)
+        found = self._touched.get(key)
+        if found is not None and found[0] is X:
+            return found[1]
         wide = np.append(np.unique(X.wide), self.cross_buckets).astype(np.int64)
-        return [wide] + [np.unique(X.ids[:, f, :]).astype(np.int64)
+        rows = [wide] + [np.unique(X.ids[:, f, :]).astype(np.int64)
                          for f in range(self.fields)]
+        if len(self._touched) >= _TOUCHED_KEPT:
+            self._touched.pop(next(iter(self._touched)))
+        self._touched[key] = (X, rows)
+        return rows
 
     def scatter(self, grad: SparseGrad, out: np.ndarray) -> np.ndarray:
-        """``grad`` written into the flat vector ``out`` (zeros where no row was touched)."""
-        out[:self.dense_start] = 0.0
+        """``grad`` written into the flat vector ``out`` (zeros where no row was touched).
+
+        Only the rows this call wrote into ``out`` last time are cleared first (a table is
+        far larger than a batch's rows), so ``out`` must not be written elsewhere between
+        calls; a new ``out`` is cleared whole."""
+        written = self._written.get(id(out))
+        if written is None or written[0] is not out:
+            out[:self.dense_start] = 0.0
+        else:
+            for table, rows in zip(self.tables, written[1], strict=True):
+                table.view(out)[rows] = 0.0
         for table, part in zip(self.tables, grad.tables, strict=True):
             table.view(out)[part.rows] = part.grads
         out[self.dense_start:] = grad.dense
+        self._written[id(out)] = (out, [part.rows for part in grad.tables])
         return out
 
     def loss_grad(self, params, X, y, out=None):

@@ -71,10 +71,12 @@ class TableExchange:
         return [self.model.touched(w.last_batch[0]) for w in self.ctx.workers]
 
     def count(self, touched: list[list[np.ndarray]], pulled: float, pushed: float) -> None:
+        """A step: the workers' touched rows, and the bytes each received (``pulled``) and
+        sent (``pushed``), means over the workers."""
         self.steps += 1
         self.unique_ids += sum(len(ids) for rows in touched for ids in rows)
-        self.pulled += pulled
-        self.pushed += pushed
+        self.pulled += pulled * self.ctx.n
+        self.pushed += pushed * self.ctx.n
 
     def summary(self) -> dict[str, Any]:
         n = max(1, self.steps * self.ctx.n)
