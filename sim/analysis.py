@@ -419,6 +419,17 @@ def fastest_layouts(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+# ---- embedding tables ------------------------------------------------------------------------
+
+def placements(sweep_dir: PathLike) -> pd.DataFrame:
+    """A sweep of embedding placements (``embeddings.placement`` and its options): one row
+    per run with its layout name, zipf, fabric, step_s, bytes per step, shard load, cache
+    hit rate and time to target (the values :func:`sim.plots.plot_placements` draws)."""
+    from sim.plots.embedding_figures import placement_rows
+
+    return pd.DataFrame(placement_rows(Path(sweep_dir)))
+
+
 # ---- a notebook's setup --------------------------------------------------------------------
 
 #: The checkout this module belongs to (holds ``sim/`` and ``experiments/``).

@@ -388,13 +388,16 @@ UNSET = "none"  # `--set KEY=none`: an optional key (default None) back to its d
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """A copy of ``data`` with each ``a.b=value`` set (tables created as needed);
     ``a.b=none`` removes an optional key (one whose default is None, which TOML cannot
-    write). Raises UserError for a key the schema does not have, suggesting the closest
-    one."""
+    write). ``sweep.KEY=[...]`` sets the sweep key KEY whole, e.g. a coupled
+    ``sweep.cluster.workers,parallel.pipeline=[[8, 1], [2, 4]]``. Raises UserError for a key
+    the schema does not have, suggesting the closest one."""
     import copy
 
     data = copy.deepcopy(data)
     for text in overrides:
         path, value = parse_override(text)
+        if path[0] == "sweep" and len(path) > 2:  # [sweep]'s keys are dotted keys, whole
+            path = ["sweep", ".".join(path[1:])]  # (a coupled one holds dots and commas)
         if wrong := unknown_key(Config, path):
             raise UserError(f"--set {text!r}: {wrong}")
         node = data

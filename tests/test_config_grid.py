@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -135,3 +136,15 @@ def test_every_real_point_runs_or_is_refused_with_one_line(point, tmp_path_facto
     assert status == 0, (point, err)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert math.isfinite(summary["final_loss"]) and summary["iterations"] > 0, point
+
+
+def test_a_coupled_sweep_key_is_overridden_whole():
+    from sim.sweep.grid import load_sweep
+
+    root = Path(__file__).resolve().parents[1]
+    sweep = load_sweep(root / "experiments" / "wide-deep.toml",
+                       ["sweep.workload.zipf_exponent,run.target_loss=[[0.6, 0.63]]",
+                        'sweep.cluster.fabric=["ib-hdr"]'])
+    assert len(sweep.points) == 10  # the 10 placements, one data set, one fabric
+    assert {(p.values["workload.zipf_exponent"], p.values["run.target_loss"])
+            for p in sweep.points} == {(0.6, 0.63)}

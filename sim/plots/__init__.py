@@ -23,6 +23,9 @@ confidence interval; a real run is dashed in its simulated twin's colour, on wal
   memory per schedule; :func:`plot_memory_time`: memory per rank vs time per sample of
   data- and model-parallel layouts (both from a sweep's results.csv); :func:`plot_schedule`:
   a pipelined run's first step, passes labelled by microbatch, a row per rank
+- :func:`plot_placements`: where embedding tables live (parameter servers, replicated,
+  all-to-all): bytes per worker and step, step time per fabric and shard load against the
+  ids' power-law exponent (from a sweep of ``embeddings.placement``)
 - :func:`plot_runs`: the kinds asked for (the ``plot`` command);
   :func:`plot_sweep`: a sweep's standard comparison figures into ``SWEEP/plots/``
 """
@@ -36,6 +39,7 @@ from pathlib import Path
 from sim.errors import UserError
 from sim.faults.interval_study import INTERVAL_KEY
 from sim.plots.checkpoint_interval import interval_figure, plot_checkpoint_interval
+from sim.plots.embedding_figures import PLACEMENT, placements_figure, plot_placements
 from sim.plots.figures import breakdown_figure, plot_breakdown, plot_staleness, staleness_figure
 from sim.plots.gantt import gantt_figure, plot_gantt
 from sim.plots.labels import differing_keys, run_labels
@@ -69,7 +73,8 @@ from sim.plots.pipelining import (
 from sim.plots.scaling import plot_scaling, scaling_figure, sweeps_workers
 from sim.results import Run, Sweep, expand
 
-__all__ = ["KINDS", "PlotOptions", "bubble_figure", "memory_time_figure", "plot_bubble",
+__all__ = ["KINDS", "PlotOptions", "placements_figure", "plot_placements", "bubble_figure",
+           "memory_time_figure", "plot_bubble",
            "plot_memory_time", "plot_schedule", "schedule_figure", "breakdown_figure",
            "buckets_figure", "differing_keys",
            "interval_figure", "plot_checkpoint_interval",
@@ -100,7 +105,8 @@ LOSS_KINDS = ("loss-time", "loss-updates")
 # figures of a whole sweep: kind -> (the swept key it needs, the function)
 SWEEP_PLOTS = {"pipelining": (MODE, plot_pipelining), "buckets": (BUCKET, plot_buckets),
                "checkpoint-interval": (INTERVAL_KEY, plot_checkpoint_interval),
-               "bubble": (SCHEDULE, plot_bubble), "memory-time": (TENSOR, plot_memory_time)}
+               "bubble": (SCHEDULE, plot_bubble), "memory-time": (TENSOR, plot_memory_time),
+               "placements": (PLACEMENT, plot_placements)}
 KINDS = (*RUN_PLOTS, "scaling", *SWEEP_PLOTS)
 NO_LOSS = ("no loss plots: no run evaluated the held-out loss (timing-only runs, "
            "workload.numerics = false)")
