@@ -63,7 +63,10 @@ def _csr_args(rng, n, d, dtype):
 
 
 def build(name: str, dtype: Any, n: int = 5, d: int = 6, k: int = 3) -> Case:
-    """A fresh valid call of kernel ``name`` (n rows, d features, k classes / units)."""
+    """A fresh valid call of kernel ``name`` (n rows, d features, k classes / units; for the
+    embedding kernels n bags of k ids from a table of d + k rows of d columns)."""
+    if name in EMBEDDING_NAMES:
+        return embedding_case(name, dtype, V=d + k, D=d, n=n, k=k)
     rng = np.random.default_rng(0)
 
     def f(*shape):
@@ -192,10 +195,66 @@ def build(name: str, dtype: Any, n: int = 5, d: int = 6, k: int = 3) -> Case:
     raise KeyError(name)
 
 
+def embedding_case(name: str, dtype: Any, V: int = 6, D: int = 5, n: int = 4,
+                   k: int = 3) -> Case:
+    """A valid call of an embedding-table kernel: a table of V rows of D columns, n bags of
+    k ids (:func:`build` maps its n, d, k here; tests/test_kernels_embedding.py calls this
+    directly for shapes that mapping never gives, V = 1 and one-id bags). Each index array
+    (``idx``) is checked before anything is written."""
+    rng = np.random.default_rng(0)
+
+    def f(*shape):
+        return rng.standard_normal(shape).astype(dtype)
+
+    ids = rng.integers(0, V, (n, k)).astype(np.int64)
+    if name == "embedding_bag_forward":  # a NaN in the table reaches out only if looked up
+        return Case(name, {"table": f(V, D), "ids": ids, "out": np.empty((n, D), dtype)},
+                    lambda a: K.embedding_bag_forward(a["table"], a["ids"], True, out=a["out"]),
+                    outputs=("out",), defining=("table", "ids"), shaped=("out",),
+                    idx=("ids", V))
+    if name == "embedding_bag_backward":
+        unique, inverse = np.unique(ids, return_inverse=True)
+        u = len(unique)
+        return Case(name, {"ids": ids, "grad_out": f(n, D), "inverse": inverse.reshape(-1),
+                           "unique_count": u, "out": np.empty((u, D), dtype)},
+                    lambda a: K.embedding_bag_backward(a["ids"], a["grad_out"], True,
+                                                       a["inverse"], a["unique_count"],
+                                                       out=a["out"]),
+                    outputs=("out",), finite=("grad_out",), defining=("ids", "grad_out"),
+                    shaped=("ids", "grad_out", "inverse", "out"),
+                    scalars={"unique_count": [0, -1, n * k + 1, 2.0, None, True, "3"]},
+                    idx=("inverse", u))
+    u = min(3, V)
+    rows = rng.permutation(V)[:u].astype(np.int64)
+    # lr = 1e39 is finite as a float64 but overflows a float32: bad for float32 only
+    overflow = [1e39] if np.dtype(dtype) == np.float32 else []
+    if name == "adagrad_rows":  # only the listed rows are stepped (and probed): not table
+        return Case(name, {"table": f(V, D), "accum": np.full((V, D), 0.1, dtype),
+                           "rows": rows, "grads": f(u, D), "lr": 0.1, "eps": 1e-7},
+                    lambda a: K.adagrad_rows(a["table"], a["accum"], a["rows"], a["grads"],
+                                             a["lr"], a["eps"]),
+                    outputs=("table", "accum"), finite=("grads",),
+                    defining=("table", "rows"), shaped=("table", "accum", "rows", "grads"),
+                    scalars={"lr": [-1.0, np.nan, np.inf, None, "abc", *overflow],
+                             "eps": [-1e-7, np.nan, -np.inf, None, [0.1]]},
+                    idx=("rows", V))
+    if name == "sgd_rows":
+        return Case(name, {"table": f(V, D), "rows": rows, "grads": f(u, D), "lr": 0.1},
+                    lambda a: K.sgd_rows(a["table"], a["rows"], a["grads"], a["lr"]),
+                    outputs=("table",), finite=("grads",), defining=("table", "rows"),
+                    shaped=("rows", "grads"),
+                    scalars={"lr": [-0.5, np.nan, np.inf, None, "abc", *overflow]},
+                    idx=("rows", V))
+    raise KeyError(name)
+
+
+EMBEDDING_NAMES = ["embedding_bag_forward", "embedding_bag_backward", "adagrad_rows",
+                   "sgd_rows"]
+
 NAMES = ["logreg_loss_grad", "softmax_loss_grad", "dense_forward", "softmax_xent",
          "dense_backward", "sparse_logreg_grad", "sum_into", "axpy", "scale", "copy",
          "sgd_update", "average", "topk_ef", "qsgd_quantize", "qsgd_dequantize", "scatter_add",
-         "csr_matvec", "csr_matmat", "dense_matvec"]
+         "csr_matvec", "csr_matmat", "dense_matvec", *EMBEDDING_NAMES]
 
 
 def names_arg(msg: str, name: str) -> bool:
@@ -220,7 +279,7 @@ def wrong_dtype(case: Case, arg: str, rnd: random.Random) -> tuple[Any, type]:
         choices = [d for d in (np.int32, np.int64, np.uint8, np.float64) if d != a.dtype]
     if rnd.random() < 0.2:
         return a.tolist(), TypeError
-    with np.errstate(invalid="ignore"):  # np.empty outputs may hold NaN bit patterns
+    with np.errstate(invalid="ignore", over="ignore"):  # np.empty outputs: any bit pattern
         return a.astype(rnd.choice(choices)), TypeError
 
 
@@ -278,7 +337,7 @@ def bad_index(case: Case, rnd: random.Random) -> dict[str, Any]:
             return args
         bad = rnd.choice([-1, k, 2**62, -(2**62)])
     a = args[name].copy()
-    a[rnd.randrange(a.size)] = bad
+    a.reshape(-1)[rnd.randrange(a.size)] = bad  # one entry, of a 2-D array (ids) too
     args[name] = a
     return args
 

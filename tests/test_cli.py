@@ -59,7 +59,7 @@ def test_list_names_every_registry(capsys):
     assert main(["list"]) == 0
     printed = capsys.readouterr().out
     for name in ("fabrics:", "strategies:", "ib-hdr", "ssp", "sparse-logreg", "quickstart",
-                 "hosts:", "epyc-core"):
+                 "hosts:", "epyc-core", "wide-deep", "ctr-synthetic", "criteo:PATH"):
         assert name in printed
 
 

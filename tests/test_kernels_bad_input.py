@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_cases import (
+    EMBEDDING_NAMES,
     NAMES,
     bad_index,
     build,
@@ -47,7 +48,8 @@ cases = cases_with()
 
 
 def expect(case, arg, value, exc, named=True):
-    """Call ``case`` with ``arg`` replaced; it must raise ``exc`` naming the argument."""
+    """Call ``case`` with ``arg`` replaced; it must raise ``exc`` naming the argument and,
+    when ``named`` (a check made before the call reaches C), write none of its outputs."""
     args = dict(case.args)
     args[arg] = value
     before = {k: v.copy() for k, v in case.args.items() if isinstance(v, np.ndarray)}
@@ -57,6 +59,8 @@ def expect(case, arg, value, exc, named=True):
     if named:
         ok = names_any(msg, case) if arg in case.defining else names_arg(msg, arg)
         assert ok, f"{case.name}: error for {arg!r} does not name it: {msg}"
+        for out in case.outputs:  # bytewise: np.empty outputs may hold NaN patterns
+            assert case.args[out].tobytes() == before[out].tobytes(), f"{out} was written"
     return info.value, before
 
 
@@ -138,7 +142,7 @@ def test_nan_and_inf_inputs_raise_non_finite_error(case, rnd):
 @SETTINGS
 @given(st.builds(build, st.sampled_from(["softmax_loss_grad", "softmax_xent",
                                           "sparse_logreg_grad", "csr_matvec", "csr_matmat",
-                                          "scatter_add"]),
+                                          "scatter_add", *EMBEDDING_NAMES]),
                  st.sampled_from(DTYPES)), rnds)
 def test_out_of_range_labels_and_indices_raise_value_error(case, rnd):
     args = bad_index(case, rnd)
@@ -149,6 +153,10 @@ def test_out_of_range_labels_and_indices_raise_value_error(case, rnd):
     assert "out of range" in str(info.value) or "indptr" in str(info.value)
     if case.name in ("scatter_add", "csr_matmat"):  # checked before any write
         np.testing.assert_array_equal(args["out"], before["out"])
+    if case.name in EMBEDDING_NAMES:  # checked before any write, and named
+        assert names_arg(str(info.value), case.idx[0]), str(info.value)
+        for out in case.outputs:
+            assert args[out].tobytes() == before[out].tobytes(), f"{out} was written"
     if case.name == "sparse_logreg_grad":  # scratch untouched: still all zero
         assert not args["workspace.acc"].any() and not args["workspace.mark"].any()
 

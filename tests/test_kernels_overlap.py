@@ -101,6 +101,23 @@ def numpy_reference(name: str, a: dict) -> dict:
         return {"result": logreg_ref(a["X"], a["y"], a["w"], a["l2"])}
     if name == "softmax_loss_grad":
         return {"result": softmax_ref(a["X"], a["labels"], a["W"], a["l2"])}
+    if name == "embedding_bag_forward":  # kernel_cases calls it with mean=True
+        return {"out": wide(a["table"])[a["ids"]].mean(axis=1)}
+    if name == "embedding_bag_backward":  # mean=True
+        n, k = a["ids"].shape
+        out = np.zeros((a["unique_count"], a["grad_out"].shape[1]))
+        np.add.at(out, a["inverse"], np.repeat(wide(a["grad_out"]), k, axis=0) / k)
+        return {"out": out}
+    if name == "adagrad_rows":
+        table, accum = wide(a["table"]).copy(), wide(a["accum"]).copy()
+        rows, g = a["rows"], wide(a["grads"])
+        accum[rows] += g * g
+        table[rows] -= a["lr"] * g / (np.sqrt(accum[rows]) + a["eps"])
+        return {"table": table, "accum": accum}
+    if name == "sgd_rows":
+        table = wide(a["table"]).copy()
+        table[a["rows"]] -= a["lr"] * wide(a["grads"])
+        return {"table": table}
     if name == "sparse_logreg_grad":
         d = len(a["w"])
         loss, grad = logreg_ref(csr_dense(a["indptr"], a["indices"], a["data"], d), a["y"],

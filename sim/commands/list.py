@@ -47,10 +47,20 @@ def models() -> list[str]:
     return [f"{name:<14} {_first_line(cls)}" for name, cls in MODELS.items()]
 
 
-def datasets() -> list[str]:
-    from sim.workloads.datasets import DATASETS
+def _first_sentence(obj: object) -> str:
+    """The docstring's first sentence (up to the first full stop before a space)."""
+    line = _first_line(obj)
+    return line.split(". ", 1)[0].removesuffix(".") + "."
 
-    return [f"{name:<16} {_first_line(fn)}" for name, fn in DATASETS.items()]
+
+def datasets() -> list[str]:
+    """The named data sets, then the families named by a prefix and an argument
+    (``criteo:PATH``), written as a config names them."""
+    from sim.workloads.datasets import DATASET_FAMILIES, DATASETS
+
+    return ([f"{name:<16} {_first_line(fn)}" for name, fn in DATASETS.items()]
+            + [f"{family.usage:<16} {_first_sentence(family.build)}"
+               for family in DATASET_FAMILIES.values()])
 
 
 def collectives() -> list[str]:
