@@ -11,7 +11,7 @@
   their gradients back the same way (the transpose), the owners step their rows, and only
   the dense part is allreduced. The exchange's bytes per pair are
   :meth:`~sim.training.embedding_shards.ShardMap.alltoall_bytes`; the pairwise all-to-all
-  with sizes per pair is :func:`sim.network.alltoallv.alltoallv`. Without layer-wise
+  with sizes per pair is :func:`sim.network.alltoall.alltoallv`. Without layer-wise
   pipelining a step runs its parts one after another, so the forward exchange is charged
   after the step's compute with the backward one: the step takes as long.
 
