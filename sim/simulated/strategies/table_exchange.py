@@ -30,6 +30,7 @@ import simpy
 
 from sim.network.alltoall import alltoallv
 from sim.network.collectives import get_collective
+from sim.simulated.strategies.base import cpu
 from sim.training.embedding_shards import ShardMap, TableSpec, load_max_over_mean
 from sim.training.embedding_traffic import ID_BYTES
 
@@ -142,10 +143,18 @@ class AllToAll(TableExchange):
         touched = self.touched()
         every = [np.concatenate(ids) for ids in zip(*(self._occurrences(w) for w in
                                                        ctx.workers), strict=True)]
-        self.looked_up += self.map.lookup_work(every).ids
+        lookups = self.map.lookup_work(every)
+        self.looked_up += lookups.ids
         received = float(self.forward.sum()) / ctx.n  # a worker's pooled vectors, mean
         self.count(touched, received, received + self.dense_bytes)
         hosts = self.strategy.hosts
+        # each owner reads and sums its rows for every worker's bags: a pass at the host's
+        # summing rate over the values read (nothing on the ideal host)
+        env = ctx.env
+        yield simpy.AllOf(env, [env.process(cpu(ctx, w.index, "compute",
+                                                ctx.cpu.reduce_s(VALUE_BYTES * values)))
+                                for w, values in zip(ctx.workers, lookups.values,
+                                                     strict=True)])
         yield from self.timed(alltoallv(ctx.network, self.forward, hosts), overlapped)
         yield from self.timed(alltoallv(ctx.network, self.forward.T, hosts), overlapped)
         yield from self.strategy.allreduce(self.dense_bytes, overlapped)
