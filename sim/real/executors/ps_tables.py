@@ -57,7 +57,7 @@ from sim.real.executors.assemble import RankLog
 from sim.real.executors.context import RankContext
 from sim.real.executors.ps import HEADER, PULL, PUSH, STOP, TAG, WARM, Reply, ServerProtocol
 from sim.real.executors.rank_compute import RealCompute
-from sim.real.executors.table_shards import ShardLayout
+from sim.real.executors.table_shards import ShardLayout, step_mean_rows
 from sim.training.embedding_shards import load_max_over_mean
 from sim.training.rules import SGD, Rules
 from sim.training.store import ParameterStore
@@ -289,21 +289,11 @@ class ShardProtocol(ServerProtocol):
     def step(self, pushes: list[RowPush], lr: float) -> None:
         """Step the rows ``pushes`` carry, and the dense range, by their mean (summed in
         the order given, then scaled: :meth:`Rules.mean`'s arithmetic)."""
-        layout, total = self.layout, self.total
-        ids = np.unique(np.concatenate([p.ids for p in pushes]))
-        union = layout.tables_of(ids)
-        for t, rows, _ in union:
-            layout.tables[t].view(total)[rows] = 0.0
-        for push in pushes:
-            for t, rows, where in layout.tables_of(push.ids):
-                layout.tables[t].view(total)[rows] += push.values[where].reshape(len(rows), -1)
-        scale = 1.0 / len(pushes)
-        tables = self.sgd.tables
-        assert tables is not None
-        for t, rows, _ in union:
-            view = layout.tables[t].view(total)
-            view[rows] *= scale
-            tables.step_rows(t, rows, view[rows], lr)
+        layout = self.layout
+        step_mean_rows(layout, self.sgd, self.total,
+                       [[(t, rows, push.values[where].reshape(len(rows), -1))
+                         for t, rows, where in layout.tables_of(push.ids)]
+                        for push in pushes], lr)
         lo, hi = self.dense
         self.sgd.step(self.rules.mean([p.dense for p in pushes], self.dense_total), lr,
                       slice(lo, hi))

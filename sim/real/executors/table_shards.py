@@ -116,3 +116,31 @@ class ShardLayout:
         model = self.model
         wide = min(self.tables[0].rows, batch * max(model.fields - 1, 0) + 1)
         return wide + sum(min(t.rows, batch * model.ids_per_field) for t in self.tables[1:])
+
+
+RowGrads = list[tuple[int, np.ndarray, np.ndarray]]  # per table: (table, rows, (u, dim) grads)
+
+
+def step_mean_rows(layout: ShardLayout, sgd: Any, total: np.ndarray,
+                   grads: Sequence[RowGrads], lr: float) -> None:
+    """Step the rows that ``grads`` (one list per worker, in worker order) carry by their
+    mean over the workers, with ``sgd``'s row optimizer (:class:`~sim.training.rules.SGD`'s
+    ``tables``). The mean is summed in the order given, then scaled by 1 / len(grads), in
+    ``total`` (a full-size scratch vector, written at those rows only): the arithmetic of
+    :meth:`sim.training.rules.Rules.mean` and of a bsp allreduce's mean on a flat gradient
+    whose untouched rows are zeros (x + 0 is x), so each row gets the same bits."""
+    union: dict[int, list[np.ndarray]] = {}
+    for worker in grads:
+        for t, rows, _ in worker:
+            union.setdefault(t, []).append(rows)
+    rows_of = {t: np.unique(np.concatenate(parts)) for t, parts in union.items()}
+    for t, rows in rows_of.items():
+        layout.tables[t].view(total)[rows] = 0.0
+    for worker in grads:
+        for t, rows, values in worker:
+            layout.tables[t].view(total)[rows] += values
+    scale = 1.0 / len(grads)
+    for t, rows in sorted(rows_of.items()):
+        view = layout.tables[t].view(total)
+        view[rows] *= scale
+        sgd.tables.step_rows(t, rows, view[rows], lr)
