@@ -81,7 +81,7 @@ class Owner:
 
     def owned(self, table: int, ids: np.ndarray) -> np.ndarray:
         """Whether each of ``ids`` (rows of ``table``, any shape) is this rank's."""
-        return (self.layout.map.owner(table, ids) == self.rank).reshape(np.shape(ids))
+        return self.layout.owner[table][ids] == self.rank
 
     def partial(self, params: np.ndarray, X, out: np.ndarray) -> int:
         """The partial pooled sums of batch ``X`` over this rank's rows into ``out``

@@ -257,6 +257,8 @@ class ShardProtocol(ServerProtocol):
         self.served = 0  # rows sent in answers to pulls
         super().__init__(rules, workload, ParameterStore(rules, _NOTHING))
         self.log.rank = workload.n + shard
+        for w in range(self.n):  # every worker starts with the initial parameters: read
+            self.store.admit(w)  # at version 0, as a first pull would have
 
     @property
     def model_of_record(self) -> np.ndarray:

@@ -36,9 +36,12 @@ class ShardLayout:
         self.map = ShardMap([TableSpec(t.rows, t.dim) for t in self.tables], shards, sharding)
         self.offsets = np.cumsum([0] + [t.rows for t in self.tables]).astype(np.int64)
         self.dims = np.array([t.dim for t in self.tables], np.int64)
-        # every table's rows on each shard (sorted), for poisoning and merging
-        self.owned = [[np.flatnonzero(self.map.owner(t, np.arange(table.rows)) == s)
-                       for t, table in enumerate(self.tables)] for s in range(shards)]
+        # each table's row -> its shard, looked up per batch (hashing on every batch costs
+        # more than the lookups); every table's rows on each shard, for poisoning and merging
+        self.owner = [self.map.owner(t, np.arange(table.rows))
+                      for t, table in enumerate(self.tables)]
+        self.owned = [[np.flatnonzero(owner == s) for owner in self.owner]
+                      for s in range(shards)]
         start, size = model.dense_start, model.size
         if split_dense:
             ends = np.cumsum([len(p) for p in np.array_split(np.arange(size - start),
@@ -74,7 +77,7 @@ class ShardLayout:
     def split(self, rows: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Per shard, the global ids (sorted int64) of ``rows`` (distinct rows per table,
         each sorted) that it holds."""
-        owners = [self.map.owner(t, r) for t, r in enumerate(rows)]
+        owners = [self.owner[t][r] for t, r in enumerate(rows)]
         return [np.concatenate([r[o == s] + self.offsets[t]
                                 for t, (r, o) in enumerate(zip(rows, owners, strict=True))])
                 for s in range(self.shards)]
