@@ -83,7 +83,7 @@ def test_real_alltoall_on_two_ranks_is_the_simulated_run(tmp_path):
     np.testing.assert_allclose(losses(metrics, "eval"),
                                [row["loss"] for row in rows(sim.metrics_csv, "eval")],
                                rtol=0, atol=1e-12)
-    for key in ("unique_ids_per_step", "shard_load_max_over_mean", "cache_hit_rate"):
+    for key in TRAFFIC:
         assert summary[key] == pytest.approx(sim.summary[key], rel=1e-12), key
     # a rank receives each other owner's pooled columns for its batch (row-hash: every
     # owner a partial sum of every table), and sends their gradients back with its dense
