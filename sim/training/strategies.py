@@ -71,6 +71,10 @@ class RealProgram:
     pipelined: str | None = None  # None: pipelined runs are simulated only
     split: str | None = None  # None: split replicas are simulated only
     restarts: bool = False  # the unpipelined program checkpoints and restarts
+    # for a model with embedding tables (wide-deep): the program, and the
+    # embeddings.placement values it runs; None: such models are simulated only
+    tables: str | None = None
+    table_placements: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,9 @@ def _named(text: str, *params: str) -> StrategyName:
 
 
 _REAL_PS = RealProgram("sim.real.executors.ps")
+# bsp-ps and asp also train a model whose tables are on sharded servers (sparse rows)
+_REAL_PS_TABLES = RealProgram("sim.real.executors.ps", tables="sim.real.executors.ps_tables",
+                              table_placements=("ps",))
 # why a strategy does not take [parallel] (each completes "STRATEGY ...")
 _NO_MP_ASYNC = ("is asynchronous: every stage would have to keep the parameter version each "
                 "microbatch's forward used (PipeDream's weight stashing), which is not modelled")
@@ -163,7 +170,9 @@ STRATEGIES: dict[str, StrategyRow] = {row.name: row for row in (
                 "synchronous SGD: every step averages all workers' gradients with an allreduce",
                 real=RealProgram("sim.real.executors.bsp",
                                  pipelined="sim.real.executors.bsp_pipelined", restarts=True,
-                                 split="sim.real.executors.bsp_split"),
+                                 split="sim.real.executors.bsp_split",
+                                 tables="sim.real.executors.bsp_tables",
+                                 table_placements=("alltoall",)),
                 pipelining=PIPELINING, gathers_compressed=True, synchronous=True,
                 model_parallel=True,
                 simulated_model_parallel=f"{_SIM}.model_parallel:ModelParallelBSP",
@@ -171,7 +180,7 @@ STRATEGIES: dict[str, StrategyRow] = {row.name: row for row in (
     StrategyRow("bsp-ps", f"{_RULES}:BSPPS", f"{_SIM}.ps_sync:BSPPS", _named("BSP (PS)"),
                 _named("bsp-ps"),
                 "synchronous SGD through sharded parameter servers: push, barrier, pull",
-                real=_REAL_PS, pipelining=PIPELINING, uses_servers=True, synchronous=True,
+                real=_REAL_PS_TABLES, pipelining=PIPELINING, uses_servers=True, synchronous=True,
                 model_parallel=True,
                 simulated_model_parallel=f"{_SIM}.model_parallel:ModelParallelBSPPS",
                 embedding_placements=("ps",)),
@@ -185,7 +194,7 @@ STRATEGIES: dict[str, StrategyRow] = {row.name: row for row in (
                 embedding_placements=("ps",)),
     StrategyRow("asp", f"{_RULES}:ASP", f"{_SIM}.ps_async:ASP", _named("ASP"), _named("asp"),
                 "Downpour-style asynchronous SGD through parameter servers (Dean et al. 2012)",
-                real=_REAL_PS, recovery="elastic", uses_servers=True,
+                real=_REAL_PS_TABLES, recovery="elastic", uses_servers=True,
                 no_model_parallel=_NO_MP_ASYNC, embedding_placements=("ps",)),
     StrategyRow("ssp", f"{_RULES}:SSP", f"{_SIM}.ps_async:SSP",
                 _named("SSP (s = {})", "strategy.staleness"),

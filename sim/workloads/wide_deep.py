@@ -176,8 +176,29 @@ class WideDeep(Model):
         """The batch's loss and gradient: per table its distinct rows and their gradients
         (sorted by row), and the MLP's gradient."""
         bags = self._bags(X)
-        acts, z = self._forward(params, X, bags)
-        loss, dz = self._logistic(z, y)
+        loss, dz, dense, delta = self.head_loss_grad(params, self._inputs(params, X, bags),
+                                                     self._wide(params, X), y)
+        tables = [self._wide_grad(X, dz)]
+        d = self.dim
+        for f, ids in enumerate(bags):
+            rows, inverse = np.unique(ids, return_inverse=True)
+            grads = K.embedding_bag_backward(ids, np.ascontiguousarray(delta[:, f * d:(f + 1) * d]),
+                                             self.mean, inverse.astype(np.int64), len(rows))
+            tables.append(TableGrad(rows.astype(np.int64), grads))
+        return SparseGrad(loss, tables, dense)
+
+    def head_loss_grad(self, params: np.ndarray, x: np.ndarray, wide: np.ndarray,
+                       y: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """The loss and gradients past the lookups, for MLP inputs ``x`` (pooled embeddings
+        then dense features, (n, fields x dim + dense)) and the wide part's logits ``wide``
+        (n,): (loss, its gradient with respect to the logits (n,), the MLP's gradient, the
+        gradient with respect to ``x``). What a model-parallel placement runs once the
+        pooled vectors have been exchanged (:mod:`sim.real.executors.bsp_tables`)."""
+        acts = [x]
+        for i in range(len(self.shapes)):
+            W, b = self._views(params, i)
+            acts.append(K.dense_forward(acts[-1], W, b, relu=i < len(self.shapes) - 1))
+        loss, dz = self._logistic(acts[-1][:, 0] + wide, y)
         dense = np.empty(self.size - self.dense_start)
         offset, delta = self.dense_start, dz[:, None]
         for i in reversed(range(len(self.shapes))):
@@ -188,18 +209,15 @@ class WideDeep(Model):
             _, _, delta = K.dense_backward(acts[i], delta, W, relu_in=i > 0, input_grad=True,
                                            dW=grad[:dout * din].reshape(dout, din),
                                            db=grad[dout * din:])
-        tables = [self._wide_grad(X, dz)]
-        d = self.dim
-        for f, ids in enumerate(bags):
-            rows, inverse = np.unique(ids, return_inverse=True)
-            grads = K.embedding_bag_backward(ids, np.ascontiguousarray(delta[:, f * d:(f + 1) * d]),
-                                             self.mean, inverse.astype(np.int64), len(rows))
-            tables.append(TableGrad(rows.astype(np.int64), grads))
-        return SparseGrad(loss, tables, dense)
+        return loss, dz, dense, delta
 
     def _wide_grad(self, X, dz: np.ndarray) -> TableGrad:
-        """The wide part's rows: every crossed id of the batch, and the bias."""
-        rows, inverse = np.unique(X.wide, return_inverse=True)
+        return self.wide_grad(X.wide, dz)
+
+    def wide_grad(self, crossed: np.ndarray, dz: np.ndarray) -> TableGrad:
+        """The wide part's rows for a batch's crossed ids ``crossed`` (n, crosses) and its
+        logits' gradient ``dz``: every crossed id of the batch, and the bias."""
+        rows, inverse = np.unique(crossed, return_inverse=True)
         grads = np.zeros(len(rows) + 1)
         np.add.at(grads, inverse.reshape(len(dz), -1), dz[:, None])
         grads[-1] = dz.sum()

@@ -160,18 +160,25 @@ class ServerProtocol:
     """The server rank without MPI: the parameters of record under the strategy's rules,
     the pulls it cannot answer yet, and its log."""
 
-    def __init__(self, rules: Rules, workload: Workload) -> None:
+    def __init__(self, rules: Rules, workload: Workload,
+                 store: ParameterStore | None = None) -> None:
         self.rules, self.n = rules, workload.n
         self.iterations = workload.config.run.iterations
-        self.store = ParameterStore(rules, workload.params.copy())
+        self.store = store if store is not None else \
+            ParameterStore(rules, workload.params.copy())
         self.pending: dict[int, float] = {}  # worker -> arrival time of its pull
         self.held: set[int] = set()  # workers whose pull could not be answered on arrival
         self.stopped: set[int] = set()
         self.dead: set[int] = set()  # workers found dead (elastic recovery)
         self.finished = False
         self.log = RankLog(self.n)
-        self.log.reserve(self.store.params.size, rules, self.iterations)
-        self.log.snapshot(self.store.params, rules, 0)
+        self.log.reserve(self.model_of_record.size, rules, self.iterations)
+        self.log.snapshot(self.model_of_record, rules, 0)
+
+    @property
+    def model_of_record(self) -> np.ndarray:
+        """What the server snapshots at evaluation points: the store's parameters."""
+        return self.store.params
 
     def on_pull(self, worker: int, now: float) -> None:
         self.pending[worker] = now
@@ -196,7 +203,7 @@ class ServerProtocol:
         return [(w, step) for w in range(self.n) if w not in self.store.last_step]
 
     def _applied(self, update: Any, now: float) -> None:
-        self.log.record(now, update, self.store.params, self.rules, self.store.version)
+        self.log.record(now, update, self.model_of_record, self.rules, self.store.version)
         self.finished = self.store.version >= self.iterations
 
     @property

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sim.config import Config
 from sim.errors import UserError
 from sim.training.parallel_plan import split_key
+from sim.training.rules import table_layout
 from sim.training.strategies import STRATEGIES, StrategyRow, row_of
 from sim.training.workload import Workload
 from sim.workloads.models import MLP, MODELS
@@ -47,6 +48,8 @@ class RealStrategy:
         pipelined one's, or the plain one."""
         real = self.row.real
         assert real is not None  # check_supported refused the others
+        if real.tables is not None and table_layout(config):
+            return importlib.import_module(real.tables)
         if split_key(config) is not None:
             return importlib.import_module(real.split)
         pipelined = config.strategy.pipelining != "none"
@@ -100,10 +103,54 @@ def check_supported(config: Config, source: str = "config") -> RealStrategy:
     if MODELS[config.workload.model].sparse:
         raise UserError(f"{source}: workload.model {config.workload.model!r}: real runs "
                         "support dense models only")
-    if row.uses_servers and config.cluster.servers != 1:
+    tables = bool(table_layout(config))
+    if tables:
+        check_tables(config, row, source)
+    elif row.uses_servers and config.cluster.servers != 1:
         raise UserError(f"{source}: cluster.servers = {config.cluster.servers}: real runs "
-                        "use one parameter-server rank (set cluster.servers = 1)")
+                        "use one parameter-server rank (set cluster.servers = 1), or "
+                        "several for a model with tables (wide-deep)")
     return RealStrategy(row)
+
+
+# the row shardings and whole tables: each shard holds whole rows
+_REAL_SHARDINGS = ("row-hash", "row-range", "table")
+
+
+def check_tables(config: Config, row: StrategyRow, source: str = "config") -> None:
+    """What a real run of a model with embedding tables (wide-deep) does not support
+    (UserError naming the key)."""
+    assert row.real is not None
+    kind, embeddings = config.strategy.kind, config.embeddings
+    if row.real.tables is None:
+        raise UserError(f"{source}: strategy.kind {kind!r}: real runs train a model with "
+                        f"tables ({config.workload.model}) with "
+                        f"{_real_names(lambda r: bool(r.real.tables))} only ({kind} is "
+                        "simulated only)")
+    if embeddings.placement not in row.real.table_placements:
+        raise UserError(f"{source}: embeddings.placement {embeddings.placement!r}: real {kind} "
+                        f"runs keep the tables {' or '.join(map(repr, row.real.table_placements))} "
+                        "only (the others are simulated only)")
+    if embeddings.sharding not in _REAL_SHARDINGS:
+        raise UserError(f"{source}: embeddings.sharding {embeddings.sharding!r}: real runs "
+                        f"shard whole rows ({', '.join(_REAL_SHARDINGS)}); column sharding is "
+                        "simulated only")
+    if embeddings.cache_rows:
+        raise UserError(f"{source}: embeddings.cache_rows = {embeddings.cache_rows}: real "
+                        "runs keep no worker cache of hot rows yet (set it to 0)")
+    if config.strategy.pipelining != "none":
+        raise UserError(f"{source}: strategy.pipelining {config.strategy.pipelining!r}: real "
+                        "runs of a model with tables do not pipeline (use \"none\")")
+    if config.faults.enabled or config.checkpoint.enabled:
+        name = "checkpoint.enabled" if not config.faults.enabled else "faults.enabled"
+        raise UserError(f"{source}: {name}: real runs of a model with tables neither inject "
+                        "failures nor keep checkpoints yet")
+    if not row.uses_servers:
+        for name, used in _MODELLED_COMPUTE:
+            if used(config.compute):
+                raise UserError(f"{source}: {name}: real {kind} runs of a model with tables "
+                                "run their real kernels only; modelled compute times are "
+                                "not slept (drop it, or simulate the run)")
 
 
 # what a real split replica runs its passes' kernels without: (key, whether it is set)

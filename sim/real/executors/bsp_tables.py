@@ -1,0 +1,326 @@
+"""``bsp`` with a model's embedding tables split over the workers (wide-deep,
+``embeddings.placement = "alltoall"``, DLRM's model parallelism, Naumov et al. 2019) on
+real ranks: the pooled embeddings and their gradients cross by ``MPI_Alltoallv``.
+
+Rank r is worker r and the owner of the table rows the shard map gives it with shards =
+workers (``embeddings.sharding``: hashed or ranged rows, or whole tables; a
+:class:`~sim.real.executors.table_shards.ShardLayout` with the dense part on every rank).
+It holds only those rows (the rest of its copy is NaN) with their optimizer state, and the
+whole MLP, as the simulator's :class:`~sim.simulated.strategies.table_exchange.AllToAll`
+places them. A step:
+
+1. ``data``: every worker's next batch. Rank r trains on its own batch and looks up its
+   rows for everyone's: the ids are read from the data set every rank holds (the
+   simulator does not charge an exchange of ids either).
+2. ``compute``: for each worker i, the partial pooled sums of i's bags over the rows r
+   holds (a row-sharded table: every rank sends a partial sum of every field; a whole
+   table: its owner sends the pooled vectors), and the wide part's partial sum likewise.
+3. ``wire``: the forward ``Alltoallv``: rank j sends rank i ``batch x`` (the columns j
+   holds) values, :meth:`~sim.training.embedding_shards.ShardMap.alltoall_bytes`.
+4. ``compute``: rank i adds the parts in owner order (divided by the bag size for mean
+   pooling), runs the MLP on its batch (:meth:`WideDeep.head_loss_grad`) and gets the
+   gradients of the pooled vectors and of the wide logits.
+5. ``wire``: the backward ``Alltoallv`` (the transpose): each owner receives every
+   worker's gradients of the columns it holds.
+6. ``compute``: each owner's row gradients for every worker's batch (the model's own
+   embedding-bag backward and wide gradient, on the gradients received), its rows only.
+7. ``wire``: the dense gradient's allreduce (``strategy.collective``, as ``bsp`` does).
+8. ``update``: the owned rows stepped by the mean of the workers' row gradients (summed in
+   worker order, then scaled: the simulated allreduce's mean, zeros at untouched rows add
+   nothing) with the tables' row optimizer, and the MLP by the mean dense gradient.
+
+So the numbers are the simulated bsp's (any placement gives the replicated numbers): with
+one id per bag and a one-rank wide part the pooled sums are the same bits; otherwise a
+partial sum adds in another order (rounding, ~1e-16 relative). The summary's traffic keys
+are measured: ``pull_bytes_per_step`` the pooled values a rank received from the others,
+``push_bytes_per_step`` the gradients it sent back plus its dense gradient,
+``unique_ids_per_step`` its batch's distinct rows, ``shard_load_max_over_mean`` the ids
+each owner looked up. Blocked time in a collective before the slowest rank entered it is
+``wait`` (found after the run on the common clock), as in bsp.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim import kernels as K
+from sim.kernels import NonFiniteError
+from sim.real.executors.assemble import Part, RankLog
+from sim.real.executors.bsp import waiting_for
+from sim.real.executors.context import RankContext
+from sim.real.executors.rank_collectives import make_allreduce
+from sim.real.executors.table_shards import RowGrads, ShardLayout, step_mean_rows
+from sim.recorder import UpdateRecord
+from sim.training.embedding_shards import load_max_over_mean
+from sim.training.rules import SGD
+from sim.training.workload import Workload
+
+VALUE_BYTES = 8  # float64
+# a step's collectives, in order: their wire spans are kept apart until combine()
+FORWARD, BACKWARD = "wire:forward", "wire:backward"
+COLLECTIVES = {FORWARD: 0, BACKWARD: 1, "wire": 2}  # "wire": the allreduce's
+
+
+def layout_of(workload: Workload) -> ShardLayout:
+    """The tables over the workers (shards = workers), the MLP on every rank."""
+    return ShardLayout(workload.model, workload.n, workload.config.embeddings.sharding,
+                       split_dense=False)
+
+
+class Owner:
+    """What rank ``rank`` holds and how its blocks of pooled columns are laid out."""
+
+    def __init__(self, layout: ShardLayout, rank: int) -> None:
+        self.layout, self.rank, self.n = layout, rank, layout.shards
+        # columns[j][t]: the columns of table t that rank j sends (0 or the table's dim)
+        self.columns = np.array([[layout.map.columns(t)[j] for t in range(len(layout.tables))]
+                                 for j in range(self.n)], np.int64)
+        self.width = self.columns.sum(axis=1)  # a block's columns, per sending rank
+        self.offsets = np.concatenate([np.zeros((self.n, 1), np.int64),
+                                       np.cumsum(self.columns, axis=1)], axis=1)
+
+    def owned(self, table: int, ids: np.ndarray) -> np.ndarray:
+        """Whether each of ``ids`` (rows of ``table``, any shape) is this rank's."""
+        return self.layout.owner[table][ids] == self.rank
+
+    def partial(self, params: np.ndarray, X, out: np.ndarray) -> int:
+        """The partial pooled sums of batch ``X`` over this rank's rows into ``out``
+        (len(X), width): wide first, then each field; the ids looked up."""
+        model, layout, r = self.layout.model, self.layout, self.rank
+        looked = 0
+        for t, table in enumerate(layout.tables):
+            cols = int(self.columns[r, t])
+            if not cols:
+                continue
+            at = slice(int(self.offsets[r, t]), int(self.offsets[r, t]) + cols)
+            view = table.view(params)
+            if t == 0:  # the wide part: its crossed ids, and the bias
+                ids = X.wide
+                mine = self.owned(0, ids)
+                values = np.zeros(ids.shape)
+                values[mine] = view[ids[mine], 0]
+                out[:, at] = values.sum(axis=1)[:, None]
+                looked += int(mine.sum())
+                bias = np.array([model.cross_buckets])
+                if self.owned(0, bias)[0]:
+                    out[:, at] += view[model.cross_buckets, 0]
+                    looked += len(ids)
+            else:
+                ids = X.ids[:, t - 1, :]
+                mine = self.owned(t, ids)
+                values = np.zeros((*ids.shape, table.dim))
+                values[mine] = view[ids[mine]]
+                out[:, at] = values.sum(axis=1)
+                looked += int(mine.sum())
+        return looked
+
+    def pooled(self, blocks: list[np.ndarray], X) -> tuple[np.ndarray, np.ndarray]:
+        """(the MLP's input, the wide logits) of this rank's batch ``X`` from every owner's
+        block (owner order)."""
+        model, layout = self.layout.model, self.layout
+        n, d = len(X), model.dim
+        x = np.empty((n, model.fields * d + model.dense_features))
+        wide = None
+        for t in range(len(layout.tables)):
+            total = None
+            for j, block in enumerate(blocks):
+                cols = int(self.columns[j, t])
+                if not cols:
+                    continue
+                part = block[:, int(self.offsets[j, t]):int(self.offsets[j, t]) + cols]
+                total = part.copy() if total is None else total + part
+            assert total is not None
+            if t == 0:
+                wide = total[:, 0]
+            else:
+                x[:, (t - 1) * d:t * d] = total / model.ids_per_field if model.mean else total
+        x[:, model.fields * d:] = X.dense
+        assert wide is not None
+        return x, wide
+
+    def gradient_block(self, j: int, dz: np.ndarray, delta: np.ndarray,
+                       out: np.ndarray) -> None:
+        """The gradients of owner ``j``'s columns (this rank's batch) into ``out``."""
+        d = self.layout.model.dim
+        for t in range(len(self.layout.tables)):
+            cols = int(self.columns[j, t])
+            if cols:
+                at = slice(int(self.offsets[j, t]), int(self.offsets[j, t]) + cols)
+                out[:, at] = dz[:, None] if t == 0 else delta[:, (t - 1) * d:t * d]
+
+    def row_grads(self, X, block: np.ndarray) -> RowGrads:
+        """This rank's rows' gradients for worker batch ``X`` whose gradient block
+        (this rank's columns) is ``block``: the model's own backward, kept at owned rows."""
+        model, layout, r = self.layout.model, self.layout, self.rank
+        out: RowGrads = []
+        for t in range(len(layout.tables)):
+            cols = int(self.columns[r, t])
+            if not cols:
+                continue
+            at = slice(int(self.offsets[r, t]), int(self.offsets[r, t]) + cols)
+            if t == 0:
+                part = model.wide_grad(X.wide, np.ascontiguousarray(block[:, at.start]))
+                rows, grads = part.rows, part.grads
+            else:
+                ids = np.ascontiguousarray(X.ids[:, t - 1, :])
+                rows, inverse = np.unique(ids, return_inverse=True)
+                rows = rows.astype(np.int64)
+                grads = K.embedding_bag_backward(ids, np.ascontiguousarray(block[:, at]),
+                                                 model.mean, inverse.astype(np.int64),
+                                                 len(rows))
+            mine = self.owned(t, rows)
+            if mine.any():
+                out.append((t, rows[mine], grads[mine]))
+        return out
+
+
+def run(ctx: RankContext) -> RankLog:
+    from mpi4py import MPI
+
+    comm, workload, rank, config = ctx.comm, ctx.workload, ctx.rank, ctx.config
+    n, model, rules = workload.n, workload.model, ctx.rules
+    layout = layout_of(workload)
+    owner = Owner(layout, rank)
+    sgd = SGD(layout.own(workload.params, rank), config)
+    params = sgd.params
+    total = np.zeros_like(params)  # the rows' mean, at the step's rows
+    dense = slice(model.dense_start, model.size)
+    dense_grad = np.zeros(model.size - model.dense_start)
+    allreduce = make_allreduce(ctx.impl, comm, config.strategy.collective, dense_grad.size,
+                               ctx.waiter)
+    batch = config.workload.batch
+    width = owner.width
+    # forward: this rank sends every rank i a block (batch, width[rank]) and receives from
+    # every owner j a block (batch, width[j]); backward: the transpose
+    send_fwd = np.zeros(n * batch * int(width[rank]))
+    recv_fwd = np.zeros(batch * int(width.sum()))
+    fwd_send_counts = np.full(n, batch * int(width[rank]))
+    fwd_recv_counts = batch * width
+    fwd_send_displs = np.arange(n) * batch * int(width[rank])
+    fwd_recv_displs = np.concatenate([[0], np.cumsum(fwd_recv_counts)[:-1]])
+
+    def exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs) -> None:
+        comm.Alltoallv([send, (send_counts, send_displs), MPI.DOUBLE],
+                       [recv, (recv_counts, recv_displs), MPI.DOUBLE])
+
+    ctx.warm_kernels(workload.params)
+    exchange(send_fwd, fwd_send_counts, fwd_send_displs, recv_fwd, fwd_recv_counts,
+             fwd_recv_displs)  # warm-up: both directions, and the allreduce
+    exchange(recv_fwd, fwd_recv_counts, fwd_recv_displs, send_fwd, fwd_send_counts,
+             fwd_send_displs)
+    allreduce(np.zeros_like(dense_grad))
+    log = RankLog(rank)
+    log.reserve(params.size, rules, config.run.iterations)  # every rank snapshots its rows
+    log.snapshot(params, rules, 0)
+    ctx.start_clock()
+    allreduce.parts.clear()
+    steps: list[tuple] = []
+    unique = looked = 0
+    pulled = pushed = 0.0
+    off_rank = (np.arange(n) != rank)
+
+    for update in range(1, config.run.iterations + 1):
+        parts: list[Part] = []
+        began = ctx.now()
+        batches = [w.next_batch() for w in workload.workers]  # every worker's next batch
+        X, y = batches[rank]
+        drawn = ctx.now()
+        parts.append(("data", began, drawn))
+        for i, (Xi, _) in enumerate(batches):
+            looked += owner.partial(params, Xi, send_fwd[fwd_send_displs[i]:fwd_send_displs[i]
+                                                         + fwd_send_counts[i]]
+                                    .reshape(batch, -1))
+        entered = [ctx.now()]
+        parts.append(("compute", drawn, entered[0]))
+        exchange(send_fwd, fwd_send_counts, fwd_send_displs, recv_fwd, fwd_recv_counts,
+                 fwd_recv_displs)
+        done = ctx.now()
+        parts.append((FORWARD, entered[0], done))
+        blocks = [recv_fwd[fwd_recv_displs[j]:fwd_recv_displs[j] + fwd_recv_counts[j]]
+                  .reshape(batch, -1) for j in range(n)]
+        pulled += float((fwd_recv_counts * off_rank).sum()) * VALUE_BYTES
+        x, wide = owner.pooled(blocks, X)
+        try:
+            loss, dz, grad, delta = model.head_loss_grad(params, x, wide, y)
+            dense_grad[:] = grad
+        except NonFiniteError:  # NaNs go on to every rank (the allreduce): all stop below
+            loss, dz, delta = np.nan, np.full(batch, np.nan), np.full(x.shape, np.nan)
+            dense_grad.fill(np.nan)
+        unique += sum(len(t) for t in model.touched(X))
+        for j in range(n):  # backward: the gradients of owner j's columns, into the
+            owner.gradient_block(j, dz, delta, blocks[j])  # forward's receive buffer
+        entered.append(ctx.now())
+        parts.append(("compute", done, entered[1]))
+        exchange(recv_fwd, fwd_recv_counts, fwd_recv_displs, send_fwd, fwd_send_counts,
+                 fwd_send_displs)
+        done = ctx.now()
+        parts.append((BACKWARD, entered[1], done))
+        pushed += float((fwd_recv_counts * off_rank).sum()) * VALUE_BYTES \
+            + dense_grad.nbytes
+        grads = [owner.row_grads(Xi, send_fwd[fwd_send_displs[i]:fwd_send_displs[i]
+                                              + fwd_send_counts[i]].reshape(batch, -1))
+                 for i, (Xi, _) in enumerate(batches)]
+        entered.append(ctx.now())
+        parts.append(("compute", done, entered[2]))
+        allreduce(dense_grad)  # the sum, in place
+        reduced = ctx.now()
+        parts += allreduce.take(ctx.t0)
+        try:
+            lr = rules.lr(0)
+            # the dense part first: every rank holds the same (NaN) sum, so all stop together
+            sgd.step(rules.mean_of_sum(dense_grad, n), lr, dense)
+            step_mean_rows(layout, sgd, total, grads, lr)
+        except NonFiniteError:
+            log.diverged = True
+            break
+        updated = ctx.now()
+        parts.append(("update", reduced, updated))
+        steps.append((parts, tuple(entered), updated, loss))
+        log.snapshot(params, rules, update)
+        ctx.heartbeat.beat()
+    log.steps = steps
+    log.extra["_tables"] = (unique, looked, pulled, pushed)
+    return log
+
+
+def combine(logs: list[RankLog], workload: Workload) -> None:
+    """Every rank's steps into spans (blocked in a collective before the slowest rank
+    entered it: wait), rank 0's log into the run's updates, the model of record at each
+    evaluation put together from every rank's rows, and the traffic keys."""
+    n = workload.n
+    steps = [log.steps for log in logs]
+    count = min(len(s) for s in steps)
+    for k in range(count):
+        joined = [max(s[k][1][c] for s in steps) for c in range(3)]
+        for rank, s in enumerate(steps):
+            parts = s[k][0]
+            out: list[Part] = []
+            for kind, start, end in parts:  # each collective's wire: from when all entered
+                c = COLLECTIVES.get(kind)
+                if c is None:
+                    out.append((kind, start, end))
+                else:
+                    out += waiting_for([("wire", start, end)], joined[c])
+            logs[rank].spans_of(rank, out)
+        loss = float(np.mean([s[k][3] for s in steps]))
+        logs[0].updates.append((steps[0][k][2], UpdateRecord(
+            -1, k + 1, k, 0, loss, n * workload.config.workload.batch)))
+    layout = layout_of(workload)
+    for iteration in list(logs[0].snapshots):
+        parts = [log.snapshots.get(iteration) for log in logs]
+        if any(p is None for p in parts):
+            del logs[0].snapshots[iteration]
+            continue
+        logs[0].snapshots[iteration] = layout.merge(parts)  # type: ignore[arg-type]
+    for log in logs[1:]:
+        log.snapshots = {}
+    unique, looked, pulled, pushed = np.array([log.extra.pop("_tables") for log in logs],
+                                              float).T
+    per_step = max(1, count * n)
+    logs[0].extra.update({
+        "unique_ids_per_step": float(unique.sum()) / per_step,
+        "pull_bytes_per_step": float(pulled.sum()) / per_step,
+        "push_bytes_per_step": float(pushed.sum()) / per_step,
+        "shard_load_max_over_mean": load_max_over_mean(looked),
+        "cache_hit_rate": 0.0,
+    })
