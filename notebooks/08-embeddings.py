@@ -94,9 +94,13 @@ print(f"\nreplicated allreduce moves {dense / 1e6:.2f} MB a step whatever the ba
 # Reading it: a parameter server moves what the batch touches, the allreduce moves the whole
 # tables. The saving is the tables' rows over the distinct rows a step touches: large for big
 # tables and small batches, and it grows with the power law (hotter ids, fewer distinct rows).
-# Allgathering the touched rows (Horovod) moves about as much as the parameter servers per
-# worker, but every worker receives every other worker's rows, so it grows with the number of
-# workers where a server pull does not.
+# In the full run (`python -m sim sweep wide-deep`) a worker's 256 rows touch 5,577, 4,176 and
+# 3,026 distinct rows at s = 0.6, 1.0 and 1.2 (all nine tables), so a row-hash parameter
+# server moves 1.29, 0.92 and 0.65 MB a step against the allreduce's 20.7 MB (16 to 32x
+# less), and its step takes 2.00, 1.68 and 1.46 ms on 10 GbE against 27.4 ms. On IB HDR the
+# compute (0.8 ms a step here) dominates: 0.85-0.88 ms against 2.10 ms. Allgathering the
+# touched rows (Horovod) moves 2.3 to 1.05 MB: every worker receives every other worker's
+# rows, so it grows with the number of workers where a server pull does not.
 
 # %% [markdown]
 # ## 2. Hot keys on a range-sharded table
@@ -113,10 +117,13 @@ rows.pivot_table(index="layout", columns=["fabric", "zipf"], values="step_ms").r
 # %% [markdown]
 # Reading it: ids are drawn by rank, and rank 1 is row 0, so a range-sharded table puts
 # every hot row on its first shard. The hotter the ids, the more of a batch's distinct rows
-# fall on that shard: it serves several times the mean and its link and queue set the
-# step. Hashing spreads the hot rows and stays near 1 (only sampling noise). Whole tables per
-# shard balance bytes only as well as the tables' sizes allow (9 tables on 4 shards, the
-# wide part larger than the others); columns split every row, so every shard sees every id.
+# fall on that shard: in the full run it serves 1.83, 2.29 and 2.30x the mean shard's rows at
+# s = 0.6, 1.0 and 1.2, its link and queue set the step, and the step takes 1.5 to 1.7x the
+# row-hash one on 10 GbE (3.05, 2.91, 2.35 ms against 2.00, 1.68, 1.46); on IB HDR, where
+# the wire is a small part of the step, 4-7% longer. Hashing spreads the hot rows (1.01: only
+# sampling noise). Whole tables per shard (9 tables on 4 shards, the wide part unlike the
+# others) load the busiest shard 1.9-2.5x; columns split every row, so every shard sees every
+# id, and each id travels to every shard (1.3-1.6x, and 14% more bytes than row-hash).
 
 # %% [markdown]
 # ## 3. A cache of the hottest 1% of rows
@@ -135,11 +142,15 @@ cached.pivot_table(index=["sharding", "cache"], columns=["fabric", "zipf"],
                    ).round(4)
 
 # %% [markdown]
-# Reading it: the cache is hit by a large share of the distinct ids, far more than 1%,
-# because the hottest rows are in almost every batch, and more so the hotter the power law.
-# It cuts the pull, and on a range-sharded table it takes most of the load off the hot shard.
-# The price is staleness: a cached row is read up to 3 updates old, which the time-to-target
-# column shows (the loss curves of the same batches differ only through those reads).
+# Reading it: the cache is hit by 6.5%, 15% and 22% of a batch's distinct ids at s = 0.6,
+# 1.0 and 1.2 (full run): far more than its 1% of the rows, because the hottest rows are in
+# almost every batch, and more so the hotter the law; but a batch's distinct rows are mostly
+# in the tail, the wide part's crossed ids (a third of the distinct ids) are never hot, and
+# every fourth pull refreshes the cache. So it saves 1-8% of the bytes and 1-7% of the step
+# (row-range at s = 1.2 on 10 GbE: 2.35 to 2.19 ms), and takes little of the hot shard's load
+# (2.29 to 2.13 at s = 1.0). The price is staleness: a cached row is read up to 3 updates
+# old; here it moved the final loss by at most 3e-4 and the time to target by the step
+# time's saving.
 
 # %% [markdown]
 # ## 4. Where does the all-to-all win?
@@ -159,11 +170,14 @@ import pandas as pd  # noqa: E402
 pd.DataFrame(best)
 
 # %% [markdown]
-# Reading it: the all-to-all moves pooled vectors (batch x fields x dim a worker), which do
+# Reading it: the all-to-all moves pooled vectors (a worker's batch x fields x dim), which do
 # not depend on how many distinct rows the batch touches or on how hot they are, and no worker
 # waits on a server: each step is two exchanges among the workers and an allreduce of the
-# small dense part. A parameter-server pull moves whole rows of every distinct id plus their
-# ids, through links to shard hosts that every worker shares. Where the tables are large and
-# the batch's pooled vectors small, the all-to-all wins; the parameter servers come close
-# when a cache takes the hot rows off the wire. Replicated tables lose by the tables' size on
-# the slow fabric.
+# small dense part. With whole tables per worker (DLRM's) that is 0.49 MB a worker a step
+# here, and it is the fastest layout on 10 GbE at s = 0.6 and 1.0 (1.55 ms against the
+# parameter servers' 2.00 and 1.64-1.68) and on IB HDR at every s (0.856 ms, within 1% of the
+# best parameter server). At s = 1.2 the batch touches so few distinct rows that the
+# parameter servers pull less than the pooled vectors (0.60-0.65 MB and 1.41-1.46 ms against
+# 1.55). Row-wise all-to-all (each owner sends partial sums of every field: TorchRec's
+# row-wise sharding) moves 1.68 MB and is slower than both. Replicated tables lose by the
+# tables' size on the slow fabric (27.4 ms a step).
