@@ -145,8 +145,8 @@ cached.pivot_table(index=["sharding", "cache"], columns=["fabric", "zipf"],
 # Reading it: the cache is hit by 6.5%, 15% and 22% of a batch's distinct ids at s = 0.6,
 # 1.0 and 1.2 (full run): far more than its 1% of the rows, because the hottest rows are in
 # almost every batch, and more so the hotter the law; but a batch's distinct rows are mostly
-# in the tail, the wide part's crossed ids (30%, 40% and 48% of the distinct ids) are never hot, and
-# every fourth pull refreshes the cache. So it saves 1-8% of the bytes and 1-7% of the step
+# in the tail, the wide part's crossed ids (30%, 40% and 48% of the distinct ids) are
+# never hot, and every fourth pull refreshes the cache. So it saves 1-8% of the bytes and 1-7% of the step
 # (row-range at s = 1.2 on 10 GbE: 2.35 to 2.19 ms), and takes little of the hot shard's load
 # (2.29 to 2.13 at s = 1.0). The price is staleness: a cached row is read up to 3 updates
 # old; here it moved the final loss by at most 3e-4 and the time to target by the step
@@ -178,6 +178,6 @@ pd.DataFrame(best)
 # parameter servers' 2.00 and 1.64-1.68, on IB HDR 0.856 ms against 0.861-0.88. At s = 1.2
 # the batch touches so few distinct rows that the parameter servers pull less than the
 # pooled vectors (0.60-0.65 MB) and win: 1.41-1.46 ms against 1.55 on 10 GbE, 0.850-0.852
-# against 0.856 on IB HDR. Row-wise all-to-all (each owner sends partial sums of every field: TorchRec's
-# row-wise sharding) moves 1.68 MB and is slower than both. Replicated tables lose by the
-# tables' size on the slow fabric (27.4 ms a step).
+# against 0.856 on IB HDR. Row-wise all-to-all (each owner sends partial sums of every
+# field: TorchRec's row-wise sharding) moves 1.68 MB and is slower than both. Replicated
+# tables lose by the tables' size on the slow fabric (27.4 ms a step).
