@@ -148,9 +148,9 @@ cached.pivot_table(index=["sharding", "cache"], columns=["fabric", "zipf"],
 # in the tail, the wide part's crossed ids (30%, 40% and 48% of the distinct ids) are
 # never hot, and every fourth pull refreshes the cache. So it saves 1-8% of the bytes and
 # 1-7% of the step (row-range at s = 1.2 on 10 GbE: 2.35 to 2.19 ms), and takes little of
-# the hot shard's load (2.29 to 2.13 at s = 1.0). The price is staleness: a cached row is read up to 3 updates
-# old; here it moved the final loss by at most 3e-4 and the time to target by the step
-# time's saving.
+# the hot shard's load (2.29 to 2.13 at s = 1.0). The price is staleness: a cached row is
+# read up to 3 updates old; here it moved the final loss by at most 3e-4 and the time to
+# target by the step time's saving.
 
 # %% [markdown]
 # ## 4. Where does the all-to-all win?
