@@ -148,6 +148,22 @@ def test_shard_parts_put_together_are_the_model(tmp_path, sharding, split):
         assert np.isfinite(out).all()
         back = np.full(model.size, np.nan)
         layout.write(back, ids[s], out)
-        for t, table_rows, _ in layout.tables_of(ids[s]):
-            view = model.tables[t].view
-            np.testing.assert_array_equal(view(back)[table_rows], view(params)[table_rows])
+        blocks = layout.blocks_in(ids[s])
+        assert sum(len(block_rows) for _, block_rows, _ in blocks) == len(ids[s])
+        for b, block_rows, _ in blocks:
+            view = layout.blocks[b].view
+            np.testing.assert_array_equal(view(back)[block_rows], view(params)[block_rows])
+
+
+def test_consecutive_tables_of_one_width_are_one_block():
+    from sim.real.executors.table_shards import blocks_of
+    from sim.workloads.wide_deep import WideDeep
+
+    model = WideDeep(features=2, fields=3, vocab=(5, 7, 4), embedding_dim=3, cross_buckets=6)
+    wide, tables = blocks_of(model.tables)  # the wide part (width 1), then the 3 tables
+    assert (wide.start, wide.stop, wide.dim, wide.first, wide.rows) == (0, 7, 1, 0, 7)
+    assert (tables.start, tables.stop, tables.dim, tables.first, tables.rows) == \
+        (7, 7 + 16 * 3, 3, 7, 16)
+    flat = np.arange(model.size, dtype=float)
+    # row 2 of the second table is row 5 + 2 of the block
+    np.testing.assert_array_equal(tables.view(flat)[7], model.tables[2].view(flat)[2])

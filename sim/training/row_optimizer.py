@@ -28,22 +28,36 @@ class TableOptimizer:
         self.tables, self.params = list(tables), params
         self.adagrad = embeddings.optimizer == "adagrad"
         self.lr_scale = 1.0 if embeddings.lr is None else embeddings.lr / base_lr
-        self.accum = [np.full((t.rows, t.dim), embeddings.initial_accumulator)
-                      if self.adagrad else None for t in self.tables]
+        # the sums of squares lie as the tables do in the flat vector, from its first
+        # table on, so that consecutive tables of one width step together (step_block)
+        self.start = self.tables[0].params.start
+        stop = self.tables[-1].params.stop
+        self.state = (np.full(stop - self.start, embeddings.initial_accumulator)
+                      if self.adagrad else None)
 
     @property
     def state_bytes(self) -> int:
         """Bytes of the optimizer's state (Adagrad's sums of squares)."""
-        return sum(a.nbytes for a in self.accum if a is not None)
+        return 0 if self.state is None else self.state.nbytes
 
     def step_rows(self, table: int, rows: np.ndarray, grads: np.ndarray, lr: float) -> None:
         """Step the distinct ``rows`` of table ``table`` by ``grads`` (rows, dim).
 
         Raises :class:`sim.kernels.NonFiniteError` on a NaN or Inf."""
-        view = self.tables[table].view(self.params)
+        t = self.tables[table]
+        self.step_block(t.params.start, t.params.stop, t.dim, rows, grads, lr)
+
+    def step_block(self, start: int, stop: int, dim: int, rows: np.ndarray,
+                   grads: np.ndarray, lr: float) -> None:
+        """Step the distinct ``rows`` of the flat vector's part [start, stop) read as rows of
+        ``dim`` (one table, or consecutive tables of that width) by ``grads`` (rows, dim).
+
+        Raises :class:`sim.kernels.NonFiniteError` on a NaN or Inf."""
+        view = self.params[start:stop].reshape(-1, dim)
         lr *= self.lr_scale
-        if self.adagrad:
-            K.adagrad_rows(view, self.accum[table], rows, grads, lr, 0.0)
+        if self.state is not None:
+            accum = self.state[start - self.start:stop - self.start].reshape(-1, dim)
+            K.adagrad_rows(view, accum, rows, grads, lr, 0.0)
         else:
             K.sgd_rows(view, rows, grads, lr)
 

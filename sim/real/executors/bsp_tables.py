@@ -257,8 +257,9 @@ def run(ctx: RankContext) -> RankLog:
         parts.append((BACKWARD, entered[1], done))
         pushed += float((fwd_recv_counts * off_rank).sum()) * VALUE_BYTES \
             + dense_grad.nbytes
-        grads = [owner.row_grads(Xi, send_fwd[fwd_send_displs[i]:fwd_send_displs[i]
-                                              + fwd_send_counts[i]].reshape(batch, -1))
+        grads = [layout.to_blocks(owner.row_grads(
+                     Xi, send_fwd[fwd_send_displs[i]:fwd_send_displs[i]
+                                  + fwd_send_counts[i]].reshape(batch, -1)))
                  for i, (Xi, _) in enumerate(batches)]
         entered.append(ctx.now())
         parts.append(("compute", done, entered[2]))

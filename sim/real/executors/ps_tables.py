@@ -293,8 +293,8 @@ class ShardProtocol(ServerProtocol):
         the order given, then scaled: :meth:`Rules.mean`'s arithmetic)."""
         layout = self.layout
         step_mean_rows(layout, self.sgd, self.total,
-                       [[(t, rows, push.values[where].reshape(len(rows), -1))
-                         for t, rows, where in layout.tables_of(push.ids)]
+                       [[(b, rows, push.values[where].reshape(len(rows), -1))
+                         for b, rows, where in layout.blocks_in(push.ids)]
                         for push in pushes], lr)
         lo, hi = self.dense
         self.sgd.step(self.rules.mean([p.dense for p in pushes], self.dense_total), lr,

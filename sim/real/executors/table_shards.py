@@ -12,16 +12,49 @@ the parts.
 A row is named on the wire by a *global id*: the row's index in the concatenation of every
 table's rows (wide part first), an int64, so one sorted array of ids names rows of every
 table and a message needs no per-table lengths.
+
+Consecutive tables of one width lie end to end in the flat vector, so they are one *block*
+of rows (wide-deep: the wide part, then every embedding table); reads, writes and steps go
+a block at a time, a few numpy calls whatever the number of tables, as a production server
+keeps its rows in one store rather than a loop over tables.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from sim.training.embedding_shards import ShardMap, TableSpec
+
+
+class Block(NamedTuple):
+    """Consecutive tables of one width: flat [start, stop) as rows of ``dim``; its rows are
+    the global ids [first, first + rows)."""
+
+    start: int
+    stop: int
+    dim: int
+    first: int
+    rows: int
+
+    def view(self, flat: np.ndarray) -> np.ndarray:
+        return flat[self.start:self.stop].reshape(-1, self.dim)
+
+
+def blocks_of(tables: Sequence[Any]) -> list[Block]:
+    """The runs of consecutive tables with the same width."""
+    out: list[Block] = []
+    first = 0
+    for t in tables:
+        last = out[-1] if out else None
+        if last is not None and last.dim == t.dim and last.stop == t.params.start:
+            out[-1] = last._replace(stop=t.params.stop, rows=last.rows + t.rows)
+        else:
+            out.append(Block(t.params.start, t.params.stop, t.dim, first, t.rows))
+        first += t.rows
+    return out
 
 
 class ShardLayout:
@@ -36,6 +69,8 @@ class ShardLayout:
         self.map = ShardMap([TableSpec(t.rows, t.dim) for t in self.tables], shards, sharding)
         self.offsets = np.cumsum([0] + [t.rows for t in self.tables]).astype(np.int64)
         self.dims = np.array([t.dim for t in self.tables], np.int64)
+        self.blocks = blocks_of(self.tables)
+        self.block_firsts = np.array([b.first for b in self.blocks], np.int64)
         # each table's row -> its shard, looked up per batch (hashing on every batch costs
         # more than the lookups); every table's rows on each shard, for poisoning and merging
         self.owner = [self.map.owner(t, np.arange(table.rows))
@@ -82,17 +117,16 @@ class ShardLayout:
                                 for t, (r, o) in enumerate(zip(rows, owners, strict=True))])
                 for s in range(self.shards)]
 
-    def tables_of(self, ids: np.ndarray) -> list[tuple[int, np.ndarray, slice]]:
-        """For sorted global ``ids``: (table, its rows, where their values lie in a block of
-        the rows' values laid end to end), for each table with some."""
-        t = np.searchsorted(self.offsets, ids, side="right") - 1
-        bounds = np.searchsorted(t, np.arange(len(self.tables) + 1))
+    def blocks_in(self, ids: np.ndarray) -> list[tuple[int, np.ndarray, slice]]:
+        """For sorted global ``ids``: (block, its rows, where their values lie in a run of
+        the rows' values laid end to end), for each block with some."""
+        bounds = np.searchsorted(ids, [*self.block_firsts, self.offsets[-1]])
         out, at = [], 0
-        for i in range(len(self.tables)):
+        for i, block in enumerate(self.blocks):
             lo, hi = bounds[i], bounds[i + 1]
             if hi > lo:
-                width = int(hi - lo) * int(self.dims[i])
-                out.append((i, ids[lo:hi] - self.offsets[i], slice(at, at + width)))
+                width = int(hi - lo) * block.dim
+                out.append((i, ids[lo:hi] - block.first, slice(at, at + width)))
                 at += width
         return out
 
@@ -104,15 +138,26 @@ class ShardLayout:
     def read(self, params: np.ndarray, ids: np.ndarray, out: np.ndarray) -> int:
         """Write the rows ``ids`` of ``params`` into ``out`` end to end; values written."""
         at = 0
-        for t, rows, where in self.tables_of(ids):
-            out[where] = self.tables[t].view(params)[rows].reshape(-1)
+        for b, rows, where in self.blocks_in(ids):
+            out[where] = self.blocks[b].view(params)[rows].reshape(-1)
             at = where.stop
         return at
 
     def write(self, params: np.ndarray, ids: np.ndarray, values: np.ndarray) -> None:
         """The rows ``ids`` of ``params`` become ``values`` (laid end to end)."""
-        for t, rows, where in self.tables_of(ids):
-            self.tables[t].view(params)[rows] = values[where].reshape(len(rows), -1)
+        for b, rows, where in self.blocks_in(ids):
+            self.blocks[b].view(params)[rows] = values[where].reshape(len(rows), -1)
+
+    def to_blocks(self, per_table: Sequence[tuple[int, np.ndarray, np.ndarray]]) -> RowGrads:
+        """Rows of tables (table, its sorted rows, their (u, dim) values), tables in order,
+        as rows of blocks (block, its sorted rows, their values)."""
+        parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        for t, rows, values in per_table:
+            b = int(np.searchsorted(self.block_firsts, self.offsets[t], side="right") - 1)
+            parts.setdefault(b, []).append(
+                (rows + (self.offsets[t] - self.blocks[b].first), values))
+        return [(b, np.concatenate([r for r, _ in got]), np.concatenate([v for _, v in got]))
+                for b, got in parts.items()]
 
     def max_rows(self, batch: int) -> int:
         """The most distinct rows one batch of ``batch`` samples can touch (every table)."""
@@ -121,29 +166,31 @@ class ShardLayout:
         return wide + sum(min(t.rows, batch * model.ids_per_field) for t in self.tables[1:])
 
 
-RowGrads = list[tuple[int, np.ndarray, np.ndarray]]  # per table: (table, rows, (u, dim) grads)
+RowGrads = list[tuple[int, np.ndarray, np.ndarray]]  # per block: (block, rows, (u, dim) grads)
 
 
 def step_mean_rows(layout: ShardLayout, sgd: Any, total: np.ndarray,
                    grads: Sequence[RowGrads], lr: float) -> None:
-    """Step the rows that ``grads`` (one list per worker, in worker order) carry by their
-    mean over the workers, with ``sgd``'s row optimizer (:class:`~sim.training.rules.SGD`'s
-    ``tables``). The mean is summed in the order given, then scaled by 1 / len(grads), in
-    ``total`` (a full-size scratch vector, written at those rows only): the arithmetic of
-    :meth:`sim.training.rules.Rules.mean` and of a bsp allreduce's mean on a flat gradient
-    whose untouched rows are zeros (x + 0 is x), so each row gets the same bits."""
+    """Step the rows that ``grads`` (one list per worker, in worker order; rows of blocks,
+    :meth:`ShardLayout.blocks_in`) carry by their mean over the workers, with ``sgd``'s row
+    optimizer (:class:`~sim.training.rules.SGD`'s ``tables``). The mean is summed in the
+    order given, then scaled by 1 / len(grads), in ``total`` (a full-size scratch vector,
+    written at those rows only): the arithmetic of :meth:`sim.training.rules.Rules.mean` and
+    of a bsp allreduce's mean on a flat gradient whose untouched rows are zeros (x + 0 is
+    x), so each row gets the same bits."""
     union: dict[int, list[np.ndarray]] = {}
     for worker in grads:
-        for t, rows, _ in worker:
-            union.setdefault(t, []).append(rows)
-    rows_of = {t: np.unique(np.concatenate(parts)) for t, parts in union.items()}
-    for t, rows in rows_of.items():
-        layout.tables[t].view(total)[rows] = 0.0
+        for b, rows, _ in worker:
+            union.setdefault(b, []).append(rows)
+    rows_of = {b: np.unique(np.concatenate(parts)) for b, parts in union.items()}
+    for b, rows in rows_of.items():
+        layout.blocks[b].view(total)[rows] = 0.0
     for worker in grads:
-        for t, rows, values in worker:
-            layout.tables[t].view(total)[rows] += values
+        for b, rows, values in worker:
+            layout.blocks[b].view(total)[rows] += values
     scale = 1.0 / len(grads)
-    for t, rows in sorted(rows_of.items()):
-        view = layout.tables[t].view(total)
-        view[rows] *= scale
-        sgd.tables.step_rows(t, rows, view[rows], lr)
+    for b, rows in sorted(rows_of.items()):
+        block = layout.blocks[b]
+        view = block.view(total)
+        mean = view[rows] * scale
+        sgd.tables.step_block(block.start, block.stop, block.dim, rows, mean, lr)
