@@ -104,6 +104,17 @@ def test_real_asp_on_two_shards_trains(tmp_path):
     assert summary["pull_bytes_per_step"] > 0 and summary["pulls_per_update"] == 1.0
 
 
+def test_real_alltoall_with_one_column_tables_in_one_block_with_the_wide_part(tmp_path):
+    # embedding_dim 1: the wide part and the tables are one block of rows on every rank
+    path = config_file(tmp_path, ALLTOALL, workload={"embedding_dim": 1},
+                       run={"iterations": 6, "eval_every": 3})
+    _, metrics = real(path, tmp_path / "real")
+    sim = simulate(load_config(path))
+    np.testing.assert_allclose(losses(metrics, "eval"),
+                               [row["loss"] for row in rows(sim.metrics_csv, "eval")],
+                               rtol=0, atol=1e-12)
+
+
 @pytest.mark.full
 def test_real_alltoall_on_three_ranks_with_whole_tables(tmp_path):
     path = config_file(tmp_path, ALLTOALL, cluster={"workers": 3},

@@ -13,7 +13,8 @@ of one column whose last row is the bias (every row touches it). The MLP is dens
 logit = wide bias + sum of the wide weights at the row's crossed ids + MLP(concat(pooled
 embeddings, dense features)); the loss is the mean logistic loss (labels 0/1). Lookups,
 pooling and their backward (a scatter-add of row gradients) are C kernels
-(:func:`sim.kernels.embedding_bag_forward` and ``_backward``).
+(:func:`sim.kernels.embedding_bag_forward` and ``_backward``), one call for every field:
+the tables are consecutive and one width, so they are one block of rows.
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ class WideDeep(Model):
                              2.0 * (crosses + 1))]
         self.layers += [Layer(t.name, t.params, float(bag), float(bag))
                         for t in self.tables[1:]]
+        # where each field's rows start in the block of embedding tables (bags)
+        self.field_offsets = np.cumsum([0, *self.vocab[:-1]]).astype(np.int64)
         sizes = [fields * embedding_dim + features, *hidden, 1]
         self.shapes = list(zip(sizes[1:], sizes[:-1], strict=True))  # (out, in)
         self.dense_start = start
@@ -136,19 +139,25 @@ class WideDeep(Model):
 
     # -- forward --
 
-    def _bags(self, X) -> list[np.ndarray]:
-        """Each field's ids (n, ids_per_field), contiguous as the kernels take them."""
-        return [np.ascontiguousarray(X.ids[:, f, :]) for f in range(self.fields)]
+    def bags(self, X) -> np.ndarray:
+        """Every field's bags as rows of the embedding tables laid end to end (they are
+        consecutive in the flat vector and one width: one block of rows): (n x fields,
+        ids_per_field), sample by sample, a field's ids offset by the rows before its table.
+        One kernel call then looks up (or scatters) every field; a row's bags still come in
+        sample order, so every sum is the per-field one, bit for bit."""
+        return (X.ids + self.field_offsets[None, :, None]).reshape(-1, self.ids_per_field)
 
-    def _inputs(self, params: np.ndarray, X, bags: list[np.ndarray]) -> np.ndarray:
+    def block(self, params: np.ndarray) -> np.ndarray:
+        """The embedding tables as one (sum of rows, dim) array, a view of ``params``."""
+        return params[self.tables[1].params.start:self.dense_start].reshape(-1, self.dim)
+
+    def _inputs(self, params: np.ndarray, X, bags: np.ndarray) -> np.ndarray:
         """concat(pooled embeddings per field, dense features): (n, fields x dim + dense)."""
-        n, d = len(X), self.dim
-        pooled = np.empty((self.fields, n, d))
-        for f, table in enumerate(self.tables[1:]):
-            K.embedding_bag_forward(table.view(params), bags[f], self.mean, out=pooled[f])
-        x = np.empty((n, self.fields * d + self.dense_features))
-        x[:, :self.fields * d] = pooled.transpose(1, 0, 2).reshape(n, self.fields * d)
-        x[:, self.fields * d:] = X.dense
+        n, width = len(X), self.fields * self.dim
+        x = np.empty((n, width + self.dense_features))
+        pooled = K.embedding_bag_forward(self.block(params), bags, self.mean)
+        x[:, :width] = pooled.reshape(n, width)
+        x[:, width:] = X.dense
         return x
 
     def _wide(self, params: np.ndarray, X) -> np.ndarray:
@@ -156,7 +165,7 @@ class WideDeep(Model):
         return wide[X.wide].sum(axis=1) + wide[self.cross_buckets]
 
     def _forward(self, params: np.ndarray, X,
-                 bags: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+                 bags: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """(the MLP's activations, input first, and the logits (n,))."""
         acts = [self._inputs(params, X, bags)]
         for i in range(len(self.shapes)):
@@ -175,16 +184,20 @@ class WideDeep(Model):
     def sparse_loss_grad(self, params: np.ndarray, X, y: np.ndarray) -> SparseGrad:
         """The batch's loss and gradient: per table its distinct rows and their gradients
         (sorted by row), and the MLP's gradient."""
-        bags = self._bags(X)
+        bags = self.bags(X)
         loss, dz, dense, delta = self.head_loss_grad(params, self._inputs(params, X, bags),
                                                      self._wide(params, X), y)
-        tables = [self._wide_grad(X, dz)]
-        d = self.dim
-        for f, ids in enumerate(bags):
-            rows, inverse = np.unique(ids, return_inverse=True)
-            grads = K.embedding_bag_backward(ids, np.ascontiguousarray(delta[:, f * d:(f + 1) * d]),
-                                             self.mean, inverse.astype(np.int64), len(rows))
-            tables.append(TableGrad(rows.astype(np.int64), grads))
+        width = self.fields * self.dim
+        rows, inverse = np.unique(bags, return_inverse=True)
+        grads = K.embedding_bag_backward(
+            bags, np.ascontiguousarray(delta[:, :width]).reshape(-1, self.dim), self.mean,
+            inverse.astype(np.int64), len(rows))
+        # back to each table's own rows: the block's rows are sorted, tables in order
+        cut = np.searchsorted(rows, self.field_offsets)
+        ends = [*cut[1:], len(rows)]
+        tables = [self._wide_grad(X, dz)] + [
+            TableGrad((rows[lo:hi] - offset).astype(np.int64), grads[lo:hi])
+            for lo, hi, offset in zip(cut, ends, self.field_offsets, strict=True)]
         return SparseGrad(loss, tables, dense)
 
     def head_loss_grad(self, params: np.ndarray, x: np.ndarray, wide: np.ndarray,
@@ -231,7 +244,9 @@ class WideDeep(Model):
         if found is not None and found[0] is X:
             return found[1]
         wide = np.append(np.unique(X.wide), self.cross_buckets).astype(np.int64)
-        rows = [wide] + [np.unique(X.ids[:, f, :]).astype(np.int64)
+        block = np.unique(self.bags(X))
+        cut = [*np.searchsorted(block, self.field_offsets), len(block)]
+        rows = [wide] + [(block[cut[f]:cut[f + 1]] - self.field_offsets[f]).astype(np.int64)
                          for f in range(self.fields)]
         if len(self._touched) >= _TOUCHED_KEPT:
             self._touched.pop(next(iter(self._touched)))
@@ -262,9 +277,9 @@ class WideDeep(Model):
         return grad.loss, self.scatter(grad, out)
 
     def evaluate(self, params, X, y):
-        _, z = self._forward(params, X, self._bags(X))
+        _, z = self._forward(params, X, self.bags(X))
         loss, _ = self._logistic(z, y)
         return loss, float(np.mean((z > 0) == (y > 0.5)))
 
     def predict(self, params, X):
-        return (self._forward(params, X, self._bags(X))[1] > 0).astype(np.float64)
+        return (self._forward(params, X, self.bags(X))[1] > 0).astype(np.float64)

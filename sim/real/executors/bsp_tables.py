@@ -78,6 +78,8 @@ class Owner:
         self.width = self.columns.sum(axis=1)  # a block's columns, per sending rank
         self.offsets = np.concatenate([np.zeros((self.n, 1), np.int64),
                                        np.cumsum(self.columns, axis=1)], axis=1)
+        # the owner of each row of the embedding tables, laid end to end (WideDeep.bags)
+        self.block_owner = np.concatenate(layout.owner[1:])
 
     def owned(self, table: int, ids: np.ndarray) -> np.ndarray:
         """Whether each of ``ids`` (rows of ``table``, any shape) is this rank's."""
@@ -85,34 +87,40 @@ class Owner:
 
     def partial(self, params: np.ndarray, X, out: np.ndarray) -> int:
         """The partial pooled sums of batch ``X`` over this rank's rows into ``out``
-        (len(X), width): wide first, then each field; the ids looked up."""
+        (len(X), width): wide first, then each field; the ids looked up. Every field at once,
+        over the block of embedding tables (:meth:`WideDeep.bags`): each bag sums its own ids
+        in order, as a field's lookup would."""
         model, layout, r = self.layout.model, self.layout, self.rank
+        n, d = len(X), model.dim
+        at = self.at(0)
         looked = 0
-        for t, table in enumerate(layout.tables):
-            cols = int(self.columns[r, t])
-            if not cols:
-                continue
-            at = slice(int(self.offsets[r, t]), int(self.offsets[r, t]) + cols)
-            view = table.view(params)
-            if t == 0:  # the wide part: its crossed ids, and the bias
-                ids = X.wide
-                mine = self.owned(0, ids)
-                values = np.zeros(ids.shape)
-                values[mine] = view[ids[mine], 0]
-                out[:, at] = values.sum(axis=1)[:, None]
-                looked += int(mine.sum())
-                bias = np.array([model.cross_buckets])
-                if self.owned(0, bias)[0]:
-                    out[:, at] += view[model.cross_buckets, 0]
-                    looked += len(ids)
-            else:
-                ids = X.ids[:, t - 1, :]
-                mine = self.owned(t, ids)
-                values = np.zeros((*ids.shape, table.dim))
-                values[mine] = view[ids[mine]]
-                out[:, at] = values.sum(axis=1)
-                looked += int(mine.sum())
-        return looked
+        if at is not None:  # the wide part: its crossed ids, and the bias
+            view = layout.tables[0].view(params)
+            ids = X.wide
+            mine = self.owned(0, ids)
+            values = np.zeros(ids.shape)
+            values[mine] = view[ids[mine], 0]
+            out[:, at] = values.sum(axis=1)[:, None]
+            looked += int(mine.sum())
+            if self.owned(0, np.array([model.cross_buckets]))[0]:
+                out[:, at] += view[model.cross_buckets, 0]
+                looked += len(ids)
+        bags = model.bags(X)
+        mine = self.block_owner[bags] == r
+        values = np.zeros((*bags.shape, d))
+        values[mine] = model.block(params)[bags[mine]]
+        pooled = values.sum(axis=1).reshape(n, model.fields, d)
+        for t in range(1, len(layout.tables)):
+            at = self.at(t)
+            if at is not None:
+                out[:, at] = pooled[:, t - 1, :]
+        return looked + int(mine.sum())
+
+    def at(self, table: int) -> slice | None:
+        """Where table ``table``'s columns lie in this rank's block (None: it has none)."""
+        cols = int(self.columns[self.rank, table])
+        start = int(self.offsets[self.rank, table])
+        return slice(start, start + cols) if cols else None
 
     def pooled(self, blocks: list[np.ndarray], X) -> tuple[np.ndarray, np.ndarray]:
         """(the MLP's input, the wide logits) of this rank's batch ``X`` from every owner's
@@ -149,30 +157,33 @@ class Owner:
                 out[:, at] = dz[:, None] if t == 0 else delta[:, (t - 1) * d:t * d]
 
     def row_grads(self, X, block: np.ndarray) -> RowGrads:
-        """This rank's rows' gradients for worker batch ``X`` whose gradient block
-        (this rank's columns) is ``block``: the model's own backward, kept at owned rows."""
+        """This rank's rows' gradients for worker batch ``X`` whose gradient block (this
+        rank's columns) is ``block``, as rows of the layout's blocks: the model's own
+        backward (every field at once, :meth:`WideDeep.bags`), kept at owned rows."""
         model, layout, r = self.layout.model, self.layout, self.rank
+        n, d = len(X), model.dim
         out: RowGrads = []
-        for t in range(len(layout.tables)):
-            cols = int(self.columns[r, t])
-            if not cols:
-                continue
-            at = slice(int(self.offsets[r, t]), int(self.offsets[r, t]) + cols)
-            if t == 0:
-                part = model.wide_grad(X.wide, np.ascontiguousarray(block[:, at.start]))
-                rows, grads = part.rows, part.grads
-            else:
-                ids = np.ascontiguousarray(X.ids[:, t - 1, :])
-                rows, inverse = np.unique(ids, return_inverse=True)
-                rows = rows.astype(np.int64)
-                grads = K.embedding_bag_backward(ids, np.ascontiguousarray(block[:, at]),
-                                                 model.mean, inverse.astype(np.int64),
-                                                 len(rows))
-            mine = self.owned(t, rows)
+        at = self.at(0)
+        if at is not None:
+            part = model.wide_grad(X.wide, np.ascontiguousarray(block[:, at.start]))
+            mine = self.owned(0, part.rows)
             if mine.any():
-                out.append((t, rows[mine], grads[mine]))
+                b, start = layout.block_of(0)
+                out.append((b, part.rows[mine] + start, part.grads[mine]))
+        grad_out = np.zeros((n, model.fields, d))
+        for t in range(1, len(layout.tables)):
+            at = self.at(t)
+            if at is not None:
+                grad_out[:, t - 1, :] = block[:, at]
+        bags = model.bags(X)
+        rows, inverse = np.unique(bags, return_inverse=True)
+        grads = K.embedding_bag_backward(bags, grad_out.reshape(-1, d), model.mean,
+                                         inverse.astype(np.int64), len(rows))
+        mine = self.block_owner[rows] == r
+        if mine.any():  # the model's block of embedding tables, in the layout's blocks
+            b, start = layout.block_of(1)
+            out.append((b, rows[mine].astype(np.int64) + start, grads[mine]))
         return out
-
 
 def run(ctx: RankContext) -> RankLog:
     from mpi4py import MPI
@@ -257,9 +268,8 @@ def run(ctx: RankContext) -> RankLog:
         parts.append((BACKWARD, entered[1], done))
         pushed += float((fwd_recv_counts * off_rank).sum()) * VALUE_BYTES \
             + dense_grad.nbytes
-        grads = [layout.to_blocks(owner.row_grads(
-                     Xi, send_fwd[fwd_send_displs[i]:fwd_send_displs[i]
-                                  + fwd_send_counts[i]].reshape(batch, -1)))
+        grads = [owner.row_grads(Xi, send_fwd[fwd_send_displs[i]:fwd_send_displs[i]
+                                              + fwd_send_counts[i]].reshape(batch, -1))
                  for i, (Xi, _) in enumerate(batches)]
         entered.append(ctx.now())
         parts.append(("compute", done, entered[2]))

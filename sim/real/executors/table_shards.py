@@ -148,14 +148,18 @@ class ShardLayout:
         for b, rows, where in self.blocks_in(ids):
             self.blocks[b].view(params)[rows] = values[where].reshape(len(rows), -1)
 
+    def block_of(self, table: int) -> tuple[int, int]:
+        """(the block holding table ``table``, the block's row where the table starts)."""
+        b = int(np.searchsorted(self.block_firsts, self.offsets[table], side="right") - 1)
+        return b, int(self.offsets[table] - self.blocks[b].first)
+
     def to_blocks(self, per_table: Sequence[tuple[int, np.ndarray, np.ndarray]]) -> RowGrads:
         """Rows of tables (table, its sorted rows, their (u, dim) values), tables in order,
         as rows of blocks (block, its sorted rows, their values)."""
         parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
         for t, rows, values in per_table:
-            b = int(np.searchsorted(self.block_firsts, self.offsets[t], side="right") - 1)
-            parts.setdefault(b, []).append(
-                (rows + (self.offsets[t] - self.blocks[b].first), values))
+            b, start = self.block_of(t)
+            parts.setdefault(b, []).append((rows + start, values))
         return [(b, np.concatenate([r for r, _ in got]), np.concatenate([v for _, v in got]))
                 for b, got in parts.items()]
 
