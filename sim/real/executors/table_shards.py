@@ -77,6 +77,7 @@ class ShardLayout:
                       for t, table in enumerate(self.tables)]
         self.owned = [[np.flatnonzero(owner == s) for owner in self.owner]
                       for s in range(shards)]
+        self.owner_of = np.concatenate(self.owner)  # by global id
         start, size = model.dense_start, model.size
         if split_dense:
             ends = np.cumsum([len(p) for p in np.array_split(np.arange(size - start),
@@ -112,10 +113,9 @@ class ShardLayout:
     def split(self, rows: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Per shard, the global ids (sorted int64) of ``rows`` (distinct rows per table,
         each sorted) that it holds."""
-        owners = [self.owner[t][r] for t, r in enumerate(rows)]
-        return [np.concatenate([r[o == s] + self.offsets[t]
-                                for t, (r, o) in enumerate(zip(rows, owners, strict=True))])
-                for s in range(self.shards)]
+        ids = np.concatenate([r + self.offsets[t] for t, r in enumerate(rows)])
+        owners = self.owner_of[ids]
+        return [ids[owners == s] for s in range(self.shards)]
 
     def blocks_in(self, ids: np.ndarray) -> list[tuple[int, np.ndarray, slice]]:
         """For sorted global ``ids``: (block, its rows, where their values lie in a run of
