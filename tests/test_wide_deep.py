@@ -236,3 +236,33 @@ def test_bad_embeddings_values_exit_2_from_the_command_line(tmp_path, override, 
     assert done.returncode == 2, done.stderr
     assert named in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_shards_and_workers_pay_for_the_rows_they_gather_and_scatter(tmp_path):
+    """With a host whose only cost is per row gathered or scattered by index (copy_row_s,
+    what batch gathers measure), a bsp-ps step of one worker and one shard takes c x (rows
+    the worker packs into its push + rows the shard scatters into the step's sum + rows the
+    step gathers and writes back + rows the shard packs into the pull's reply + rows the
+    worker scatters out of it) longer: 3 x the rows pushed + 2 x the rows pulled, besides
+    the batch's own rows gathered each step."""
+    import dataclasses
+
+    from sim.training.host_costs import HOSTS, save_host_profile
+
+    free = dataclasses.replace(HOSTS["ideal"], name="rows")
+    costly = dataclasses.replace(free, copy_row_s=1e-6)
+    hosts = {}
+    for profile in (free, costly):
+        path = tmp_path / f"{profile.copy_row_s}.json"
+        save_host_profile(path, profile)
+        hosts[profile.copy_row_s] = f"calibrated:{path}"
+    base = {**WIDE_DEEP, **FREE_NETWORK, **PS, "cluster.workers": 1, "cluster.servers": 1,
+            "cluster.cores": 2, "compute.time_s": 1e-3}
+    runs = {c: train(make(base, cluster__host=host)) for c, host in hosts.items()}
+    times = {c: ctx.env.now for c, (ctx, _) in runs.items()}
+    traffic = runs[1e-6][0].traffic
+    pulled = traffic.served.sum()  # rows the shard put into replies
+    pushed = sum(traffic.pushed_rows)
+    batches = 12 * 16  # run.iterations x workload.batch rows gathered as data
+    assert times[1e-6] - times[0.0] == pytest.approx(
+        1e-6 * (3 * pushed + 2 * pulled + batches), rel=1e-9)

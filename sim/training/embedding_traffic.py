@@ -35,10 +35,13 @@ REQUEST_BYTES = 64  # a request's header and table names, as sim.simulated.serve
 
 @dataclass(frozen=True)
 class Parts:
-    """A message to or from the shards: bytes per shard (S,)."""
+    """A message to or from the shards: bytes per shard (S,), and the table rows each
+    shard's part carries (gathered or scattered by index at both ends) with their bytes."""
 
     request: np.ndarray  # worker -> shards
     reply: np.ndarray    # shards -> worker (zeros for a push)
+    rows: np.ndarray     # table rows in each shard's part (a pull's reply, a push)
+    row_bytes: np.ndarray  # their values' bytes
 
     @property
     def nbytes(self) -> float:
@@ -78,6 +81,7 @@ class EmbeddingTraffic:
         self.caches = [_Cache(hottest_rows(_occurrences(model, rows), config.embeddings.cache_rows))
                        for rows in worker_rows] if config.embeddings.cache_rows else []
         self.served = np.zeros(shards)  # rows each shard served in pulls
+        self.pushed_rows: list[float] = []  # rows each push carried, over the shards
         self.pulls = self.pushes = 0
         self.unique_ids = self.hits = 0
         self.pull_bytes = self.push_bytes = 0.0
@@ -98,8 +102,9 @@ class EmbeddingTraffic:
                 self.hits += int(hits.sum())
         ids, rows = self.map.pull_bytes(wanted, 8, ID_BYTES)
         request = np.where(ids + self.dense_bytes > 0, REQUEST_BYTES + ids, 0.0)
-        parts = Parts(request, rows + self.dense_bytes)
-        self.served += self.map.rows_per_shard(wanted)
+        served = self.map.rows_per_shard(wanted)
+        parts = Parts(request, rows + self.dense_bytes, served, rows)
+        self.served += served
         self.pulls += 1
         self.unique_ids += sum(len(t) for t in touched)
         self.pull_bytes += parts.nbytes
@@ -110,9 +115,12 @@ class EmbeddingTraffic:
     def push(self, X: Any) -> Parts:
         """The (id, row gradient) pairs of batch ``X``'s touched rows, and the dense
         gradient, per shard; counted in the totals."""
-        parts = Parts(self.map.push_bytes(self.model.touched(X), 8, ID_BYTES)
-                      + self.dense_bytes, np.zeros(self.shards))
+        touched = self.model.touched(X)
+        ids, values = self.map.pull_bytes(touched, 8, ID_BYTES)
+        parts = Parts(ids + values + self.dense_bytes, np.zeros(self.shards),
+                      self.map.rows_per_shard(touched), values)
         self.pushes += 1
+        self.pushed_rows.append(float(parts.rows.sum()))
         self.push_bytes += parts.nbytes
         self._pushed += parts.request
         return parts
@@ -132,12 +140,15 @@ class EmbeddingTraffic:
                 table.view(replica)[rows] = values
         cache.age += 1
 
-    def union_push(self, batches: Sequence[Any]) -> np.ndarray:
-        """(S,) bytes of the rows a synchronous step updates on each shard: the union of
-        the rows ``batches`` touched, as (id, row) pairs, and the dense part."""
+    def union_push(self, batches: Sequence[Any]) -> Parts:
+        """What a synchronous step updates on each shard: the union of the rows
+        ``batches`` touched, as (id, row) pairs, and the dense part (``request``), and
+        those rows and their values' bytes."""
         touched = [self.model.touched(X) for X in batches]
         union = [np.unique(np.concatenate(ids)) for ids in zip(*touched, strict=True)]
-        return self.map.push_bytes(union, 8, ID_BYTES) + self.dense_bytes
+        ids, values = self.map.pull_bytes(union, 8, ID_BYTES)
+        return Parts(ids + values + self.dense_bytes, np.zeros(self.shards),
+                     self.map.rows_per_shard(union), values)
 
     def mean_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(pull request, pull reply, push) bytes per shard of the mean pull and push."""

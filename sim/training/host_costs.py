@@ -5,7 +5,8 @@ by CPU for this reason): it gathers its mini-batch rows, applies updates, copies
 and out of buffers, runs its framework's code around every message and every step, and a
 server sums and applies every push it receives. Each costs CPU time on the rank's core:
 
-    data     = rows x copy_row_s + batch bytes gathered / copy_Bps
+    data     = rows x copy_row_s + batch bytes gathered / copy_Bps   (also an embedding
+               table's rows gathered into or scattered out of a message: rows_s)
     update   = parameter bytes / update_Bps            (an SGD step over those parameters)
     reduce   = bytes summed / reduce_Bps               (gamma of Thakur, Rabenseifner and
                                                         Gropp 2005: gamma = 1 / reduce_Bps)
@@ -158,6 +159,12 @@ class CpuCosts:
 
     def data_s(self, nbytes: float, rows: int = 0) -> float:
         """Gathering ``rows`` mini-batch rows of ``nbytes`` in all."""
+        return self.rows_s(nbytes, rows)
+
+    def rows_s(self, nbytes: float, rows: float) -> float:
+        """Gathering (or scattering) ``rows`` rows of ``nbytes`` in all by their indices:
+        mini-batch rows, or an embedding table's rows into or out of a message, with the
+        constants measured on batch gathers (the same random accesses and copies)."""
         return self.host.copy_call_s + rows * self.host.copy_row_s + nbytes / self.host.copy_Bps
 
     def update_s(self, nbytes: float) -> float:

@@ -297,13 +297,16 @@ def pull_rows(ctx: Context, worker: Worker | Endpoint, out: np.ndarray | None,
     parts = ctx.traffic.pull(worker.index, X)
     owners = parts.request > 0
     request, reply = parts.request[owners], parts.reply[owners]
+    # each shard gathers the rows asked for into its reply, the worker scatters them out
+    moved = np.array([costs.rows_s(b, r) for b, r in zip(parts.row_bytes[owners],
+                                                         parts.rows[owners], strict=True)])
     yield from cpu(ctx, worker.index, "overhead", float(costs.message_s(request).sum()),
                    overlapped)
     facts = Facts("pull", parts.nbytes)
     with ctx.recorder.span(worker.index, "wire", overlapped, facts):
         yield server.push_parts(worker.host, parts.request, facts.sends)
-        served = server.process(owners, costs.message_s(request) + costs.message_s(reply),
-                                what="pull")
+        served = server.process(owners, costs.message_s(request) + costs.message_s(reply)
+                                + moved, what="pull")
         if served is not None:
             yield served
         version = server.store.read(out) if out is not None else server.store.version
@@ -311,8 +314,8 @@ def pull_rows(ctx: Context, worker: Worker | Endpoint, out: np.ndarray | None,
         yield from ctx.hosts.wait(worker.index, server.send_parts(worker.host, parts.reply,
                                                                   facts.sends))
         yield from reply_handshake(ctx, worker.index, parts.reply)
-    yield from cpu(ctx, worker.index, "overhead", float(costs.message_s(reply).sum()),
-                   overlapped)
+    yield from cpu(ctx, worker.index, "overhead",
+                   float(costs.message_s(reply).sum() + moved.sum()), overlapped)
     return version
 
 
@@ -322,14 +325,19 @@ def push_rows(ctx: Context, worker: Worker, apply_s: Callable[[float], float],
     touched that the shard owns, and its part of the dense gradient; returns the event of
     the shards having processed them (as :func:`push`'s)."""
     parts: Parts = ctx.traffic.push(worker.last_batch[0])
+    costs = ctx.cpu
     owners = parts.request > 0
     owned = parts.request[owners]
-    yield from cpu(ctx, worker.index, "overhead", float(ctx.cpu.message_s(owned).sum()),
-                   overlapped)
+    # the worker gathers the rows' gradients into each shard's part, the shard scatters
+    # them out (into the step's sum, or onto its rows)
+    moved = np.array([costs.rows_s(b, r) for b, r in zip(parts.row_bytes[owners],
+                                                         parts.rows[owners], strict=True)])
+    yield from cpu(ctx, worker.index, "overhead",
+                   float(costs.message_s(owned).sum() + moved.sum()), overlapped)
     facts = Facts("push", parts.nbytes)
     delivered = ctx.server.push_parts(worker.host, parts.request, facts.sends)
     yield from block(ctx, worker.index, "wire", delivered, overlapped, facts)
-    shard_s = np.array([ctx.cpu.message_s(p) + apply_s(p) for p in owned])
+    shard_s = np.array([costs.message_s(p) + apply_s(p) for p in owned]) + moved
     if not np.any(shard_s > 0):
         return None
     return ctx.server.process(owners, shard_s, worker.index, owned, sends=facts.sends)

@@ -200,10 +200,13 @@ class BSPPS(PipelinedStrategy):
         tables on the servers, of the rows the step's batches touched)."""
         ctx = self.ctx
         if ctx.traffic is not None:
-            parts = ctx.traffic.union_push([w.last_batch[0] for w in ctx.workers])
-            owned = parts[parts > 0]
-            ctx.server.process(parts > 0, np.array([ctx.cpu.reduce_s(p) + ctx.cpu.update_s(p)
-                                                    for p in owned]), what="apply")
+            union = ctx.traffic.union_push([w.last_batch[0] for w in ctx.workers])
+            owners, costs = union.request > 0, ctx.cpu
+            # the mean and the step of the union's rows, gathered and written back by index
+            ctx.server.process(owners, np.array([
+                costs.reduce_s(p) + costs.update_s(p) + costs.rows_s(b, r)
+                for p, b, r in zip(union.request[owners], union.row_bytes[owners],
+                                   union.rows[owners], strict=True)]), what="apply")
         else:
             self.apply_keys(self.keys(msg), msg.nbytes)
         if self.ctx.numerics:

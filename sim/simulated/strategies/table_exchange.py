@@ -148,13 +148,12 @@ class AllToAll(TableExchange):
         received = float(self.forward.sum()) / ctx.n  # a worker's pooled vectors, mean
         self.count(touched, received, received + self.dense_bytes)
         hosts = self.strategy.hosts
-        # each owner reads and sums its rows for every worker's bags: a pass at the host's
-        # summing rate over the values read (nothing on the ideal host)
-        env = ctx.env
-        yield simpy.AllOf(env, [env.process(cpu(ctx, w.index, "compute",
-                                                ctx.cpu.reduce_s(VALUE_BYTES * values)))
-                                for w, values in zip(ctx.workers, lookups.values,
-                                                     strict=True)])
+        # each owner gathers its rows for every worker's bags by index, and scatters their
+        # gradients back the same way (the host's per-row costs; nothing on the ideal host)
+        env, costs = ctx.env, ctx.cpu
+        yield simpy.AllOf(env, [env.process(cpu(
+            ctx, w.index, "compute", 2 * costs.rows_s(VALUE_BYTES * values, ids)))
+            for w, ids, values in zip(ctx.workers, lookups.ids, lookups.values, strict=True)])
         yield from self.timed(alltoallv(ctx.network, self.forward, hosts), overlapped)
         yield from self.timed(alltoallv(ctx.network, self.forward.T, hosts), overlapped)
         yield from self.strategy.allreduce(self.dense_bytes, overlapped)
