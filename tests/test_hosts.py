@@ -470,3 +470,30 @@ def test_a_rank_keeps_its_core_for_the_spin_after_its_work():
     env.process(rank1())
     env.run()
     assert ends == pytest.approx({"noticed": 1.02e-3, "rank 0": 1.12e-3, "rank 1": 2.12e-3})
+
+
+def test_a_profile_without_table_costs_charges_table_rows_as_batch_rows(tmp_path):
+    """Profiles written before the table-row costs load, and charge a table's rows as a
+    batch gather (and a sparse step as a sum, an SGD step and a gather); with them, their
+    own constant + rows x row + bytes / rate."""
+    import dataclasses
+    import json
+
+    from sim.training.host_costs import HOSTS, CpuCosts, load_host, save_host_profile
+
+    path = tmp_path / "old.json"
+    save_host_profile(path, HOSTS["epyc-core"])
+    data = json.loads(path.read_text())
+    for key in ("table_call_s", "table_row_s", "table_Bps", "table_step_call_s",
+                "table_step_row_s", "table_step_Bps"):
+        data.pop(key, None)
+    path.write_text(json.dumps(data))
+    old = CpuCosts(load_host(f"calibrated:{path}"))
+    assert old.table_rows_s(8000, 100) == old.rows_s(8000, 100)
+    assert old.table_step_s(8000, 100) == pytest.approx(
+        old.reduce_s(8000) + old.update_s(8000) + old.rows_s(8000, 100))
+    new = CpuCosts(dataclasses.replace(HOSTS["epyc-core"], table_call_s=1e-5,
+                                       table_row_s=5e-8, table_Bps=4e9, table_step_call_s=3e-5,
+                                       table_step_row_s=4e-7, table_step_Bps=3e9))
+    assert new.table_rows_s(8000, 100) == pytest.approx(1e-5 + 100 * 5e-8 + 8000 / 4e9)
+    assert new.table_step_s(8000, 100) == pytest.approx(3e-5 + 100 * 4e-7 + 8000 / 3e9)

@@ -5,8 +5,11 @@ by CPU for this reason): it gathers its mini-batch rows, applies updates, copies
 and out of buffers, runs its framework's code around every message and every step, and a
 server sums and applies every push it receives. Each costs CPU time on the rank's core:
 
-    data     = rows x copy_row_s + batch bytes gathered / copy_Bps   (also an embedding
-               table's rows gathered into or scattered out of a message: rows_s)
+    data     = rows x copy_row_s + batch bytes gathered / copy_Bps
+    table    = table_call_s + rows x table_row_s + bytes / table_Bps   (an embedding
+               table's rows gathered into or scattered out of a message by their ids)
+    row step = table_step_call_s + rows x table_step_row_s + bytes / table_step_Bps
+               (a sparse step: the mean of the pushes' rows and the rows' optimizer step)
     update   = parameter bytes / update_Bps            (an SGD step over those parameters)
     reduce   = bytes summed / reduce_Bps               (gamma of Thakur, Rabenseifner and
                                                         Gropp 2005: gamma = 1 / reduce_Bps)
@@ -80,6 +83,18 @@ class HostProfile:
     reload_s: float = 0.0
     reload_tau_s: float = 0.0
     reload_base_s: float = 0.0
+    # an embedding table's rows gathered into or scattered out of a message by index
+    # (table_*), and a sparse step of rows: the mean of the pushes' rows and the rows'
+    # optimizer step (table_step_*), each constant + rows x row + bytes / rate, measured
+    # through the real runner's code (sim.real.executors.table_shards); None: not
+    # measured (a profile from before them): charged as a batch gather, and as a sum and
+    # an SGD step over the bytes plus a gather
+    table_call_s: float | None = None
+    table_row_s: float | None = None
+    table_Bps: float | None = None
+    table_step_call_s: float | None = None
+    table_step_row_s: float | None = None
+    table_step_Bps: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("copy_Bps", "update_Bps", "reduce_Bps", "slice_s", "message_Bps",
@@ -94,6 +109,16 @@ class HostProfile:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "
+                                 f"got {value}")
+        for name in ("table_call_s", "table_row_s", "table_step_call_s", "table_step_row_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "
+                                 f"got {value}")
+        for name in ("table_Bps", "table_step_Bps"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"host profile {self.name!r}: {name} must be > 0, "
                                  f"got {value}")
         if self.reload_s > 0 and not self.reload_tau_s > 0:
             raise ValueError(f"host profile {self.name!r}: reload_tau_s must be > 0 when "
@@ -119,6 +144,10 @@ HOSTS: dict[str, HostProfile] = {
 }
 
 
+# fields a profile may leave out (written by later versions of `sim calibrate`)
+OPTIONAL = ("table_call_s", "table_row_s", "table_Bps", "table_step_call_s",
+            "table_step_row_s", "table_step_Bps")
+
 # what `sim calibrate` records beside the fields: fits, samples and how they were measured
 MEASUREMENTS = {"fits", "step", "poll", "rendezvous", "share", "reload", "measured_through",
                 "load_average", "cpu_fraction", "fabric_overhead_s", "fabric_Bps", "quick",
@@ -131,7 +160,7 @@ def load_host(spec: str) -> HostProfile:
     return load_profile(spec, HOSTS, HostProfile, PROFILE_FORMAT, what="host profile",
                         measurements=MEASUREMENTS,
                         required=[f.name for f in fields(HostProfile)
-                                  if f.name not in ("name", "source")],
+                                  if f.name not in ("name", "source", *OPTIONAL)],
                         defaults=lambda path: {"name": path.stem, "source": str(path)})
 
 
@@ -163,9 +192,26 @@ class CpuCosts:
 
     def rows_s(self, nbytes: float, rows: float) -> float:
         """Gathering (or scattering) ``rows`` rows of ``nbytes`` in all by their indices:
-        mini-batch rows, or an embedding table's rows into or out of a message, with the
-        constants measured on batch gathers (the same random accesses and copies)."""
+        mini-batch rows (a batch gather's constants)."""
         return self.host.copy_call_s + rows * self.host.copy_row_s + nbytes / self.host.copy_Bps
+
+    def table_rows_s(self, nbytes: float, rows: float) -> float:
+        """Gathering an embedding table's ``rows`` (``nbytes`` of values) into a message, or
+        scattering them out of one, by their ids (a batch gather's costs where the profile
+        has none of its own)."""
+        h = self.host
+        if h.table_row_s is None:
+            return self.rows_s(nbytes, rows)
+        return h.table_call_s + rows * h.table_row_s + nbytes / h.table_Bps
+
+    def table_step_s(self, nbytes: float, rows: float) -> float:
+        """A sparse step of ``rows`` table rows (``nbytes`` of values): the mean of the
+        pushes' rows and the rows' optimizer step (where the profile has no such costs: a
+        sum and an SGD step over the bytes, and a gather of the rows)."""
+        h = self.host
+        if h.table_step_row_s is None:
+            return self.reduce_s(nbytes) + self.update_s(nbytes) + self.rows_s(nbytes, rows)
+        return h.table_step_call_s + rows * h.table_step_row_s + nbytes / h.table_step_Bps
 
     def update_s(self, nbytes: float) -> float:
         """An SGD step over ``nbytes`` of parameters."""

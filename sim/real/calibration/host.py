@@ -156,6 +156,64 @@ def fit_gather(rows: list[float], nbytes: list[float],
                          "error": float(e)} for k, b, s, e in zip(r, n, t, errors, strict=True)]}
 
 
+ROW_FITS = ("copy", "table", "table_step")  # fitted with a cost per row
+TABLE_ROWS = [64, 256, 1024, 4096]  # rows of a message or a step
+TABLE_ROWS_QUICK = [64, 1024]
+TABLE_DIMS = (4, 16)  # row widths (columns)
+
+
+def measure_table_rows(quick: bool, min_time_s: float) -> dict[str, tuple[list[float], ...]]:
+    """An embedding table's rows gathered into a message by their ids, and a sparse step of
+    them, through the real runner's code (:class:`~sim.real.executors.table_shards.
+    ShardLayout` ``read`` and ``step_mean_rows``), for several row counts and widths, from
+    tables of 8 x 50,000 rows (larger than the caches, as real ones are): {"table": (rows,
+    bytes, seconds), "table_step": (rows, bytes, seconds)}."""
+    found: dict[str, tuple[list[float], ...]] = {"table": ([], [], []),
+                                                 "table_step": ([], [], [])}
+    rng = np.random.default_rng(0)
+    for dim in TABLE_DIMS:
+        tables = _TableBench(dim, rng)
+        for rows in TABLE_ROWS_QUICK if quick else TABLE_ROWS:
+            for name, run in tables.runs(rows, rng).items():
+                found[name][0].append(float(rows))
+                found[name][1].append(float(rows * dim * 8))
+                found[name][2].append(median_s(run, min_time_s))
+    return found
+
+
+class _TableBench:
+    """A wide-deep model's tables of 50,000 rows of ``dim`` on one shard."""
+
+    def __init__(self, dim: int, rng: np.random.Generator) -> None:
+        from sim.real.executors.table_shards import ShardLayout
+        from sim.training.checks import validate
+        from sim.training.rules import SGD
+        from sim.training.workload import shaped_model
+
+        config = validate({"cluster": {"workers": 1}, "workload": {
+            "model": "wide-deep", "dataset": "ctr-synthetic", "vocab": 50000,
+            "embedding_dim": dim}}, "host calibration")
+        model = shaped_model(config)
+        self.dim, self.layout = dim, ShardLayout(model, 1, "row-hash", split_dense=True)
+        self.params = rng.standard_normal(model.size) * 0.01
+        self.sgd, self.total = SGD(self.params, config), np.zeros(model.size)
+        self.block = len(self.layout.blocks) - 1  # the embedding tables
+
+    def runs(self, rows: int, rng: np.random.Generator) -> dict[str, Any]:
+        """{name: a call timing it} for ``rows`` distinct random rows."""
+        from sim.real.executors.table_shards import step_mean_rows
+
+        block = self.layout.blocks[self.block]
+        picked = np.sort(rng.choice(block.rows, rows, replace=False)).astype(np.int64)
+        ids, out = picked + block.first, np.empty(rows * self.dim)
+        values = np.full((rows, self.dim), 1e-3)
+        layout, params, sgd, total, b = (self.layout, self.params, self.sgd, self.total,
+                                         self.block)
+        return {"table": lambda: layout.read(params, ids, out),
+                "table_step": lambda: step_mean_rows(layout, sgd, total,
+                                                     [[(b, picked, values)]], 1e-3)}
+
+
 def measure_update(quick: bool, min_time_s: float) -> tuple[list[float], list[float]]:
     """``SGD.step`` (the runs' update, with the default momentum) over several sizes."""
     from sim.training.checks import validate
@@ -367,7 +425,8 @@ def measure_vectors(quick: bool, min_time_s: float) -> dict[str, Any]:
     wall0, cpu0 = time.perf_counter(), time.process_time()
     points = {"copy": measure_copy(quick, min_time_s),
               "update": measure_update(quick, min_time_s),
-              "reduce": measure_reduce(quick, min_time_s)}
+              "reduce": measure_reduce(quick, min_time_s),
+              **measure_table_rows(quick, min_time_s)}
     wall_s = time.perf_counter() - wall0
     return {"points": points, "cpu_fraction": (time.process_time() - cpu0) / wall_s,
             "wall_s": wall_s}
@@ -428,7 +487,7 @@ def measure_host(quick: bool, wait: str, concurrency: int) -> dict[str, Any]:
     reduce and message; ``step``, ``poll``, ``rendezvous``, ``share`` and ``reload``; the
     vectors' CPU and wall time (``cpu_s``, ``wall_s``)."""
     vectors = measure_vectors_together(quick, 0.02 if quick else 0.1, concurrency)
-    fits = {name: (fit_gather if name == "copy" else fit)(*points)
+    fits = {name: (fit_gather if name in ROW_FITS else fit)(*points)
             for name, points in vectors["points"].items()}
     measured: dict[str, Any] = {"fits": fits,
                                 "cpu_s": vectors["cpu_fraction"] * vectors["wall_s"],
@@ -472,7 +531,13 @@ def host_profile(m: dict[str, Any], fabric_overhead_s: float,
         notice_base_s=rendezvous["notice_base_s"],
         reload_s=reload["reload_s"],
         reload_tau_s=reload["reload_tau_s"],
-        reload_base_s=reload["reload_base_s"])
+        reload_base_s=reload["reload_base_s"],
+        table_call_s=fits["table"]["constant_s"],
+        table_row_s=fits["table"]["row_s"],
+        table_Bps=fits["table"]["rate_Bps"],
+        table_step_call_s=fits["table_step"]["constant_s"],
+        table_step_row_s=fits["table_step"]["row_s"],
+        table_step_Bps=fits["table_step"]["rate_Bps"])
 
 
 def measured_through(concurrency: int, reload: dict[str, Any]) -> dict[str, str]:
@@ -483,6 +548,10 @@ def measured_through(concurrency: int, reload: dict[str, Any]) -> dict[str, str]
         "update": f"sim.training.rules.SGD.step -> sim.kernels.sgd_update, {concurrency} "
                   "process(es) at once",
         "reduce": f"sim.kernels.sum_into, {concurrency} process(es) at once",
+        "table": f"sim.real.executors.table_shards.ShardLayout.read of a wide-deep "
+                 f"table's rows by id, {concurrency} process(es) at once",
+        "table_step": f"sim.real.executors.table_shards.step_mean_rows (one push's rows: "
+                      f"their mean and Adagrad step), {concurrency} process(es) at once",
         "message": "2 MPI ranks (sim.real.calibration.netbench, mode message): pack + "
                    "sim.kernels.copy + Isend + wait as sim.real.executors.ps pushes, "
                    f"Irecv + wait as its server receives; each size's fastest of "

@@ -25,6 +25,7 @@ from sim.training.host_costs import CpuCosts
 from sim.training.messages import LayerCosts
 from sim.training.parallel_plan import Plan
 from sim.training.rules import Rules
+from sim.training.strategies import row_of
 from sim.training.workload import Worker, Workload
 from sim.workloads.models import Model
 
@@ -298,8 +299,9 @@ def pull_rows(ctx: Context, worker: Worker | Endpoint, out: np.ndarray | None,
     owners = parts.request > 0
     request, reply = parts.request[owners], parts.reply[owners]
     # each shard gathers the rows asked for into its reply, the worker scatters them out
-    moved = np.array([costs.rows_s(b, r) for b, r in zip(parts.row_bytes[owners],
-                                                         parts.rows[owners], strict=True)])
+    moved = np.array([costs.table_rows_s(b, r) for b, r in zip(parts.row_bytes[owners],
+                                                               parts.rows[owners],
+                                                               strict=True)])
     yield from cpu(ctx, worker.index, "overhead", float(costs.message_s(request).sum()),
                    overlapped)
     facts = Facts("pull", parts.nbytes)
@@ -328,16 +330,21 @@ def push_rows(ctx: Context, worker: Worker, apply_s: Callable[[float], float],
     costs = ctx.cpu
     owners = parts.request > 0
     owned = parts.request[owners]
-    # the worker gathers the rows' gradients into each shard's part, the shard scatters
-    # them out (into the step's sum, or onto its rows)
-    moved = np.array([costs.rows_s(b, r) for b, r in zip(parts.row_bytes[owners],
-                                                         parts.rows[owners], strict=True)])
+    # the worker gathers the rows' gradients into each shard's part; a shard of a
+    # synchronous strategy scatters them into the step's sum (the step is charged when it
+    # closes), an asynchronous one steps its rows at once
+    rows, row_bytes = parts.rows[owners], parts.row_bytes[owners]
+    moved = np.array([costs.table_rows_s(b, r) for b, r in zip(row_bytes, rows, strict=True)])
     yield from cpu(ctx, worker.index, "overhead",
                    float(costs.message_s(owned).sum() + moved.sum()), overlapped)
     facts = Facts("push", parts.nbytes)
     delivered = ctx.server.push_parts(worker.host, parts.request, facts.sends)
     yield from block(ctx, worker.index, "wire", delivered, overlapped, facts)
-    shard_s = np.array([costs.message_s(p) + apply_s(p) for p in owned]) + moved
+    on_rows = moved if row_of(ctx.config).synchronous else np.array(
+        [costs.table_step_s(b, r) for b, r in zip(row_bytes, rows, strict=True)])
+    dense = ctx.traffic.dense_bytes[owners]
+    shard_s = np.array([costs.message_s(p) + apply_s(d) for p, d in zip(owned, dense,
+                                                                       strict=True)]) + on_rows
     if not np.any(shard_s > 0):
         return None
     return ctx.server.process(owners, shard_s, worker.index, owned, sends=facts.sends)

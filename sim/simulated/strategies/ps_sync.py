@@ -202,11 +202,12 @@ class BSPPS(PipelinedStrategy):
         if ctx.traffic is not None:
             union = ctx.traffic.union_push([w.last_batch[0] for w in ctx.workers])
             owners, costs = union.request > 0, ctx.cpu
-            # the mean and the step of the union's rows, gathered and written back by index
+            # the mean and the step of the union's rows, and of the dense part
+            dense = ctx.traffic.dense_bytes[owners]
             ctx.server.process(owners, np.array([
-                costs.reduce_s(p) + costs.update_s(p) + costs.rows_s(b, r)
-                for p, b, r in zip(union.request[owners], union.row_bytes[owners],
-                                   union.rows[owners], strict=True)]), what="apply")
+                costs.table_step_s(b, r) + costs.reduce_s(d) + costs.update_s(d)
+                for b, r, d in zip(union.row_bytes[owners], union.rows[owners], dense,
+                                   strict=True)]), what="apply")
         else:
             self.apply_keys(self.keys(msg), msg.nbytes)
         if self.ctx.numerics:

@@ -152,7 +152,7 @@ class AllToAll(TableExchange):
         # gradients back the same way (the host's per-row costs; nothing on the ideal host)
         env, costs = ctx.env, ctx.cpu
         yield simpy.AllOf(env, [env.process(cpu(
-            ctx, w.index, "compute", 2 * costs.rows_s(VALUE_BYTES * values, ids)))
+            ctx, w.index, "compute", 2 * costs.table_rows_s(VALUE_BYTES * values, ids)))
             for w, ids, values in zip(ctx.workers, lookups.ids, lookups.values, strict=True)])
         yield from self.timed(alltoallv(ctx.network, self.forward, hosts), overlapped)
         yield from self.timed(alltoallv(ctx.network, self.forward.T, hosts), overlapped)
