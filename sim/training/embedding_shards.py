@@ -240,7 +240,10 @@ class ShardMap:
         for name, value in (("value_bytes", value_bytes), ("id_bytes", id_bytes)):
             if not _is_int(value) or value < 0:
                 raise ValueError(f"{name}: expected an integer >= 0, got {value!r}")
-        ids = self._per_table(unique_ids, "unique_ids")
+        return self._served(self._per_table(unique_ids, "unique_ids"))
+
+    def _served(self, ids: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, row values) each shard holds of ``ids`` (checked, one array per table)."""
         rows, values = np.zeros(self.shards), np.zeros(self.shards)
         for t, i in enumerate(ids):
             served = self._placed.counts(t, i)
@@ -305,13 +308,7 @@ class ShardMap:
         all workers) per table are ``ids_per_table``: the ids it looks up and the values it
         reads (ids x its columns of them), for the simulator to charge as CPU. Raises
         ValueError naming ``ids_per_table``."""
-        ids = self._per_table(ids_per_table, "ids_per_table")
-        looked, values = np.zeros(self.shards), np.zeros(self.shards)
-        for t, i in enumerate(ids):
-            served = self._placed.counts(t, i)
-            looked += served
-            values += served * self._placed.columns(t)
-        return Lookups(looked, values)
+        return Lookups(*self._served(self._per_table(ids_per_table, "ids_per_table")))
 
     # ---- checks ------------------------------------------------------------------------
 
