@@ -117,10 +117,12 @@ def _descriptions(section: str) -> dict[str, str]:
     from sim.commands import list as listing
     from sim.network.collectives import REGISTRY
     from sim.network.topology import TOPOLOGIES
-    from sim.workloads.datasets import DATASETS
+    from sim.workloads.datasets import DATASET_FAMILIES, DATASETS
     from sim.workloads.models import MODELS
 
-    registry = {"models": MODELS, "datasets": DATASETS, "collectives": REGISTRY,
+    # data sets: the named ones, then the families (criteo:PATH)
+    named = [*DATASETS, *(family.usage for family in DATASET_FAMILIES.values())]
+    registry = {"models": MODELS, "datasets": named, "collectives": REGISTRY,
                 "topologies": TOPOLOGIES}[section]
     return dict(zip(registry, getattr(listing, section)(), strict=True))
 
