@@ -485,11 +485,12 @@ def test_a_profile_without_table_costs_charges_table_rows_as_batch_rows(tmp_path
     save_host_profile(path, HOSTS["epyc-core"])
     data = json.loads(path.read_text())
     for key in ("table_call_s", "table_row_s", "table_Bps", "table_step_call_s",
-                "table_step_row_s", "table_step_Bps"):
+                "table_step_row_s", "table_step_Bps", "unique_call_s", "unique_id_s"):
         data.pop(key, None)
     path.write_text(json.dumps(data))
     old = CpuCosts(load_host(f"calibrated:{path}"))
     assert old.table_rows_s(8000, 100) == old.rows_s(8000, 100)
+    assert old.unique_s(3000) == 0.0  # not measured: not charged
     assert old.table_step_s(8000, 100) == pytest.approx(
         old.reduce_s(8000) + old.update_s(8000) + old.rows_s(8000, 100))
     new = CpuCosts(dataclasses.replace(HOSTS["epyc-core"], table_call_s=1e-5,

@@ -27,7 +27,9 @@ def test_calibrate_host_writes_a_profile_load_host_reads_with_every_fit_error(tm
     assert profile.copy_Bps > 0 and profile.update_Bps > 0 and profile.reduce_Bps > 0
     assert profile.message_s >= 0 and profile.step_s >= 0 and profile.slice_s == 3e-3
     data = json.loads(path.read_text())
-    assert set(data["fits"]) == {"copy", "update", "reduce", "message", "table", "table_step"}
+    assert set(data["fits"]) == {"copy", "update", "reduce", "message", "table", "table_step",
+                                 "unique"}
+    assert profile.unique_id_s == pytest.approx(1 / data["fits"]["unique"]["rate_Bps"])
     assert profile.table_row_s == data["fits"]["table"]["row_s"] >= 0
     assert profile.table_step_row_s == data["fits"]["table_step"]["row_s"] >= 0
     for f in data["fits"].values():
@@ -35,7 +37,7 @@ def test_calibrate_host_writes_a_profile_load_host_reads_with_every_fit_error(tm
         assert all({"bytes", "seconds", "error"} <= set(s) for s in f["samples"])
     assert set(data["measured_through"]) == {"copy", "update", "reduce", "message", "step",
                                              "poll", "rendezvous", "share", "reload",
-                                             "table", "table_step"}
+                                             "table", "table_step", "unique"}
     assert profile.notice_s >= 0 and profile.rendezvous_s >= 0
     noticed = data["rendezvous"]["noticed_s"]  # per level of ranks, per message size
     assert len(noticed) == 3 and all(len(n) == 2 and min(n) > 0 for n in noticed)

@@ -266,3 +266,25 @@ def test_shards_and_workers_pay_for_the_rows_they_gather_and_scatter(tmp_path):
     batches = 12 * 16  # run.iterations x workload.batch rows gathered as data
     assert times[1e-6] - times[0.0] == pytest.approx(
         1e-6 * (3 * pushed + 2 * pulled + batches), rel=1e-9)
+
+
+def test_a_worker_pays_for_finding_its_batch_s_distinct_ids_before_each_pull(tmp_path):
+    """With a host whose only cost is per id deduplicated, a bsp-ps run takes c x (the ids
+    of every batch pulled for: batch x (fields x ids_per_field + crossed features)) longer."""
+    import dataclasses
+
+    from sim.training.host_costs import HOSTS, save_host_profile
+
+    hosts = {}
+    for c in (0.0, 1e-6):
+        path = tmp_path / f"{c}.json"
+        save_host_profile(path, dataclasses.replace(HOSTS["ideal"], name="ids",
+                                                    unique_call_s=0.0, unique_id_s=c))
+        hosts[c] = f"calibrated:{path}"
+    base = {**WIDE_DEEP, **FREE_NETWORK, **PS, "cluster.workers": 1, "cluster.servers": 1,
+            "cluster.cores": 2, "compute.time_s": 1e-3}
+    runs = {c: train(make(base, cluster__host=host)) for c, host in hosts.items()}
+    pulls = runs[1e-6][0].traffic.pulls
+    ids = 16 * (3 * 1 + 2)  # batch x (fields x ids_per_field + fields - 1 crossed)
+    assert runs[1e-6][0].env.now - runs[0.0][0].env.now == pytest.approx(1e-6 * pulls * ids,
+                                                                         rel=1e-9)

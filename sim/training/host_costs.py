@@ -10,6 +10,7 @@ server sums and applies every push it receives. Each costs CPU time on the rank'
                table's rows gathered into or scattered out of a message by their ids)
     row step = table_step_call_s + rows x table_step_row_s + bytes / table_step_Bps
                (a sparse step: the mean of the pushes' rows and the rows' optimizer step)
+    unique   = unique_call_s + ids x unique_id_s   (a batch's distinct ids, before a pull)
     update   = parameter bytes / update_Bps            (an SGD step over those parameters)
     reduce   = bytes summed / reduce_Bps               (gamma of Thakur, Rabenseifner and
                                                         Gropp 2005: gamma = 1 / reduce_Bps)
@@ -95,6 +96,11 @@ class HostProfile:
     table_step_call_s: float | None = None
     table_step_row_s: float | None = None
     table_step_Bps: float | None = None
+    # finding the distinct ids of a batch before a pull (a sort: numpy's unique, as
+    # TensorFlow's sparse lookups run tf.unique), unique_call_s + ids x unique_id_s; None:
+    # not measured, not charged
+    unique_call_s: float | None = None
+    unique_id_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("copy_Bps", "update_Bps", "reduce_Bps", "slice_s", "message_Bps",
@@ -110,7 +116,8 @@ class HostProfile:
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "
                                  f"got {value}")
-        for name in ("table_call_s", "table_row_s", "table_step_call_s", "table_step_row_s"):
+        for name in ("table_call_s", "table_row_s", "table_step_call_s", "table_step_row_s",
+                     "unique_call_s", "unique_id_s"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "
@@ -146,7 +153,7 @@ HOSTS: dict[str, HostProfile] = {
 
 # fields a profile may leave out (written by later versions of `sim calibrate`)
 OPTIONAL = ("table_call_s", "table_row_s", "table_Bps", "table_step_call_s",
-            "table_step_row_s", "table_step_Bps")
+            "table_step_row_s", "table_step_Bps", "unique_call_s", "unique_id_s")
 
 # what `sim calibrate` records beside the fields: fits, samples and how they were measured
 MEASUREMENTS = {"fits", "step", "poll", "rendezvous", "share", "reload", "measured_through",
@@ -203,6 +210,13 @@ class CpuCosts:
         if h.table_row_s is None:
             return self.rows_s(nbytes, rows)
         return h.table_call_s + rows * h.table_row_s + nbytes / h.table_Bps
+
+    def unique_s(self, ids: float) -> float:
+        """Finding the distinct ones among a batch's ``ids`` (0 where not measured)."""
+        h = self.host
+        if h.unique_id_s is None:
+            return 0.0
+        return h.unique_call_s + ids * h.unique_id_s
 
     def table_step_s(self, nbytes: float, rows: float) -> float:
         """A sparse step of ``rows`` table rows (``nbytes`` of values): the mean of the

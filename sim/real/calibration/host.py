@@ -214,6 +214,34 @@ class _TableBench:
                                                      [[(b, picked, values)]], 1e-3)}
 
 
+UNIQUE_BATCHES = [16, 64, 256, 1024]  # rows of a batch whose distinct ids are found
+UNIQUE_BATCHES_QUICK = [16, 256, 1024]
+
+
+def measure_unique(quick: bool, min_time_s: float) -> tuple[list[float], list[float]]:
+    """A batch's distinct ids (every table's), as a worker finds them before a pull
+    (:meth:`WideDeep.touched` on a batch it has not seen), for several batch sizes: (ids,
+    seconds)."""
+    import dataclasses
+
+    from sim.training.checks import validate
+    from sim.training.workload import build_workload
+
+    config = validate({"cluster": {"workers": 1}, "workload": {
+        "model": "wide-deep", "dataset": "ctr-synthetic", "vocab": 50000, "samples": 4096,
+        "ids_per_field": 2, "batch": 16}}, "host calibration")
+    workload = build_workload(config)
+    model, rows = workload.model, workload.data.X_train
+    ids, seconds = [], []
+    for batch in UNIQUE_BATCHES_QUICK if quick else UNIQUE_BATCHES:
+        X = rows[np.arange(batch)]
+        ids.append(float(X.ids.size + X.wide.size))
+        # a copy of the batch each time: the model remembers the rows of batches it saw
+        seconds.append(median_s(lambda x=X: model.touched(dataclasses.replace(x)),
+                                min_time_s))
+    return ids, seconds
+
+
 def measure_update(quick: bool, min_time_s: float) -> tuple[list[float], list[float]]:
     """``SGD.step`` (the runs' update, with the default momentum) over several sizes."""
     from sim.training.checks import validate
@@ -426,7 +454,8 @@ def measure_vectors(quick: bool, min_time_s: float) -> dict[str, Any]:
     points = {"copy": measure_copy(quick, min_time_s),
               "update": measure_update(quick, min_time_s),
               "reduce": measure_reduce(quick, min_time_s),
-              **measure_table_rows(quick, min_time_s)}
+              **measure_table_rows(quick, min_time_s),
+              "unique": measure_unique(quick, min_time_s)}
     wall_s = time.perf_counter() - wall0
     return {"points": points, "cpu_fraction": (time.process_time() - cpu0) / wall_s,
             "wall_s": wall_s}
@@ -537,7 +566,9 @@ def host_profile(m: dict[str, Any], fabric_overhead_s: float,
         table_Bps=fits["table"]["rate_Bps"],
         table_step_call_s=fits["table_step"]["constant_s"],
         table_step_row_s=fits["table_step"]["row_s"],
-        table_step_Bps=fits["table_step"]["rate_Bps"])
+        table_step_Bps=fits["table_step"]["rate_Bps"],
+        unique_call_s=fits["unique"]["constant_s"],
+        unique_id_s=1.0 / fits["unique"]["rate_Bps"])
 
 
 def measured_through(concurrency: int, reload: dict[str, Any]) -> dict[str, str]:
@@ -552,6 +583,8 @@ def measured_through(concurrency: int, reload: dict[str, Any]) -> dict[str, str]
                  f"table's rows by id, {concurrency} process(es) at once",
         "table_step": f"sim.real.executors.table_shards.step_mean_rows (one push's rows: "
                       f"their mean and Adagrad step), {concurrency} process(es) at once",
+        "unique": f"sim.workloads.wide_deep.WideDeep.touched on a batch not seen before (its "
+                  f"'bytes' are ids), {concurrency} process(es) at once",
         "message": "2 MPI ranks (sim.real.calibration.netbench, mode message): pack + "
                    "sim.kernels.copy + Isend + wait as sim.real.executors.ps pushes, "
                    f"Irecv + wait as its server receives; each size's fastest of "

@@ -295,6 +295,9 @@ def pull_rows(ctx: Context, worker: Worker | Endpoint, out: np.ndarray | None,
     None): a gradient reads only its batch's rows. Returns the version read."""
     server, costs = ctx.server, ctx.cpu
     X, _ = ctx.workers[worker.index].peek_batch()
+    # the worker finds the batch's distinct ids (of every table) to ask for
+    yield from cpu(ctx, worker.index, "data", costs.unique_s(X.ids.size + X.wide.size),
+                   overlapped)
     parts = ctx.traffic.pull(worker.index, X)
     owners = parts.request > 0
     request, reply = parts.request[owners], parts.reply[owners]
