@@ -64,3 +64,24 @@ def random_csr(rng, n, d, density, dtype, duplicates=False):
     rows = np.repeat(np.arange(n), np.diff(indptr))
     np.add.at(dense, (rows, indices), wide(data))
     return indptr, indices, data, dense
+
+
+EPS = 1e-6
+
+
+def central_diff(f, params: list[np.ndarray]) -> list[np.ndarray]:
+    """d f / d p for every entry of every array in ``params`` (perturbed in place)."""
+    grads = []
+    for p in params:
+        g = np.empty_like(p)
+        flat, gflat = p.reshape(-1), g.reshape(-1)
+        for j in range(flat.size):
+            keep = flat[j]
+            flat[j] = keep + EPS
+            up = f()
+            flat[j] = keep - EPS
+            down = f()
+            flat[j] = keep
+            gflat[j] = (up - down) / (2 * EPS)
+        grads.append(g)
+    return grads

@@ -17,8 +17,8 @@ from sim.training.embedding_shards import (
     hottest_rows,
     load_max_over_mean,
     split_cached,
-    splitmix64,
 )
+from sim.workloads.ctr import splitmix64
 
 MASK = (1 << 64) - 1
 

@@ -489,10 +489,10 @@ def test_a_profile_without_table_costs_charges_table_rows_as_batch_rows(tmp_path
         data.pop(key, None)
     path.write_text(json.dumps(data))
     old = CpuCosts(load_host(f"calibrated:{path}"))
-    assert old.table_rows_s(8000, 100) == old.rows_s(8000, 100)
+    assert old.table_rows_s(8000, 100) == old.data_s(8000, 100)
     assert old.unique_s(3000) == 0.0  # not measured: not charged
     assert old.table_step_s(8000, 100) == pytest.approx(
-        old.reduce_s(8000) + old.update_s(8000) + old.rows_s(8000, 100))
+        old.reduce_s(8000) + old.update_s(8000) + old.data_s(8000, 100))
     new = CpuCosts(dataclasses.replace(HOSTS["epyc-core"], table_call_s=1e-5,
                                        table_row_s=5e-8, table_Bps=4e9, table_step_call_s=3e-5,
                                        table_step_row_s=4e-7, table_step_Bps=3e9))

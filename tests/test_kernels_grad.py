@@ -9,28 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from numpy_ref import central_diff
 
 from sim import kernels as K
-
-EPS = 1e-6
-
-
-def central_diff(f, params: list[np.ndarray]) -> list[np.ndarray]:
-    """d f / d p for every entry of every array in ``params`` (perturbed in place)."""
-    grads = []
-    for p in params:
-        g = np.empty_like(p)
-        flat, gflat = p.reshape(-1), g.reshape(-1)
-        for j in range(flat.size):
-            keep = flat[j]
-            flat[j] = keep + EPS
-            up = f()
-            flat[j] = keep - EPS
-            down = f()
-            flat[j] = keep
-            gflat[j] = (up - down) / (2 * EPS)
-        grads.append(g)
-    return grads
 
 
 def assert_grad_close(analytic, numeric):

@@ -262,7 +262,7 @@ def test_shards_and_workers_pay_for_the_rows_they_gather_and_scatter(tmp_path):
     times = {c: ctx.env.now for c, (ctx, _) in runs.items()}
     traffic = runs[1e-6][0].traffic
     pulled = traffic.served.sum()  # rows the shard put into replies
-    pushed = sum(traffic.pushed_rows)
+    pushed = traffic.rows_pushed
     batches = 12 * 16  # run.iterations x workload.batch rows gathered as data
     assert times[1e-6] - times[0.0] == pytest.approx(
         1e-6 * (3 * pushed + 2 * pulled + batches), rel=1e-9)

@@ -30,9 +30,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-_GAMMA = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment (Steele et al. 2014)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
+from sim.workloads.ctr import mix
+
 _CHUNK = 1 << 20  # rows hashed at a time when a whole table is placed (bounds memory)
 
 
@@ -53,20 +52,11 @@ class TableSpec:
                 raise ValueError(f"TableSpec {name}: expected an integer >= 1, got {value!r}")
 
 
-def splitmix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's output for state ``x`` (uint64, elementwise): x + golden gamma, then
-    the mixing function of Steele, Lea and Flood 2014 (Vigna's reference code)."""
-    with np.errstate(over="ignore"):  # uint64 arithmetic wraps mod 2^64, as in C
-        z = np.asarray(x, np.uint64) + _GAMMA
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
-
-
 def row_hash(table: int, ids: np.ndarray) -> np.ndarray:
-    """The 64-bit hash of (table, id) for each id: splitmix64(splitmix64(table) xor id).
-    Fixed across runs and machines (no Python hash(), which is salted per process)."""
-    return splitmix64(splitmix64(np.uint64(table)) ^ np.asarray(ids).astype(np.uint64))
+    """The 64-bit hash of (table, id) for each id: splitmix64(splitmix64(table) xor id),
+    the crossed features' :func:`sim.workloads.ctr.mix`. Fixed across runs and machines (no
+    Python hash(), which is salted per process)."""
+    return mix(table, np.asarray(ids))
 
 
 # ---- the shardings: each answers where a table's rows and columns are --------------------
@@ -240,6 +230,12 @@ class ShardMap:
         for name, value in (("value_bytes", value_bytes), ("id_bytes", id_bytes)):
             if not _is_int(value) or value < 0:
                 raise ValueError(f"{name}: expected an integer >= 0, got {value!r}")
+        return self._served(self._per_table(unique_ids, "unique_ids"))
+
+    def served(self, unique_ids: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, row values) each shard holds of a batch's distinct ids per table: what
+        :meth:`rows_per_shard` and :meth:`pull_bytes` count, counted once. Raises
+        ValueError naming ``unique_ids``."""
         return self._served(self._per_table(unique_ids, "unique_ids"))
 
     def _served(self, ids: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

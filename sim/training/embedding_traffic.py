@@ -30,6 +30,7 @@ from sim.training.embedding_shards import (
 )
 
 ID_BYTES = 8  # an int64 row id
+VALUE_BYTES = 8  # a float64 value of a row (the model's parameters)
 REQUEST_BYTES = 64  # a request's header and table names, as sim.simulated.server's
 
 
@@ -73,15 +74,14 @@ class EmbeddingTraffic:
         self.model, self.shards = model, shards
         self.map = ShardMap([TableSpec(t.rows, t.dim) for t in model.tables], shards,
                             config.embeddings.sharding)
-        itemsize = 8  # the model's float64 parameters
         dense = [len(p) for p in np.array_split(np.arange(model.size - model.dense_start),
                                                 shards)]
-        self.dense_bytes = np.array(dense, float) * itemsize
+        self.dense_bytes = np.array(dense, float) * VALUE_BYTES
         self.staleness = config.strategy.staleness
         self.caches = [_Cache(hottest_rows(_occurrences(model, rows), config.embeddings.cache_rows))
                        for rows in worker_rows] if config.embeddings.cache_rows else []
         self.served = np.zeros(shards)  # rows each shard served in pulls
-        self.pushed_rows: list[float] = []  # rows each push carried, over the shards
+        self.rows_pushed = 0.0  # table rows the pushes carried, summed over the shards
         self.pulls = self.pushes = 0
         self.unique_ids = self.hits = 0
         self.pull_bytes = self.push_bytes = 0.0
@@ -100,9 +100,9 @@ class EmbeddingTraffic:
             else:
                 wanted, hits = split_cached(touched, cache.rows)
                 self.hits += int(hits.sum())
-        ids, rows = self.map.pull_bytes(wanted, 8, ID_BYTES)
+        served, values = self.map.served(wanted)
+        ids, rows = served * ID_BYTES, values * VALUE_BYTES
         request = np.where(ids + self.dense_bytes > 0, REQUEST_BYTES + ids, 0.0)
-        served = self.map.rows_per_shard(wanted)
         parts = Parts(request, rows + self.dense_bytes, served, rows)
         self.served += served
         self.pulls += 1
@@ -115,12 +115,9 @@ class EmbeddingTraffic:
     def push(self, X: Any) -> Parts:
         """The (id, row gradient) pairs of batch ``X``'s touched rows, and the dense
         gradient, per shard; counted in the totals."""
-        touched = self.model.touched(X)
-        ids, values = self.map.pull_bytes(touched, 8, ID_BYTES)
-        parts = Parts(ids + values + self.dense_bytes, np.zeros(self.shards),
-                      self.map.rows_per_shard(touched), values)
+        parts = self._pairs(self.model.touched(X))
         self.pushes += 1
-        self.pushed_rows.append(float(parts.rows.sum()))
+        self.rows_pushed += float(parts.rows.sum())
         self.push_bytes += parts.nbytes
         self._pushed += parts.request
         return parts
@@ -145,10 +142,15 @@ class EmbeddingTraffic:
         ``batches`` touched, as (id, row) pairs, and the dense part (``request``), and
         those rows and their values' bytes."""
         touched = [self.model.touched(X) for X in batches]
-        union = [np.unique(np.concatenate(ids)) for ids in zip(*touched, strict=True)]
-        ids, values = self.map.pull_bytes(union, 8, ID_BYTES)
-        return Parts(ids + values + self.dense_bytes, np.zeros(self.shards),
-                     self.map.rows_per_shard(union), values)
+        return self._pairs([np.unique(np.concatenate(ids))
+                            for ids in zip(*touched, strict=True)])
+
+    def _pairs(self, rows: list[np.ndarray]) -> Parts:
+        """(id, row) pairs of ``rows`` (distinct, per table) and the dense part, per shard."""
+        served, values = self.map.served(rows)
+        row_bytes = values * VALUE_BYTES
+        return Parts(served * ID_BYTES + row_bytes + self.dense_bytes, np.zeros(self.shards),
+                     served, row_bytes)
 
     def mean_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(pull request, pull reply, push) bytes per shard of the mean pull and push."""

@@ -193,13 +193,8 @@ class CpuCosts:
     stack_s: float = 0.0  # the fabric's per-message CPU cost at each end
     stack_Bps: float = INF  # the fabric's per-byte CPU cost at each end, as a rate
 
-    def data_s(self, nbytes: float, rows: int = 0) -> float:
+    def data_s(self, nbytes: float, rows: float = 0) -> float:
         """Gathering ``rows`` mini-batch rows of ``nbytes`` in all."""
-        return self.rows_s(nbytes, rows)
-
-    def rows_s(self, nbytes: float, rows: float) -> float:
-        """Gathering (or scattering) ``rows`` rows of ``nbytes`` in all by their indices:
-        mini-batch rows (a batch gather's constants)."""
         return self.host.copy_call_s + rows * self.host.copy_row_s + nbytes / self.host.copy_Bps
 
     def table_rows_s(self, nbytes: float, rows: float) -> float:
@@ -208,7 +203,7 @@ class CpuCosts:
         has none of its own)."""
         h = self.host
         if h.table_row_s is None:
-            return self.rows_s(nbytes, rows)
+            return self.data_s(nbytes, rows)
         return h.table_call_s + rows * h.table_row_s + nbytes / h.table_Bps
 
     def unique_s(self, ids: float) -> float:
@@ -224,7 +219,7 @@ class CpuCosts:
         sum and an SGD step over the bytes, and a gather of the rows)."""
         h = self.host
         if h.table_step_row_s is None:
-            return self.reduce_s(nbytes) + self.update_s(nbytes) + self.rows_s(nbytes, rows)
+            return self.reduce_s(nbytes) + self.update_s(nbytes) + self.data_s(nbytes, rows)
         return h.table_step_call_s + rows * h.table_step_row_s + nbytes / h.table_step_Bps
 
     def update_s(self, nbytes: float) -> float:

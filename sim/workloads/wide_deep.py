@@ -195,7 +195,7 @@ class WideDeep(Model):
         # back to each table's own rows: the block's rows are sorted, tables in order
         cut = np.searchsorted(rows, self.field_offsets)
         ends = [*cut[1:], len(rows)]
-        tables = [self._wide_grad(X, dz)] + [
+        tables = [self.wide_grad(X.wide, dz)] + [
             TableGrad((rows[lo:hi] - offset).astype(np.int64), grads[lo:hi])
             for lo, hi, offset in zip(cut, ends, self.field_offsets, strict=True)]
         return SparseGrad(loss, tables, dense)
@@ -223,9 +223,6 @@ class WideDeep(Model):
                                            dW=grad[:dout * din].reshape(dout, din),
                                            db=grad[dout * din:])
         return loss, dz, dense, delta
-
-    def _wide_grad(self, X, dz: np.ndarray) -> TableGrad:
-        return self.wide_grad(X.wide, dz)
 
     def wide_grad(self, crossed: np.ndarray, dz: np.ndarray) -> TableGrad:
         """The wide part's rows for a batch's crossed ids ``crossed`` (n, crosses) and its

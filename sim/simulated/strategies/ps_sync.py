@@ -233,7 +233,9 @@ class BSPPS(PipelinedStrategy):
         """``worker``'s gradient, on its cached rows as it holds them if it keeps any."""
         traffic = self.ctx.traffic
         if traffic is not None and traffic.caches:
-            replica = self.replicas.setdefault(worker.index, np.empty_like(params))
+            replica = self.replicas.get(worker.index)
+            if replica is None:
+                replica = self.replicas[worker.index] = np.empty_like(params)
             np.copyto(replica, params)
             traffic.read(worker.index, replica)
             params = replica

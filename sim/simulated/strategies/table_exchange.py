@@ -32,9 +32,7 @@ from sim.network.alltoall import alltoallv
 from sim.network.collectives import get_collective
 from sim.simulated.strategies.base import cpu
 from sim.training.embedding_shards import ShardMap, TableSpec, load_max_over_mean
-from sim.training.embedding_traffic import ID_BYTES
-
-VALUE_BYTES = 8  # the model's float64 parameters
+from sim.training.embedding_traffic import ID_BYTES, VALUE_BYTES
 
 
 class TableExchange:
