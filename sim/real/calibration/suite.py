@@ -216,7 +216,8 @@ def fit_log(A: np.ndarray, t: np.ndarray) -> tuple[float, float]:
     large ones (beta) both count, whatever their absolute times.
     """
     start, *_ = np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)
-    u = np.log(np.maximum(start, [1e-9, 1e-13]))  # x = exp(u) > 0
+    floor = np.log([1e-12, 1e-16])  # x = exp(u) > 0: a step may not drive a term to 0
+    u = np.maximum(np.log(np.maximum(start, [1e-9, 1e-13])), floor)
     damping = 1e-3
 
     def cost(u: np.ndarray) -> float:
@@ -227,7 +228,8 @@ def fit_log(A: np.ndarray, t: np.ndarray) -> tuple[float, float]:
         predicted = A @ x
         r = np.log(predicted / t)
         J = A * x / predicted[:, None]
-        step = np.linalg.solve(J.T @ J + damping * np.eye(2), -J.T @ r)
+        step = np.maximum(u + np.linalg.solve(J.T @ J + damping * np.eye(2), -J.T @ r),
+                          floor) - u
         if cost(u + step) < cost(u):
             u, damping = u + step, damping / 3
             if np.abs(step).max() < 1e-10:
