@@ -15,7 +15,7 @@ from typing import Any
 
 from sim.rundir import write_atomic
 from sim.training.compute_model import describe_rates
-from sim.validation import reproducibility
+from sim.validation import bias, ratios, reproducibility
 
 ITERATION_TARGET, ITERATION_WORST, TTT_TARGET = 0.05, 0.15, 0.10
 
@@ -267,6 +267,8 @@ def write_readme(path: Path, rows: list[dict[str, Any]], skipped: list[str],
            *summary_lines(quiet_rows(rows, meta["quiet"][0]), " (quiet cases)"), ""]
           if len(quiet_rows(rows, meta["quiet"][0])) < len(rows) else []),
         *reproducibility.lines(rows, meta.get("before")),
+        *bias.lines(rows),
+        *ratios.lines(rows),
         "## Cases",
         "",
         "Case names: the matrix's levels, axis by axis. The last column is each activity's "
