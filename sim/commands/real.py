@@ -37,16 +37,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hang-timeout", dest="hang_s", type=float, default=60.0,
                         help="stop every rank when one makes no progress for this long "
                              "(default 60 s; must exceed the longest step)")
+    parser.add_argument("--twin", action="store_true",
+                        help="then simulate the run's twin on this machine's calibrated device, "
+                             "fabric and host (measured after the run into OUT/profiles) and "
+                             "compare: OUT/twin/, OUT/twin/comparison.json")
+    parser.add_argument("--profiles", type=Path, metavar="DIR",
+                        help="--twin: reuse the profiles in DIR (a `sim validate --out`'s "
+                             "profiles/ or an earlier twin's OUT/profiles) instead of measuring")
+    parser.add_argument("--quick", action="store_true",
+                        help="--twin: a rough calibration (fewer sizes and repetitions)")
 
 
 def main(args: argparse.Namespace) -> int:
     from sim.commands.run import format_summary
+    from sim.errors import UserError
     from sim.real.launch.launcher import RunFailed
     from sim.real.launch.real_run import RealOptions, run_real
     from sim.results import iteration_s
 
+    if (args.profiles or args.quick) and not args.twin:
+        raise UserError(f"{'--profiles' if args.profiles else '--quick'} goes with --twin")
     config = load_config(args.config, args.overrides, quick=quick.enabled())
     out = args.out or Path("runs") / f"{args.config.stem}-real"
+    if args.profiles:  # checked before the real run, not after it
+        from sim.validation.twin import stored
+
+        stored(config, args.net, args.profiles)
     options = RealOptions(args.net, args.impl, args.wait, args.timeout_s, args.hang_s,
                           args.repeat)
 
@@ -68,7 +84,21 @@ def main(args: argparse.Namespace) -> int:
     print(f"results: {out}/ {shown}(config.toml, summary.json, metrics.csv, trace.json)")
     for line in load_warnings(summaries):
         print(line, file=sys.stderr)
+    if args.twin:
+        twin(config, args, out)
     return 0
+
+
+def twin(config: Config, args: argparse.Namespace, out: Path) -> None:
+    """Simulate the run's twin and print the comparison (``--twin``)."""
+    from sim.validation.sim_vs_real import format_report
+    from sim.validation.twin import TWIN, run_twin
+
+    report = run_twin(config, str(args.config), out, args.net, args.profiles, args.quick,
+                      say=lambda text: print(text, flush=True))
+    print(format_report(report))
+    print(f"twin: {out / TWIN}/ (its profiles: {args.profiles or out / 'profiles'}; "
+          f"comparison.json)")
 
 
 def placement(config: Config, summary: dict) -> str:

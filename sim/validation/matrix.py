@@ -158,22 +158,28 @@ def overrides_of(case: Case) -> list[str]:
 def case_config(matrix: Matrix, case: Case, profiles: dict[str, Path]) -> Config:
     """The case's resolved config, simulated on the calibrated profiles of its network (and,
     under ``[faults]`` or ``[checkpoint]``, the calibrated storage and restart delay)."""
-    sets = overrides_of(case)
-    sets += [f'cluster.fabric="calibrated:{profiles[case.net] / "fabric.json"}"',
-             f'compute.device="calibrated:{profiles["device"] / "device.json"}"']
     where = f"{matrix.path} case {case.name}"
-    config = validate(apply_overrides(matrix.base, sets), where)
+    data = apply_overrides(matrix.base, overrides_of(case))
+    return twin_config(data, validate(data, where), profiles, case.net, where)
+
+
+def twin_config(data: dict[str, Any], config: Config, profiles: dict[str, Path], net: str,
+                where: str) -> Config:
+    """The simulated twin of real run ``config`` (its raw ``data``) on network ``net``: the
+    calibrated device and fabric, and, when the host was calibrated, this machine's host
+    costs, cores and every rank on it; under ``[faults]`` or ``[checkpoint]`` the
+    calibrated storage and restart delay. Raises UserError (naming ``where``)."""
+    sets = [f'cluster.fabric="calibrated:{profiles[net] / "fabric.json"}"',
+            f'compute.device="calibrated:{profiles["device"] / "device.json"}"']
     try:  # with failures or checkpoints: the calibrated storage and restart delay
         sets += simulation_sets(config, profiles.get("recovery"))
     except ValueError as exc:
         raise UserError(f"{where}: {exc}") from None
-    if not (profiles["host"] / "host.json").exists():
-        return validate(apply_overrides(matrix.base, sets), where)
-    # every real rank runs on this machine: one host with its cores
-    ranks = row_of(config).ranks(config)
-    sets += [f'cluster.host="calibrated:{profiles["host"] / "host.json"}"',
-             f"cluster.cores={os.cpu_count() or 1}", f"cluster.ranks_per_host={ranks}"]
-    return validate(apply_overrides(matrix.base, sets), where)
+    if (profiles["host"] / "host.json").exists():  # every real rank runs on this machine
+        ranks = row_of(config).ranks(config)
+        sets += [f'cluster.host="calibrated:{profiles["host"] / "host.json"}"',
+                 f"cluster.cores={os.cpu_count() or 1}", f"cluster.ranks_per_host={ranks}"]
+    return validate(apply_overrides(data, sets), where)
 
 
 # ---- the machine -----------------------------------------------------------------------
@@ -196,24 +202,34 @@ def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
                   quick: bool = False, quiet: tuple[float, float] = (1.0, 0.0),
                   retries: int = 0) -> dict:
     """Calibrate the device (the matrix's workloads) and each network the cases use."""
+    configs = {}
+    for case in cases:  # one config per distinct workload
+        config = validate(apply_overrides(matrix.base, overrides_of(case)), str(matrix.path))
+        configs[config.workload.model_dump_json()] = config
+    ranks = sorted({int(w) for w in matrix.axes.get("workers", [2])} | {2})
+    return calibrate(list(configs.values()), sorted({case.net for case in cases}), ranks,
+                     out, say, quick, quiet, retries, recovered_configs(matrix, cases))
+
+
+def calibrate(configs: list[Config], nets: list[str], ranks: list[int], out: Path,
+              say: Callable, quick: bool = False, quiet: tuple[float, float] = (1.0, 0.0),
+              retries: int = 0, faulty: list[Config] | None = None) -> dict:
+    """Profiles of this machine under ``out``: the device (on ``configs``' workloads), each
+    of ``nets`` (allreduces on ``ranks`` ranks), the host's CPU costs, and checkpoints and
+    restarts of ``faulty``; each measured on a quiet machine (``quiet``, ``retries``)."""
     from sim.real.calibration import suite as C
     from sim.real.calibration.host import calibrate_host
     from sim.real.launch.real_run import network
 
     profiles: dict[str, Path] = {"device": out / "device"}
-    configs = {}
-    for case in cases:  # one config per distinct workload
-        config = validate(apply_overrides(matrix.base, overrides_of(case)), str(matrix.path))
-        configs[config.workload.model_dump_json()] = config
     say(f"calibrating compute on {len(configs)} workload(s)")
     concurrency = min(2, os.cpu_count() or 1)  # as in a 2-worker run: both cores busy
-    points = quietly(lambda: C.measure_kernels(list(configs.values()), concurrency,
-                                               0.05 if quick else 0.3), quiet, retries)
+    points = quietly(lambda: C.measure_kernels(configs, concurrency, 0.05 if quick else 0.3),
+                     quiet, retries)
     profiles["device"].mkdir(parents=True, exist_ok=True)
     device = C.write_device(profiles["device"] / "device.json", points, concurrency)
     summary: dict[str, Any] = {"device": device | {"points": points}}
-    ranks = sorted({int(w) for w in matrix.axes.get("workers", [2])} | {2})
-    for net in sorted({case.net for case in cases}):
+    for net in nets:
         say(f"calibrating network {net}")
         place = out / net.replace(":", "-")
         place.mkdir(parents=True, exist_ok=True)
@@ -232,7 +248,6 @@ def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
     summary["host"] = quietly(lambda: calibrate_host(
         profiles["host"] / "host.json", quick, fabric_overhead_s=shm["overhead_s"],
         fabric_Bps=shm["bandwidth_Bps"], concurrency=concurrency), quiet, retries)
-    faulty = recovered_configs(matrix, cases)
     if faulty:
         from sim.real.calibration.restart_costs import calibrate_recovery
 
@@ -243,7 +258,17 @@ def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
         for line in summary["recovery"]:
             say(line)
     write_atomic(out / "calibration.json", json.dumps(summary, indent=2) + "\n")
-    profiles["workloads"] = list(configs.values())  # type: ignore[assignment]
+    profiles["workloads"] = configs  # type: ignore[assignment]
+    return profiles
+
+
+def stored_profiles(place: Path, nets: list[str]) -> dict[str, Path]:
+    """The profiles a previous calibration left in ``place`` (its device/, host/, one
+    folder per network, and recovery/ when there)."""
+    profiles = {"device": place / "device", "host": place / "host"}
+    profiles |= {net: place / net.replace(":", "-") for net in nets}
+    if (place / "recovery").is_dir():
+        profiles["recovery"] = place / "recovery"
     return profiles
 
 
@@ -374,10 +399,7 @@ def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | Non
     if profiles_dir is None:
         profiles = calibrate_all(matrix, cases, out / "profiles", say, quick, quiet, retries)
     else:
-        profiles = {"device": profiles_dir / "device", "host": profiles_dir / "host"}
-        profiles |= {c.net: profiles_dir / c.net.replace(":", "-") for c in cases}
-        if (profiles_dir / "recovery").is_dir():
-            profiles["recovery"] = profiles_dir / "recovery"
+        profiles = stored_profiles(profiles_dir, sorted({c.net for c in cases}))
     rows = []
     for i, case in enumerate(cases):
         row = run_case(matrix, case, profiles, out / "cases", repeat or matrix.repeat, quiet,

@@ -1,0 +1,86 @@
+"""``sim real CONFIG --twin``: a user's own config run for real, then simulated as its twin
+on this machine's calibrated profiles, and the two compared, with no key set by hand.
+
+The twin is what the validation matrix simulates for each of its cases
+(:func:`~sim.validation.matrix.twin_config`): the calibrated device and fabric of the run's
+network, this machine's host costs and cores with every rank on it, and, under failures or
+checkpoints, the calibrated storage and restart delay. The profiles are measured after the
+real run (``OUT/profiles``; the device on the config's own workload), or read from an
+earlier calibration (``--profiles DIR``: a ``sim validate --out``'s ``profiles/``, or an
+earlier twin's). Files: ``OUT/twin/`` is the simulated run (config.toml, summary.json,
+metrics.csv, trace.json) and ``OUT/twin/comparison.json`` the report ``sim compare`` prints.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sim.config import Config, resolved
+from sim.errors import UserError
+from sim.rundir import write_atomic, write_run
+from sim.training.strategies import row_of
+
+TWIN = "twin"
+
+
+def profiles_for(config: Config, net: str, place: Path | None, out: Path, quick: bool,
+                 say: Callable[[str], None]) -> dict[str, Path]:
+    """The profiles the twin runs on: those in ``place`` (:func:`stored`), or measured now
+    into ``out``."""
+    from sim.validation.matrix import calibrate
+
+    if place is not None:
+        return stored(config, net, place)
+    ranks = row_of(config).ranks(config)
+    profiles = calibrate([config], [net], sorted({2, max(2, ranks)}), out, say, quick,
+                         faulty=[config] if _restarts(config, net) else [])
+    profiles.pop("workloads", None)  # type: ignore[arg-type]
+    return profiles
+
+
+def stored(config: Config, net: str, place: Path) -> dict[str, Path]:
+    """The profiles of an earlier calibration in ``place`` for a twin of ``config`` on
+    ``net``. Raises UserError naming the first file it lacks."""
+    from sim.validation.matrix import stored_profiles
+
+    profiles = stored_profiles(place, [net])
+    needed = [profiles["device"] / "device.json", profiles[net] / "fabric.json"]
+    needed += [place / "recovery" / "recovery.json"] if _restarts(config, net) else []
+    missing = [p for p in needed if not p.exists()]
+    if missing:
+        raise UserError(f"--profiles {place}: no {missing[0].relative_to(place)} (expected "
+                        f"the profiles/ of `sim validate --out` or of an earlier --twin, "
+                        f"calibrated for --net {net})")
+    return profiles
+
+
+def _restarts(config: Config, net: str) -> bool:
+    """Whether the real run restarts from checkpoints (its twin needs the restart delay)."""
+    from sim.real.launch.relaunch import recovery_of
+
+    return recovery_of(config, net) == "restart"
+
+
+def run_twin(config: Config, source: str, real_dir: Path, net: str, place: Path | None,
+             quick: bool, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Simulate the twin of the real run in ``real_dir`` (config ``config``, from
+    ``source``, on ``net``) and compare; returns :func:`~sim.validation.sim_vs_real.compare`'s
+    report, also written to ``real_dir/twin/comparison.json``."""
+    from sim.simulated.engine import simulate
+    from sim.validation.matrix import twin_config
+    from sim.validation.sim_vs_real import compare
+
+    twin_dir = real_dir / TWIN
+    profiles = profiles_for(config, net, place, real_dir / "profiles", quick, say)
+    twin = twin_config(resolved(config), config, profiles, net, f"{source} (twin)")
+    result = simulate(twin)
+    write_run(twin_dir, {"config.toml": result.config_toml,
+                         "summary.json": json.dumps(result.summary, indent=2) + "\n",
+                         "metrics.csv": result.metrics_csv,
+                         "trace.json": json.dumps(result.trace)})
+    report = compare(twin_dir, real_dir)
+    write_atomic(twin_dir / "comparison.json", json.dumps(report, indent=2) + "\n")
+    return report
