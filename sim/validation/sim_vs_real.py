@@ -247,9 +247,11 @@ def placement_note(config: Any, workers: int, real: dict[str, Any]) -> str | Non
     return (f"note: the real run had its {ranks} ranks on this machine's {cores} cores "
             f"(waiting by {real.get('wait_mode', 'spin')}); the simulation used host "
             f"{cluster.host!r} with {cluster.cores} core(s) per host and "
-            f"{len(set(placed))} host(s). To model the real run set cluster.host = "
-            f'"calibrated:DIR/host.json" (sim calibrate), cluster.cores = {cores} and '
-            f"cluster.ranks_per_host = {ranks}.")
+            f"{len(set(placed))} host(s). To model the real run, let `sim real CONFIG "
+            f"--twin` simulate it on this machine's calibrated device, fabric and host, or "
+            f'set all of them: compute.device and cluster.fabric = "calibrated:..." and '
+            f'cluster.host = "calibrated:DIR/host.json" (sim calibrate), cluster.cores = '
+            f"{cores} and cluster.ranks_per_host = {ranks}.")
 
 
 def _model_parallel_lines(figures: dict[str, Any] | None) -> list[str]:
