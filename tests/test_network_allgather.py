@@ -4,7 +4,6 @@ SparCML, Renggli et al. 2019)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ from sim.real.executors.rank_collectives import ScheduleAllreduce
 from sim.simulated.engine import build_simulation
 from sim.simulated.engine import simulate as train
 from sim.training.checks import config_warnings, load_config
+from tests.collective_cases import collective_json
 
 ALLGATHERS = ["ring-allgather", "recursive-doubling-allgather"]
 COMPRESSION = Path(__file__).resolve().parents[1] / "experiments" / "compression.toml"
@@ -160,17 +160,20 @@ def test_no_allgather_beats_the_bandwidth_lower_bound(algo, p, nbytes, fabric, w
 
 # ---- sim collective -----------------------------------------------------------------------
 
-def collective_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
-    assert main(["collective", *argv, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
-
-
-def test_sim_collective_reports_an_allgather(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("algo, collective, heading", [
+    ("ring-allgather", "allgather", "ring-allgather allgather of 10.21 kB from each rank "
+                                    "(81.7 kB gathered) over 8 workers"),
+    ("pairwise-alltoall", "alltoall", "pairwise-alltoall alltoall of 10.21 kB from each rank "
+                                      "to each (81.7 kB sent by each) over 8 workers")])
+def test_sim_collective_reports_p_minus_1_exchanges(capsys: pytest.CaptureFixture[str], algo,
+                                                    collective, heading) -> None:
+    """The ring allgather and the pairwise all-to-all both take p - 1 rounds of one n-byte
+    message per rank (Thakur et al. 2005): the same closed form and bandwidths."""
     p, n, fabric = 8, 10212, FABRICS["eth-10g"]
     a, B = fabric.alpha_s(), fabric.bandwidth_Bps
-    result = collective_json(capsys, "--fabric", "eth-10g", "--algo", "ring-allgather",
+    result = collective_json(capsys, "--fabric", "eth-10g", "--algo", algo,
                              "--workers", str(p), "--bytes", str(n))
-    assert result["collective"] == "allgather"
+    assert result["collective"] == collective
     assert result["bytes"] == n and result["total_bytes"] == p * n
     assert result["time_s"] == pytest.approx((p - 1) * (a + n / B), rel=1e-9)
     assert result["closed_form_s"] == pytest.approx(result["time_s"], rel=1e-9)
@@ -179,11 +182,10 @@ def test_sim_collective_reports_an_allgather(capsys: pytest.CaptureFixture[str])
     assert result["busbw_Bps"] == pytest.approx(result["algbw_Bps"] * (p - 1) / p, rel=1e-12)
     assert result["lower_bound_s"] == pytest.approx((p - 1) * n / B, rel=1e-12)
     assert result["messages"] == p * (p - 1)
-    assert main(["collective", "--fabric", "eth-10g", "--algo", "ring-allgather",
+    assert main(["collective", "--fabric", "eth-10g", "--algo", algo,
                  "--workers", "8", "--bytes", "10212"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("ring-allgather allgather of 10.21 kB from each rank (81.7 kB "
-                           "gathered) over 8 workers")
+    assert text.startswith(heading)
     assert "(0.875 S / B)" in text
 
 

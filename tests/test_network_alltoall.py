@@ -4,8 +4,6 @@ blocks), the bound, ``sim collective``, and bad input."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import simpy
@@ -20,6 +18,7 @@ from sim.network.collectives import REGISTRY, get_collective
 from sim.network.fabrics import REGISTRY as FABRICS
 from sim.network.fabrics import Fabric, get_fabric
 from sim.network.standalone import build_network, run_alone, simulate
+from tests.collective_cases import collective_json
 
 ALLTOALLS = ["pairwise-alltoall", "bruck-alltoall"]
 PS = [2, 3, 4, 5, 8]
@@ -296,33 +295,6 @@ def test_bad_hosts_and_data_are_refused() -> None:
 
 
 # ---- sim collective -----------------------------------------------------------------------
-
-def collective_json(capsys: pytest.CaptureFixture[str], *argv: str):
-    assert main(["collective", *argv, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
-
-
-def test_sim_collective_reports_a_pairwise_alltoall(capsys) -> None:
-    p, n, fabric = 8, 10212, FABRICS["eth-10g"]
-    a, B = fabric.alpha_s(), fabric.bandwidth_Bps
-    result = collective_json(capsys, "--fabric", "eth-10g", "--algo", "pairwise-alltoall",
-                             "--workers", str(p), "--bytes", str(n))
-    assert result["collective"] == "alltoall"
-    assert result["bytes"] == n and result["total_bytes"] == p * n
-    assert result["time_s"] == pytest.approx((p - 1) * (a + n / B), rel=1e-9)
-    assert result["closed_form_s"] == pytest.approx(result["time_s"], rel=1e-9)
-    # nccl-tests' doc/PERFORMANCE.md: algbw = S / t with S = p n, busbw = algbw (p - 1) / p
-    assert result["algbw_Bps"] == pytest.approx(p * n / result["time_s"], rel=1e-12)
-    assert result["busbw_Bps"] == pytest.approx(result["algbw_Bps"] * (p - 1) / p, rel=1e-12)
-    assert result["lower_bound_s"] == pytest.approx((p - 1) * n / B, rel=1e-12)
-    assert result["messages"] == p * (p - 1)
-    assert main(["collective", "--fabric", "eth-10g", "--algo", "pairwise-alltoall",
-                 "--workers", "8", "--bytes", "10212"]) == 0
-    text = capsys.readouterr().out
-    assert text.startswith("pairwise-alltoall alltoall of 10.21 kB from each rank to each "
-                           "(81.7 kB sent by each) over 8 workers")
-    assert "(0.875 S / B)" in text
-
 
 def test_sim_collective_bruck_alltoall(capsys) -> None:
     result = collective_json(capsys, "--algo", "bruck-alltoall", "--workers", "16", "--bytes",

@@ -156,6 +156,22 @@ class Reply:
     gap: int | None = None  # PARAMS: the clock gap the pull was admitted at
 
 
+def start_reply(ctx: RankContext, log: RankLog, rank: int, sending: list[Any], r: Reply,
+                message: np.ndarray, version: int) -> float:
+    """A server's reply ``r`` begins: the one still in flight to its worker is waited out
+    (``wire`` on ``rank``), then ``message``'s header is written (kind, worker, version,
+    arrival and grant times, held). Returns when the packing began (``overhead`` from it)."""
+    if sending[r.worker] is not None:
+        began = ctx.now()
+        ctx.waiter.one(sending[r.worker])
+        log.span(rank, "wire", began, ctx.now())
+    began = ctx.now()
+    message[:HEADER] = 0
+    message[0], message[1], message[2] = r.kind, r.worker, version
+    message[4], message[5], message[7] = r.arrival_s, ctx.now(), r.held
+    return began
+
+
 class ServerProtocol:
     """The server rank without MPI: the parameters of record under the strategy's rules,
     the pulls it cannot answer yet, and its log."""
@@ -259,16 +275,8 @@ def serve(ctx: RankContext) -> RankLog:
     monitor = WorkerMonitor.of(ctx, protocol)  # None unless workers may die
 
     def reply(r: Reply) -> None:
-        if sending[r.worker] is not None:
-            began = ctx.now()
-            ctx.waiter.one(sending[r.worker])
-            log.span(n, "wire", began, ctx.now())
-        began = ctx.now()
         message = replies[r.worker]
-        message[:HEADER] = 0
-        message[0], message[1] = r.kind, r.worker
-        message[2] = protocol.store.version
-        message[4], message[5], message[7] = r.arrival_s, ctx.now(), r.held
+        began = start_reply(ctx, log, n, sending, r, message, protocol.store.version)
         message[6] = np.nan if r.gap is None else r.gap
         count = HEADER
         if r.kind == PARAMS:

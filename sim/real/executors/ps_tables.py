@@ -55,7 +55,17 @@ import numpy as np
 from sim.kernels import NonFiniteError
 from sim.real.executors.assemble import RankLog
 from sim.real.executors.context import RankContext
-from sim.real.executors.ps import HEADER, PULL, PUSH, STOP, TAG, WARM, Reply, ServerProtocol
+from sim.real.executors.ps import (
+    HEADER,
+    PULL,
+    PUSH,
+    STOP,
+    TAG,
+    WARM,
+    Reply,
+    ServerProtocol,
+    start_reply,
+)
 from sim.real.executors.rank_compute import RealCompute
 from sim.real.executors.table_shards import ShardLayout, step_mean_rows
 from sim.training.embedding_shards import load_max_over_mean
@@ -335,15 +345,8 @@ def serve(ctx: RankContext) -> RankLog:
     me = ctx.rank
 
     def reply(r: Reply) -> None:
-        if sending[r.worker] is not None:
-            began = ctx.now()
-            ctx.waiter.one(sending[r.worker])
-            log.span(me, "wire", began, ctx.now())
-        began = ctx.now()
         message = replies[r.worker]
-        message[:HEADER] = 0
-        message[0], message[1], message[2] = r.kind, r.worker, protocol.store.version
-        message[4], message[5], message[7] = r.arrival_s, ctx.now(), r.held
+        began = start_reply(ctx, log, me, sending, r, message, protocol.store.version)
         count = HEADER
         if r.worker in protocol.wanted:  # the rows asked for (with STOP: the final ones)
             count += protocol.answer(r, message[HEADER:])
