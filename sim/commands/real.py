@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--twin: reuse the profiles in DIR (a `sim validate --out`'s "
                              "profiles/ or an earlier twin's OUT/profiles) instead of measuring")
     parser.add_argument("--quick", action="store_true",
-                        help="--twin: a rough calibration (fewer sizes and repetitions)")
+                        help="--twin: a rough calibration (fewer sizes and repetitions; "
+                             "nothing without --twin)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -55,8 +56,8 @@ def main(args: argparse.Namespace) -> int:
     from sim.real.launch.real_run import RealOptions, run_real
     from sim.results import iteration_s
 
-    if (args.profiles or args.quick) and not args.twin:
-        raise UserError(f"{'--profiles' if args.profiles else '--quick'} goes with --twin")
+    if args.profiles and not args.twin:
+        raise UserError("--profiles goes with --twin")
     config = load_config(args.config, args.overrides, quick=quick.enabled())
     out = args.out or Path("runs") / f"{args.config.stem}-real"
     if args.profiles:  # checked before the real run, not after it
