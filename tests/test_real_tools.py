@@ -197,6 +197,18 @@ def test_validate_runs_a_small_matrix_and_writes_the_readme(tmp_path, capsys, ti
     row = next(line for line in text.splitlines() if line.startswith("| w2-asp-shm-tiny |"))
     assert re.search(r"(compute|data|update|overhead|wire|wait) [+-]\d+", row)
 
+    # the same real runs against the model again, without running them: the same numbers
+    assert main(["validate", "--matrix", str(tmp_path / "matrix.toml"), "--resimulate",
+                 str(tmp_path / "runs"), "--out", str(tmp_path / "again")]) == 0
+    again = json.loads((tmp_path / "again" / "rows.json").read_text())
+    assert [r["report"]["iteration_s"] for r in again] == [r["report"]["iteration_s"]
+                                                           for r in rows]
+    assert [r["other_load"] for r in again] == [r["other_load"] for r in rows]
+    assert "not run again" in (tmp_path / "again" / "README.md").read_text()
+    assert readme.read_text() == text  # the matrix's own report is left alone
+    assert main(["validate", "--matrix", str(tmp_path / "matrix.toml"), "--resimulate",
+                 str(tmp_path / "again"), "--out", str(tmp_path / "none")]) == 2
+
 
 def test_pipelining_speedups_compare_each_case_with_its_unpipelined_twin():
     def row(case, level, sim, real):

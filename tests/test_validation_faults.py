@@ -180,3 +180,24 @@ def test_sim_calibrate_only_recovery_writes_both_profiles(tmp_path, capsys, monk
     assert "faults.restart_s = " in printed and "restart:" in printed
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["recovery.json",
                                                                   "storage.json"]
+
+
+def test_restart_for_survives_keys_a_later_lab_adds(tmp_path, tiny):
+    """A point keyed by an older lab (another key) is still found by its workload's name and
+    ranks; a key over the non-default workload keys ignores keys added with defaults."""
+    from sim.real.calibration.suite import _describe
+
+    config = validate(tiny)
+    kernel = validate({**tiny, "workload": {**tiny.get("workload", {}), "batch": 24}})
+    points = [{"workload": _describe(config), "ranks": config.cluster.workers,
+               "key": "0123456789abcdef", "restart_s": 0.5},
+              {"workload": _describe(kernel), "ranks": kernel.cluster.workers,
+               "key": "fedcba9876543210", "restart_s": 0.9}]
+    path = tmp_path / "recovery.json"
+    path.write_text(json.dumps({"format": R.RECOVERY_FORMAT, "restart_s": 0.7,
+                                "points": points}))
+    assert R.restart_for(path, config) == 0.5 and R.restart_for(path, kernel) == 0.9
+    dump = config.workload.model_dump(mode="json", exclude_defaults=True)
+    assert "embedding_dim" not in dump  # a default: not in the key
+    assert R.config_key(config) == R.config_key(validate({**tiny, "workload": {
+        **tiny.get("workload", {}), "embedding_dim": config.workload.embedding_dim}}))

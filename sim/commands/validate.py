@@ -11,8 +11,9 @@ VALIDATION = Path(__file__).resolve().parents[2] / "experiments" / "validation"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--matrix", type=Path, default=VALIDATION / "matrix.toml",
                         help="the matrix (default experiments/validation/matrix.toml)")
-    parser.add_argument("--out", type=Path, default=Path("runs") / "validation",
-                        help="results: profiles/, cases/, rows.json (default runs/validation)")
+    parser.add_argument("--out", type=Path,
+                        help="results: profiles/, cases/, rows.json (default runs/validation; "
+                             "with --resimulate DIR: DIR-resimulated)")
     parser.add_argument("--readme", type=Path,
                         help="the report (default: README.md beside the matrix)")
     parser.add_argument("--only", action="append", default=[], metavar="AXIS=LEVEL",
@@ -21,6 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profiles", type=Path,
                         help="reuse the calibration in this directory (a previous --out's "
                              "profiles/) instead of measuring")
+    parser.add_argument("--resimulate", type=Path, metavar="DIR",
+                        help="no real runs: simulate every case again against the real runs "
+                             "an earlier --out DIR holds (on DIR/profiles unless --profiles); "
+                             "the report goes to OUT/README.md")
     parser.add_argument("--quick", action="store_true",
                         help="a rough calibration (fewer message sizes and repetitions)")
     parser.add_argument("--quiet-load", type=float, default=0.10,
@@ -40,12 +45,31 @@ def main(args: argparse.Namespace) -> int:
 
     if args.repeat is not None and args.repeat < 1:
         raise UserError("--repeat must be at least 1")
+    if args.resimulate is not None:
+        return resimulate(args)
     readme = args.readme or args.matrix.with_name("README.md")
+    out = args.out or Path("runs") / "validation"
     with terminated_cleanly():
-        rows = run_matrix(args.matrix, args.out, readme, args.only, args.repeat,
+        rows = run_matrix(args.matrix, out, readme, args.only, args.repeat,
                           args.profiles, (args.quiet_load, args.quiet_wait),
                           say=lambda text: print(text, flush=True), quick=args.quick,
                           retries=max(args.retries, 0))
     failed = sum("error" in row for row in rows)
     print(f"{len(rows) - failed}/{len(rows)} cases done; report: {readme}")
+    return 0
+
+
+def resimulate(args: argparse.Namespace) -> int:
+    """``--resimulate DIR``: the cases simulated again against DIR's real runs."""
+    from sim.validation.resimulate import resimulate_matrix
+    from sim.validation.validate_report import summary_lines
+
+    out = args.out or args.resimulate.with_name(args.resimulate.name + "-resimulated")
+    readme = args.readme or out / "README.md"
+    rows = resimulate_matrix(args.matrix, args.resimulate, out, readme, args.only,
+                             args.profiles, say=lambda text: print(text, flush=True))
+    for line in summary_lines(rows):
+        print(line)
+    print(f"{len(rows)} case(s) simulated again against {args.resimulate}'s real runs; "
+          f"report: {readme}")
     return 0

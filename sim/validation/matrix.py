@@ -355,8 +355,6 @@ def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, r
              quiet: tuple[float, float], retries: int = 2) -> dict[str, Any]:
     """Simulate and run one case; its row for the README (with ``error`` if it failed)."""
     from sim.real.executors.registry import check_supported
-    from sim.rundir import write_run
-    from sim.simulated.engine import simulate
     from sim.validation.sim_vs_real import compare
 
     row: dict[str, Any] = {"case": case.name, "levels": case.levels}
@@ -364,11 +362,7 @@ def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, r
         config = case_config(matrix, case, profiles)
         row["ranks"] = check_supported(config).ranks(config)
         sim_dir, real_dir = out / case.name / "sim", out / case.name / "real"
-        result = simulate(config)
-        write_run(sim_dir, {"config.toml": result.config_toml,
-                            "summary.json": json.dumps(result.summary, indent=2) + "\n",
-                            "metrics.csv": result.metrics_csv,
-                            "trace.json": json.dumps(result.trace)})
+        simulate_into(config, sim_dir)
         started = time.monotonic()
         row |= run_repeats(config, case, row["ranks"], real_dir, repeat, quiet, retries)
         row["real_s"] = time.monotonic() - started
@@ -376,6 +370,18 @@ def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, r
     except (UserError, RunFailed) as exc:
         row["error"] = str(exc)
     return row
+
+
+def simulate_into(config: Config, sim_dir: Path) -> None:
+    """Simulate ``config`` and write the run directory ``sim_dir``."""
+    from sim.rundir import write_run
+    from sim.simulated.engine import simulate
+
+    result = simulate(config)
+    write_run(sim_dir, {"config.toml": result.config_toml,
+                        "summary.json": json.dumps(result.summary, indent=2) + "\n",
+                        "metrics.csv": result.metrics_csv,
+                        "trace.json": json.dumps(result.trace)})
 
 
 def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | None,

@@ -245,6 +245,9 @@ def write_readme(path: Path, rows: list[dict[str, Any]], skipped: list[str],
         f"- MPI: {_mpi()}",
         f"- command: `{command}` ({meta['elapsed_s'] / 60:.1f} min); results in "
         f"`{meta['out']}`",
+        *([f"- real runs: not run again; those of `{meta['resimulated']}` (`sim validate "
+            "--resimulate`), each case simulated again with the model as it is now"]
+          if meta.get("resimulated") else []),
         "- calibrated profiles:", *[f"  {line}" for line in _profile_lines(meta["profiles"])],
         *_drift_lines(meta.get("drift", [])),
         f"- this machine is shared with other work. Each real repeat waited (up to "

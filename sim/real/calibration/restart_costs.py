@@ -152,8 +152,11 @@ def restart_job(config: Config) -> Config:
 
 
 def config_key(config: Config) -> str:
-    """What a restart depends on (the workload built, the ranks started), as a short key."""
-    text = json.dumps({"workload": config.workload.model_dump(mode="json"),
+    """What a restart depends on (the workload built, the ranks started), as a short key.
+    Only the workload's keys that differ from their defaults count, so a key that a later
+    version of the lab adds (with its default) leaves the profiles measured before valid."""
+    text = json.dumps({"workload": config.workload.model_dump(mode="json",
+                                                              exclude_defaults=True),
                        "workers": config.cluster.workers}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -200,9 +203,15 @@ def write_recovery(path: Path, points: list[dict[str, Any]], repeats: int) -> fl
 def restart_for(path: Path, config: Config) -> float:
     """``config``'s calibrated restart delay (s): its own if measured, else the profile's.
     Raises ValueError for an unreadable profile."""
+    from sim.real.calibration.suite import _describe
+
     data = read_profile(path, RECOVERY_FORMAT, "recovery profile")
-    own = [p["restart_s"] for p in data.get("points", []) if p.get("key") == config_key(config)]
-    return float(own[0] if own else data["restart_s"])
+    points = data.get("points", [])
+    own = [p["restart_s"] for p in points if p.get("key") == config_key(config)]
+    if not own:  # keyed otherwise (an older lab): the same workload and ranks by name
+        own = [p["restart_s"] for p in points if p.get("workload") == _describe(config)
+               and p.get("ranks") == config.cluster.workers]
+    return float(own[0] if len(own) == 1 else data["restart_s"])
 
 
 def simulation_sets(config: Config, place: Path | None) -> list[str]:

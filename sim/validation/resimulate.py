@@ -1,0 +1,97 @@
+"""``sim validate --resimulate DIR``: an earlier validation's real runs against the model as
+it is now, in seconds instead of a matrix of real runs.
+
+The real runs of ``DIR/cases/NAME/real`` (what ``sim validate --out DIR`` left) are kept as
+they were; every case is simulated again on ``DIR/profiles`` (or ``--profiles``) into
+``OUT/cases/NAME/sim`` and compared with them. So a model change is judged on the same real
+runs as the model before it (the real runs' own reproducibility, ~6% a case, no longer
+mixes in), and profiles fitted some other way (``sim calibrate --from-runs``) can be tried on
+the same cases. The report goes to ``OUT/README.md``; the committed report and its
+``real.json`` are left alone (they hold real runs of their own).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sim.errors import UserError
+from sim.rundir import write_atomic
+from sim.validation.matrix import (
+    Case,
+    Matrix,
+    case_config,
+    expand,
+    load_matrix,
+    simulate_into,
+    stored_profiles,
+)
+
+KEPT = ("ranks", "other_load", "discarded", "real_s")  # an earlier row's facts of its real runs
+
+
+def earlier_rows(earlier: Path) -> dict[str, dict[str, Any]]:
+    """The earlier validation's rows by case (its ``rows.json``). Raises UserError."""
+    try:
+        rows = json.loads((earlier / "rows.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--resimulate {earlier}: no readable rows.json ({exc}); expected "
+                        "the --out of an earlier `sim validate`") from None
+    return {r["case"]: r for r in rows if isinstance(r, dict) and "case" in r}
+
+
+def resimulate_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path,
+                    real_dir: Path, before: dict[str, Any]) -> dict[str, Any]:
+    """One case simulated again and compared with its earlier real runs: its row."""
+    from sim.validation.sim_vs_real import compare
+
+    row: dict[str, Any] = {"case": case.name, "levels": case.levels}
+    row |= {k: before[k] for k in KEPT if k in before}
+    row.setdefault("other_load", [0.0])
+    row.setdefault("discarded", [])
+    try:
+        sim_dir = out / case.name / "sim"
+        simulate_into(case_config(matrix, case, profiles), sim_dir)
+        row["report"] = compare(sim_dir, real_dir)
+    except UserError as exc:
+        row["error"] = str(exc)
+    return row
+
+
+def resimulate_matrix(matrix_path: Path, earlier: Path, out: Path, readme: Path | None,
+                      only: list[str] | None, profiles_dir: Path | None,
+                      say: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Every case of the matrix (``only``) whose real runs ``earlier`` holds, simulated again
+    and compared; the rows, also in ``OUT/rows.json``, and the report (``OUT/README.md``
+    unless ``readme``). Raises UserError."""
+    from sim.validation.validate_report import write_readme
+
+    matrix = load_matrix(matrix_path)
+    before = earlier_rows(earlier)
+    cases = [c for c in expand(matrix, only)
+             if (earlier / "cases" / c.name / "real").is_dir() and c.name in before]
+    if not cases:
+        raise UserError(f"--resimulate {earlier}: no case of {matrix_path.name} has real runs "
+                        "there (cases/NAME/real)")
+    if (out / "cases").exists() and any((out / "cases").iterdir()):
+        raise UserError(f"{out}/cases: already holds results; choose another --out")
+    profiles = stored_profiles(profiles_dir or earlier / "profiles",
+                               sorted({c.net for c in cases}))
+    started = time.monotonic()
+    rows = []
+    for case in cases:
+        rows.append(resimulate_case(matrix, case, profiles, out / "cases",
+                                    earlier / "cases" / case.name / "real", before[case.name]))
+    failed = [r for r in rows if "error" in r]
+    for row in failed:
+        say(f"{row['case']}: FAILED: {row['error']}")
+    write_atomic(out / "rows.json", json.dumps(rows, indent=2) + "\n")
+    repeat = max((r["report"]["repeats"] for r in rows if "report" in r), default=0)
+    write_readme(readme or out / "README.md", rows, [], {
+        "drift": [], "matrix": matrix, "out": out, "profiles": profiles, "only": only,
+        "repeat": repeat, "elapsed_s": time.monotonic() - started, "quiet": (1.0, 0.0),
+        "retries": 0, "before": None, "resimulated": earlier})
+    return rows
