@@ -208,6 +208,13 @@ def test_validate_runs_a_small_matrix_and_writes_the_readme(tmp_path, capsys, ti
     assert readme.read_text() == text  # the matrix's own report is left alone
     assert main(["validate", "--matrix", str(tmp_path / "matrix.toml"), "--resimulate",
                  str(tmp_path / "again"), "--out", str(tmp_path / "none")]) == 2
+    # its gradients are modelled (compute.time_s): no device to fit to its runs
+    assert main(["validate", "--matrix", str(tmp_path / "matrix.toml"), "--resimulate",
+                 str(tmp_path / "runs"), "--fit-on", "strategy=bsp", "--out",
+                 str(tmp_path / "cv")]) == 2
+    assert "nothing to fit the device to" in capsys.readouterr().err
+    assert not (tmp_path / "cv").exists()
+    assert main(["validate", "--fit-on", "strategy=bsp"]) == 2
 
 
 def test_pipelining_speedups_compare_each_case_with_its_unpipelined_twin():

@@ -46,6 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how ranks wait, as for `sim real` (default auto)")
     parser.add_argument("--quick", action="store_true",
                         help="fewer sizes and repetitions (a rough profile in seconds)")
+    parser.add_argument("--from-runs", nargs="+", type=Path, metavar="RUN_DIR",
+                        help="measure nothing: fit OUT/device.json to the gradient times real "
+                             "runs recorded (run directories, --repeat directories or a "
+                             "`sim validate --out`)")
 
 
 def parse_ranks(text: str) -> list[int]:
@@ -66,6 +70,8 @@ def main(args: argparse.Namespace) -> int:
     from sim.real.launch.real_run import network, terminated_cleanly
     from sim.training.checks import load_config
 
+    if args.from_runs:
+        return from_runs(args)
     ranks = parse_ranks(args.ranks)
     allreduces = [n for n, cls in REGISTRY.items() if cls.kind == "allreduce" and n != "ps"]
     if args.collective not in allreduces:
@@ -134,6 +140,21 @@ def main(args: argparse.Namespace) -> int:
         except RunFailed as exc:
             print(f"error: restart measurement failed: {exc}", file=sys.stderr)
             return 1
+    return 0
+
+
+def from_runs(args: argparse.Namespace) -> int:
+    """``--from-runs``: the device fitted to real runs' in-run gradient times."""
+    from sim.real.calibration.from_runs import write_device_from_runs
+
+    device = write_device_from_runs(args.out / "device.json", args.from_runs)
+    rates = describe_rates(device["flops_per_s"], device["overhead_s"], device["memory_Bps"])
+    print(f"compute, from in-run gradient times: {rates}")
+    for p in device["points"]:
+        print(f"  {p['workload']:<34} {p['seconds'] * 1e6:9.1f} us  {p['error']:+.1%}  "
+              f"({p['runs']} run(s))")
+    warn_fit("compute", [(p["workload"], p["error"]) for p in device["points"]])
+    print(f'  compute.device = "calibrated:{args.out / "device.json"}"')
     return 0
 
 

@@ -26,6 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="no real runs: simulate every case again against the real runs "
                              "an earlier --out DIR holds (on DIR/profiles unless --profiles); "
                              "the report goes to OUT/README.md")
+    parser.add_argument("--fit-on", action="append", default=[], metavar="AXIS=LEVEL",
+                        help="with --resimulate: fit the device to the real runs of the cases "
+                             "with these levels (repeatable), simulate every case on it and on "
+                             "the microbenchmark profiles, and report in-sample against "
+                             "held-out errors (OUT/README.md)")
     parser.add_argument("--quick", action="store_true",
                         help="a rough calibration (fewer message sizes and repetitions)")
     parser.add_argument("--quiet-load", type=float, default=0.10,
@@ -45,6 +50,8 @@ def main(args: argparse.Namespace) -> int:
 
     if args.repeat is not None and args.repeat < 1:
         raise UserError("--repeat must be at least 1")
+    if args.fit_on and args.resimulate is None:
+        raise UserError("--fit-on goes with --resimulate DIR (the real runs to fit and predict)")
     if args.resimulate is not None:
         return resimulate(args)
     readme = args.readme or args.matrix.with_name("README.md")
@@ -65,6 +72,13 @@ def resimulate(args: argparse.Namespace) -> int:
     from sim.validation.validate_report import summary_lines
 
     out = args.out or args.resimulate.with_name(args.resimulate.name + "-resimulated")
+    if args.fit_on:
+        from sim.validation.cross_validation import cross_validate
+
+        cross_validate(args.matrix, args.resimulate, out, args.only, args.profiles,
+                       args.fit_on, say=lambda text: print(text, flush=True))
+        print((out / "README.md").read_text())
+        return 0
     readme = args.readme or out / "README.md"
     rows = resimulate_matrix(args.matrix, args.resimulate, out, readme, args.only,
                              args.profiles, say=lambda text: print(text, flush=True))

@@ -1,0 +1,99 @@
+"""Calibration from real runs: the device profile fitted to the gradient times that real
+runs recorded, instead of a warm-loop microbenchmark (``sim calibrate --from-runs``).
+
+The workflow of trace-driven predictors (Daydream, Zhu et al. 2020; dPRO, Hu et al. 2022):
+measure a few real runs, fit the model's parameters to them, then ask the simulator
+what-ifs. A gradient kernel inside a run takes longer than the same kernel in a warm loop
+(its caches are shared with the rest of the rank's work; docs/measurements/validation.md),
+so the device fitted to in-run times is the one those runs saw.
+
+Each real run whose gradients are the model's own kernels (no ``compute.time_s``, no
+pipelining, no model split) gives its median kernel time (``compute_time_s`` in its
+summary, the median over its ranks and gradients); runs of one workload give one point,
+the median of theirs. ``time = overhead + FLOPs / rate + traffic / bandwidth`` is then fitted
+as :func:`~sim.real.calibration.suite.fit_device` fits microbenchmarks, each point's
+residual kept in the profile. The host and fabric profiles are not fitted here.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from sim.errors import UserError
+from sim.results import load_repeats
+
+
+def real_run_dirs(paths: Iterable[Path]) -> list[Path]:
+    """The real run directories in ``paths``: each a run, a ``--repeat`` directory, or a
+    ``sim validate --out`` (every ``cases/*/real``). Raises UserError for anything else."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        cases = sorted(p for p in (path / "cases").glob("*/real") if p.is_dir()) \
+            if (path / "cases").is_dir() else [path]
+        found += [run.path for case in cases for run in load_repeats(case)]
+    return found
+
+
+def kernel_workload(config: Any) -> bool:
+    """Whether a run's gradient time is its device's: real kernels, one model per rank."""
+    from sim.training.parallel_plan import split_key
+
+    return (config.compute.time_s is None and config.workload.numerics
+            and config.strategy.pipelining == "none" and split_key(config) is None)
+
+
+def device_points(run_dirs: Iterable[Path]) -> list[dict[str, Any]]:
+    """One point per workload among the real runs with real kernels: its FLOPs and weight
+    traffic per gradient and the median of the runs' median kernel times (s)."""
+    from sim.config import parse, read_toml
+    from sim.real.calibration.suite import _describe
+    from sim.training.workload import build_workload
+
+    seconds: dict[str, list[float]] = {}
+    configs: dict[str, Any] = {}
+    for path in run_dirs:
+        summary = json.loads((path / "summary.json").read_text())
+        if summary.get("kind") != "real" or summary.get("compute_time_s") is None:
+            continue
+        config = parse(read_toml(path / "config.toml"), str(path / "config.toml"))
+        if not kernel_workload(config):
+            continue
+        key = config.workload.model_dump_json()
+        configs.setdefault(key, config)
+        seconds.setdefault(key, []).append(float(summary["compute_time_s"]))
+    points = []
+    for key, config in configs.items():
+        layers = build_workload(config).layers
+        points.append({"workload": _describe(config), "runs": len(seconds[key]),
+                       "flops": layers.flops(config.workload.batch),
+                       "traffic": layers.traffic(),
+                       "seconds": statistics.median(seconds[key])})
+    return points
+
+
+def write_device_from_runs(path: Path, paths: Iterable[Path]) -> dict[str, Any]:
+    """Fit the device to the real runs in ``paths`` and write it to ``path``; the fit (its
+    rates and each point with its error). Raises UserError without a run to fit."""
+    from sim.real.calibration.suite import fit_device, stamp
+    from sim.training.compute_model import save_device_profile
+
+    dirs = real_run_dirs(paths)
+    points = device_points(dirs)
+    if not points:
+        raise UserError(f"--from-runs: none of the {len(dirs)} real run(s) computed "
+                        "gradients with real kernels (they all set compute.time_s, "
+                        "pipelining or a model split); nothing to fit the device to")
+    fit = fit_device(points)
+    for point, error in zip(points, fit.errors, strict=True):
+        point["error"] = error
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_device_profile(path, fit.flops_per_s, fit.overhead_s,
+                        f"sim calibrate --from-runs: in-run gradient times of {len(points)} "
+                        f"workload(s) from {len(dirs)} real run(s); {stamp()}", fit.memory_Bps,
+                        name="from-runs", points=points, concurrency=1)
+    return {"flops_per_s": fit.flops_per_s, "overhead_s": fit.overhead_s,
+            "memory_Bps": fit.memory_Bps, "points": points}

@@ -1,0 +1,93 @@
+"""Cross-validation of profiles fitted to real runs (``sim validate --resimulate DIR
+--fit-on AXIS=LEVEL``): fit on some cases, predict the others.
+
+The device is fitted to the real runs of the cases that match every ``--fit-on`` level
+(:mod:`sim.real.calibration.from_runs`); every case of the earlier validation is then
+simulated again twice, on the microbenchmark profiles it was calibrated with and on the same
+profiles with the fitted device, and the errors are split into the cases the fit saw
+(in-sample) and the rest (held out). A model change is judged by the held-out column: a fit
+that only learns its own cases shows there. ``OUT/README.md`` has the table;
+``OUT/microbenchmarks/`` and ``OUT/from-runs/`` each the full report of one resimulation.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sim.errors import UserError
+from sim.rundir import write_atomic
+from sim.validation.matrix import expand, load_matrix
+from sim.validation.resimulate import resimulate_matrix
+
+
+def error_stats(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Cases, median and worst |error|, mean signed error, within 15% (None: no case)."""
+    errors = [r["report"]["iteration_s"]["error"] for r in rows if "report" in r]
+    if not errors:
+        return None
+    return {"cases": len(errors), "median": statistics.median(map(abs, errors)),
+            "worst": max(map(abs, errors)), "mean": statistics.fmean(errors),
+            "within_15": sum(abs(e) <= 0.15 for e in errors)}
+
+
+def _cell(stats: dict[str, Any] | None) -> str:
+    if stats is None:
+        return "- | - | - | -"
+    return (f"{stats['median']:.1%} | {stats['worst']:.1%} | {stats['mean']:+.1%} | "
+            f"{stats['within_15']}/{stats['cases']}")
+
+
+def lines(runs: dict[str, list[dict[str, Any]]], fitted: set[str], fit_on: list[str],
+          device: dict[str, Any]) -> list[str]:
+    """The README: per profile, in-sample and held-out errors side by side."""
+    out = ["# Cross-validation: profiles fitted to real runs", "",
+           f"The device fitted to the real runs of the {len(fitted)} case(s) with "
+           f"{', '.join(fit_on)} (in-run gradient times: {device['flops_per_s'] / 1e9:.2f} "
+           f"GFLOP/s + {device['overhead_s'] * 1e6:.1f} us a gradient"
+           + (f" + traffic / {device['memory_Bps'] / 1e9:.1f} GB/s" if device["memory_Bps"]
+              else "") + "; each point's error: "
+           + ", ".join(f"{p['workload']} {p['error']:+.1%}" for p in device["points"])
+           + "), against the microbenchmark profiles of the same validation. Every case is "
+           "simulated again on each; in-sample: the cases the fit saw; held out: the rest. "
+           "Columns: median |error|, worst |error|, mean signed error, within 15%.", "",
+           "| profiles | in-sample median | worst | mean | within 15% | held-out median | "
+           "worst | mean | within 15% |", "|---|---|---|---|---|---|---|---|---|"]
+    for label, rows in runs.items():
+        inside = [r for r in rows if r["case"] in fitted]
+        held = [r for r in rows if r["case"] not in fitted]
+        out.append(f"| {label} | {_cell(error_stats(inside))} | {_cell(error_stats(held))} |")
+    return out + ["", "Full reports: `microbenchmarks/README.md`, `from-runs/README.md`.", ""]
+
+
+def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] | None,
+                   profiles_dir: Path | None, fit_on: list[str],
+                   say: Callable[[str], None] = print) -> dict[str, list[dict[str, Any]]]:
+    """Fit the device on the ``fit_on`` cases' real runs, simulate every case again on the
+    microbenchmark and the fitted profiles; the rows of each (``OUT/README.md`` written).
+    Raises UserError."""
+    from sim.real.calibration.from_runs import write_device_from_runs
+
+    matrix = load_matrix(matrix_path)
+    base = profiles_dir or earlier / "profiles"
+    fitted = {c.name for c in expand(matrix, fit_on)
+              if (earlier / "cases" / c.name / "real").is_dir()}
+    if not fitted:
+        raise UserError(f"--fit-on {' '.join(fit_on)}: no case with those levels has real "
+                        f"runs in {earlier}")
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"{out}: already holds results; choose another --out")
+    profiles = out / "profiles"  # the earlier ones, but for the device fitted to runs
+    device = write_device_from_runs(profiles / "device" / "device.json",
+                                    [earlier / "cases" / name / "real" for name in fitted])
+    shutil.copytree(base, profiles, dirs_exist_ok=True,
+                    ignore=lambda folder, names: ["device"] if Path(folder) == base else [])
+    runs = {"microbenchmarks": resimulate_matrix(matrix_path, earlier, out / "microbenchmarks",
+                                                 None, only, base, say),
+            "from runs": resimulate_matrix(matrix_path, earlier, out / "from-runs", None,
+                                           only, profiles, say)}
+    write_atomic(out / "README.md", "\n".join(lines(runs, fitted, fit_on, device)))
+    return runs

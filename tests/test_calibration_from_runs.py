@@ -1,0 +1,101 @@
+"""Calibration from real runs (``sim calibrate --from-runs``) and the cross-validation of
+``sim validate --resimulate --fit-on``: on run directories the tests write, whose in-run
+gradient times follow a known device."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sim.cli import main
+from sim.config import dump_config
+from sim.errors import UserError
+from sim.real.calibration.from_runs import device_points, real_run_dirs, write_device_from_runs
+from sim.training.checks import validate
+from sim.training.compute_model import load_device
+from sim.training.workload import build_workload
+from sim.validation import cross_validation
+
+RATE, OVERHEAD = 20e9, 30e-6  # the device the fake runs saw: FLOP/s, s a gradient
+SHAPES = [{"model": "logreg", "features": 64, "batch": 16},
+          {"model": "logreg", "features": 2000, "batch": 64},
+          {"model": "mlp", "features": 32, "hidden": [64], "batch": 32}]
+
+
+def fake_run(path, workload: dict, **extra) -> float:
+    """A real run directory of ``workload`` whose median kernel took what the device
+    above takes (or ``extra["seconds"]``); the seconds written."""
+    config = validate({"cluster": {"workers": 2},
+                       "workload": {"samples": 256, **workload}, **extra.get("config", {})})
+    flops = build_workload(config).layers.flops(config.workload.batch)
+    seconds = extra.get("seconds", OVERHEAD + flops / RATE)
+    path.mkdir(parents=True)
+    (path / "config.toml").write_text(dump_config(config))
+    (path / "summary.json").write_text(json.dumps({"kind": "real",
+                                                   "compute_time_s": seconds}))
+    return seconds
+
+
+def test_the_device_fitted_to_runs_recovers_their_rate_and_overhead(tmp_path):
+    for i, shape in enumerate(SHAPES):
+        fake_run(tmp_path / f"run{i}", shape)
+    # a modelled gradient says nothing of the device: left out whatever its time
+    fake_run(tmp_path / "modelled", SHAPES[0], seconds=1.0,
+             config={"compute": {"time_s": 1e-3}})
+    dirs = real_run_dirs([tmp_path / f"run{i}" for i in range(3)] + [tmp_path / "modelled"])
+    assert len(device_points(dirs)) == 3
+    fit = write_device_from_runs(tmp_path / "device.json", dirs)
+    assert fit["flops_per_s"] == pytest.approx(RATE, rel=1e-6)
+    assert fit["overhead_s"] == pytest.approx(OVERHEAD, rel=1e-6)
+    assert max(abs(p["error"]) for p in fit["points"]) < 1e-6
+    device = load_device(f"calibrated:{tmp_path / 'device.json'}")
+    assert device.flops_per_s == pytest.approx(RATE, rel=1e-6)
+    assert "--from-runs" in device.source
+
+
+def test_runs_of_one_workload_give_one_point_at_their_median(tmp_path):
+    times = [fake_run(tmp_path / f"r{i}", SHAPES[1], seconds=s)
+             for i, s in enumerate([1e-4, 3e-4, 2e-4])]
+    (point,) = device_points(real_run_dirs([tmp_path / f"r{i}" for i in range(3)]))
+    assert point["runs"] == 3 and point["seconds"] == sorted(times)[1]
+
+
+def test_no_run_with_real_kernels_is_a_clear_error(tmp_path, capsys):
+    fake_run(tmp_path / "modelled", SHAPES[0], config={"compute": {"time_s": 1e-3}})
+    with pytest.raises(UserError, match="nothing to fit the device to"):
+        write_device_from_runs(tmp_path / "device.json", [tmp_path / "modelled"])
+    assert main(["calibrate", "--from-runs", str(tmp_path / "modelled"), "--out",
+                 str(tmp_path / "out")]) == 2
+    assert "nothing to fit" in capsys.readouterr().err
+
+
+def test_sim_calibrate_from_runs_writes_the_device(tmp_path, capsys):
+    for i, shape in enumerate(SHAPES):
+        fake_run(tmp_path / "runs" / f"run{i}", shape)
+    assert main(["calibrate", "--from-runs", *(str(tmp_path / "runs" / f"run{i}")
+                                               for i in range(3)),
+                 "--out", str(tmp_path / "out")]) == 0
+    text = capsys.readouterr().out
+    assert "in-run gradient times" in text and "logreg 2000 x2 batch 64" in text
+    device = load_device(f"calibrated:{tmp_path / 'out' / 'device.json'}")
+    assert device.overhead_s == pytest.approx(OVERHEAD, rel=1e-6)
+
+
+def row(case: str, error: float) -> dict:
+    return {"case": case, "report": {"iteration_s": {"error": error}}}
+
+
+def test_cross_validation_splits_in_sample_from_held_out():
+    runs = {"microbenchmarks": [row("a", -0.2), row("b", -0.1), row("c", 0.3)],
+            "from runs": [row("a", -0.05), row("b", 0.05), row("c", 0.2)]}
+    stats = cross_validation.error_stats(runs["microbenchmarks"][:2])
+    assert stats == {"cases": 2, "median": pytest.approx(0.15), "worst": 0.2,
+                     "mean": pytest.approx(-0.15), "within_15": 1}
+    device = {"flops_per_s": 2e10, "overhead_s": 3e-5, "memory_Bps": None,
+              "points": [{"workload": "w", "error": 0.01}]}
+    text = "\n".join(cross_validation.lines(runs, {"a", "b"}, ["workers=2"], device))
+    assert "| microbenchmarks | 15.0% | 20.0% | -15.0% | 1/2 | 30.0% | 30.0% | +30.0% | 0/1 |" \
+        in text
+    assert "| from runs | 5.0% | 5.0% | +0.0% | 2/2 | 20.0% | 20.0% | +20.0% | 0/1 |" in text
+    assert "20.00 GFLOP/s + 30.0 us" in text and "w +1.0%" in text
