@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from sim.cli import main
@@ -99,3 +100,36 @@ def test_cross_validation_splits_in_sample_from_held_out():
         in text
     assert "| from runs | 5.0% | 5.0% | +0.0% | 2/2 | 20.0% | 20.0% | +20.0% | 0/1 |" in text
     assert "20.00 GFLOP/s + 30.0 us" in text and "w +1.0%" in text
+
+
+def test_in_run_sigma_is_the_spread_of_log_gradient_times_around_each_run_median(tmp_path):
+    from sim.real.calibration.from_runs import in_run_sigma
+
+    spans = {"a": [100.0, 100.0 * 2.0, 100.0 / 2.0], "b": [10.0, 10.0, 10.0 * 4.0]}
+    for name, durations in spans.items():
+        fake_run(tmp_path / name, SHAPES[0])
+        events = [{"ph": "X", "name": "compute", "pid": 0, "tid": 0, "dur": d}
+                  for d in durations]
+        events.append({"ph": "X", "name": "wire", "pid": 0, "tid": 0, "dur": 1e6})
+        (tmp_path / name / "trace.json").write_text(json.dumps({"traceEvents": events}))
+    logs = np.log([1, 2, 0.5, 1, 1, 4])  # each span over its run's median
+    assert in_run_sigma([tmp_path / "a", tmp_path / "b"]) == pytest.approx(np.std(logs))
+    assert in_run_sigma([tmp_path / "none"]) is None
+
+
+def test_the_predicted_interval_closes_on_the_constant_run_without_spread(
+        two_rank_config_data):
+    from sim.results import iteration_s
+    from sim.simulated.engine import simulate
+    from sim.validation.resimulate import predicted_interval
+
+    config = validate(two_rank_config_data({"strategy.kind": "bsp", "run.iterations": 20}))
+    constant = iteration_s(simulate(config).summary)
+    still = predicted_interval(config, 3, 1e-9)
+    assert still["low"] == pytest.approx(constant, rel=1e-6)
+    assert still["high"] == pytest.approx(constant, rel=1e-6)
+    wide = predicted_interval(config, 5, 0.5)
+    assert wide["low"] < wide["high"] and wide["seeds"] == 5 and wide["sigma"] == 0.5
+    rows = [{"case": "a", "spread": {"inside": True}}, {"case": "b", "spread": {"inside": False}},
+            {"case": "c"}]
+    assert cross_validation.coverage(rows) == (1, 2)

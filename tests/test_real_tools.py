@@ -215,6 +215,7 @@ def test_validate_runs_a_small_matrix_and_writes_the_readme(tmp_path, capsys, ti
     assert "nothing to fit the device to" in capsys.readouterr().err
     assert not (tmp_path / "cv").exists()
     assert main(["validate", "--fit-on", "strategy=bsp"]) == 2
+    assert main(["validate", "--resimulate", str(tmp_path / "runs"), "--spread", "3"]) == 2
 
 
 def test_pipelining_speedups_compare_each_case_with_its_unpipelined_twin():

@@ -31,6 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "with these levels (repeatable), simulate every case on it and on "
                              "the microbenchmark profiles, and report in-sample against "
                              "held-out errors (OUT/README.md)")
+    parser.add_argument("--spread", type=int, default=0, metavar="SEEDS",
+                        help="with --fit-on: simulate each case with real kernels SEEDS times, "
+                             "drawing gradient times with the spread measured in the fit's "
+                             "runs, and report how often the real mean lies inside the "
+                             "predicted 90%% interval")
     parser.add_argument("--quick", action="store_true",
                         help="a rough calibration (fewer message sizes and repetitions)")
     parser.add_argument("--quiet-load", type=float, default=0.10,
@@ -50,6 +55,8 @@ def main(args: argparse.Namespace) -> int:
 
     if args.repeat is not None and args.repeat < 1:
         raise UserError("--repeat must be at least 1")
+    if args.spread < 0 or (args.spread and not args.fit_on):
+        raise UserError("--spread SEEDS: a count >= 0, with --fit-on (its spread is the fit's)")
     if args.fit_on and args.resimulate is None:
         raise UserError("--fit-on goes with --resimulate DIR (the real runs to fit and predict)")
     if args.resimulate is not None:
@@ -76,7 +83,8 @@ def resimulate(args: argparse.Namespace) -> int:
         from sim.validation.cross_validation import cross_validate
 
         cross_validate(args.matrix, args.resimulate, out, args.only, args.profiles,
-                       args.fit_on, say=lambda text: print(text, flush=True))
+                       args.fit_on, say=lambda text: print(text, flush=True),
+                       seeds=args.spread)
         print((out / "README.md").read_text())
         return 0
     readme = args.readme or out / "README.md"

@@ -91,7 +91,8 @@ def load_device(spec: str) -> Device:
     """A preset name or ``calibrated:PATH`` (JSON: flops_per_s, and optionally overhead_s,
     name, source, on_host). Raises ValueError."""
     return load_profile(spec, DEVICES, Device, PROFILE_FORMAT, what="device profile",
-                        preset="device", measurements={"points", "concurrency"},
+                        preset="device",
+                        measurements={"points", "concurrency", "in_run_sigma"},
                         required=["flops_per_s"], defaults=lambda path: {
                             "name": path.stem, "source": str(path), "overhead_s": 0.0,
                             "on_host": True})  # calibrate measures this CPU

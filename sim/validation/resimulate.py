@@ -18,6 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from sim.config import Config
 from sim.errors import UserError
 from sim.rundir import write_atomic
 from sim.validation.matrix import (
@@ -44,8 +47,11 @@ def earlier_rows(earlier: Path) -> dict[str, dict[str, Any]]:
 
 
 def resimulate_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path,
-                    real_dir: Path, before: dict[str, Any]) -> dict[str, Any]:
-    """One case simulated again and compared with its earlier real runs: its row."""
+                    real_dir: Path, before: dict[str, Any],
+                    spread: tuple[int, float] | None = None) -> dict[str, Any]:
+    """One case simulated again and compared with its earlier real runs: its row. With
+    ``spread`` (seeds, sigma) and real kernels, also its :func:`predicted_interval`."""
+    from sim.real.calibration.from_runs import kernel_workload
     from sim.validation.sim_vs_real import compare
 
     row: dict[str, Any] = {"case": case.name, "levels": case.levels}
@@ -54,16 +60,41 @@ def resimulate_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: 
     row.setdefault("discarded", [])
     try:
         sim_dir = out / case.name / "sim"
-        simulate_into(case_config(matrix, case, profiles), sim_dir)
+        config = case_config(matrix, case, profiles)
+        simulate_into(config, sim_dir)
         row["report"] = compare(sim_dir, real_dir)
+        if spread and kernel_workload(config):
+            interval = predicted_interval(config, *spread)
+            real = row["report"]["iteration_s"]["real"]["mean"]
+            row["spread"] = interval | {"inside": interval["low"] <= real <= interval["high"]}
     except UserError as exc:
         row["error"] = str(exc)
     return row
 
 
+def predicted_interval(config: Config, seeds: int, sigma: float) -> dict[str, Any]:
+    """``config`` simulated with ``seeds`` run seeds (1, 2, ...), each gradient's time drawn
+    from a lognormal of shape ``sigma`` (mean 1; the spread measured inside real runs): the
+    time per update's 5th and 95th percentiles (s), a predicted 90% interval."""
+    from sim.config import apply_overrides, resolved
+    from sim.results import iteration_s
+    from sim.simulated.engine import simulate
+    from sim.training.checks import validate
+
+    times = []
+    for seed in range(1, seeds + 1):
+        drawn = validate(apply_overrides(resolved(config), [
+            'compute.distribution="lognormal"', f"compute.sigma={sigma!r}",
+            f"run.seed={seed}"]), "the predicted interval")
+        times.append(iteration_s(simulate(drawn).summary))
+    low, high = np.quantile(times, [0.05, 0.95])
+    return {"seeds": seeds, "sigma": sigma, "low": float(low), "high": float(high)}
+
+
 def resimulate_matrix(matrix_path: Path, earlier: Path, out: Path, readme: Path | None,
                       only: list[str] | None, profiles_dir: Path | None,
-                      say: Callable[[str], None] = print) -> list[dict[str, Any]]:
+                      say: Callable[[str], None] = print,
+                      spread: tuple[int, float] | None = None) -> list[dict[str, Any]]:
     """Every case of the matrix (``only``) whose real runs ``earlier`` holds, simulated again
     and compared; the rows, also in ``OUT/rows.json``, and the report (``OUT/README.md``
     unless ``readme``). Raises UserError."""
@@ -84,10 +115,12 @@ def resimulate_matrix(matrix_path: Path, earlier: Path, out: Path, readme: Path 
     rows = []
     for case in cases:
         rows.append(resimulate_case(matrix, case, profiles, out / "cases",
-                                    earlier / "cases" / case.name / "real", before[case.name]))
+                                    earlier / "cases" / case.name / "real", before[case.name],
+                                    spread))
     failed = [r for r in rows if "error" in r]
     for row in failed:
         say(f"{row['case']}: FAILED: {row['error']}")
+    out.mkdir(parents=True, exist_ok=True)  # also when every case failed
     write_atomic(out / "rows.json", json.dumps(rows, indent=2) + "\n")
     repeat = max((r["report"]["repeats"] for r in rows if "report" in r), default=0)
     write_readme(readme or out / "README.md", rows, [], {

@@ -13,6 +13,10 @@ summary, the median over its ranks and gradients); runs of one workload give one
 the median of theirs. ``time = overhead + FLOPs / rate + traffic / bandwidth`` is then fitted
 as :func:`~sim.real.calibration.suite.fit_device` fits microbenchmarks, each point's
 residual kept in the profile. The host and fabric profiles are not fitted here.
+
+The same runs' single gradients (their traces' ``compute`` spans) give the spread a
+simulation can draw (``compute.distribution = "lognormal"``): ``in_run_sigma``, the standard
+deviation of log(time / the run's median), pooled over the runs, kept in the profile.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from sim.errors import UserError
 from sim.results import load_repeats
@@ -75,6 +81,30 @@ def device_points(run_dirs: Iterable[Path]) -> list[dict[str, Any]]:
     return points
 
 
+def in_run_sigma(run_dirs: Iterable[Path]) -> float | None:
+    """The lognormal shape of single gradients inside the real runs with real kernels: the
+    standard deviation of log(span / the run's median span) over every worker's
+    ``compute`` spans, pooled; None without such a run or trace."""
+    from sim.config import parse, read_toml
+
+    logs: list[np.ndarray] = []
+    for path in run_dirs:
+        trace = path / "trace.json"
+        if not trace.exists():
+            continue
+        config = parse(read_toml(path / "config.toml"), str(path / "config.toml"))
+        if not kernel_workload(config):
+            continue
+        events = json.loads(trace.read_text())
+        events = events.get("traceEvents", []) if isinstance(events, dict) else events
+        spans = np.array([e["dur"] for e in events if e.get("ph") == "X"
+                          and e.get("name") == "compute" and e.get("pid") == 0
+                          and e.get("dur", 0) > 0], float)
+        if len(spans) > 1:
+            logs.append(np.log(spans / np.median(spans)))
+    return float(np.std(np.concatenate(logs))) if logs else None
+
+
 def write_device_from_runs(path: Path, paths: Iterable[Path]) -> dict[str, Any]:
     """Fit the device to the real runs in ``paths`` and write it to ``path``; the fit (its
     rates and each point with its error). Raises UserError without a run to fit."""
@@ -90,10 +120,11 @@ def write_device_from_runs(path: Path, paths: Iterable[Path]) -> dict[str, Any]:
     fit = fit_device(points)
     for point, error in zip(points, fit.errors, strict=True):
         point["error"] = error
+    sigma = in_run_sigma(dirs)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_device_profile(path, fit.flops_per_s, fit.overhead_s,
                         f"sim calibrate --from-runs: in-run gradient times of {len(points)} "
                         f"workload(s) from {len(dirs)} real run(s); {stamp()}", fit.memory_Bps,
-                        name="from-runs", points=points, concurrency=1)
+                        name="from-runs", points=points, concurrency=1, in_run_sigma=sigma)
     return {"flops_per_s": fit.flops_per_s, "overhead_s": fit.overhead_s,
-            "memory_Bps": fit.memory_Bps, "points": points}
+            "memory_Bps": fit.memory_Bps, "points": points, "in_run_sigma": sigma}
