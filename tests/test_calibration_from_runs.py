@@ -133,3 +133,21 @@ def test_the_predicted_interval_closes_on_the_constant_run_without_spread(
     rows = [{"case": "a", "spread": {"inside": True}}, {"case": "b", "spread": {"inside": False}},
             {"case": "c"}]
     assert cross_validation.coverage(rows) == (1, 2)
+
+
+def test_golden_section_finds_the_minimum_of_a_unimodal_cost():
+    from sim.validation.fit_host import golden_section
+
+    x, cost = golden_section(lambda v: (v - 1.3) ** 2 + 2.0, -5.0, 5.0, steps=40)
+    assert x == pytest.approx(1.3, abs=1e-6) and cost == pytest.approx(2.0)
+
+
+def test_with_rendezvous_sets_the_base_and_keeps_the_rest(tmp_path):
+    from sim.training.host_costs import HOSTS, load_host, save_host_profile
+    from sim.validation.fit_host import with_rendezvous
+
+    save_host_profile(tmp_path / "host.json", HOSTS["epyc-core"])
+    with_rendezvous(tmp_path / "host.json", 2.5e-4, tmp_path / "fitted.json")
+    host = load_host(f"calibrated:{tmp_path / 'fitted.json'}")
+    assert host.rendezvous_base_s == 2.5e-4 and host.copy_Bps == HOSTS["epyc-core"].copy_Bps
+    assert "fitted to real runs" in host.source

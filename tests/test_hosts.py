@@ -378,6 +378,22 @@ def test_a_rendezvous_costs_rendezvous_s_per_rank_beyond_the_cores_where_an_end_
     assert hosts(False, 2).handshake_s(0, 1, 24_000) == 0.0  # a core each
 
 
+def test_a_rendezvous_adds_its_base_once_whatever_the_ranks_beyond_the_cores():
+    def hosts(ranks: int, base_s: float) -> Hosts:
+        return Hosts(simpy.Environment(), [0] * ranks, 2,
+                     costs(poll_spin_s=50e-6, poll_s=40e-6, rendezvous_bytes=8192,
+                           rendezvous_s=3e-6, rendezvous_base_s=base_s), False)
+
+    assert hosts(3, 250e-6).handshake_s(0, 2, 24_000) == pytest.approx(253e-6)
+    assert hosts(5, 250e-6).handshake_s(0, 4, 24_000) == pytest.approx(259e-6)
+    assert hosts(5, 250e-6).handshake_s(0, 4, 8192) == 0.0  # eager: no handshake
+    assert hosts(2, 250e-6).handshake_s(0, 1, 24_000) == 0.0  # a core each
+    only_base = Hosts(simpy.Environment(), [0] * 3, 2,
+                      costs(poll_spin_s=50e-6, poll_s=40e-6, rendezvous_bytes=8192,
+                            rendezvous_base_s=1e-4), False)
+    assert only_base.handshake_s(0, 2, 24_000) == pytest.approx(1e-4)
+
+
 def test_a_shard_receiving_beyond_the_eager_limit_is_held_before_its_work():
     """The shard's thread waits the handshake on no core, then works; work queued on the
     same thread waits behind both, while another rank computes meanwhile."""

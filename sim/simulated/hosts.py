@@ -51,14 +51,15 @@ class Hosts:
         self.poll_spin_s, self.poll_s = costs.poll_spin_s, costs.poll_s
         self.notice_base_s, self.notice_s = costs.notice_base_s, costs.notice_s
         self.rendezvous_bytes, self.rendezvous_s = costs.rendezvous_bytes, costs.rendezvous_s
+        self.rendezvous_base_s = costs.rendezvous_base_s
         self.rank_hosts = list(rank_hosts)
         ranks_on = {h: self.rank_hosts.count(h) for h in set(self.rank_hosts)}
         self.cores = {h: simpy.Resource(env, cores) for h in ranks_on}
         self.shared = {h: ranks_on[h] > cores for h in ranks_on}  # ranks outnumber cores
         self.excess = {h: max(ranks_on[h] - cores, 0) for h in ranks_on}
         # whether any message can need a handshake: spared on every message otherwise
-        self.handshakes = (self.rendezvous_s > 0 and not spin and self.poll_s > 0
-                           and any(self.shared.values()))
+        self.handshakes = ((self.rendezvous_s > 0 or self.rendezvous_base_s > 0)
+                           and not spin and self.poll_s > 0 and any(self.shared.values()))
         self.threads = [simpy.Resource(env, 1) for _ in self.rank_hosts]
         self.free_at = [0.0] * len(self.rank_hosts)  # when each rank's thread is next idle
         self.lingering: dict[int, Any] = {}  # rank -> the core it ran on until now
@@ -319,14 +320,15 @@ class Hosts:
 
     def handshake_s(self, src: int, dst: int, nbytes: float) -> float:
         """The rendezvous of a message of ``nbytes`` from rank ``src`` to ``dst`` beyond the
-        eager limit: its legs wait for napping ranks' polls, ``rendezvous_s`` per rank its
-        ends' hosts have beyond their cores (measured) where either end sleeps on a shared
-        host; 0 otherwise (a spinning peer answers within the wire's latency)."""
+        eager limit: its legs wait for napping ranks' polls, ``rendezvous_base_s`` +
+        ``rendezvous_s`` per rank its ends' hosts have beyond their cores (measured) where
+        either end sleeps on a shared host; 0 otherwise (a spinning peer answers within the
+        wire's latency)."""
         if not self.handshakes or nbytes <= self.rendezvous_bytes:
             return 0.0
         ends = [r for r in (src, dst) if self.sleeps_shared(r)]
-        return max((self.rendezvous_s * self.excess[self.rank_hosts[r]] for r in ends),
-                   default=0.0)
+        return max((self.rendezvous_base_s + self.rendezvous_s
+                    * self.excess[self.rank_hosts[r]] for r in ends), default=0.0)
 
     def slowest_handshake_s(self, src: Any, dst: Any, nbytes: Any) -> float:
         """The longest :meth:`handshake_s` of messages ``src[i] -> dst[i]`` of

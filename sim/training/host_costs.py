@@ -67,8 +67,8 @@ class HostProfile:
     # notice_base_s + notice_s per rank beyond the cores after it arrives (its nap, then a
     # core); a message over
     # rendezvous_bytes (the MPI library's eager limit) needs a handshake first (LogGPS's
-    # synchronisation: Ino, Fujimoto and Hagihara 2001): rendezvous_s longer per rank
-    # beyond the cores, for such sleeping ranks
+    # synchronisation: Ino, Fujimoto and Hagihara 2001): rendezvous_base_s +
+    # rendezvous_s per rank beyond the cores longer, for such sleeping ranks
     notice_s: float = 0.0
     rendezvous_bytes: float = math.inf
     rendezvous_s: float = 0.0
@@ -84,6 +84,7 @@ class HostProfile:
     reload_s: float = 0.0
     reload_tau_s: float = 0.0
     reload_base_s: float = 0.0
+    rendezvous_base_s: float = 0.0  # see rendezvous_s; fitted to real runs (--fit-on)
     # an embedding table's rows gathered into or scattered out of a message by index
     # (table_*), and a sparse step of rows: the mean of the pushes' rows and the rows'
     # optimizer step (table_step_*), each constant + rows x row + bytes / rate, measured
@@ -111,7 +112,7 @@ class HostProfile:
         for name in ("message_s", "step_s", "poll_spin_s", "poll_s", "copy_call_s",
                      "copy_row_s", "update_call_s", "reduce_call_s", "notice_s",
                      "rendezvous_s", "spin_share", "nap_share", "notice_base_s",
-                     "reload_s", "reload_tau_s", "reload_base_s"):
+                     "reload_s", "reload_tau_s", "reload_base_s", "rendezvous_base_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "
@@ -153,7 +154,8 @@ HOSTS: dict[str, HostProfile] = {
 
 # fields a profile may leave out (written by later versions of `sim calibrate`)
 OPTIONAL = ("table_call_s", "table_row_s", "table_Bps", "table_step_call_s",
-            "table_step_row_s", "table_step_Bps", "unique_call_s", "unique_id_s")
+            "table_step_row_s", "table_step_Bps", "unique_call_s", "unique_id_s",
+            "rendezvous_base_s")
 
 # what `sim calibrate` records beside the fields: fits, samples and how they were measured
 MEASUREMENTS = {"fits", "step", "poll", "rendezvous", "share", "reload", "measured_through",

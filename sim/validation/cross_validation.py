@@ -4,14 +4,16 @@
 The device is fitted to the real runs of the cases with the ``--fit-on`` levels (as
 ``--only`` selects: levels of one axis add up, axes narrow;
 :mod:`sim.real.calibration.from_runs`); every case of the earlier validation is then
-simulated again twice, on the microbenchmark profiles it was calibrated with and on the same
-profiles with the fitted device, and the errors are split into the cases the fit saw
+simulated again on the microbenchmark profiles it was calibrated with, on the same profiles
+with the fitted device, and with the host's rendezvous cost fitted to the same runs' wire
+times too (:mod:`sim.validation.fit_host`), and the errors are split into the cases the fit saw
 (in-sample) and the rest (held out). A model change is judged by the held-out column: a fit
 that only learns its own cases shows there. With ``--spread SEEDS`` each case with real
 kernels is also simulated SEEDS times drawing its gradients' times with the spread measured
 in the fit's runs, and the report says how often the real mean falls inside the predicted
 90% interval (issue 31's item 4). ``OUT/README.md`` has the table;
-``OUT/microbenchmarks/`` and ``OUT/from-runs/`` each the full report of one resimulation.
+``OUT/microbenchmarks/``, ``OUT/from-runs/`` and ``OUT/from-runs-rendezvous/`` each the full
+report of one resimulation.
 """
 
 from __future__ import annotations
@@ -24,8 +26,12 @@ from typing import Any
 
 from sim.errors import UserError
 from sim.rundir import write_atomic
-from sim.validation.matrix import expand, load_matrix
-from sim.validation.resimulate import resimulate_matrix
+from sim.validation.fit_host import fit_rendezvous, with_rendezvous
+from sim.validation.matrix import expand, load_matrix, stored_profiles
+from sim.validation.resimulate import earlier_rows, resimulate_matrix
+
+DEVICE = "device from runs"
+BOTH = "device and rendezvous from runs"
 
 
 def error_stats(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -45,6 +51,15 @@ def _cell(stats: dict[str, Any] | None) -> str:
             f"{stats['within_15']}/{stats['cases']}")
 
 
+def _rendezvous_words(fit: dict[str, Any] | None) -> str:
+    if not fit or fit["rendezvous_base_s"] is None:
+        return "; no case of the fit had napping ranks on shared cores: no rendezvous fitted"
+    return (f", and the host's rendezvous_base_s fitted to the wire per update of the "
+            f"{len(fit['cases'])} case(s) whose ranks napped on shared cores: "
+            f"{fit['rendezvous_base_s'] * 1e6:.1f} us a message beyond the eager limit "
+            f"(rms log ratio {fit['error']:.2f})")
+
+
 def coverage(rows: list[dict[str, Any]]) -> tuple[int, int]:
     """(cases whose real mean lies inside their predicted 90% interval, cases with one)."""
     spread = [r["spread"] for r in rows if "spread" in r]
@@ -61,7 +76,8 @@ def lines(runs: dict[str, list[dict[str, Any]]], fitted: set[str], fit_on: list[
            + (f" + traffic / {device['memory_Bps'] / 1e9:.1f} GB/s" if device["memory_Bps"]
               else "") + "; each point's error: "
            + ", ".join(f"{p['workload']} {p['error']:+.1%}" for p in device["points"])
-           + "), against the microbenchmark profiles of the same validation. Every case is "
+           + ")" + _rendezvous_words(device.get("rendezvous"))
+           + ", against the microbenchmark profiles of the same validation. Every case is "
            "simulated again on each; in-sample: the cases the fit saw; held out: the rest. "
            "Columns: median |error|, worst |error|, mean signed error, within 15%.", "",
            "| profiles | in-sample median | worst | mean | within 15% | held-out median | "
@@ -70,17 +86,19 @@ def lines(runs: dict[str, list[dict[str, Any]]], fitted: set[str], fit_on: list[
         inside = [r for r in rows if r["case"] in fitted]
         held = [r for r in rows if r["case"] not in fitted]
         out.append(f"| {label} | {_cell(error_stats(inside))} | {_cell(error_stats(held))} |")
-    spread = [r["spread"] for r in runs.get("from runs", []) if "spread" in r]
+    spread = [r["spread"] for r in runs.get(DEVICE, []) if "spread" in r]
     if spread:
-        inside = [r for r in runs["from runs"] if r["case"] in fitted]
-        held = [r for r in runs["from runs"] if r["case"] not in fitted]
+        inside = [r for r in runs[DEVICE] if r["case"] in fitted]
+        held = [r for r in runs[DEVICE] if r["case"] not in fitted]
         (a, n), (b, m) = coverage(inside), coverage(held)
         out += ["", f"Predicted spread: each case with real kernels simulated with "
                 f"{spread[0]['seeds']} seeds, every gradient's time drawn from a lognormal of "
                 f"shape {spread[0]['sigma']:.3f} (the spread of single gradients inside the "
                 "fit's real runs): the real mean lies inside the predicted 90% interval in "
                 f"**{a}/{n}** in-sample and **{b}/{m}** held-out cases (target: 80-95%)."]
-    return out + ["", "Full reports: `microbenchmarks/README.md`, `from-runs/README.md`.", ""]
+    return out + ["", "Full reports: `microbenchmarks/`, `from-runs/` (the device) and "
+                  "`from-runs-rendezvous/` (the device and the rendezvous), each `README.md`.",
+                  ""]
 
 
 def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] | None,
@@ -94,8 +112,9 @@ def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] 
 
     matrix = load_matrix(matrix_path)
     base = profiles_dir or earlier / "profiles"
-    fitted = {c.name for c in expand(matrix, fit_on)
-              if (earlier / "cases" / c.name / "real").is_dir()}
+    fit_cases = [c for c in expand(matrix, fit_on)
+                 if (earlier / "cases" / c.name / "real").is_dir()]
+    fitted = {c.name for c in fit_cases}
     if not fitted:
         raise UserError(f"--fit-on {' '.join(fit_on)}: no case with those levels has real "
                         f"runs in {earlier}")
@@ -106,10 +125,21 @@ def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] 
                                     [earlier / "cases" / name / "real" for name in fitted])
     shutil.copytree(base, profiles, dirs_exist_ok=True,
                     ignore=lambda folder, names: ["device"] if Path(folder) == base else [])
+    stored = stored_profiles(profiles, sorted({c.net for c in fit_cases}))
+    say(f"fitting rendezvous_base_s to the wire of {len(fit_cases)} case(s)' real runs")
+    device["rendezvous"] = fit_rendezvous(matrix, fit_cases, earlier, stored,
+                                          earlier_rows(earlier))
+    spread = (seeds, device["in_run_sigma"]) if seeds and device["in_run_sigma"] else None
     runs = {"microbenchmarks": resimulate_matrix(matrix_path, earlier, out / "microbenchmarks",
                                                  None, only, base, say),
-            "from runs": resimulate_matrix(
-                matrix_path, earlier, out / "from-runs", None, only, profiles, say,
-                (seeds, device["in_run_sigma"]) if seeds and device["in_run_sigma"] else None)}
+            DEVICE: resimulate_matrix(matrix_path, earlier, out / "from-runs", None, only,
+                                      profiles, say, spread)}
+    if device["rendezvous"]["rendezvous_base_s"] is not None:
+        both = out / "profiles-rendezvous"  # and the host's rendezvous fitted too
+        shutil.copytree(profiles, both)
+        with_rendezvous(both / "host" / "host.json",
+                        device["rendezvous"]["rendezvous_base_s"], both / "host" / "host.json")
+        runs[BOTH] = resimulate_matrix(matrix_path, earlier, out / "from-runs-rendezvous",
+                                       None, only, both, say)
     write_atomic(out / "README.md", "\n".join(lines(runs, fitted, fit_on, device)))
     return runs
