@@ -94,6 +94,10 @@ NOT_RUN = {
      ".venv/bin/python -m sim calibrate --out runs/emu --net emulate:1gbit --only network"):
         "it needs root, iproute2 and network namespaces; tests/test_real_emulate.py runs "
         "emulation where they are permitted",
+    ("docs/how-to/real-runs.md",
+     ".venv/bin/python -m sim validate --resimulate runs/validation --fit-on workers=2"):
+        "it needs the --out of a whole `sim validate` (ten minutes of real runs); "
+        "tests/test_real_tools.py resimulates a small matrix's",
 }
 PAGE_TIMEOUT_S = 240  # the default form; the slowest page takes about 35 s on 2 busy cores
 FULL_PAGE_TIMEOUT_S = 3600  # as written: the fault-tolerance sweep takes 10 (idle) to 25 minutes
