@@ -215,6 +215,9 @@ def test_validate_runs_a_small_matrix_and_writes_the_readme(tmp_path, capsys, ti
     assert "nothing to fit the device to" in capsys.readouterr().err
     assert not (tmp_path / "cv").exists()
     assert main(["validate", "--fit-on", "strategy=bsp"]) == 2
+    assert main(["validate", "--resimulate", str(tmp_path / "runs"), "--fit-on", "colour=red",
+                 "--out", str(tmp_path / "cv2")]) == 2
+    assert "--fit-on 'colour=red': expected AXIS=LEVEL" in capsys.readouterr().err
     assert main(["validate", "--resimulate", str(tmp_path / "runs"), "--spread", "3"]) == 2
 
 

@@ -112,7 +112,7 @@ def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] 
 
     matrix = load_matrix(matrix_path)
     base = profiles_dir or earlier / "profiles"
-    fit_cases = [c for c in expand(matrix, fit_on)
+    fit_cases = [c for c in expand(matrix, fit_on, "--fit-on")
                  if (earlier / "cases" / c.name / "real").is_dir()]
     fitted = {c.name for c in fit_cases}
     if not fitted:

@@ -108,13 +108,15 @@ def load_matrix(path: Path) -> Matrix:
     return Matrix(path, base, axes, levels, int(data.get("repeat", 3)), blocks, unnamed)
 
 
-def expand(matrix: Matrix, only: list[str] | None = None) -> list[Case]:
-    """Every combination of levels, keeping those that match all ``AXIS=LEVEL`` filters."""
+def expand(matrix: Matrix, only: list[str] | None = None,
+           option: str = "--only") -> list[Case]:
+    """Every combination of levels, keeping those that match all ``AXIS=LEVEL`` filters
+    (given as ``option``, which a bad one's error names)."""
     wanted: dict[str, set[str]] = {}
     for text in only or []:
         axis, sep, level = text.partition("=")
         if not sep or axis not in matrix.axes:
-            raise UserError(f"--only {text!r}: expected AXIS=LEVEL with AXIS one of "
+            raise UserError(f"{option} {text!r}: expected AXIS=LEVEL with AXIS one of "
                             f"{', '.join(matrix.axes)}")
         wanted.setdefault(axis, set()).add(level)
     cases, seen = [], set()
