@@ -20,7 +20,7 @@ from typing import Any
 
 from sim.config import Config, resolved
 from sim.errors import UserError
-from sim.rundir import write_atomic, write_run
+from sim.rundir import write_atomic
 from sim.training.strategies import row_of
 
 TWIN = "twin"
@@ -69,18 +69,13 @@ def run_twin(config: Config, source: str, real_dir: Path, net: str, place: Path 
     """Simulate the twin of the real run in ``real_dir`` (config ``config``, from
     ``source``, on ``net``) and compare; returns :func:`~sim.validation.sim_vs_real.compare`'s
     report, also written to ``real_dir/twin/comparison.json``."""
-    from sim.simulated.engine import simulate
-    from sim.validation.matrix import twin_config
+    from sim.validation.matrix import simulate_into, twin_config
     from sim.validation.sim_vs_real import compare
 
     twin_dir = real_dir / TWIN
     profiles = profiles_for(config, net, place, real_dir / "profiles", quick, say)
     twin = twin_config(resolved(config), config, profiles, net, f"{source} (twin)")
-    result = simulate(twin)
-    write_run(twin_dir, {"config.toml": result.config_toml,
-                         "summary.json": json.dumps(result.summary, indent=2) + "\n",
-                         "metrics.csv": result.metrics_csv,
-                         "trace.json": json.dumps(result.trace)})
+    simulate_into(twin, twin_dir)
     report = compare(twin_dir, real_dir)
     write_atomic(twin_dir / "comparison.json", json.dumps(report, indent=2) + "\n")
     return report
