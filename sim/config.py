@@ -48,6 +48,11 @@ class Cluster(Section):
     fabric: str | dict[str, Any] = doc(
         "ib-hdr", "a preset (`python -m sim list fabrics`), `calibrated:PATH`, or a table "
         "{base, bandwidth_Bps or line_rate_bps, latency_s, overhead_s, efficiency}")
+    transport: str | dict[str, Any] = doc(
+        "mpi", "the software between ranks: mpi (the fabric's own stack), grpc, rdma "
+        "(`python -m sim list transports`), `calibrated:PATH`, or a table {base, rpc_s, "
+        "overhead_s, copy_Bps, serialize_Bps, deserialize_Bps, header_bytes, frame_bytes, "
+        "frame_payload_bytes, window_bytes, one_sided_pulls}")
     topology: str = doc("star", "star (one switch), leaf-spine / fat-tree, or ring")
     oversubscription: float = doc(1.0, "leaf-spine: leaf downlink / uplink capacity ratio",
                                   ge=1, allow_inf_nan=False)

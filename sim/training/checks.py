@@ -29,6 +29,7 @@ from sim.faults.storage import get_storage
 from sim.names import unknown
 from sim.network.collectives import REGISTRY as COLLECTIVES
 from sim.network.fabrics import get_fabric
+from sim.network.transports import get_transport
 from sim.network.host_links import get_host_link
 from sim.network.topology import TOPOLOGIES, topology_options
 from sim.training.compute_model import DEVICES, load_device
@@ -91,6 +92,13 @@ def _check_fabric(c: Config) -> None:
         get_fabric(c.cluster.fabric)
     except (ValueError, OSError) as exc:
         raise ValueError(f"cluster.fabric: {exc}") from None
+
+
+def _check_transport(c: Config) -> None:
+    try:
+        get_transport(c.cluster.transport)
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"cluster.transport: {exc}") from None
 
 
 def _check_hosts(c: Config) -> None:
@@ -324,7 +332,7 @@ def _check_memory(c: Config) -> None:
         f"{holds}")
 
 
-CHECKS = [_check_names, _check_topology, _check_fabric, _check_hosts, _check_pipelining,
+CHECKS = [_check_names, _check_topology, _check_fabric, _check_transport, _check_hosts, _check_pipelining,
           _check_workload, _check_strategy, _check_faults, _check_embeddings, _check_parallel,
           _check_memory]
 
