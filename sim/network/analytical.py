@@ -47,9 +47,10 @@ import numpy as np
 import simpy
 from simpy.events import NORMAL
 
-from sim.network.fabrics import Fabric
+from sim.network.fabrics import SWITCH_HOPS, Fabric
 from sim.network.flow import Delivered
 from sim.network.topology import Topology
+from sim.network.transports import REGISTRY, Transport
 
 if TYPE_CHECKING:
     from sim.network.collectives import Plan
@@ -97,8 +98,14 @@ class AnalyticalNetwork:
 
     model = "analytical"
 
-    def __init__(self, env: simpy.Environment, fabric: Fabric, topology: Topology) -> None:
+    def __init__(self, env: simpy.Environment, fabric: Fabric, topology: Topology,
+                 transport: Transport | None = None) -> None:
         self.env, self.fabric, self.topology = env, fabric, topology
+        # the transport's frames are bytes on the wire; its window is a rate no message
+        # beats (on one switch's round trip: the topology's core is ignored here)
+        self.transport = transport if transport is not None else REGISTRY["mpi"]
+        self.window_Bps = self.transport.window_Bps(self.transport.rtt_s(
+            SWITCH_HOPS, fabric.latency_s, fabric.overhead_s))
         self.alpha_s = fabric.alpha_s()
         self.beta_s = fabric.beta_s_per_byte
         self.sending = _Side(topology.n_hosts, self.beta_s)  # host -> switch
@@ -151,9 +158,12 @@ class AnalyticalNetwork:
             raise ValueError(f"hosts must be in [0, {hosts}), got src {src} dst {dst}")
         now, alpha = self.env.now, self.alpha_s
         sending, receiving = self.sending.book, self.receiving.book
+        wire, window = self.transport.wire_bytes, self.window_Bps
         arrivals: dict[float, list[int]] = {}
-        for i, (a, b, size) in enumerate(zip(src, dst, nbytes, strict=True)):
-            delay = alpha + max(sending(a, size, now), receiving(b, size, now))
+        for i, (a, b, payload) in enumerate(zip(src, dst, nbytes, strict=True)):
+            size = wire(payload)
+            delay = alpha + max(sending(a, size, now), receiving(b, size, now),
+                                size / window)
             arrivals.setdefault(delay, []).append(i)
         return arrivals
 

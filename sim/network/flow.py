@@ -38,6 +38,7 @@ from sim.network.fabrics import Fabric
 from sim.network.incremental import Flow, IncrementalMaxMin
 from sim.network.linklog import FlowLog
 from sim.network.topology import Paths, Topology
+from sim.network.transports import REGISTRY, Transport
 
 if TYPE_CHECKING:
     from sim.network.collectives import Plan
@@ -84,8 +85,11 @@ class FlowNetwork:
     model = "flow"
 
     def __init__(self, env: simpy.Environment, fabric: Fabric, topology: Topology,
-                 precision_s: float = 1e-9) -> None:
+                 precision_s: float = 1e-9, transport: Transport | None = None) -> None:
         self.env, self.fabric, self.topology = env, fabric, topology
+        # the transport's frames are bytes on the wire; its window bounds each flow
+        self.transport = transport if transport is not None else REGISTRY["mpi"]
+        self._bounds: dict[int, float] | None = {} if self.transport.windowed else None
         self.precision_s = precision_s
         self.capacity = topology.capacity_Bps  # achievable rates: built from bandwidth_Bps
         self._bulk = BulkFlows(self.capacity)
@@ -119,7 +123,7 @@ class FlowNetwork:
             raise ValueError(f"hosts must be in [0, {hosts}), got src {src} dst {dst}")
         done = self.env.event()
         key = self._register(_Batch(None, done, 1))
-        size = float(nbytes)
+        size = float(self.transport.wire_bytes(float(nbytes)))
         start = self.env.timeout(self.fabric.overhead_s)
         start.callbacks.append(lambda _: self._start_one(key, src, dst, size))
         return done
@@ -132,7 +136,8 @@ class FlowNetwork:
         if not len(src):
             return done.succeed(self.env.now)
         batch = _Batch(None, done, len(src))
-        if len(src) <= SMALL_BATCH:
+        nbytes = self.transport.wire_bytes(np.asarray(nbytes, np.float64))
+        if len(src) <= SMALL_BATCH or self._bounds is not None:
             return self._send_small(_as_list(src), _as_list(dst), _as_list(nbytes, float),
                                     batch)
         self._send_bulk(src, dst, nbytes, batch)
@@ -148,7 +153,9 @@ class FlowNetwork:
         if not len(src):
             return
         batch = _Batch(on_delivered, None, len(src))
-        if len(src) <= SMALL_BATCH:
+        nbytes = self.transport.wire_bytes(np.asarray(nbytes, np.float64))
+        # bounded flows stay in the incremental engine, which alone solves with bounds
+        if len(src) <= SMALL_BATCH or self._bounds is not None:
             self._send_small(_as_list(src), _as_list(dst), _as_list(nbytes, float), batch)
         else:
             self._send_bulk(src, dst, nbytes, batch)
@@ -206,6 +213,17 @@ class FlowNetwork:
             route = self._routes[src, dst] = tuple(self.topology.route(src, dst))
         return route
 
+    def _bound(self, hops: int) -> float:
+        """The most a flow over ``hops`` links may send (bytes/s): the transport's window
+        over the path's round trip (inf without flow control)."""
+        if self._bounds is None:
+            return math.inf
+        bound = self._bounds.get(hops)
+        if bound is None:
+            rtt = self.transport.rtt_s(hops, self.fabric.latency_s, self.fabric.overhead_s)
+            bound = self._bounds[hops] = self.transport.window_Bps(rtt)
+        return bound
+
     def _start_small(self, batch: int, src: list[int], dst: list[int],
                      nbytes: list[float]) -> None:
         instant = [key for index, (a, b, size) in enumerate(zip(src, dst, nbytes, strict=True))
@@ -227,7 +245,8 @@ class FlowNetwork:
         # Empty messages and same-host messages use no link: only latency and overheads.
         if size <= 0 or not route:
             return batch, index, len(route)
-        flow = Flow((batch, index, len(route)), route, size, self.env.now)
+        flow = Flow((batch, index, len(route)), route, size, self.env.now,
+                    self._bound(len(route)))
         self.flows_started += 1
         if self._bulk.n_flows and self._bulk.busy(list(route)):
             # into the table, with whatever it shares its other links with: the table and

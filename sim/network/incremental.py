@@ -44,10 +44,12 @@ _REBASE_SIZES = 1e3
 class Flow:
     """One active flow: ``key`` is the caller's, ``route`` its directed links."""
 
-    __slots__ = ("key", "route", "size", "started", "group", "mark", "comp")
+    __slots__ = ("key", "route", "size", "started", "group", "mark", "comp", "bound")
 
-    def __init__(self, key: Any, route: tuple[int, ...], size: float, started: float) -> None:
+    def __init__(self, key: Any, route: tuple[int, ...], size: float, started: float,
+                 bound: float = math.inf) -> None:
         self.key, self.route, self.size, self.started = key, route, size, started
+        self.bound = bound  # the most it may send (bytes/s): a transport's window / RTT
         self.group: _Group | None = None  # None until its component is solved
         self.mark = 0.0  # the group's virtual time at which it is through
         self.comp: _Component | None = None
@@ -175,18 +177,20 @@ class IncrementalMaxMin:
             if comp is not None and comp not in touched:
                 touched.append(comp)
         self._attach(flow)
-        if not touched:
+        bounded = flow.bound < math.inf  # the shortcuts assume links alone set rates
+        if not touched and not bounded:
             self._start_alone(flow, now)
             return
         merged = len(touched) > 1
-        comp = self._merge(touched) if merged else touched[0]
+        comp = _Component() if not touched else (self._merge(touched) if merged
+                                                 else touched[0])
         comp.flows[flow] = None
         flow.comp = comp
         for link in route:
             if comp_of[link] is None:
                 comp_of[link] = comp
                 comp.links[link] = None
-        if merged or comp.dirty or not self._join_hub(comp, flow, now):
+        if merged or bounded or comp.dirty or not self._join_hub(comp, flow, now):
             self._mark_dirty(comp)
 
     def _remove(self, flow: Flow, now: float) -> None:
@@ -504,7 +508,8 @@ class IncrementalMaxMin:
         for flow in flows:
             if flow.group is not None:
                 flow.group.version += 1  # the old group's due entry goes stale
-        rates, rounds = fill([flow.route for flow in flows], self.capacity)
+        bounds = [flow.bound for flow in flows]
+        rates, rounds = fill([flow.route for flow in flows], self.capacity, bounds)
         comp = _Component()
         comp.flows.update(dict.fromkeys(flows))
         for flow in flows:
@@ -521,7 +526,7 @@ class IncrementalMaxMin:
         for group in groups.values():
             self._push_due(group)
         self._note_changed(comp.links)
-        if len(groups) == 1:
+        if len(groups) == 1 and min(bounds) == math.inf:  # a hub's rate is its share alone
             hub = self._hub_of(comp, rates[0])
             if hub is not None:
                 self._make_hub(comp, groups[0], hub)

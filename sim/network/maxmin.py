@@ -54,12 +54,16 @@ def max_min_rates(flow: np.ndarray, link: np.ndarray, n_flows: int,
     return rate
 
 
-def fill(routes: Sequence[Sequence[int]],
-         capacity: Sequence[float]) -> tuple[list[float], list[int]]:
+def fill(routes: Sequence[Sequence[int]], capacity: Sequence[float],
+         bounds: Sequence[float] | None = None) -> tuple[list[float], list[int]]:
     """(rates in bytes/s, the round each flow froze in) of flows with these routes.
 
     The arithmetic of :func:`max_min_rates`, link by link in the same order of operations,
     so both give the same bits; a flow with no links gets ``inf`` and round -1.
+    ``bounds[i]`` (bytes/s, inf: none) caps flow i's rate, as SimGrid bounds a TCP flow by
+    its window over its round-trip time: the flow freezes at its bound when the level
+    reaches it before any of its links saturates, and the capacity it leaves goes to the
+    others.
     """
     users: dict[int, list[int]] = {}
     for i, route in enumerate(routes):
@@ -71,9 +75,17 @@ def fill(routes: Sequence[Sequence[int]],
     frozen_in = [-1] * len(routes)
     unfrozen = sum(1 for route in routes if route)
     level, rnd = 0.0, 0
+    capped = sorted((b, i) for i, b in enumerate(bounds or ()) if b < math.inf and routes[i])
     while unfrozen:
         shares = {link: left[link] / n for link, n in count.items() if n}
         step = min(shares.values())
+        while capped and frozen_in[capped[0][1]] >= 0:
+            capped.pop(0)
+        if capped and capped[0][0] - level < step:  # a bound comes before any link fills
+            level = _freeze_at_bound(capped, level, rnd, routes, left, count, rate, frozen_in)
+            unfrozen -= sum(1 for f in frozen_in if f == rnd)
+            rnd += 1
+            continue
         level += step
         bound = step * (1 + TIE)
         saturated = []
@@ -92,3 +104,23 @@ def fill(routes: Sequence[Sequence[int]],
                         count[other] -= 1
         rnd += 1
     return rate, frozen_in
+
+
+def _freeze_at_bound(capped: list[tuple[float, int]], level: float, rnd: int,
+                     routes: Sequence[Sequence[int]], left: dict[int, float],
+                     count: dict[int, int], rate: list[float], frozen_in: list[int]) -> float:
+    """Raise the level to the smallest bound among ``capped`` (sorted (bound, flow)
+    pairs), charging the links for it, and freeze the flows whose bound it reaches (in
+    round ``rnd``). Returns the new level."""
+    bound = capped[0][0]
+    step = bound - level
+    for link, n in count.items():
+        if n:
+            left[link] -= step * n
+    while capped and capped[0][0] <= bound * (1 + TIE):
+        _, i = capped.pop(0)
+        if frozen_in[i] < 0:
+            frozen_in[i], rate[i] = rnd, bound
+            for link in routes[i]:
+                count[link] -= 1
+    return bound

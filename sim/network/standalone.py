@@ -14,6 +14,7 @@ from sim.network.fabrics import Fabric, describe, get_fabric
 from sim.network.flow import FlowNetwork
 from sim.network.host_links import get_host_link
 from sim.network.topology import make_topology, place
+from sim.network.transports import Transport
 from sim.network.two_tier import TwoTierNetwork
 
 Network = FlowNetwork | AnalyticalNetwork | TwoTierNetwork
@@ -33,14 +34,17 @@ class Outcome(NamedTuple):
 
 def build_network(env: simpy.Environment, fabric: str | Mapping[str, Any] | Fabric,
                   n_hosts: int, *, topology: str = "star", model: str = "flow",
-                  **topology_options: Any) -> Network:
-    """A network of ``n_hosts`` hosts. Raises ValueError for an unknown name or option."""
+                  transport: Transport | None = None, **topology_options: Any) -> Network:
+    """A network of ``n_hosts`` hosts whose messages go by ``transport`` (its frames and
+    its window; None: MPI's, neither). Raises ValueError for an unknown name or option."""
     fabric = get_fabric(fabric)
     if model not in MODELS:
         raise ValueError(f"unknown network model {model!r}; expected one of "
                          f"{', '.join(MODELS)}")
     topo = make_topology(topology, n_hosts, fabric.bandwidth_Bps, **topology_options)
-    return MODELS[model](env, fabric, topo)
+    if model == "flow":
+        return FlowNetwork(env, fabric, topo, transport=transport)
+    return MODELS[model](env, fabric, topo, transport=transport)
 
 
 def endpoint_machines(placed: np.ndarray, rank_machines: Sequence[int],

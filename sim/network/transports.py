@@ -40,6 +40,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sim.calibrated import CALIBRATED, load_profile, write_profile
 
 PROFILE_FORMAT = "sgd-lab.transport-profile/1"
@@ -93,14 +95,28 @@ class Transport:
         """Whether flow control bounds a connection's rate."""
         return math.isfinite(self.window_bytes)
 
-    def wire_bytes(self, nbytes: float) -> float:
-        """Bytes on the wire for a message of ``nbytes`` of payload: the payload, the
-        per-message header and a frame header per (partly) filled frame."""
-        if nbytes <= 0 and self.header_bytes == 0:
+    @property
+    def framed(self) -> bool:
+        """Whether messages carry bytes beyond their payload on the wire."""
+        return self.header_bytes > 0 or self.frame_bytes > 0
+
+    def wire_bytes(self, nbytes: Any) -> Any:
+        """Bytes on the wire for messages of ``nbytes`` of payload (a number or an array):
+        the payload, the per-message header and a frame header per (partly) filled frame.
+        An empty message stays empty: it is a signal the simulator sends no flow for."""
+        if not self.framed:
             return nbytes
-        frames = 1 if not math.isfinite(self.frame_payload_bytes) else max(
-            1, math.ceil(nbytes / self.frame_payload_bytes))
-        return nbytes + self.header_bytes + frames * self.frame_bytes
+        frames = 1.0 if not math.isfinite(self.frame_payload_bytes) else np.maximum(
+            1.0, np.ceil(np.divide(nbytes, self.frame_payload_bytes)))
+        wire = np.where(np.greater(nbytes, 0),
+                        np.add(nbytes, self.header_bytes + frames * self.frame_bytes), nbytes)
+        return float(wire) if np.ndim(wire) == 0 else wire
+
+    def rtt_s(self, hops: int, latency_s: float, overhead_s: float) -> float:
+        """A round trip of an empty frame over ``hops`` links each way: 2 (hops L + 2 o),
+        o the transport's per-message overhead or, where it has none, ``overhead_s``."""
+        o = overhead_s if self.overhead_s is None else self.overhead_s
+        return 2 * (hops * latency_s + 2 * o)
 
     def window_Bps(self, rtt_s: float) -> float:
         """The most a connection carries with a round-trip time of ``rtt_s``: window / RTT

@@ -23,6 +23,7 @@ from sim.kernels import NonFiniteError
 from sim.network.fabrics import get_fabric
 from sim.network.standalone import build_network, endpoint_machines, with_host_link
 from sim.network.topology import place, topology_options
+from sim.network.transports import get_transport
 from sim.recorder import Recorder
 from sim.simulated.hosts import Hosts
 from sim.simulated.recovery import build_recovery
@@ -151,10 +152,11 @@ def build_simulation(config: Config, plan: Plan | None = None) -> Simulation:
     options = {"topology": cluster.topology, "model": cluster.network,
                **_topology_kwargs(config)}
     fabric = get_fabric(cluster.fabric)
-    costs = cpu_costs(load_host(cluster.host), fabric)
+    transport = get_transport(cluster.transport)
+    costs = cpu_costs(load_host(cluster.host), fabric, transport)
     if costs.charged:  # LogGP o is paid on the hosts' cores instead of the wire
         fabric = dataclasses.replace(fabric, overhead_s=0.0)
-    network = build_network(env, fabric, workers + servers, **options)
+    network = build_network(env, fabric, workers + servers, transport=transport, **options)
     hosts = place(network.topology, workers + servers, cluster.placement)
     # ranks of one host talk over its host link (none: over the fabric, as any two ranks)
     machines = tuple(rank_hosts(cluster, workers + servers))

@@ -110,15 +110,16 @@ class Mailbox:
     """Point-to-point messages between ranks over the simulated network.
 
     ``recorder`` takes the ranks' spans, ``hosts`` (:class:`sim.simulated.hosts.Hosts`) runs
-    their CPU, ``message_s(bytes)`` is the CPU each end pays for a message (0 on the ideal
-    host), ``placed[rank]`` is each rank's network host. :attr:`spent_s` sums each rank's
-    time on these messages: posting, receiving, and waiting while one is in flight.
+    their CPU, ``costs`` (:class:`sim.training.host_costs.CpuCosts`) what each end pays for a
+    message (nothing on the ideal host), ``placed[rank]`` is each rank's network host.
+    :attr:`spent_s` sums each rank's time on these messages: posting, receiving, and
+    waiting while one is in flight.
     """
 
     def __init__(self, env: simpy.Environment, network: Any, recorder: Any, hosts: Any,
-                 message_s: Callable[[float], float], placed: np.ndarray, ranks: int) -> None:
+                 costs: Any, placed: np.ndarray, ranks: int) -> None:
         self.env, self.network, self.recorder, self.hosts = env, network, recorder, hosts
-        self.message_s, self.placed = message_s, placed
+        self.costs, self.placed = costs, placed
         self.letters: dict[tuple, Letter] = {}
         self.spent_s = np.zeros(ranks)
 
@@ -145,7 +146,7 @@ class Mailbox:
         facts = Facts(what, nbytes)
         start = self.env.now
         with self.recorder.span(src, "overhead", facts=facts):  # empty on the ideal host
-            cost = self.message_s(nbytes)
+            cost = self.costs.send_s(nbytes)
             if cost > 0:
                 yield from self.hosts.run(src, cost)
             letter.posted_s = self.env.now
@@ -168,7 +169,7 @@ class Mailbox:
             self.recorder.add_span(rank, "wire", posted, now)
             self.spent_s[rank] += now - posted
         del self.letters[key]
-        yield from self._cpu(rank, self.message_s(nbytes))
+        yield from self._cpu(rank, self.costs.receive_s(nbytes))
         return letter
 
 

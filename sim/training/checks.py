@@ -29,9 +29,9 @@ from sim.faults.storage import get_storage
 from sim.names import unknown
 from sim.network.collectives import REGISTRY as COLLECTIVES
 from sim.network.fabrics import get_fabric
-from sim.network.transports import get_transport
 from sim.network.host_links import get_host_link
 from sim.network.topology import TOPOLOGIES, topology_options
+from sim.network.transports import get_transport
 from sim.training.compute_model import DEVICES, load_device
 from sim.training.host_costs import load_host
 from sim.training.parallel_plan import build_plan, config_layers, plannable, splits
@@ -332,9 +332,9 @@ def _check_memory(c: Config) -> None:
         f"{holds}")
 
 
-CHECKS = [_check_names, _check_topology, _check_fabric, _check_transport, _check_hosts, _check_pipelining,
-          _check_workload, _check_strategy, _check_faults, _check_embeddings, _check_parallel,
-          _check_memory]
+CHECKS = [_check_names, _check_topology, _check_fabric, _check_transport, _check_hosts,
+          _check_pipelining, _check_workload, _check_strategy, _check_faults,
+          _check_embeddings, _check_parallel, _check_memory]
 
 
 # ---- warnings: valid settings that do nothing here (said before a run, never refused) ----

@@ -14,16 +14,20 @@ server sums and applies every push it receives. Each costs CPU time on the rank'
     update   = parameter bytes / update_Bps            (an SGD step over those parameters)
     reduce   = bytes summed / reduce_Bps               (gamma of Thakur, Rabenseifner and
                                                         Gropp 2005: gamma = 1 / reduce_Bps)
-    message  = message_s + stack_s + bytes / message_Bps (+ bytes / stack_Bps)  at each end
+    message  = message_s + stack_s + rpc_s + bytes / message_Bps + bytes / stack_Bps
+               at each end; the sender adds bytes / serialize_Bps, the receiver
+               bytes / deserialize_Bps (the transport's)
     step     = step_s                                  (the framework, once per update)
 
 ``message_s`` and ``message_Bps`` are the host's (Python, MPI library, buffer copies beyond
 what the wire's bandwidth already charges); data, update and reduce also have a constant per
 call (``*_call_s``: Python around the kernel);
-``stack_s`` and ``stack_Bps`` are the fabric's network stack on the CPU (LogGP's o:
-Alexandrov et al. 1995): a TCP socket costs a system call per message and a kernel copy per
-byte, RDMA verbs post a work request and copy nothing. The wire (alpha + n beta) stays the
-network's.
+``stack_s`` and ``stack_Bps`` are the network stack on the CPU (LogGP's o: Alexandrov et
+al. 1995): a TCP socket costs a system call per message and a kernel copy per byte, RDMA
+verbs post a work request and copy nothing. They are the fabric's under the ``mpi``
+transport and the transport's own otherwise, which also adds its per-message work
+(``rpc_s``) and (de)serialisation (:mod:`sim.network.transports`). The wire (alpha + n beta)
+stays the network's.
 
 A host profile is a preset name or ``calibrated:PATH`` (JSON written by ``sim calibrate``).
 """
@@ -179,12 +183,20 @@ def save_host_profile(path: str | Path, profile: HostProfile, **extra: Any) -> N
     write_profile(Path(path), profile, PROFILE_FORMAT, **extra)
 
 
-def cpu_costs(host: HostProfile, fabric: Any) -> CpuCosts:
-    """The costs of ``host`` with ``fabric``'s network stack (LogGP o per message, its
-    per-byte copies) moved onto the CPU; the ideal host pays nothing at all."""
-    if host is HOSTS["ideal"]:
-        return CpuCosts(host)
-    return CpuCosts(host, fabric.overhead_s, fabric.stack_Bps)
+def cpu_costs(host: HostProfile, fabric: Any, transport: Any = None) -> CpuCosts:
+    """The costs of ``host`` with the network stack moved onto the CPU: ``transport``'s
+    (a :class:`sim.network.transports.Transport`; None: MPI's), which is ``fabric``'s LogGP
+    o per message and per-byte copies where the transport names none of its own. The ideal
+    host pays nothing under MPI; a transport with costs of its own charges them on any
+    host."""
+    if transport is None or not transport.on_cpu:
+        if host is HOSTS["ideal"]:
+            return CpuCosts(host)
+        return CpuCosts(host, fabric.overhead_s, fabric.stack_Bps)
+    stack_s = fabric.overhead_s if transport.overhead_s is None else transport.overhead_s
+    stack_Bps = fabric.stack_Bps if transport.copy_Bps is None else transport.copy_Bps
+    return CpuCosts(host, stack_s, stack_Bps, transport.rpc_s, transport.serialize_Bps,
+                    transport.deserialize_Bps, transport.one_sided_pulls, True)
 
 
 @dataclass(frozen=True)
@@ -194,6 +206,11 @@ class CpuCosts:
     host: HostProfile
     stack_s: float = 0.0  # the fabric's per-message CPU cost at each end
     stack_Bps: float = INF  # the fabric's per-byte CPU cost at each end, as a rate
+    rpc_s: float = 0.0  # the transport's work per message at each end
+    serialize_Bps: float = INF  # the sender encoding a message's bytes
+    deserialize_Bps: float = INF  # the receiver decoding them
+    one_sided_pulls: bool = False  # a pull reads the servers' memory without their CPU
+    transport_charged: bool = False  # the transport's costs are paid even on the ideal host
 
     def data_s(self, nbytes: float, rows: float = 0) -> float:
         """Gathering ``rows`` mini-batch rows of ``nbytes`` in all."""
@@ -233,9 +250,18 @@ class CpuCosts:
         return self.host.reduce_call_s + nbytes / self.host.reduce_Bps
 
     def message_s(self, nbytes: float) -> float:
-        """Sending or receiving one message of ``nbytes`` (each end pays this)."""
-        return (self.host.message_s + self.stack_s + nbytes / self.host.message_Bps
-                + nbytes / self.stack_Bps)
+        """What both ends of one message of ``nbytes`` pay, each (:meth:`send_s` and
+        :meth:`receive_s` add the (de)serialisation)."""
+        return (self.host.message_s + self.stack_s + self.rpc_s
+                + nbytes / self.host.message_Bps + nbytes / self.stack_Bps)
+
+    def send_s(self, nbytes: float) -> float:
+        """Sending one message of ``nbytes``: posting it and serialising its payload."""
+        return self.message_s(nbytes) + nbytes / self.serialize_Bps
+
+    def receive_s(self, nbytes: float) -> float:
+        """Receiving one message of ``nbytes``: completing it and deserialising."""
+        return self.message_s(nbytes) + nbytes / self.deserialize_Bps
 
     def round_s(self, rnd: Any, endpoints: int,
                 itemsize: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
@@ -244,9 +270,9 @@ class CpuCosts:
         sends, and receiving what it gets, plus summing it in ``SUM`` rounds (Thakur et
         al.'s gamma term)."""
         nbytes = rnd.count * itemsize
-        each = self.message_s(nbytes)
-        received = each + (self.reduce_s(nbytes) if rnd.op == "sum" else 0.0)
-        return (np.bincount(rnd.src, each, endpoints),
+        received = self.receive_s(nbytes) + (self.reduce_s(nbytes) if rnd.op == "sum"
+                                             else 0.0)
+        return (np.bincount(rnd.src, self.send_s(nbytes), endpoints),
                 np.bincount(rnd.dst, received, endpoints))
 
     def collective_s(self, schedule: Any, itemsize: float) -> float:
@@ -254,7 +280,7 @@ class CpuCosts:
         endpoint (:meth:`round_s`; (p - 1) / p n gamma of summing for the ring).
         ``schedule``: :class:`sim.network.schedule.Schedule`, ``itemsize``: bytes per
         element on the wire."""
-        if self.host is HOSTS["ideal"]:
+        if not self.charged:
             return 0.0
         total = 0.0
         for r in range(schedule.n_rounds):
@@ -270,6 +296,7 @@ class CpuCosts:
 
     @property
     def charged(self) -> bool:
-        """True: ranks pay CPU costs (any host but the ideal one); LogGP o is then paid on
-        the CPU, so the wire must not charge it again."""
-        return self.host is not HOSTS["ideal"]
+        """True: ranks pay CPU costs (any host but the ideal one, or a transport with
+        costs of its own); LogGP o is then paid on the CPU, so the wire must not charge it
+        again."""
+        return self.host is not HOSTS["ideal"] or self.transport_charged

@@ -305,12 +305,12 @@ def pull_rows(ctx: Context, worker: Worker | Endpoint, out: np.ndarray | None,
     moved = np.array([costs.table_rows_s(b, r) for b, r in zip(parts.row_bytes[owners],
                                                                parts.rows[owners],
                                                                strict=True)])
-    yield from cpu(ctx, worker.index, "overhead", float(costs.message_s(request).sum()),
+    yield from cpu(ctx, worker.index, "overhead", float(costs.send_s(request).sum()),
                    overlapped)
     facts = Facts("pull", parts.nbytes)
     with ctx.recorder.span(worker.index, "wire", overlapped, facts):
         yield server.push_parts(worker.host, parts.request, facts.sends)
-        served = server.process(owners, costs.message_s(request) + costs.message_s(reply)
+        served = server.process(owners, costs.receive_s(request) + costs.send_s(reply)
                                 + moved, what="pull")
         if served is not None:
             yield served
@@ -320,7 +320,7 @@ def pull_rows(ctx: Context, worker: Worker | Endpoint, out: np.ndarray | None,
                                                                   facts.sends))
         yield from reply_handshake(ctx, worker.index, parts.reply)
     yield from cpu(ctx, worker.index, "overhead",
-                   float(costs.message_s(reply).sum() + moved.sum()), overlapped)
+                   float(costs.receive_s(reply).sum() + moved.sum()), overlapped)
     return version
 
 
@@ -339,14 +339,14 @@ def push_rows(ctx: Context, worker: Worker, apply_s: Callable[[float], float],
     rows, row_bytes = parts.rows[owners], parts.row_bytes[owners]
     moved = np.array([costs.table_rows_s(b, r) for b, r in zip(row_bytes, rows, strict=True)])
     yield from cpu(ctx, worker.index, "overhead",
-                   float(costs.message_s(owned).sum() + moved.sum()), overlapped)
+                   float(costs.send_s(owned).sum() + moved.sum()), overlapped)
     facts = Facts("push", parts.nbytes)
     delivered = ctx.server.push_parts(worker.host, parts.request, facts.sends)
     yield from block(ctx, worker.index, "wire", delivered, overlapped, facts)
     on_rows = moved if row_of(ctx.config).synchronous else np.array(
         [costs.table_step_s(b, r) for b, r in zip(row_bytes, rows, strict=True)])
     dense = ctx.traffic.dense_bytes[owners]
-    shard_s = np.array([costs.message_s(p) + apply_s(d) for p, d in zip(owned, dense,
+    shard_s = np.array([costs.receive_s(p) + apply_s(d) for p, d in zip(owned, dense,
                                                                        strict=True)]) + on_rows
     if not np.any(shard_s > 0):
         return None
@@ -361,7 +361,7 @@ class MessageCosts(NamedTuple):
     parts: np.ndarray  # bytes per shard (read-only)
     owners: np.ndarray  # the shards that take part
     owned: np.ndarray  # their bytes
-    sender_s: float  # the worker's CPU for its messages to (or from) the owners
+    sender_s: float  # the worker's CPU for its messages to (a push) or from (a pull) the owners
     request_s: float  # a pull: the worker's CPU for its requests
     shard_s: np.ndarray  # each owner's CPU: receiving and applying, or answering a pull
     shards_busy: bool  # whether any owner spends CPU at all
@@ -382,10 +382,15 @@ def message_costs(ctx: Context, keys: tuple[float, float], nbytes: float,
     parts = ctx.server.range_bytes(*keys, nbytes)
     owners = parts > 0
     owned = parts[owners]
-    shard_s = (answer_s(costs, owned) if apply_s is None
-               else np.array([costs.message_s(p) + apply_s(p) for p in owned]))
-    found = MessageCosts(parts, owners, owned, float(costs.message_s(owned).sum()),
-                         int(owners.sum()) * costs.message_s(REQUEST_BYTES), shard_s,
+    if apply_s is not None:  # a push: the worker sends, each owner receives and applies
+        shard_s = np.array([costs.receive_s(p) + apply_s(p) for p in owned])
+        worker_s = costs.send_s(owned)
+    else:  # a pull: each owner answers (a one-sided read: none does), the worker receives
+        shard_s = (np.zeros(len(owned)) if costs.one_sided_pulls
+                   else answer_s(costs, owned))
+        worker_s = costs.receive_s(owned)
+    found = MessageCosts(parts, owners, owned, float(worker_s.sum()),
+                         int(owners.sum()) * costs.send_s(REQUEST_BYTES), shard_s,
                          bool(np.any(shard_s > 0)))
     if len(ctx.message_memo) < _MESSAGE_KINDS_KEPT:
         ctx.message_memo[key] = found
@@ -408,4 +413,4 @@ def reply_handshake(ctx: Context, rank: int,
 def answer_s(costs: CpuCosts, parts: np.ndarray) -> np.ndarray:
     """Each shard's CPU to answer a pull of ``parts`` bytes from it: receiving the request,
     then copying out and sending its part."""
-    return costs.message_s(REQUEST_BYTES) + costs.message_s(parts)
+    return costs.receive_s(REQUEST_BYTES) + costs.send_s(parts)

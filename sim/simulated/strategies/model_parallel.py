@@ -87,7 +87,7 @@ class PlanRanks(AllreduceMixin):
         self.placed = placed = np.asarray(ctx.placed[:ranks])
         self.data_groups = [self._group(plan.data_group(r), placed) for r in range(ranks)]
         self.tensor_groups = [self._group(plan.tensor_group(r), placed) for r in range(ranks)]
-        self.mail = Mailbox(ctx.env, ctx.network, ctx.recorder, ctx.hosts, ctx.cpu.message_s,
+        self.mail = Mailbox(ctx.env, ctx.network, ctx.recorder, ctx.hosts, ctx.cpu,
                             placed, ranks)
         self.meetings = Meetings(ctx.env, ctx.recorder)
         self.bubble = BubbleTally(plan.replicas, plan.tensor, plan.pipeline)
@@ -327,7 +327,7 @@ class ModelParallelBSPPS(PlanRanks, BSPPS):
         self.setup_servers()
         self._setup_collective()  # the tensor groups'
         self.replays = False
-        self.request_s = int(np.count_nonzero(ctx.server.share)) * ctx.cpu.message_s(
+        self.request_s = int(np.count_nonzero(ctx.server.share)) * ctx.cpu.send_s(
             REQUEST_BYTES)
         self.pulled: dict[tuple[int, int], int] = {}  # (step, group) -> ranks that pulled
         self.closed_steps = 0  # steps closed so far

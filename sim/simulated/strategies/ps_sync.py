@@ -160,7 +160,7 @@ class BSPPS(PipelinedStrategy):
                         self.keys(msg), lapped, (msg.lo, msg.hi))
         if msg.lo == 0:
             shards = int(np.count_nonzero(ctx.server.share))
-            yield from cpu(ctx, w, "overhead", shards * ctx.cpu.message_s(REQUEST_BYTES),
+            yield from cpu(ctx, w, "overhead", shards * ctx.cpu.send_s(REQUEST_BYTES),
                            lapped)
 
     def pull(self, w: int, msg: Message) -> Generator[simpy.Event, Any, None]:
@@ -191,7 +191,7 @@ class BSPPS(PipelinedStrategy):
             yield from ctx.hosts.wait(rank, server.send_range(host, *keys, nbytes,
                                                               facts.sends))
             yield from reply_handshake(ctx, rank, parts)
-        yield from cpu(ctx, rank, "overhead", float(costs.message_s(parts[owners]).sum()),
+        yield from cpu(ctx, rank, "overhead", float(costs.receive_s(parts[owners]).sum()),
                        overlapped)
 
     def apply_message(self, step: int, msg: Message) -> None:
