@@ -31,7 +31,8 @@ Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True,
+                              ser_json_inf_nan="constants")  # TOML writes inf
 
 
 def doc(default: Any, description: str, **constraints: Any) -> Any:
@@ -47,7 +48,7 @@ class Cluster(Section):
                                "parallel.tensor ranks each")
     fabric: str | dict[str, Any] = doc(
         "ib-hdr", "a preset (`python -m sim list fabrics`), `calibrated:PATH`, or a table "
-        "{base, bandwidth_Bps or line_rate_bps, latency_s, overhead_s, efficiency}")
+        "{base, bandwidth_Bps or line_rate_bps, latency_s, overhead_s, efficiency, stack_Bps}")
     transport: str | dict[str, Any] = doc(
         "mpi", "the software between ranks: mpi (the fabric's own stack), grpc, rdma "
         "(`python -m sim list transports`), `calibrated:PATH`, or a table {base, rpc_s, "

@@ -28,6 +28,16 @@ def fabrics() -> list[str]:
             f"({f.source})" for name, f in REGISTRY.items()]
 
 
+def transports() -> list[str]:
+    from sim.network.transports import REGISTRY
+
+    def us(value: float | None) -> str:
+        return "fabric's" if value is None else f"{value * 1e6:.1f} us"
+
+    return [f"{name:<5} o {us(t.overhead_s):<9} rpc {t.rpc_s * 1e6:4.1f} us  "
+            f"window {t.window_bytes:g} B  ({t.source})" for name, t in REGISTRY.items()]
+
+
 def host_links() -> list[str]:
     from sim.network.host_links import REGISTRY
 
@@ -132,7 +142,7 @@ def experiments() -> list[str]:
 
 
 LISTS: dict[str, Callable[[], list[str]]] = {
-    "fabrics": fabrics, "host-links": host_links, "strategies": strategies, "models": models,
+    "fabrics": fabrics, "transports": transports, "host-links": host_links, "strategies": strategies, "models": models,
     "datasets": datasets,
     "collectives": collectives, "topologies": topologies, "devices": devices,
     "hosts": hosts, "storage": storage, "experiments": experiments,

@@ -71,6 +71,9 @@ class Fabric:
             value = getattr(self, field)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"fabric {self.name!r}: {field} must be >= 0, got {value}")
+        if not self.stack_Bps > 0:  # also refuses NaN; inf: the NIC moves the bytes
+            raise ValueError(f"fabric {self.name!r}: stack_Bps must be > 0, "
+                             f"got {self.stack_Bps}")
 
     @property
     def bandwidth_Bps(self) -> float:
@@ -157,7 +160,7 @@ REGISTRY: dict[str, Fabric] = {
 }
 
 _CUSTOM_KEYS = {"name", "base", "line_rate_bps", "bandwidth_Bps", "latency_s", "overhead_s",
-                "efficiency", "source"}
+                "efficiency", "source", "stack_Bps"}
 
 
 def get_fabric(spec: str | Mapping[str, Any] | Fabric) -> Fabric:
@@ -181,7 +184,8 @@ def fabric_from_dict(spec: Mapping[str, Any]) -> Fabric:
     """A custom fabric, e.g. ``{"base": "ib-hdr", "latency_s": 2e-7}`` or a full definition.
 
     Keys: name, base (a preset to start from), line_rate_bps or bandwidth_Bps (achievable,
-    sets efficiency 1), latency_s, overhead_s, efficiency, source. Raises ValueError.
+    sets efficiency 1), latency_s, overhead_s, efficiency, stack_Bps (the network stack's
+    CPU per byte at each end, bytes/s), source. Raises ValueError.
     """
     unknown = set(spec) - _CUSTOM_KEYS
     if unknown:
