@@ -4,7 +4,10 @@ Writes ``DIR/fabric.json`` (``cluster.fabric = "calibrated:DIR/fabric.json"``),
 ``DIR/device.json`` (``compute.device = "calibrated:DIR/device.json"``),
 ``DIR/host.json`` (``cluster.host = "calibrated:DIR/host.json"``), and
 ``DIR/storage.json`` (``checkpoint.storage = "calibrated:DIR/storage.json"``, checkpoint
-files written and read in DIR) with ``DIR/recovery.json`` (``faults.restart_s``).
+files written and read in DIR) with ``DIR/recovery.json`` (``faults.restart_s``), and
+``DIR/transport.json`` (``cluster.transport = "calibrated:DIR/transport.json"``: gRPC over
+loopback, :mod:`sim.real.calibration.transport_bench`; a few seconds, so a plain run measures
+it too, last).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from sim.training.compute_model import describe_rates
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True,
                         help="directory for fabric.json, device.json, host.json, "
-                             "storage.json and recovery.json")
+                             "storage.json, recovery.json and transport.json")
     parser.add_argument("--net", default="shm",
                         help="network to measure: shm (default) or emulate:RATE")
     parser.add_argument("--ranks", default="2,4",
@@ -38,10 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=1,
                         help="time kernels and the host's vector costs in this many "
                              "processes at once (default 1)")
-    parser.add_argument("--only", choices=["network", "compute", "host", "recovery"],
-                        help="measure only the network, the kernels, the host's CPU costs "
-                             "or checkpoint files and restarts (bsp jobs of each --workload, "
-                             "killed and started again)")
+    parser.add_argument("--only", choices=["network", "compute", "host", "recovery",
+                                           "transport"],
+                        help="measure only the network, the kernels, the host's CPU costs, "
+                             "checkpoint files and restarts (bsp jobs of each --workload, "
+                             "killed and started again) or gRPC's per-message and per-byte "
+                             "costs over loopback (transport.json, a few seconds; a plain "
+                             "run measures it too)")
     parser.add_argument("--wait", default="auto", choices=["auto", "spin", "sleep"],
                         help="how ranks wait, as for `sim real` (default auto)")
     parser.add_argument("--quick", action="store_true",
@@ -79,7 +85,11 @@ def main(args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         raise UserError("--concurrency must be at least 1")
     workloads = [load_config(p) for p in args.workloads] or C.default_workloads()
-    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--out {args.out}: cannot make the directory "
+                        f"({exc.strerror or exc})") from None
     if args.only in (None, "compute"):
         with OtherLoad() as load:
             points = C.measure_kernels(workloads, args.concurrency,
@@ -140,6 +150,25 @@ def main(args: argparse.Namespace) -> int:
         except RunFailed as exc:
             print(f"error: restart measurement failed: {exc}", file=sys.stderr)
             return 1
+    if args.only in (None, "transport"):  # last: it loads grpc into this process
+        return transport(args.out / "transport.json", args.quick)
+    return 0
+
+
+def transport(path: Path, quick: bool) -> int:
+    """gRPC over loopback: ``path`` written, its fitted values and how to use it printed."""
+    from sim.real.calibration.transport_bench import calibrate_transport
+    from sim.real.launch.other_load import OtherLoad
+
+    try:
+        with OtherLoad() as load:
+            _, lines, errors = calibrate_transport(path, quick)
+    except RuntimeError as exc:
+        print(f"error: transport measurement failed: {exc}", file=sys.stderr)
+        return 1
+    warn_load("transport", load.fraction)
+    print("\n".join(lines))
+    warn_fit("transport", errors)
     return 0
 
 
