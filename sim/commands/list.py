@@ -142,7 +142,8 @@ def experiments() -> list[str]:
 
 
 LISTS: dict[str, Callable[[], list[str]]] = {
-    "fabrics": fabrics, "transports": transports, "host-links": host_links, "strategies": strategies, "models": models,
+    "fabrics": fabrics, "transports": transports, "host-links": host_links,
+    "strategies": strategies, "models": models,
     "datasets": datasets,
     "collectives": collectives, "topologies": topologies, "devices": devices,
     "hosts": hosts, "storage": storage, "experiments": experiments,

@@ -26,6 +26,9 @@ confidence interval; a real run is dashed in its simulated twin's colour, on wal
 - :func:`plot_placements`: where embedding tables live (parameter servers, replicated,
   all-to-all): bytes per worker and step, step time per fabric and shard load against the
   ids' power-law exponent (from a sweep of ``embeddings.placement``)
+- :func:`plot_message_parts`: where one message's time goes under each transport (calls,
+  copies, serialisation, wire) against its size (closed form); :func:`plot_transports`: time
+  per update by model, transport and fabric (from a sweep of ``cluster.transport``)
 - :func:`plot_runs`: the kinds asked for (the ``plot`` command);
   :func:`plot_sweep`: a sweep's standard comparison figures into ``SWEEP/plots/``
 """
@@ -71,6 +74,16 @@ from sim.plots.pipelining import (
     sweeps_key,
 )
 from sim.plots.scaling import plot_scaling, scaling_figure, sweeps_workers
+from sim.plots.transport_figures import (
+    TRANSPORT,
+    message_parts,
+    message_parts_figure,
+    plot_message_parts,
+    plot_transport_steps,
+    plot_transports,
+    transport_rows,
+    transport_steps_figure,
+)
 from sim.results import Run, Sweep, expand
 
 __all__ = ["KINDS", "PlotOptions", "placements_figure", "plot_placements", "bubble_figure",
@@ -82,7 +95,9 @@ __all__ = ["KINDS", "PlotOptions", "placements_figure", "plot_placements", "bubb
            "plot_breakdown", "plot_buckets", "plot_gantt", "plot_loss_time",
            "plot_loss_updates", "plot_pipelining", "plot_runs", "plot_scaling",
            "plot_staleness", "plot_sweep", "run_labels", "scaling_figure",
-           "staleness_figure"]
+           "staleness_figure", "message_parts", "message_parts_figure", "plot_message_parts",
+           "plot_transport_steps", "plot_transports", "transport_rows",
+           "transport_steps_figure"]
 
 
 @dataclass(frozen=True)
@@ -106,7 +121,8 @@ LOSS_KINDS = ("loss-time", "loss-updates")
 SWEEP_PLOTS = {"pipelining": (MODE, plot_pipelining), "buckets": (BUCKET, plot_buckets),
                "checkpoint-interval": (INTERVAL_KEY, plot_checkpoint_interval),
                "bubble": (SCHEDULE, plot_bubble), "memory-time": (TENSOR, plot_memory_time),
-               "placements": (PLACEMENT, plot_placements)}
+               "placements": (PLACEMENT, plot_placements),
+               "transports": (TRANSPORT, plot_transports)}
 KINDS = (*RUN_PLOTS, "scaling", *SWEEP_PLOTS)
 NO_LOSS = ("no loss plots: no run evaluated the held-out loss (timing-only runs, "
            "workload.numerics = false)")
