@@ -18,6 +18,7 @@ from sim.network.fabrics import get_fabric
 from sim.network.maxmin import fill
 from sim.network.standalone import build_network
 from sim.network.transports import REGISTRY, get_transport, save_transport
+from sim.plots.transport_figures import PARTS, message_parts, plot_transports, transport_rows
 from sim.simulated.engine import simulate
 from sim.training.checks import load_config
 from sim.training.host_costs import HOSTS, cpu_costs
@@ -216,3 +217,32 @@ def test_a_transport_profile_with_a_bad_value_exits_2_naming_it(tmp_path, capsys
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--set",
                  f'cluster.transport="calibrated:{profile}"']) == 2
     assert "rpc_s" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("transport,fabric", [("grpc", "eth-100g"), ("mpi", "eth-25g"),
+                                              ("rdma", "roce-100g"), ("grpc", "ib-hdr")])
+@pytest.mark.parametrize("nbytes", [100.0, 3e6])
+def test_a_message_s_parts_add_up_to_its_simulated_time(transport, fabric, nbytes):
+    """message_parts (the notebook's breakdown) against the sender's CPU, the simulated
+    network (o off the wire: the host pays it) and the receiver's CPU."""
+    parts = message_parts(transport, fabric, nbytes, "epyc-core")
+    costs = cpu_costs(HOSTS["epyc-core"], get_fabric(fabric), get_transport(transport))
+    wire = dataclasses.replace(get_fabric(fabric), overhead_s=0.0)
+    expected = (costs.send_s(nbytes) + one_message_s("flow", wire, get_transport(transport),
+                                                     nbytes) + costs.receive_s(nbytes))
+    assert sum(parts.values()) == pytest.approx(expected, rel=1e-9)
+    assert set(parts) == set(PARTS) and all(v >= 0 for v in parts.values())
+
+
+def test_a_transport_sweep_draws_a_figure_per_strategy(tmp_path):
+    path = tmp_path / "t.toml"
+    path.write_text(PS.format(kind="asp").replace("[run]", "[sweep]\n"
+                    '"cluster.transport" = ["grpc", "rdma"]\n"strategy.kind" = ["asp", '
+                    '"bsp-ps"]\n[run]'))
+    assert main(["sweep", str(path), "--out", str(tmp_path / "s"), "--jobs", "1",
+                 "--no-plots"]) == 0
+    rows = transport_rows(tmp_path / "s")
+    assert {(r["transport"], r["strategy"]) for r in rows} == {
+        (t, k) for t in ("grpc", "rdma") for k in ("asp", "bsp-ps")}
+    written = plot_transports(tmp_path / "s", tmp_path / "plots")
+    assert {p.name for p in written} >= {"transports-asp.png", "transports-bsp-ps.png"}
