@@ -71,13 +71,14 @@ for label, transport, fabric in CASES:
 pd.DataFrame(shares)
 
 # %% [markdown]
-# Reading it: a gRPC message costs tens of microseconds before it carries a byte (two socket
-# calls and gRPC's own work at each end), and beyond a few tens of KB its copies and
-# serialisation, not the wire, set its time: on this model gRPC spends about a nanosecond of
-# CPU per byte (a kernel copy at each end and a protobuf copy on each side) where 100 GbE
-# spends 0.09. MPI over TCP keeps the kernel copies and drops the rest; RDMA keeps only the
-# wire. Where the parts cross (below) is the size from which the bytes, not the calls,
-# matter:
+# Reading it: a gRPC message costs 60 us before it carries a byte (a socket call and gRPC's
+# own work at each end, and the host's per-message code), and then 1.7 ns a byte: a kernel
+# copy at each end, serialisation and deserialisation, and the wire, of which 100 GbE would
+# take 0.09 ns but the 64 KiB window (one window per 33 us round trip: 2 GB/s) takes 0.5.
+# So from a few tens of KB on its copies and serialisation, not the wire, set its time. MPI
+# over TCP keeps the socket call and the kernel copies (16 us and 0.61 ns a byte: copies
+# are 83% of a 1 MB message); RDMA keeps the host's own buffer copies and the wire (5 us and
+# 0.21 ns a byte). Where a transport's bytes start to cost more than its calls:
 
 # %%
 for label, transport, fabric in CASES:
@@ -117,13 +118,16 @@ rows.pivot_table(index=["strategy", "model", "transport"], columns="fabric",
                  values=["overhead_share", "wire_share"]).round(2)
 
 # %% [markdown]
-# Reading it: over gRPC the step hardly depends on the fabric: the same model takes about the
-# same time on 25 GbE and on InfiniBand HDR, because the calls, copies and serialisation on
-# the workers' and the server's cores, and at 64 KiB the window (65,535 bytes per round trip
-# of two socket calls each way: about 2 GB/s), set it. Growing the window to 4 MiB (what
-# gRPC's BDP probing does on a long-lived connection) helps the large messages only. MPI and
-# RDMA follow the fabric; RDMA's one-sided pulls also take the server's CPU out of every
-# pull, which matters most where many workers share one server (asp).
+# Reading it (the full run, `QUICK = False`): over gRPC the step hardly depends on the
+# fabric. bsp-ps on the 2.1 MB MLP takes 15.5 ms a step on 100 GbE, RoCE and InfiniBand HDR
+# alike and 16.3 ms on 25 GbE; MPI takes 8.9 (25 GbE), 6.7 (100 GbE) and 3.5 ms (IB HDR);
+# RDMA 3.9 ms on RoCE 100G. A 4 MiB window (what gRPC's BDP probing grows it to) takes gRPC
+# from 15.5 to 13.9 ms only: the server's core, receiving four pushes and answering four
+# pulls of 2.1 MB a step at 1.1 ns a byte of copies and serialisation, sets the rest. The
+# workers' overhead share is the same on every fabric over gRPC (17-25%) and falls with the
+# fabric's stack under MPI (21% on 100 GbE to 9% on IB HDR for asp's large messages). RDMA's
+# one-sided pulls also take the server's core out of every asp pull: 0.69 ms against MPI's
+# 0.76 on IB HDR.
 
 # %% [markdown]
 # ## 3. From which message size on does RDMA pay?
@@ -156,9 +160,14 @@ for strategy, group in rows[rows["model"].isin(SIZE)].groupby("strategy"):
 pd.DataFrame(found)
 
 # %% [markdown]
-# Reading it: against gRPC, RDMA pays at every size here, most of all for small messages,
-# where gRPC's per-call cost is most of the step; against MPI over TCP it pays once the
-# kernel copies are a noticeable part of the step, and not at all where MPI already runs on
-# the RDMA fabric's own stack (InfiniBand), apart from the server's CPU its one-sided pulls
-# save. Change `cluster.transport` to `calibrated:PATH` (`python -m sim calibrate --only
-# transport`) to put this machine's measured gRPC in place of the preset.
+# Reading it (the full run): against gRPC, RDMA saves 86-89% of the step at 520 bytes and
+# 50-78% at 2.1 MB: gRPC's 60 us a message is most of a small step. Against MPI over TCP at
+# the same rate it saves 53-70% at 520 B, 20-53% at 137 KB and 8-46% at 2.1 MB: the saving
+# falls with size on 25 GbE, where the wire takes over (asp: 70%, 33%, 22%), and stays near
+# half on 100 GbE, where the kernel copies (0.4 ns a byte) stay larger than the wire (0.09).
+# Against MPI on the RDMA fabric's own stack (RoCE, InfiniBand) bsp-ps gains nothing and asp
+# 10-26% (its one-sided pulls free the server's core). So by this model RDMA pays from the
+# smallest message on against a TCP transport, most in proportion where messages are small
+# and calls dominate, and its absolute saving per step grows with the bytes. Set
+# `cluster.transport = "calibrated:PATH"` (`python -m sim calibrate --only transport`) to put
+# this machine's measured grpcio in place of the preset.
