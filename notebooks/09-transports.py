@@ -97,13 +97,12 @@ for label, transport, fabric in CASES:
 # fabric, for the synchronous and the asynchronous parameter server:
 
 # %%
-from sim.plots import plot_transport_steps, transport_rows  # noqa: E402
+from sim.plots import plot_transports, transport_rows  # noqa: E402
 
 sweep_dir = cached_sweep(EXPERIMENTS / "transports.toml", RUNS / "transports",
                          [override("sweep.cluster.fabric", FABRICS),
                           f"run.iterations={ITERATIONS}", f"run.eval_every={ITERATIONS}"])
-for strategy in ("bsp-ps", "asp"):
-    show(plot_transport_steps(sweep_dir, RUNS / "plots", strategy))
+show(plot_transports(sweep_dir, RUNS / "plots"))  # a figure per strategy
 rows = pd.DataFrame(transport_rows(sweep_dir))
 rows["step_ms"] = rows["step_s"] * 1e3
 rows.pivot_table(index=["strategy", "model"], columns=["fabric", "transport"],
