@@ -4,6 +4,7 @@ cases keep their names) and the calibrated profiles in a killed case's config.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from sim.cli import main
 from sim.errors import UserError
 from sim.faults.storage import get_storage
 from sim.network.fabrics import Fabric, save_profile
+from sim.network.transports import get_transport, save_transport
 from sim.real.calibration import restart_costs as R
 from sim.training.checks import validate
 from sim.training.compute_model import save_device_profile
@@ -72,7 +74,7 @@ def test_the_restart_job_is_a_short_killed_bsp_run(tiny):
     assert R.config_key(job) == R.config_key(validate(tiny))
 
 
-def test_the_matrix_gains_the_killed_cases_and_keeps_the_old_names():
+def test_the_matrix_gains_the_killed_and_grpc_cases_and_keeps_the_old_names():
     matrix = load_matrix(VALIDATION / "matrix.toml")
     cases = expand(matrix)
     kept = set(json.loads((VALIDATION / "real.json").read_text())["real_s"])
@@ -80,13 +82,33 @@ def test_the_matrix_gains_the_killed_cases_and_keeps_the_old_names():
     # real.json keys)
     old = {c.name for c in cases
            if c.levels["faults"] == c.levels["parallel"] == c.levels["tables"] == "none"
-           and c.levels["model"] != "widedeep"}
-    assert len(old) == 59 and old <= kept and len(cases) == 73
+           and c.levels["model"] != "widedeep" and c.levels["transport"] == "mpi"}
+    assert len(old) == 65 and kept <= {c.name for c in cases} and len(cases) == 87
+    assert len(kept & old) == 59  # the 6 others: bsp-ps and 1-worker asp beside gRPC
     killed = expand(matrix, ["faults=killed"])
     assert [c.name for c in killed] == ["w2-bsp-shm-small-none-none-killed",
                                         "w2-bsp-shm-kernel-none-none-killed"]
     assert all(c.overrides["faults.failures"] == [{"rank": 1, "at_update": 50}]
                for c in killed)
+
+
+def test_the_grpc_cases_are_simulated_on_the_calibrated_transport(tmp_path, tiny):
+    matrix = load_matrix(VALIDATION / "matrix.toml")
+    grpc = expand(matrix, ["transport=grpc"])
+    assert len(grpc) == 8 and all(c.name.endswith("-grpc") for c in grpc)
+    profiles = profiles_for(tmp_path, validate(tiny))
+    with pytest.raises(UserError, match="sim calibrate --only transport"):
+        case_config(matrix, grpc[0], profiles)
+    (tmp_path / "transport").mkdir()
+    save_transport(tmp_path / "transport" / "transport.json",
+                   dataclasses.replace(get_transport("grpc"), rpc_s=150e-6))
+    config = case_config(matrix, grpc[0], {**profiles, "transport": tmp_path / "transport"})
+    assert config.cluster.transport == \
+        f"calibrated:{tmp_path / 'transport' / 'transport.json'}"
+    assert get_transport(config.cluster.transport).rpc_s == 150e-6
+    twin = expand(matrix, [f"{axis}={level}" for axis, level in grpc[0].levels.items()
+                           if axis != "transport"] + ["transport=mpi"])[0]
+    assert case_config(matrix, twin, profiles).cluster.transport == "mpi"
 
 
 def test_an_unnamed_level_must_be_a_level_of_an_axis(tmp_path):

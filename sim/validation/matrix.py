@@ -181,6 +181,11 @@ def twin_config(data: dict[str, Any], config: Config, profiles: dict[str, Path],
         ranks = row_of(config).ranks(config)
         sets += [f'cluster.host="calibrated:{profiles["host"] / "host.json"}"',
                  f"cluster.cores={os.cpu_count() or 1}", f"cluster.ranks_per_host={ranks}"]
+    if config.cluster.transport != "mpi":  # this machine's grpcio, measured
+        if "transport" not in profiles:
+            raise UserError(f"{where}: cluster.transport = {config.cluster.transport!r} needs "
+                            "a calibrated transport (sim calibrate --only transport)")
+        sets.append(f'cluster.transport="calibrated:{profiles["transport"] / "transport.json"}"')
     return validate(apply_overrides(data, sets), where)
 
 
@@ -203,22 +208,26 @@ def quietly(measure: Callable[[], Any], quiet: tuple[float, float], retries: int
 def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
                   quick: bool = False, quiet: tuple[float, float] = (1.0, 0.0),
                   retries: int = 0) -> dict:
-    """Calibrate the device (the matrix's workloads) and each network the cases use."""
-    configs = {}
+    """Calibrate the device (the matrix's workloads), each network the cases use, and gRPC
+    when a case runs over it."""
+    configs, rpc = {}, False
     for case in cases:  # one config per distinct workload
         config = validate(apply_overrides(matrix.base, overrides_of(case)), str(matrix.path))
         configs[config.workload.model_dump_json()] = config
+        rpc = rpc or config.cluster.transport != "mpi"
     ranks = sorted({int(w) for w in matrix.axes.get("workers", [2])} | {2})
     return calibrate(list(configs.values()), sorted({case.net for case in cases}), ranks,
-                     out, say, quick, quiet, retries, recovered_configs(matrix, cases))
+                     out, say, quick, quiet, retries, recovered_configs(matrix, cases), rpc)
 
 
 def calibrate(configs: list[Config], nets: list[str], ranks: list[int], out: Path,
               say: Callable, quick: bool = False, quiet: tuple[float, float] = (1.0, 0.0),
-              retries: int = 0, faulty: list[Config] | None = None) -> dict:
+              retries: int = 0, faulty: list[Config] | None = None,
+              transport: bool = False) -> dict:
     """Profiles of this machine under ``out``: the device (on ``configs``' workloads), each
-    of ``nets`` (allreduces on ``ranks`` ranks), the host's CPU costs, and checkpoints and
-    restarts of ``faulty``; each measured on a quiet machine (``quiet``, ``retries``)."""
+    of ``nets`` (allreduces on ``ranks`` ranks), the host's CPU costs, checkpoints and
+    restarts of ``faulty``, and (``transport``) gRPC's costs; each measured on a quiet
+    machine (``quiet``, ``retries``)."""
     from sim.real.calibration import suite as C
     from sim.real.calibration.host import calibrate_host
     from sim.real.launch.real_run import network
@@ -259,6 +268,16 @@ def calibrate(configs: list[Config], nets: list[str], ranks: list[int], out: Pat
             profiles["recovery"], faulty, quick), quiet, retries)
         for line in summary["recovery"]:
             say(line)
+    if transport:
+        from sim.real.calibration.transport_bench import calibrate_transport
+
+        say("calibrating the gRPC transport")
+        profiles["transport"] = out / "transport"
+        found, _, _ = quietly(lambda: calibrate_transport(
+            profiles["transport"] / "transport.json", quick), quiet, retries)
+        summary["transport"] = {"rpc_s": found.rpc_s, "copy_Bps": found.copy_Bps,
+                                "serialize_Bps": found.serialize_Bps,
+                                "deserialize_Bps": found.deserialize_Bps}
     write_atomic(out / "calibration.json", json.dumps(summary, indent=2) + "\n")
     profiles["workloads"] = configs  # type: ignore[assignment]
     return profiles
@@ -266,11 +285,12 @@ def calibrate(configs: list[Config], nets: list[str], ranks: list[int], out: Pat
 
 def stored_profiles(place: Path, nets: list[str]) -> dict[str, Path]:
     """The profiles a previous calibration left in ``place`` (its device/, host/, one
-    folder per network, and recovery/ when there)."""
+    folder per network, and recovery/ and transport/ when there)."""
     profiles = {"device": place / "device", "host": place / "host"}
     profiles |= {net: place / net.replace(":", "-") for net in nets}
-    if (place / "recovery").is_dir():
-        profiles["recovery"] = place / "recovery"
+    for name in ("recovery", "transport"):
+        if (place / name).is_dir():
+            profiles[name] = place / name
     return profiles
 
 
