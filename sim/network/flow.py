@@ -123,7 +123,7 @@ class FlowNetwork:
             raise ValueError(f"hosts must be in [0, {hosts}), got src {src} dst {dst}")
         done = self.env.event()
         key = self._register(_Batch(None, done, 1))
-        size = float(self.transport.wire_bytes(float(nbytes)))
+        size = float(self._framed(float(nbytes)))
         start = self.env.timeout(self.fabric.overhead_s)
         start.callbacks.append(lambda _: self._start_one(key, src, dst, size))
         return done
@@ -136,7 +136,7 @@ class FlowNetwork:
         if not len(src):
             return done.succeed(self.env.now)
         batch = _Batch(None, done, len(src))
-        nbytes = self.transport.wire_bytes(np.asarray(nbytes, np.float64))
+        nbytes = self._framed(nbytes)
         if len(src) <= SMALL_BATCH or self._bounds is not None:
             return self._send_small(_as_list(src), _as_list(dst), _as_list(nbytes, float),
                                     batch)
@@ -153,7 +153,7 @@ class FlowNetwork:
         if not len(src):
             return
         batch = _Batch(on_delivered, None, len(src))
-        nbytes = self.transport.wire_bytes(np.asarray(nbytes, np.float64))
+        nbytes = self._framed(nbytes)
         # bounded flows stay in the incremental engine, which alone solves with bounds
         if len(src) <= SMALL_BATCH or self._bounds is not None:
             self._send_small(_as_list(src), _as_list(dst), _as_list(nbytes, float), batch)
@@ -212,6 +212,13 @@ class FlowNetwork:
                 self._routes.clear()
             route = self._routes[src, dst] = tuple(self.topology.route(src, dst))
         return route
+
+    def _framed(self, nbytes: Any) -> Any:
+        """Payload bytes (a number or an array) as bytes on the wire: with the transport's
+        frames (the payload itself when it has none: no conversion on the common path)."""
+        if not self.transport.framed:
+            return nbytes
+        return self.transport.wire_bytes(np.asarray(nbytes, np.float64))
 
     def _bound(self, hops: int) -> float:
         """The most a flow over ``hops`` links may send (bytes/s): the transport's window
