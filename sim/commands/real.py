@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -22,6 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--net", default="shm", metavar="NET",
                         help="shm (shared memory, default) or emulate:RATE, e.g. emulate:1gbit "
                              "(root: a network namespace per rank, tbf-shaped links, MPI on TCP)")
+    parser.add_argument("--transport", metavar="TRANSPORT",
+                        help="set cluster.transport: mpi (default) or grpc (the parameter-server "
+                             "strategies' pushes and pulls over gRPC; MPI still launches the "
+                             "ranks)")
     parser.add_argument("--allreduce", dest="impl", default="schedule",
                         choices=["schedule", "mpi"],
                         help="bsp: run the simulator's strategy.collective schedule over "
@@ -58,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
 
     if args.profiles and not args.twin:
         raise UserError("--profiles goes with --twin")
-    config = load_config(args.config, args.overrides, quick=quick.enabled())
+    config = load_config(args.config, overrides(args), quick=quick.enabled())
     out = args.out or Path("runs") / f"{args.config.stem}-real"
     if args.profiles:  # checked before the real run, not after it
         from sim.validation.twin import stored
@@ -88,6 +93,13 @@ def main(args: argparse.Namespace) -> int:
     if args.twin:
         twin(config, args, out)
     return 0
+
+
+def overrides(args: argparse.Namespace) -> list[str]:
+    """The --set overrides, then ``--transport``'s (it wins over a --set of the key)."""
+    if args.transport is None:
+        return list(args.overrides)
+    return [*args.overrides, f"cluster.transport={json.dumps(args.transport)}"]
 
 
 def twin(config: Config, args: argparse.Namespace, out: Path) -> None:

@@ -75,6 +75,8 @@ class RealProgram:
     # embeddings.placement values it runs; None: such models are simulated only
     tables: str | None = None
     table_placements: tuple[str, ...] = ()
+    # the message paths its programs take (cluster.transport, sim.real.executors.rank_transport)
+    transports: tuple[str, ...] = ("mpi",)
 
 
 @dataclass(frozen=True)
@@ -151,10 +153,11 @@ def _named(text: str, *params: str) -> StrategyName:
     return StrategyName(text, params)
 
 
-_REAL_PS = RealProgram("sim.real.executors.ps")
+# pushes and pulls over MPI, or over gRPC (sim.real.executors.ps_grpc)
+_REAL_PS = RealProgram("sim.real.executors.ps", transports=("mpi", "grpc"))
 # bsp-ps and asp also train a model whose tables are on sharded servers (sparse rows)
 _REAL_PS_TABLES = RealProgram("sim.real.executors.ps", tables="sim.real.executors.ps_tables",
-                              table_placements=("ps",))
+                              table_placements=("ps",), transports=("mpi", "grpc"))
 # why a strategy does not take [parallel] (each completes "STRATEGY ...")
 _NO_MP_ASYNC = ("is asynchronous: every stage would have to keep the parameter version each "
                 "microbatch's forward used (PipeDream's weight stashing), which is not modelled")

@@ -36,6 +36,12 @@ class RankContext:
     def rank(self) -> int:
         return self.comm.Get_rank()
 
+    @property
+    def transport(self) -> str:
+        """How the parameter-server programs move messages: "mpi" or "grpc" (the launcher
+        read it from cluster.transport: :mod:`sim.real.executors.rank_transport`)."""
+        return str(self.spec.get("transport", "mpi"))
+
     def now(self) -> float:
         """Seconds since the common start."""
         return time.perf_counter() - self.t0

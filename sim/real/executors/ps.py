@@ -2,33 +2,38 @@
 
 Ranks 0..N-1 are the workers, rank N the server, as in the simulator (servers after the
 workers). Every message is one float64 array: an 8-value header (64 bytes, the simulator's
-pull-request size) followed by the payload, all on one tag, so messages between two ranks
-arrive in the order they were sent. A worker loops: pull (request, then the parameters,
-with the clock gap the server admitted it at), gradient, push; it reads its
-:class:`~sim.training.store.ParameterCache` instead of pulling while the rules say it is
-fresh (SSP). What the server does is the strategy's rules (:mod:`sim.training.rules`) on a
-:class:`~sim.training.store.ParameterStore`, the same as the simulated servers': a push is
-applied, accumulated for a synchronous step or dropped as stale; a pull is answered at
-once or held (the SSP clock bound, the step barrier). When a step closes without some
-workers (backup), they finish and push, and their stale gradients are dropped on arrival;
-if the rules cancel late workers (``strategy.late_gradients = "cancel"``) they are sent a
-cancel instead and drop their gradient, as the simulator interrupts them.
+pull-request size) followed by the payload (:mod:`sim.real.executors.ps_wire`); messages
+between two ranks arrive in the order they were sent. They go over MPI
+(:mod:`sim.real.executors.ps_mpi`), or over gRPC with ``cluster.transport = "grpc"``
+(:mod:`sim.real.executors.ps_grpc`): a *link* moves them, the program here is the same for
+both. A worker loops: pull (request, then the parameters, with the clock gap the server
+admitted it at), gradient, push; it reads its :class:`~sim.training.store.ParameterCache`
+instead of pulling while the rules say it is fresh (SSP). What the server does is the
+strategy's rules (:mod:`sim.training.rules`) on a :class:`~sim.training.store.
+ParameterStore`, the same as the simulated servers': a push is applied, accumulated for a
+synchronous step or dropped as stale; a pull is answered at once or held (the SSP clock
+bound, the step barrier). When a step closes without some workers (backup), they finish
+and push, and their stale gradients are dropped on arrival; if the rules cancel late
+workers (``strategy.late_gradients = "cancel"``, MPI only) they are sent a cancel instead
+and drop their gradient, as the simulator interrupts them.
 
-:class:`ServerProtocol` is that server without MPI (pulls and pushes in, replies out), so
-a test can drive it with the simulator's own sequence of pushes and pulls; :func:`serve`
-moves its messages over MPI. Once ``run.iterations`` updates are applied, the server
-answers every pull with STOP.
+:class:`ServerProtocol` is that server without messages (pulls and pushes in, replies
+out), so a test can drive it with the simulator's own sequence of pushes and pulls;
+:func:`serve_loop` moves its messages over the run's link. Once ``run.iterations`` updates
+are applied, the server answers every pull with STOP.
 
-A worker's time: posting a send and packing the push (header, gradient copy) is
-``overhead``, blocking until a message is sent or the reply has come is ``wire`` (or
-``wait`` while the server held the pull), the batch is ``data``, the kernel ``compute``;
-what lies between is the loop's ``overhead``. The server's time (receiving: ``wire``,
-applying or accumulating a push: ``update``, replying: ``overhead``) goes to the summary's
-``server_breakdown``.
+A worker's time: posting a send and packing the push (header, gradient copy; over gRPC
+also turning arrays into bytes and back) is ``overhead``, blocking until a message is sent
+or the reply has come is ``wire`` (or ``wait`` while the server held the pull), the batch
+is ``data``, the kernel ``compute``; what lies between is the loop's ``overhead``. The
+server's time (receiving: ``wire``, unpacking a gRPC request's bytes: ``overhead``,
+applying or accumulating a push: ``update``, replying: ``overhead``) goes to the
+summary's ``server_breakdown``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,14 +44,26 @@ from sim.kernels import NonFiniteError
 from sim.real.executors.assemble import RankLog
 from sim.real.executors.context import RankContext
 from sim.real.executors.elastic_rank import WorkerMonitor, worker_plan
+from sim.real.executors.ps_grpc import GrpcServerLink, GrpcWorkerLink, exchange_ports
+from sim.real.executors.ps_mpi import MpiServerLink, MpiWorkerLink
+from sim.real.executors.ps_wire import (
+    CANCEL,
+    HEADER,
+    PARAMS,
+    PULL,
+    PUSH,
+    STOP,
+    WARM,
+    Received,
+    ServerLink,
+    WorkerLink,
+)
+from sim.real.executors.ps_wire import TAG as TAG  # the message layout's, re-exported
 from sim.real.executors.rank_compute import RealCompute
+from sim.real.executors.rank_transport import GRPC
 from sim.training.rules import Rules
 from sim.training.store import ParameterCache, ParameterStore
 from sim.training.workload import Workload
-
-HEADER = 8  # type, worker, version, loss, arrival_s, grant_s, clock_gap (NaN: none), held
-PULL, PARAMS, PUSH, STOP, CANCEL, WARM = 1.0, 2.0, 3.0, 4.0, 5.0, 6.0
-TAG = 77
 
 
 def run(ctx: RankContext) -> RankLog:
@@ -55,73 +72,79 @@ def run(ctx: RankContext) -> RankLog:
     return work(ctx)
 
 
+# ---- links: MPI or gRPC -----------------------------------------------------------------
+
+def worker_link(ctx: RankContext, log: RankLog, servers: Sequence[int]) -> WorkerLink:
+    """This worker's link to the server ranks ``servers``, over the run's transport (over
+    gRPC a collective: every rank makes its link at the same point)."""
+    if ctx.transport == GRPC:
+        ports = exchange_ports(ctx, None)
+        return GrpcWorkerLink(ctx, log, {s: ports[s] for s in servers})
+    return MpiWorkerLink(ctx, log)
+
+
+def server_link(ctx: RankContext, workers: int,
+                monitor: WorkerMonitor | None = None) -> ServerLink:
+    """This server rank's link to workers ``0 .. workers - 1`` (``monitor``: MPI only, the
+    gRPC path refuses failures), over the run's transport (a collective over gRPC)."""
+    if ctx.transport == GRPC:
+        assert monitor is None  # rank_transport.check_transport refused failures
+        link = GrpcServerLink(ctx, workers)
+        exchange_ports(ctx, link.port)
+        return link
+    return MpiServerLink(ctx, workers, monitor)
+
+
 # ---- the worker -----------------------------------------------------------------------
 
-def work(ctx: RankContext) -> RankLog:
-    from mpi4py import MPI
+def log_reply(log: RankLog, w: int, asked: float, got: float, header: np.ndarray) -> None:
+    """Worker ``w``'s time from asking (``asked``) to the reply's coming (``got``): ``wire``,
+    but ``wait`` while the server held the pull (the reply ``header``'s arrival and grant
+    times, s)."""
+    arrival, grant = header[4], header[5]
+    log.span(w, "wire", asked, min(arrival, got))
+    # held by the server (step barrier, clock bound): waiting; else serving it: wire
+    log.span(w, "wait" if header[7] else "wire", arrival, min(grant, got))
+    log.span(w, "wire", max(grant, asked), got)
 
-    comm, w, server = ctx.comm, ctx.rank, ctx.workload.n
+
+def work(ctx: RankContext) -> RankLog:
+    w, server = ctx.rank, ctx.workload.n
     size = ctx.workload.params.size
     worker = ctx.workload.workers[w]
     inbox, outbox = np.zeros(HEADER + size), np.zeros(HEADER + size)
-    request, note = np.zeros(HEADER), np.zeros(HEADER)
+    request = np.zeros(HEADER)
     cache = ParameterCache(ctx.rules, inbox[HEADER:])  # pulls land there
     params = cache.params
+    log = RankLog(ctx.rank)
+    link = worker_link(ctx, log, [server])
     ctx.warm_kernels(ctx.workload.params)
     outbox[0], outbox[1] = WARM, w  # warm-up: a full-size round trip with the server
-    ctx.waiter.one(comm.Isend([outbox, MPI.DOUBLE], dest=server, tag=TAG))
-    ctx.waiter.one(comm.Irecv([inbox, MPI.DOUBLE], source=server, tag=TAG))
+    link.warm_up([(server, outbox)], [inbox])
     ctx.start_clock()
     compute = RealCompute(ctx.workload, w, ctx.t0)
     cancellable = ctx.rules.cancels_late
-    log = RankLog(ctx.rank)
     plan = worker_plan(ctx)  # None unless this worker is to fail
     pushed_s = 0.0  # when its last push was sent: work after it dies with it
-
-    def send(message: np.ndarray) -> None:
-        """Post (overhead), then block until MPI has the message (wire)."""
-        began = ctx.now()
-        sent = comm.Isend([message, MPI.DOUBLE], dest=server, tag=TAG)
-        posted = ctx.now()
-        log.span(w, "overhead", began, posted)
-        ctx.waiter.one(sent)
-        log.span(w, "wire", posted, ctx.now())
-        log.messages += 1
-
-    def cancelled(version: float) -> bool:
-        """Whether the server cancelled step ``version`` (older cancels are dropped)."""
-        while comm.Iprobe(source=server, tag=TAG):
-            comm.Recv([note, MPI.DOUBLE], source=server, tag=TAG)
-            if note[0] == CANCEL and note[2] == version:
-                return True
-        return False
 
     while True:
         if not cache.fresh:
             request[:] = 0
             request[0], request[1] = PULL, w
-            send(request)
-            asked = ctx.now()
-            while True:  # the answer; a cancel of an earlier step may come first
-                ctx.waiter.one(comm.Irecv([inbox, MPI.DOUBLE], source=server, tag=TAG))
-                if inbox[0] != CANCEL:
-                    break
-            got = ctx.now()
+            asked = link.ask([(server, request)], [inbox])
+            replies = link.collect()
             if inbox[0] == STOP:
-                log.span(w, "wire", asked, got)
+                log.span(w, "wire", asked, replies.got_s)
                 break
-            arrival, grant = inbox[4], inbox[5]
-            log.span(w, "wire", asked, min(arrival, got))
-            # held by the server (step barrier, clock bound): waiting; else serving it: wire
-            log.span(w, "wait" if inbox[7] else "wire", arrival, min(grant, got))
-            log.span(w, "wire", max(grant, asked), got)
+            log_reply(log, w, asked, replies.got_s, inbox[:HEADER])
+            log.span(w, "overhead", replies.got_s, replies.unpacked_s)
             cache.pulled(int(inbox[2]), None if np.isnan(inbox[6]) else int(inbox[6]))
         if plan is not None:  # the updates this worker knows of: the last pull's
             plan.check(cache.version, ctx.now(), log, ctx.now() - pushed_s)
         version = cache.version
         loss, dropped = compute.gradient(
-            params, (lambda v=version: cancelled(v)) if cancellable else None)
-        dropped = dropped or (cancellable and cancelled(version))
+            params, (lambda v=version: link.cancelled(v)) if cancellable else None)
+        dropped = dropped or (cancellable and link.cancelled(version))
         for kind, start, end in compute.parts():
             log.span(w, kind, start, end)
         ctx.heartbeat.beat()
@@ -135,10 +158,11 @@ def work(ctx: RankContext) -> RankLog:
         except NonFiniteError:  # copied anyway: the server sees the NaNs and stops the run
             pass
         log.span(w, "overhead", packing, ctx.now())
-        send(outbox)
+        link.send([(server, outbox)])
         writing = pushed_s = ctx.now()
         if cache.pushed(worker.grad):  # read-my-writes: an SGD step on the worker's cache
             log.span(w, "update", writing, ctx.now())
+    link.close()
     log.kernel_s = compute.kernel_s
     return log
 
@@ -156,16 +180,15 @@ class Reply:
     gap: int | None = None  # PARAMS: the clock gap the pull was admitted at
 
 
-def start_reply(ctx: RankContext, log: RankLog, rank: int, sending: list[Any], r: Reply,
+def start_reply(ctx: RankContext, log: RankLog, rank: int, link: ServerLink, r: Reply,
                 message: np.ndarray, version: int) -> float:
     """A server's reply ``r`` begins: the one still in flight to its worker is waited out
     (``wire`` on ``rank``), then ``message``'s header is written (kind, worker, version,
     arrival and grant times, held). Returns when the packing began (``overhead`` from it)."""
-    if sending[r.worker] is not None:
-        began = ctx.now()
-        ctx.waiter.one(sending[r.worker])
-        log.span(rank, "wire", began, ctx.now())
     began = ctx.now()
+    if link.ready(r.worker):
+        log.span(rank, "wire", began, ctx.now())
+        began = ctx.now()
     message[:HEADER] = 0
     message[0], message[1], message[2] = r.kind, r.worker, version
     message[4], message[5], message[7] = r.arrival_s, ctx.now(), r.held
@@ -261,73 +284,78 @@ class ServerProtocol:
         return out
 
 
+def serve_loop(ctx: RankContext, protocol: ServerProtocol, link: ServerLink,
+               inbox: np.ndarray, take: Callable[[Received], None],
+               reply: Callable[[Reply], None]) -> None:
+    """A server rank's main loop, over either link: receive a message into ``inbox`` (idle
+    until it comes: ``wire``; unpacking it: ``overhead``), ``take`` it (the program's: the
+    protocol's pull or push), answer every pull the rules now let go (``reply``), until
+    every worker has been told STOP or is dead."""
+    log, me = protocol.log, ctx.rank
+
+    def answer() -> None:
+        for r in protocol.replies():
+            reply(r)
+
+    while not protocol.over:
+        began = ctx.now()
+        got = link.receive(inbox, answer)
+        if got is None:  # every worker stopped or died while the server waited
+            log.span(me, "wire", began, ctx.now())
+            break
+        log.span(me, "wire", began, got.arrived_s)  # idle until a message arrives
+        log.span(me, "overhead", got.arrived_s, got.unpacked_s)
+        take(got)
+        answer()
+        ctx.heartbeat.beat()
+
+
 def serve(ctx: RankContext) -> RankLog:
     """The server rank: receive, apply the rules, reply, until every worker has stopped."""
-    from mpi4py import MPI
-
     protocol = ServerProtocol(ctx.rules, ctx.workload)
-    n, size, comm, status = protocol.n, protocol.store.params.size, ctx.comm, MPI.Status()
+    n, size = protocol.n, protocol.store.params.size
     inbox = np.zeros(HEADER + size)
     replies = [np.zeros(HEADER + size) for _ in range(n)]
-    sending: list[Any] = [None] * n  # the reply in flight to each worker
-    notes: list[tuple[int, np.ndarray, Any]] = []  # cancels in flight
     log = protocol.log
     monitor = WorkerMonitor.of(ctx, protocol)  # None unless workers may die
+    link = server_link(ctx, n, monitor)
 
     def reply(r: Reply) -> None:
         message = replies[r.worker]
-        began = start_reply(ctx, log, n, sending, r, message, protocol.store.version)
+        began = start_reply(ctx, log, n, link, r, message, protocol.store.version)
         message[6] = np.nan if r.gap is None else r.gap
         count = HEADER
         if r.kind == PARAMS:
             message[2] = protocol.store.read(message[HEADER:])
             count += size
-        sending[r.worker] = comm.Isend([message[:count], MPI.DOUBLE], dest=r.worker, tag=TAG)
+        link.reply(r.worker, message[:count])
         log.messages += 1
         log.span(n, "overhead", began, ctx.now())
 
     def cancel(w: int, step: int) -> None:
         if w in protocol.dead:
             return
-        notes[:] = [(v, m, r) for v, m, r in notes if not r.Test()]
         note = np.zeros(HEADER)
         note[0], note[1], note[2] = CANCEL, w, step
-        notes.append((w, note, comm.Isend([note, MPI.DOUBLE], dest=w, tag=TAG)))
-        log.messages += 1
+        if link.note(w, note):
+            log.messages += 1
 
-    for _ in range(n):  # warm-up: a full-size round trip with every worker
-        ctx.waiter.one(comm.Irecv([inbox, MPI.DOUBLE], source=MPI.ANY_SOURCE, tag=TAG), status)
-        w = status.Get_source()
-        ctx.waiter.one(comm.Isend([replies[w], MPI.DOUBLE], dest=w, tag=TAG))
-    K.copy(protocol.store.total, protocol.store.params)  # first touch, off the clock
-    ctx.start_clock()
-    while not protocol.over:
-        began = ctx.now()
-        request = comm.Irecv([inbox, MPI.DOUBLE], source=MPI.ANY_SOURCE, tag=TAG)
-        if monitor is None:
-            ctx.waiter.one(request, status)
-        elif not monitor.receive(request, status,
-                                 lambda: [reply(r) for r in protocol.replies()]):
-            # every worker stopped or died while the server waited
-            log.span(n, "wire", began, ctx.now())
-            break
-        now = ctx.now()
-        log.span(n, "wire", began, now)  # idle until a message arrives
-        kind, w = inbox[0], int(inbox[1])
+    def take(got: Received) -> None:
+        kind, w, now = inbox[0], int(inbox[1]), got.arrived_s
         if kind == PULL:
             protocol.on_pull(w, now)
         elif kind == PUSH:
             cancels = protocol.on_push(w, inbox[HEADER:], int(inbox[2]), float(inbox[3]),
                                        now)
-            log.span(n, "update", now, ctx.now())  # the store applies or accumulates it
+            log.span(n, "update", got.unpacked_s, ctx.now())  # the store applies or accumulates it
             for worker, step in cancels:
                 cancel(worker, step)
-        for r in protocol.replies():
-            reply(r)
-        ctx.heartbeat.beat()
-    live = [w for w in range(n) if w not in protocol.dead]  # a dead one receives nothing
-    ctx.waiter.all([sending[w] for w in live if sending[w] is not None] +
-                   [r for w, _, r in notes if w not in protocol.dead])
+
+    link.warm_up(inbox, replies)  # a full-size round trip with every worker
+    K.copy(protocol.store.total, protocol.store.params)  # first touch, off the clock
+    ctx.start_clock()
+    serve_loop(ctx, protocol, link, inbox, take, reply)
+    link.close(protocol.dead)
     if monitor is not None:
         log.extra.update(monitor.summary())
     log.extra.update(ctx.rules.summary(protocol.store))

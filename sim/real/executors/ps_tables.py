@@ -17,7 +17,10 @@ pull after the last update is answered STOP, with the rows too (the final parame
 Every message is one float64 array: the 64-byte header of :mod:`sim.real.executors.ps`
 (type, worker, version, loss, arrival and grant times, the number of ids of a push, held)
 then the payload, so a pull request is the 64 + 8 x ids bytes EmbeddingTraffic counts, and
-a reply (or a push) carries exactly the row and dense bytes it counts after its header. The
+a reply (or a push) carries exactly the row and dense bytes it counts after its header.
+They go over the run's link (:mod:`sim.real.executors.ps_wire`): MPI, or gRPC with
+``cluster.transport = "grpc"``, where a worker's calls to the shards go out together and
+each shard runs a gRPC server (:mod:`sim.real.executors.ps_grpc`). The
 run's ``pull_bytes_per_step`` and ``push_bytes_per_step`` are those sizes, summed over
 what the workers really sent and received, ``unique_ids_per_step`` the ids asked for,
 ``shard_load_max_over_mean`` the rows each shard really served (``cache_hit_rate`` is 0:
@@ -36,10 +39,11 @@ TableOptimizer`), the dense range by the strategy's SGD, so bsp-ps gives the sim
 run's losses bit for bit. Once a shard has answered a worker STOP, the worker says BYE to
 the shards that still answered it (asynchronous shards may finish one push apart).
 
-Time on a worker: the batch is ``data``, packing and unpacking messages ``overhead``,
-blocking on them ``wire`` (``wait`` while a shard held the pull at the step barrier), the
-gradient ``compute``. A shard's (receiving: ``wire``; accumulating or stepping: ``update``;
-replying: ``overhead``) goes to ``server_breakdown``, summed over the shards.
+Time on a worker: the batch is ``data``, packing and unpacking messages (over gRPC also
+turning them into bytes and back) ``overhead``, blocking on them ``wire`` (``wait`` while
+a shard held the pull at the step barrier), the gradient ``compute``. A shard's
+(receiving: ``wire``; unpacking a gRPC request: ``overhead``; accumulating or stepping:
+``update``; replying: ``overhead``) goes to ``server_breakdown``, summed over the shards.
 """
 
 from __future__ import annotations
@@ -60,12 +64,15 @@ from sim.real.executors.ps import (
     PULL,
     PUSH,
     STOP,
-    TAG,
     WARM,
     Reply,
     ServerProtocol,
+    serve_loop,
+    server_link,
     start_reply,
+    worker_link,
 )
+from sim.real.executors.ps_wire import Received
 from sim.real.executors.rank_compute import RealCompute
 from sim.real.executors.table_shards import ShardLayout, step_mean_rows
 from sim.training.embedding_shards import load_max_over_mean
@@ -129,9 +136,7 @@ class SparseCompute(RealCompute):
 
 
 def work(ctx: RankContext) -> RankLog:
-    from mpi4py import MPI
-
-    comm, w, workload = ctx.comm, ctx.rank, ctx.workload
+    w, workload = ctx.rank, ctx.workload
     n, model, worker = workload.n, workload.model, workload.workers[ctx.rank]
     layout = layout_of(workload)
     shards = range(layout.shards)
@@ -142,17 +147,16 @@ def work(ctx: RankContext) -> RankLog:
     # the parameters the worker reads: the initial ones (every rank builds them, as every
     # simulated worker starts with them), then the rows of each pull and the dense part
     replica = workload.params.copy()
+    log = RankLog(w)
+    link = worker_link(ctx, log, [n + s for s in shards])
     ctx.warm_kernels(workload.params)
     for s in shards:  # warm-up: a full-size round trip with every shard
         outbox[s][0], outbox[s][1] = WARM, w
-        ctx.waiter.one(comm.Isend([outbox[s], MPI.DOUBLE], dest=n + s, tag=TAG))
-        ctx.waiter.one(comm.Irecv([inbox[s], MPI.DOUBLE], source=n + s, tag=TAG))
+    link.warm_up([(n + s, outbox[s]) for s in shards], inbox)
     ctx.start_clock()
     compute = SparseCompute(workload, w, ctx.t0)
-    log = RankLog(w)
     pulls = pushes = unique = 0
     pull_bytes = push_bytes = 0.0
-    status = MPI.Status()
     versions = np.zeros(layout.shards)  # the version each shard's rows were read at
     ids: list[np.ndarray] | None = None  # per shard, the rows of the batch (global ids)
 
@@ -164,7 +168,7 @@ def work(ctx: RankContext) -> RankLog:
         packing = ctx.now()
         if ids is None:  # the first batch, read without a pull
             ids = layout.split(model.touched(worker.last_batch[0]))
-        sends = []
+        parcels = []
         for s in shards:
             message, k = outbox[s], len(ids[s])
             message[:HEADER] = 0
@@ -174,14 +178,10 @@ def work(ctx: RankContext) -> RankLog:
             at = HEADER + k + layout.read(compute.grad, ids[s], message[HEADER + k:])
             lo, hi = layout.dense[s]
             message[at:at + hi - lo] = compute.grad[lo:hi]
-            sends.append(comm.Isend([message[:at + hi - lo], MPI.DOUBLE], dest=n + s,
-                                    tag=TAG))
+            parcels.append((n + s, message[:at + hi - lo]))
             push_bytes += 8 * (at + hi - lo) - HEADER_BYTES
-        posted = ctx.now()
-        log.span(w, "overhead", packing, posted)
-        ctx.waiter.all(sends)
-        log.span(w, "wire", posted, ctx.now())
-        log.messages += layout.shards
+        log.span(w, "overhead", packing, ctx.now())
+        link.send(parcels)  # posting (serialising) is overhead, blocking wire
         pushes += 1
 
         # the pull for the next batch: the rows it touches, from the shards that hold them
@@ -191,23 +191,19 @@ def work(ctx: RankContext) -> RankLog:
         drawn = ctx.now()
         log.span(w, "data", began, drawn)
         ids = layout.split(touched)
-        sends = []
+        parcels = []
         for s in shards:
             message, k = outbox[s], len(ids[s])
             message[:HEADER] = 0
             message[0], message[1] = PULL, w
             message[HEADER:HEADER + k].view(np.int64)[:] = ids[s]
-            sends.append(comm.Isend([message[:HEADER + k], MPI.DOUBLE], dest=n + s, tag=TAG))
-        receives = [comm.Irecv([inbox[s], MPI.DOUBLE], source=n + s, tag=TAG) for s in shards]
-        asked = ctx.now()
-        log.span(w, "overhead", drawn, asked)
-        ctx.waiter.all(sends)
-        got_bytes = 0
-        for s in shards:
-            ctx.waiter.one(receives[s], status)
-            got_bytes += status.Get_count(MPI.DOUBLE) * 8 - HEADER_BYTES
-        got = ctx.now()
-        log.messages += 2 * layout.shards
+            parcels.append((n + s, message[:HEADER + k]))
+        log.span(w, "overhead", drawn, ctx.now())
+        asked = link.ask(parcels, inbox)
+        replies_in = link.collect()
+        got = replies_in.got_s
+        got_bytes = sum(8 * count - HEADER_BYTES for count in replies_in.counts)
+        log.messages += layout.shards  # the replies (the requests are the link's)
         replies = np.array([box[:HEADER] for box in inbox])
         held = replies[:, 7] > 0
         if held.any():  # the step barrier: waiting, from the first held arrival to the last grant
@@ -221,10 +217,10 @@ def work(ctx: RankContext) -> RankLog:
             pull_bytes += sum(HEADER_BYTES + 8 * len(i) for i in ids) + got_bytes
         stopped = replies[:, 0] == STOP
         if stopped.any():
-            for s in np.flatnonzero(~stopped):  # they answered: tell them it is over
-                note = np.zeros(HEADER)
-                note[0], note[1] = BYE, w
-                ctx.waiter.one(comm.Isend([note, MPI.DOUBLE], dest=n + int(s), tag=TAG))
+            bye = np.zeros(HEADER)
+            bye[0], bye[1] = BYE, w
+            # they answered: tell them it is over (after the last update: not on the clock)
+            link.send([(n + int(s), bye) for s in np.flatnonzero(~stopped)])
             break
         for s in shards:
             at = HEADER + layout.values(ids[s])
@@ -233,6 +229,7 @@ def work(ctx: RankContext) -> RankLog:
             replica[lo:hi] = inbox[s][at:at + hi - lo]
         versions = replies[:, 2].copy()
         log.span(w, "overhead", got, ctx.now())
+    link.close()
     log.kernel_s = compute.kernel_s
     log.steps = [("traffic", pulls, pushes, unique, pull_bytes, push_bytes)]
     return log
@@ -330,9 +327,7 @@ class ShardProtocol(ServerProtocol):
 
 def serve(ctx: RankContext) -> RankLog:
     """A server shard: receive, apply the rules, reply, until every worker has stopped."""
-    from mpi4py import MPI
-
-    workload, comm, status = ctx.workload, ctx.comm, MPI.Status()
+    workload = ctx.workload
     layout = layout_of(workload)
     n, shard = workload.n, ctx.rank - workload.n
     protocol = ShardProtocol(ctx.rules, workload, layout, shard)
@@ -340,33 +335,22 @@ def serve(ctx: RankContext) -> RankLog:
     width = protocol.dense[1] - protocol.dense[0]
     inbox = np.zeros(HEADER + most_ids + most_values + width)
     replies = [np.zeros(HEADER + most_values + width) for _ in range(n)]
-    sending: list[Any] = [None] * n
     log = protocol.log
     me = ctx.rank
+    link = server_link(ctx, n)
 
     def reply(r: Reply) -> None:
         message = replies[r.worker]
-        began = start_reply(ctx, log, me, sending, r, message, protocol.store.version)
+        began = start_reply(ctx, log, me, link, r, message, protocol.store.version)
         count = HEADER
         if r.worker in protocol.wanted:  # the rows asked for (with STOP: the final ones)
             count += protocol.answer(r, message[HEADER:])
-        sending[r.worker] = comm.Isend([message[:count], MPI.DOUBLE], dest=r.worker, tag=TAG)
+        link.reply(r.worker, message[:count])
         log.messages += 1
         log.span(me, "overhead", began, ctx.now())
 
-    for _ in range(n):  # warm-up: a full-size round trip with every worker
-        ctx.waiter.one(comm.Irecv([inbox, MPI.DOUBLE], source=MPI.ANY_SOURCE, tag=TAG), status)
-        w = status.Get_source()
-        ctx.waiter.one(comm.Isend([replies[w], MPI.DOUBLE], dest=w, tag=TAG))
-    ctx.start_clock()
-    while not protocol.over:
-        began = ctx.now()
-        ctx.waiter.one(comm.Irecv([inbox, MPI.DOUBLE], source=MPI.ANY_SOURCE, tag=TAG),
-                       status)
-        now = ctx.now()
-        log.span(me, "wire", began, now)  # idle until a message arrives
-        count = status.Get_count(MPI.DOUBLE)
-        kind, w = inbox[0], int(inbox[1])
+    def take(got: Received) -> None:
+        kind, w, count, now = inbox[0], int(inbox[1]), got.count, got.arrived_s
         if kind == PULL:
             protocol.on_pull_rows(w, inbox[HEADER:count].view(np.int64), now)
         elif kind == PUSH:
@@ -375,13 +359,14 @@ def serve(ctx: RankContext) -> RankLog:
             values = inbox[HEADER + k:count - width].copy()
             protocol.on_push(w, RowPush(ids, values, inbox[count - width:count].copy()),
                              int(inbox[2]), float(inbox[3]), now)
-            log.span(me, "update", now, ctx.now())
+            log.span(me, "update", got.unpacked_s, ctx.now())
         elif kind == BYE:
             protocol.bye(w)
-        for r in protocol.replies():
-            reply(r)
-        ctx.heartbeat.beat()
-    ctx.waiter.all([r for r in sending if r is not None])
+
+    link.warm_up(inbox, replies)  # a full-size round trip with every worker
+    ctx.start_clock()
+    serve_loop(ctx, protocol, link, inbox, take, reply)
+    link.close(set())
     log.steps = [("served", protocol.served)]
     if shard == 0:
         log.extra.update(ctx.rules.summary(protocol.store))

@@ -52,7 +52,8 @@ def train(comm: object, spec: dict, workdir: Path, started: float) -> None:
         logs, writer = comm.gather(log, root=0), 0
     if rank == writer:
         strategy.combine(logs, workload)
-        extra = {"net": spec["net"], "allreduce_impl": spec["impl"], "wait_mode": spec["wait"],
+        extra = {"net": spec["net"], "transport": ctx.transport,
+                 "allreduce_impl": spec["impl"], "wait_mode": spec["wait"],
                  "ranks": comm.Get_size(), "repeat": spec.get("repeat", 0),
                  "mpi": MPI.Get_library_version().splitlines()[0].strip()}
         files = assemble(workload, rules, logs, time.perf_counter() - started, extra)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from sim.config import Config
 from sim.errors import UserError
+from sim.real.executors.rank_transport import check_transport
 from sim.training.parallel_plan import split_key
 from sim.training.rules import table_layout
 from sim.training.strategies import STRATEGIES, StrategyRow, row_of
@@ -110,6 +111,7 @@ def check_supported(config: Config, source: str = "config") -> RealStrategy:
         raise UserError(f"{source}: cluster.servers = {config.cluster.servers}: real runs "
                         "use one parameter-server rank (set cluster.servers = 1), or "
                         "several for a model with tables (wide-deep)")
+    check_transport(config, row.real, source)
     return RealStrategy(row)
 
 

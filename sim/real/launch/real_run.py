@@ -25,6 +25,7 @@ from sim.config import Config, dump_config
 from sim.errors import UserError
 from sim.progress import handled
 from sim.real.executors.rank_clock import WAIT_MODES
+from sim.real.executors.rank_transport import check_transport_net, real_transport
 from sim.real.executors.registry import check_supported
 from sim.real.launch.emulate import Emulation, EmulationError, parse_rate
 from sim.real.launch.launcher import Job, launch
@@ -119,7 +120,7 @@ def run_once(config: Config, ranks: int, options: RealOptions, emulation: Emulat
         (work / "config.toml").write_text(dump_config(config))
         spec = {"config": str(work / "config.toml"), "workdir": str(work),
                 "result": str(work / "result.json"), "net": options.net,
-                "impl": options.impl, "repeat": repeat,
+                "transport": real_transport(config), "impl": options.impl, "repeat": repeat,
                 "wait": wait_mode(options.wait, ranks, config.compute.time_s is None),
                 "faults": faults}
         (work / "spec.json").write_text(json.dumps(spec))
@@ -195,6 +196,7 @@ def run_real(config: Config, out: Path, options: RealOptions,
     """
     strategy = check_supported(config)
     check_options(options)
+    check_transport_net(real_transport(config), options.net)
     recovery = recovery_of(config, options.net)
     check_out_dir(out)
     ranks = strategy.ranks(config)
