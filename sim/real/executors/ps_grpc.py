@@ -70,9 +70,10 @@ class GrpcWorkerLink:
     To one server the calls are grpcio's blocking ones. To several (a sparse run's shards)
     they are its asyncio ones on an event loop of the link's own, run while the worker
     blocks, so that the calls to every shard go out together from the one thread: a
-    blocking call's ``future()`` starts a thread per call (~0.9 ms each on this machine),
-    and the event loop costs ~0.5 ms a call more than a blocking call (measured on asp with
-    one worker: 3.0-3.5 against 2.0-2.7 ms per update), so one server does without it."""
+    blocking callable's ``future()`` starts grpcio's polling thread whenever none is running
+    (~0.9 ms a call on this machine), and the event loop costs ~0.5 ms a call more than a
+    blocking call (asp with one worker: 3.0-3.5 against 2.0-2.7 ms per update, two calls
+    each), so one server does without it."""
 
     def __init__(self, ctx: RankContext, log: RankLog, ports: dict[int, int]) -> None:
         import grpc  # only gRPC runs load grpcio
