@@ -154,8 +154,9 @@ def test_the_shipped_matrix_covers_every_level_of_every_axis():
         assert {c.levels[axis] for c in cases} == set(levels)
     # no stragglers (32), small with stragglers (16), real kernels on shm (8), pipelining
     # (3), killed and restarted (2), model parallelism (4 two-way splits, 2 three-stage),
-    # wide-deep's tables (4 on server shards, 2 split over the workers)
-    assert len(cases) == 73
+    # wide-deep's tables (4 on server shards, 2 split over the workers), the parameter
+    # server over gRPC (8) and its MPI twins not in the blocks above (6)
+    assert len(cases) == 87
     full = expand(dataclasses.replace(matrix, blocks=[]))
     assert len(full) == int(np.prod([len(v) for v in matrix.axes.values()]))
     small = expand(matrix, ["workers=2", "strategy=bsp", "network=shm"])
