@@ -149,10 +149,12 @@ def step_s(tmp_path, kind: str, *overrides: str) -> float:
 
 
 def test_a_bsp_ps_step_over_grpc_pays_each_rpc_s_closed_form(tmp_path):
-    """One worker, the ideal host: the push (sent, on the wire, received), the held pull's
-    request received by the server, the reply (sent, on the wire, received); the request's
-    sending overlaps the server's receiving of the push. Each message's wire is alpha (o off
-    it: the transport pays it on the CPU) plus its framed bytes."""
+    """One worker, the ideal host. The push is a call: sent, on the wire, taken by the
+    server's handler, which sends an empty response (alpha), received by the worker; the
+    worker then sends the held pull's request, which the server receives once its main loop
+    has unpacked the push (5 us, well before), and answers with the parameters (sent, on
+    the wire, received). Each message's wire is alpha (o off it: the transport pays it on
+    the CPU) plus its framed bytes."""
     table = '{base = "grpc", window_bytes = inf}'
     costs = cpu_costs(HOSTS["ideal"], get_fabric("ib-hdr"), WIDE)
     wire = dataclasses.replace(get_fabric("ib-hdr"), overhead_s=0.0)
@@ -161,8 +163,11 @@ def test_a_bsp_ps_step_over_grpc_pays_each_rpc_s_closed_form(tmp_path):
     def on_wire(nbytes: float) -> float:
         return wire.alpha_s() + WIDE.wire_bytes(nbytes) * wire.beta_s_per_byte
 
-    expected = (1e-4 + costs.send_s(n) + on_wire(n) + costs.receive_s(n)
+    expected = (1e-4 + costs.send_s(n) + on_wire(n) + costs.handled_s(n) + on_wire(0)
+                + costs.receive_s(0) + costs.send_s(64)
                 + costs.receive_s(64) + costs.send_s(n) + on_wire(n) + costs.receive_s(n))
+    assert costs.handled_s(n) == costs.message_s(n) + costs.send_s(0)
+    assert costs.unpacked_s(n) == n / WIDE.deserialize_Bps < costs.send_s(64)
     got = step_s(tmp_path, "bsp-ps", f"cluster.transport={table}")
     assert got == pytest.approx(expected, rel=1e-9)
 

@@ -14,6 +14,9 @@ software on each end. ``cluster.transport`` picks one:
   length prefix (``header_bytes``) and each 16 KiB DATA frame a 9-byte header; HTTP/2 flow
   control lets at most ``window_bytes`` be in flight on a connection, so a stream runs at
   no more than window / RTT (the bound SimGrid puts on a TCP flow: gamma / RTT).
+  A push is a unary call too: its sender waits for the response, which the shard's handler
+  sends once it has received the push (``answered_calls``); the shard's main loop then
+  deserialises and applies it.
 * ``rdma``: verbs on registered buffers. Posting a work request and polling its completion
   is the whole per-message cost, nothing is copied, and a pull is a one-sided RDMA read that
   the server's CPU never sees (``one_sided_pulls``).
@@ -66,6 +69,9 @@ class Transport:
     frame_payload_bytes: float = INF  # payload bytes per frame
     window_bytes: float = INF  # flow control: bytes in flight on a connection
     one_sided_pulls: bool = False  # a pull reads the server's memory without its CPU
+    # every message is a call with a response: a push's sender waits for the shard's
+    # handler to take it and answer (gRPC's unary call); the shard's main loop then unpacks it
+    answered_calls: bool = False
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -143,7 +149,7 @@ REGISTRY: dict[str, Transport] = {
     # gRPC's BDP probing can grow it, which a table's window_bytes models.
     "grpc": Transport("grpc", overhead_s=8e-6, copy_Bps=5e9, rpc_s=20e-6, serialize_Bps=3e9,
                       deserialize_Bps=3e9, header_bytes=60.0, frame_bytes=9.0,
-                      frame_payload_bytes=16384.0, window_bytes=65535.0,
+                      frame_payload_bytes=16384.0, window_bytes=65535.0, answered_calls=True,
                       source="grpc.io benchmarking dashboard; RFC 7540; netperf TCP_RR; "
                              "ESnet fasterdata"),
     # RDMA verbs: ~0.5 us per end to post a work request and poll its completion (as the
@@ -197,7 +203,7 @@ def _value(key: str, value: Any) -> Any:
         if not isinstance(value, str):
             raise ValueError(f"custom transport: {key} must be a string, got {value!r}")
         return value
-    if key == "one_sided_pulls":
+    if key in ("one_sided_pulls", "answered_calls"):
         if not isinstance(value, bool):
             raise ValueError(f"custom transport: {key} must be true or false, got {value!r}")
         return value

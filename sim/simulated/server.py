@@ -131,6 +131,14 @@ class ParameterServer:
         return self._send(self.hosts[owners].tolist(), [host] * len(owners),
                           parts[owners].tolist(), sends)
 
+    def answer(self, host: int, owners: np.ndarray,
+               sends: list[int] | None = None) -> simpy.Event:
+        """The shards where ``owners`` is true answer a call from ``host`` with an empty
+        response (an RPC's: alpha on the wire, no bytes)."""
+        shards = np.flatnonzero(owners)
+        return self._send(self.hosts[shards].tolist(), [host] * len(shards),
+                          [0.0] * len(shards), sends)
+
     def _send(self, src: list[int], dst: list[int], nbytes: list[float],
               sends: list[int] | None) -> simpy.Event:
         """Messages src[i] -> dst[i] of nbytes[i] (one alone by the network's cheaper

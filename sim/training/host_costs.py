@@ -196,7 +196,8 @@ def cpu_costs(host: HostProfile, fabric: Any, transport: Any = None) -> CpuCosts
     stack_s = fabric.overhead_s if transport.overhead_s is None else transport.overhead_s
     stack_Bps = fabric.stack_Bps if transport.copy_Bps is None else transport.copy_Bps
     return CpuCosts(host, stack_s, stack_Bps, transport.rpc_s, transport.serialize_Bps,
-                    transport.deserialize_Bps, transport.one_sided_pulls, True)
+                    transport.deserialize_Bps, transport.one_sided_pulls, True,
+                    transport.answered_calls)
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,7 @@ class CpuCosts:
     deserialize_Bps: float = INF  # the receiver decoding them
     one_sided_pulls: bool = False  # a pull reads the servers' memory without their CPU
     transport_charged: bool = False  # the transport's costs are paid even on the ideal host
+    answered_calls: bool = False  # a push is a call: a handler takes it and answers at once
 
     def data_s(self, nbytes: float, rows: float = 0) -> float:
         """Gathering ``rows`` mini-batch rows of ``nbytes`` in all."""
@@ -262,6 +264,20 @@ class CpuCosts:
     def receive_s(self, nbytes: float) -> float:
         """Receiving one message of ``nbytes``: completing it and deserialising."""
         return self.message_s(nbytes) + nbytes / self.deserialize_Bps
+
+    def handled_s(self, nbytes: float) -> float:
+        """A call's handler taking a push of ``nbytes`` and sending its empty response (0
+        without answered calls)."""
+        if not self.answered_calls:
+            return 0.0
+        return self.message_s(nbytes) + self.send_s(0.0)
+
+    def unpacked_s(self, nbytes: float) -> float:
+        """A shard's main loop taking a push of ``nbytes``: the whole receipt, or, when a
+        handler took it (:meth:`handled_s`), its deserialisation only."""
+        if self.answered_calls:
+            return nbytes / self.deserialize_Bps
+        return self.receive_s(nbytes)
 
     def round_s(self, rnd: Any, endpoints: int,
                 itemsize: float = 1.0) -> tuple[np.ndarray, np.ndarray]:

@@ -11,12 +11,13 @@ What is measured, on this machine:
 
 * ping-pong: gRPC (grpcio, Python) over loopback between two processes. A server process
   (``python -m sim.real.calibration.transport_bench --serve``: a generic unary handler that
-  answers each request with its own bytes, no (de)serialiser) and this process, the client,
-  which sends ``bytes`` of each size and waits for the echo. The connection is warmed first
-  with round trips of the largest size (HTTP/2's BDP probing grows the flow-control window
-  from its initial 64 KiB; the first large messages wait on it), then the sizes are timed in
-  rounds, one round trip of each size a round (so a burst of other load touches every
-  size alike), and each size's median is kept.
+  hands each request to the main thread, which answers with the request's own bytes, as the
+  real parameter server's main loop answers its handlers; no (de)serialiser) and this
+  process, the client, which sends ``bytes`` of each size and waits for the echo. The
+  connection is warmed first with round trips of the largest size (HTTP/2's BDP probing
+  grows the flow-control window from its initial 64 KiB; the first large messages wait on
+  it), then the sizes are timed in rounds, one round trip of each size a round (so a burst
+  of other load touches every size alike), and each size's median is kept.
 * serialisation, in this process: a float64 array to bytes (``ndarray.tobytes``, what the
   sender encodes) and bytes to an array (``np.frombuffer(data, np.float64).copy()``, what
   the receiver decodes; copying into a preallocated array is timed too and kept in the
@@ -82,19 +83,35 @@ OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_leng
 
 def serve() -> int:
     """The echo server: binds 127.0.0.1 on a free port, prints the port on stdout, answers
-    every call of :data:`METHOD` with its request's bytes until stdin closes."""
+    every call of :data:`METHOD` with its request's bytes until stdin closes. As the real
+    parameter server's (:class:`sim.real.executors.ps_grpc.GrpcServerLink`), a call's
+    handler thread hands the request to the main thread and waits for its answer, so the
+    hand-over's thread switches are measured with the call."""
+    import queue
+    import threading
     from concurrent import futures
 
     import grpc
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1), options=OPTIONS)
+    arrivals: queue.Queue[tuple[bytes, queue.Queue[bytes]] | None] = queue.Queue()
+
+    def handle(request: bytes, _: Any) -> bytes:
+        slot: queue.Queue[bytes] = queue.Queue(maxsize=1)
+        arrivals.put((request, slot))
+        return slot.get()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), options=OPTIONS)
     service, _, method = METHOD.strip("/").partition("/")
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-        service, {method: grpc.unary_unary_rpc_method_handler(lambda request, _: request)}),))
+        service, {method: grpc.unary_unary_rpc_method_handler(handle)}),))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     print(port, flush=True)
-    sys.stdin.read()  # until the client closes our stdin (or exits)
+    # until the client closes our stdin (or exits)
+    threading.Thread(target=lambda: (sys.stdin.read(), arrivals.put(None)), daemon=True).start()
+    while (item := arrivals.get()) is not None:  # the main loop answers
+        request, slot = item
+        slot.put(request)
     server.stop(None)
     return 0
 

@@ -226,11 +226,47 @@ def push(ctx: Context, worker: Worker | Endpoint, nbytes: float,
     first = ctx.network.sent
     delivered = server.push(worker.host, nbytes, keys)
     facts.sends.extend(range(first, ctx.network.sent))  # the flows' ids on the trace
+    return (yield from taken(ctx, worker, delivered, costs.owners, costs.owned, costs.shard_s,
+                             overlapped, facts))
+
+
+def taken(ctx: Context, worker: Worker | Endpoint, delivered: simpy.Event,
+          owners: np.ndarray, owned: np.ndarray, shard_s: np.ndarray, overlapped: bool,
+          facts: Facts) -> Generator[simpy.Event, Any, simpy.Event | None]:
+    """``worker`` waits (``wire``) until the shards have its push (``owned`` bytes to each
+    of ``owners``), and, over a transport whose calls are answered, until their handlers
+    have taken it and their responses are in (:func:`answered`). Returns the event of the
+    shards having spent ``shard_s`` on it (None when that costs no CPU)."""
+    if ctx.cpu.answered_calls:
+        call = ctx.env.process(answered(ctx, worker, delivered, owners, owned, shard_s,
+                                        facts.sends))
+        applied = yield from block(ctx, worker.index, "wire", call, overlapped, facts)
+        yield from cpu(ctx, worker.index, "overhead",
+                       len(owned) * ctx.cpu.receive_s(0.0), overlapped)
+        return applied
     yield from block(ctx, worker.index, "wire", delivered, overlapped, facts)
-    if not costs.shards_busy:  # the servers would take no CPU: nothing to wait for
+    if not np.any(shard_s > 0):  # the servers would take no CPU: nothing to wait for
         return None
-    return server.process(costs.owners, costs.shard_s, worker.index, costs.owned,
-                          sends=facts.sends)
+    return ctx.server.process(owners, shard_s, worker.index, owned, sends=facts.sends)
+
+
+def answered(ctx: Context, worker: Worker | Endpoint, delivered: simpy.Event,
+             owners: np.ndarray, owned: np.ndarray, shard_s: np.ndarray,
+             sends: list[int]) -> Generator[simpy.Event, Any, simpy.Event | None]:
+    """A push as a call (gRPC's unary call): once delivered, each shard's handler takes it
+    and sends an empty response (on the shard's core, :meth:`CpuCosts.handled_s`); its main
+    loop then unpacks and applies it (``shard_s``, queued behind the handler) while the
+    responses travel. Returns the event of that work (None: no CPU) once the responses are
+    in."""
+    server = ctx.server
+    yield delivered
+    handled = server.process(owners, ctx.cpu.handled_s(owned), worker.index, owned,
+                             what="call", sends=sends)
+    if handled is not None:
+        yield handled
+    applied = server.process(owners, shard_s, what="push") if np.any(shard_s > 0) else None
+    yield server.answer(worker.host, owners, sends)
+    return applied
 
 
 def gradient_pushed(ctx: Context, worker: Worker, params: np.ndarray,
@@ -342,15 +378,13 @@ def push_rows(ctx: Context, worker: Worker, apply_s: Callable[[float], float],
                    float(costs.send_s(owned).sum() + moved.sum()), overlapped)
     facts = Facts("push", parts.nbytes)
     delivered = ctx.server.push_parts(worker.host, parts.request, facts.sends)
-    yield from block(ctx, worker.index, "wire", delivered, overlapped, facts)
     on_rows = moved if row_of(ctx.config).synchronous else np.array(
         [costs.table_step_s(b, r) for b, r in zip(row_bytes, rows, strict=True)])
     dense = ctx.traffic.dense_bytes[owners]
-    shard_s = np.array([costs.receive_s(p) + apply_s(d) for p, d in zip(owned, dense,
-                                                                       strict=True)]) + on_rows
-    if not np.any(shard_s > 0):
-        return None
-    return ctx.server.process(owners, shard_s, worker.index, owned, sends=facts.sends)
+    shard_s = np.array([costs.unpacked_s(p) + apply_s(d) for p, d in zip(owned, dense,
+                                                                        strict=True)]) + on_rows
+    return (yield from taken(ctx, worker, delivered, owners, owned, shard_s, overlapped,
+                             facts))
 
 
 class MessageCosts(NamedTuple):
@@ -383,7 +417,7 @@ def message_costs(ctx: Context, keys: tuple[float, float], nbytes: float,
     owners = parts > 0
     owned = parts[owners]
     if apply_s is not None:  # a push: the worker sends, each owner receives and applies
-        shard_s = np.array([costs.receive_s(p) + apply_s(p) for p in owned])
+        shard_s = np.array([costs.unpacked_s(p) + apply_s(p) for p in owned])
         worker_s = costs.send_s(owned)
     else:  # a pull: each owner answers (a one-sided read: none does), the worker receives
         shard_s = (np.zeros(len(owned)) if costs.one_sided_pulls
