@@ -53,7 +53,7 @@ class Cluster(Section):
         "mpi", "the software between ranks: mpi (the fabric's own stack), grpc, rdma "
         "(`python -m sim list transports`), `calibrated:PATH`, or a table {base, rpc_s, "
         "overhead_s, copy_Bps, serialize_Bps, deserialize_Bps, header_bytes, frame_bytes, "
-        "frame_payload_bytes, window_bytes, one_sided_pulls}")
+        "frame_payload_bytes, window_bytes, one_sided_pulls, answered_calls}")
     topology: str = doc("star", "star (one switch), leaf-spine / fat-tree, or ring")
     oversubscription: float = doc(1.0, "leaf-spine: leaf downlink / uplink capacity ratio",
                                   ge=1, allow_inf_nan=False)
