@@ -7,8 +7,9 @@
 # the fabric (`cluster.transport`, `python -m sim list transports`): gRPC pays a socket call
 # and its own work per message at each end, a kernel copy of every byte, serialisation on
 # the sender and deserialisation on the receiver, HTTP/2 frame headers on the wire and a
-# flow-control window; MPI drives the fabric's own stack; RDMA verbs post a work request,
-# copy nothing and read a pull's parameters without the server's CPU.
+# flow-control window, and a push is a call that waits for its response; MPI drives the
+# fabric's own stack; RDMA verbs post a work request, copy nothing and read a pull's
+# parameters without the server's CPU.
 #
 # `experiments/transports.toml`: 4 workers and a server, every rank paying this machine's
 # measured CPU costs (`cluster.host = "epyc-core"`); four message sizes (logistic regression,
@@ -118,12 +119,12 @@ rows.pivot_table(index=["strategy", "model", "transport"], columns="fabric",
 
 # %% [markdown]
 # Reading it (the full run, `QUICK = False`): over gRPC the step hardly depends on the
-# fabric. bsp-ps on the 2.1 MB MLP takes 15.5 ms a step on 100 GbE, RoCE and InfiniBand HDR
-# alike and 16.3 ms on 25 GbE; MPI takes 8.9 (25 GbE), 6.7 (100 GbE) and 3.5 ms (IB HDR);
+# fabric. bsp-ps on the 2.1 MB MLP takes 15.6 ms a step on 100 GbE, RoCE and InfiniBand HDR
+# alike and 16.4 ms on 25 GbE; MPI takes 8.9 (25 GbE), 6.7 (100 GbE) and 3.5 ms (IB HDR);
 # RDMA 3.9 ms on RoCE 100G. A 4 MiB window (what gRPC's BDP probing grows it to) takes gRPC
-# from 15.5 to 13.9 ms only: the server's core, receiving four pushes and answering four
+# from 15.6 to 14.0 ms only: the server's core, receiving four pushes and answering four
 # pulls of 2.1 MB a step at 1.1 ns a byte of copies and serialisation, sets the rest. The
-# workers' overhead share is the same on every fabric over gRPC (17-25%) and falls with the
+# workers' overhead share is the same on every fabric over gRPC (16-26%) and falls with the
 # fabric's stack under MPI (21% on 100 GbE to 9% on IB HDR for asp's large messages). RDMA's
 # one-sided pulls also take the server's core out of every asp pull: 0.69 ms against MPI's
 # 0.76 on IB HDR.
@@ -159,8 +160,8 @@ for strategy, group in rows[rows["model"].isin(SIZE)].groupby("strategy"):
 pd.DataFrame(found)
 
 # %% [markdown]
-# Reading it (the full run): against gRPC, RDMA saves 86-89% of the step at 520 bytes and
-# 50-78% at 2.1 MB: gRPC's 60 us a message is most of a small step. Against MPI over TCP at
+# Reading it (the full run): against gRPC, RDMA saves 90-92% of the step at 520 bytes and
+# 51-78% at 2.1 MB: gRPC's 60 us a message is most of a small step. Against MPI over TCP at
 # the same rate it saves 53-70% at 520 B, 20-53% at 137 KB and 8-46% at 2.1 MB: the saving
 # falls with size on 25 GbE, where the wire takes over (asp: 70%, 33%, 22%), and stays near
 # half on 100 GbE, where the kernel copies (0.4 ns a byte) stay larger than the wire (0.09).
