@@ -47,21 +47,23 @@ ROOT, EXPERIMENTS, RUNS = setup_notebook(NOTEBOOK, QUICK)
 # ## 1. Where does one message's time go?
 #
 # The closed form of one message alone on idle links through one switch
-# (`sim.plots.message_parts`), both ends summed, on this machine's measured host costs:
-# the calls (socket, gRPC, the host's framework), the copies of every byte, serialisation,
-# and the wire (alpha and the framed bytes at the link's rate or, when the window binds, at
-# window / RTT). gRPC and MPI over 100 GbE, RDMA over RoCE at the same rate:
+# (`sim.training.host_costs.message_parts`), both ends summed, on this machine's measured
+# host costs: the calls (socket, gRPC, the host's framework), the copies of every byte,
+# serialisation, and the wire (alpha and the framed bytes at the link's rate or, when the
+# window binds, at window / RTT). gRPC and MPI over 100 GbE, RDMA over RoCE at the same rate:
 
 # %%
 import pandas as pd  # noqa: E402
 
-from sim.plots import message_parts, plot_message_parts  # noqa: E402
+from sim.plots import plot_message_parts  # noqa: E402
+from sim.training.host_costs import message_parts  # noqa: E402
 
 HOST = "epyc-core"
 CASES = [("gRPC, 100 GbE", "grpc", "eth-100g"), ("MPI, 100 GbE", "mpi", "eth-100g"),
          ("RDMA, RoCE 100G", "rdma", "roce-100g")]
 SIZES = [2.0 ** k for k in range(3, 25)]
-show(plot_message_parts(CASES, SIZES, RUNS / "plots", host=HOST))
+show(plot_message_parts({label: [message_parts(transport, fabric, n, HOST) for n in SIZES]
+                         for label, transport, fabric in CASES}, SIZES, RUNS / "plots"))
 shares = []
 for label, transport, fabric in CASES:
     for size in (1e3, 64e3, 1e6):

@@ -405,7 +405,8 @@ def test_plot_runs_all_kinds(results: dict[str, Path], tmp_path: Path) -> None:
     assert_figures(paths, stems)
     assert set(plots.KINDS) == {"loss-time", "loss-updates", "staleness", "gantt", "breakdown",
                                 "scaling", "pipelining", "buckets", "checkpoint-interval",
-                                "schedule", "bubble", "memory-time", "placements"}
+                                "schedule", "bubble", "memory-time", "placements",
+                                "transports"}
 
 
 # ---- the sim-vs-real report ------------------------------------------------------------------

@@ -18,10 +18,10 @@ from sim.network.fabrics import get_fabric
 from sim.network.maxmin import fill
 from sim.network.standalone import build_network
 from sim.network.transports import REGISTRY, get_transport, save_transport
-from sim.plots.transport_figures import PARTS, message_parts, plot_transports, transport_rows
+from sim.plots.transport_figures import plot_message_parts, plot_transports, transport_rows
 from sim.simulated.engine import simulate
 from sim.training.checks import load_config
-from sim.training.host_costs import HOSTS, cpu_costs
+from sim.training.host_costs import HOSTS, PARTS, cpu_costs, message_parts
 
 GRPC = get_transport("grpc")
 WIDE = dataclasses.replace(GRPC, window_bytes=math.inf)  # gRPC without flow control
@@ -251,3 +251,8 @@ def test_a_transport_sweep_draws_a_figure_per_strategy(tmp_path):
         (t, k) for t in ("grpc", "rdma") for k in ("asp", "bsp-ps")}
     written = plot_transports(tmp_path / "s", tmp_path / "plots")
     assert {p.name for p in written} >= {"transports-asp.png", "transports-bsp-ps.png"}
+    sizes = [1e3, 1e6]
+    parts = {t: [message_parts(t, "eth-25g", n) for n in sizes] for t in ("grpc", "rdma")}
+    drawn = plot_message_parts(parts, sizes, tmp_path / "plots")
+    assert {p.name for p in drawn} == {"message-parts.png", "message-parts.svg",
+                                       "message-parts.pdf"}

@@ -27,7 +27,8 @@ confidence interval; a real run is dashed in its simulated twin's colour, on wal
   all-to-all): bytes per worker and step, step time per fabric and shard load against the
   ids' power-law exponent (from a sweep of ``embeddings.placement``)
 - :func:`plot_message_parts`: where one message's time goes under each transport (calls,
-  copies, serialisation, wire) against its size (closed form); :func:`plot_transports`: time
+  copies, serialisation, wire: :func:`sim.training.host_costs.message_parts`) against its
+  size; :func:`plot_transports`: time
   per update by model, transport and fabric (from a sweep of ``cluster.transport``)
 - :func:`plot_runs`: the kinds asked for (the ``plot`` command);
   :func:`plot_sweep`: a sweep's standard comparison figures into ``SWEEP/plots/``
@@ -76,7 +77,6 @@ from sim.plots.pipelining import (
 from sim.plots.scaling import plot_scaling, scaling_figure, sweeps_workers
 from sim.plots.transport_figures import (
     TRANSPORT,
-    message_parts,
     message_parts_figure,
     plot_message_parts,
     plot_transport_steps,
@@ -95,7 +95,7 @@ __all__ = ["KINDS", "PlotOptions", "placements_figure", "plot_placements", "bubb
            "plot_breakdown", "plot_buckets", "plot_gantt", "plot_loss_time",
            "plot_loss_updates", "plot_pipelining", "plot_runs", "plot_scaling",
            "plot_staleness", "plot_sweep", "run_labels", "scaling_figure",
-           "staleness_figure", "message_parts", "message_parts_figure", "plot_message_parts",
+           "staleness_figure", "message_parts_figure", "plot_message_parts",
            "plot_transport_steps", "plot_transports", "transport_rows",
            "transport_steps_figure"]
 

@@ -1,21 +1,17 @@
 """Transport figures: where one message's time goes, and what a transport does to a step.
 
-:func:`message_parts` is the closed form of one message alone on idle links under a
-transport (:mod:`sim.network.transports`), split into the parts a user can act on: the
-per-message calls at both ends (a socket call, gRPC's own work, the host's framework), the
-copies of every byte (the kernel's and the host's), serialisation and deserialisation, and
-the wire (alpha and the framed bytes at the link's rate or, when flow control binds, at
-window / RTT). :func:`message_parts_figure` draws those parts against message size, a panel
-per transport; :func:`transport_rows` and :func:`transport_steps_figure` read a sweep of
-``cluster.transport`` (``experiments/transports.toml``) for each step's time and the share
-of it spent in message overhead (CPU) and on the wire.
+:func:`message_parts_figure` draws the parts of one message's time
+(:func:`sim.training.host_costs.message_parts`: the calls at both ends, the copies of every
+byte, serialisation, the wire) against its size, a panel per transport (from those parts:
+figures take data, not the model). :func:`transport_rows` and :func:`transport_steps_figure`
+read a sweep of ``cluster.transport`` (``experiments/transports.toml``) for each step's time
+and the share of it spent in message overhead (CPU) and on the wire.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,46 +19,23 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from sim.errors import UserError
-from sim.network.fabrics import SWITCH_HOPS, Fabric, get_fabric
-from sim.network.transports import Transport, get_transport
 from sim.plots.style import colour, figure, save, time_unit
 from sim.results import Sweep
-from sim.training.host_costs import cpu_costs, load_host
 
-PARTS = ("calls", "copies", "serialisation", "wire")
 TRANSPORT = "cluster.transport"
 
 
-def message_parts(transport: str | Transport, fabric: str | Fabric, nbytes: float,
-                  host: str = "ideal") -> dict[str, float]:
-    """Seconds of one message of ``nbytes`` payload bytes alone on idle links through one
-    switch, both ends summed, by part (:data:`PARTS`). Their sum is the message's time:
-    the sender's CPU, then the wire, then the receiver's CPU. Raises ValueError for an
-    unknown transport, fabric or host."""
-    transport, fabric = get_transport(transport), get_fabric(fabric)
-    costs = cpu_costs(load_host(host), fabric, transport)
-    wire_fabric = dataclasses.replace(fabric, overhead_s=0.0) if costs.charged else fabric
-    rtt = transport.rtt_s(SWITCH_HOPS, fabric.latency_s, wire_fabric.overhead_s)
-    rate = min(fabric.bandwidth_Bps, transport.window_Bps(rtt))
-    h = costs.host
-    return {
-        "calls": 2 * (h.message_s + costs.stack_s + costs.rpc_s),
-        "copies": 2 * nbytes * (1 / h.message_Bps + 1 / costs.stack_Bps),
-        "serialisation": nbytes * (1 / costs.serialize_Bps + 1 / costs.deserialize_Bps),
-        "wire": wire_fabric.alpha_s() + transport.wire_bytes(float(nbytes)) / rate,
-    }
-
-
-def message_parts_figure(cases: Sequence[tuple[str, str | Transport, str | Fabric]],
-                         sizes: Sequence[float], host: str = "ideal") -> Figure:
-    """A panel per ``(label, transport, fabric)`` case: each part of one message's time
-    (stacked) against its size (log-log axes: the parts span decades)."""
+def message_parts_figure(cases: Mapping[str, Sequence[Mapping[str, float]]],
+                         sizes: Sequence[float]) -> Figure:
+    """A panel per case (label -> one message's parts at each of ``sizes``, seconds, as
+    :func:`sim.training.host_costs.message_parts` gives them): each part stacked against the
+    message's size (log-log axes: the parts span decades)."""
     with figure(4.2 * len(cases), 4.4) as fig:
         axes = np.atleast_1d(fig.subplots(1, len(cases), sharey=True))
-        for ax, (label, transport, fabric) in zip(axes, cases, strict=True):
-            parts = [message_parts(transport, fabric, n, host) for n in sizes]
+        names = list(next(iter(cases.values()))[0])  # the parts, in the model's order
+        for ax, (label, parts) in zip(axes, cases.items(), strict=True):
             below = np.zeros(len(sizes))
-            for i, part in enumerate(PARTS):
+            for i, part in enumerate(names):
                 values = np.array([p[part] for p in parts]) * 1e6
                 ax.fill_between(sizes, below, below + values, color=colour(i), alpha=0.85,
                                 label=part, linewidth=0)
@@ -71,16 +44,16 @@ def message_parts_figure(cases: Sequence[tuple[str, str | Transport, str | Fabri
                    title=label)
         axes[0].set_ylabel("time of one message, both ends (us)")
         handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside lower center", ncol=len(PARTS),
+        fig.legend(handles, labels, loc="outside lower center", ncol=len(names),
                    frameon=False)
     return fig
 
 
-def plot_message_parts(cases: Sequence[tuple[str, str | Transport, str | Fabric]],
+def plot_message_parts(cases: Mapping[str, Sequence[Mapping[str, float]]],
                        sizes: Sequence[float], out_dir: Path | str,
-                       stem: str = "message-parts", host: str = "ideal") -> list[Path]:
+                       stem: str = "message-parts") -> list[Path]:
     """:func:`message_parts_figure` saved as ``stem``.png/.svg/.pdf in ``out_dir``."""
-    return save(message_parts_figure(cases, sizes, host), Path(out_dir), stem)
+    return save(message_parts_figure(cases, sizes), Path(out_dir), stem)
 
 
 def _num(value: Any) -> float:

@@ -34,6 +34,7 @@ A host profile is a preset name or ``calibrated:PATH`` (JSON written by ``sim ca
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -42,6 +43,8 @@ from typing import Any
 import numpy as np
 
 from sim.calibrated import load_profile, write_profile
+from sim.network.fabrics import SWITCH_HOPS, Fabric, get_fabric
+from sim.network.transports import Transport, get_transport
 
 PROFILE_FORMAT = "sgd-lab.host-profile/1"
 
@@ -316,3 +319,26 @@ class CpuCosts:
         costs of its own); LogGP o is then paid on the CPU, so the wire must not charge it
         again."""
         return self.host is not HOSTS["ideal"] or self.transport_charged
+
+
+PARTS = ("calls", "copies", "serialisation", "wire")  # of one message, message_parts
+
+
+def message_parts(transport: str | Transport, fabric: str | Fabric, nbytes: float,
+                  host: str = "ideal") -> dict[str, float]:
+    """Seconds of one message of ``nbytes`` payload bytes alone on idle links through one
+    switch, both ends summed, by part (:data:`PARTS`). Their sum is the message's time:
+    the sender's CPU, then the wire, then the receiver's CPU. Raises ValueError for an
+    unknown transport, fabric or host."""
+    transport, fabric = get_transport(transport), get_fabric(fabric)
+    costs = cpu_costs(load_host(host), fabric, transport)
+    wire_fabric = dataclasses.replace(fabric, overhead_s=0.0) if costs.charged else fabric
+    rtt = transport.rtt_s(SWITCH_HOPS, fabric.latency_s, wire_fabric.overhead_s)
+    rate = min(fabric.bandwidth_Bps, transport.window_Bps(rtt))
+    h = costs.host
+    return {
+        "calls": 2 * (h.message_s + costs.stack_s + costs.rpc_s),
+        "copies": 2 * nbytes * (1 / h.message_Bps + 1 / costs.stack_Bps),
+        "serialisation": nbytes * (1 / costs.serialize_Bps + 1 / costs.deserialize_Bps),
+        "wire": wire_fabric.alpha_s() + transport.wire_bytes(float(nbytes)) / rate,
+    }
