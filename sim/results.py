@@ -30,6 +30,13 @@ RESULTS = "results.csv"  # what makes a directory a sweep directory
 _WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\((.*)\)$")  # e.g. np.float64(0.5)
 
 
+def numeric(value: Any) -> float:
+    """A parsed results.csv value as a float: a number as itself, anything else (blank,
+    text, a flag) NaN."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else math.nan
+
+
 def number(text: str | None) -> float:
     """A CSV cell as a float: blank -> NaN; tolerates ``np.float64(x)`` reprs."""
     if text is None:

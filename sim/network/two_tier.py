@@ -34,6 +34,7 @@ class TwoTierNetwork:
     def __init__(self, outside: Any, inside: Any, machine: np.ndarray) -> None:
         self.outside, self.inside = outside, inside
         self.env, self.fabric, self.topology = outside.env, outside.fabric, outside.topology
+        self.transport = outside.transport
         self.model = outside.model
         self.host_link = inside.fabric
         self.machine = np.asarray(machine, np.int64)

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from sim.errors import UserError
 from sim.plots.style import colour, figure, save, time_unit
-from sim.results import RESULTS, Run, Sweep
+from sim.results import RESULTS, Run, Sweep, numeric
 
 PLACEMENT = "embeddings.placement"
 _KEYS = {"placement": PLACEMENT, "sharding": "embeddings.sharding",
@@ -45,11 +45,6 @@ def _value(row: dict[str, Any], run: Run | None, key: str) -> Any:
     return value
 
 
-def _num(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        else math.nan
-
-
 def placement_rows(sweep_dir: Path | str) -> list[dict[str, Any]]:
     """One row per finished wide-deep run: layout, placement, sharding, cache_rows,
     sparse_allreduce, zipf, fabric, step_s (simulated s per update), bytes_per_step (a
@@ -59,26 +54,27 @@ def placement_rows(sweep_dir: Path | str) -> list[dict[str, Any]]:
     sweep = Sweep(Path(sweep_dir))
     rows = []
     for row in sweep.rows:
-        pulled, pushed = _num(row.get("pull_bytes_per_step")), _num(row.get("push_bytes_per_step"))
+        pulled = numeric(row.get("pull_bytes_per_step"))
+        pushed = numeric(row.get("push_bytes_per_step"))
         if not math.isfinite(pulled + pushed):
             continue
         run = Run(sweep.path / "runs" / str(row["run"]))
         values = {name: _value(row, run, key) for name, key in _KEYS.items()}
-        iterations = _num(row.get("iterations"))
+        iterations = numeric(row.get("iterations"))
         rows.append({"run": str(row["run"]),
                      "layout": layout_name(values["placement"], values["sharding"],
                                            int(values["cache_rows"] or 0),
                                            bool(values["sparse_allreduce"])),
                      **values,
-                     "step_s": _num(row.get("sim_time_s")) / iterations if iterations else
+                     "step_s": numeric(row.get("sim_time_s")) / iterations if iterations else
                      math.nan,
                      "bytes_per_step": pulled + pushed, "pull_bytes_per_step": pulled,
                      "push_bytes_per_step": pushed,
-                     "shard_load_max_over_mean": _num(row.get("shard_load_max_over_mean")),
-                     "cache_hit_rate": _num(row.get("cache_hit_rate")),
-                     "unique_ids_per_step": _num(row.get("unique_ids_per_step")),
-                     "time_to_target_s": _num(row.get("time_to_target_s")),
-                     "final_loss": _num(row.get("final_loss"))})
+                     "shard_load_max_over_mean": numeric(row.get("shard_load_max_over_mean")),
+                     "cache_hit_rate": numeric(row.get("cache_hit_rate")),
+                     "unique_ids_per_step": numeric(row.get("unique_ids_per_step")),
+                     "time_to_target_s": numeric(row.get("time_to_target_s")),
+                     "final_loss": numeric(row.get("final_loss"))})
     if not rows:
         raise UserError(f"{sweep.path / RESULTS}: no run reports pull_bytes_per_step (runs of "
                         "a model with embedding tables, workload.model = \"wide-deep\", do)")

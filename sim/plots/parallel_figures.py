@@ -28,7 +28,7 @@ from matplotlib.patches import Patch
 
 from sim.errors import UserError
 from sim.plots.style import colour, figure, save, time_unit
-from sim.results import RESULTS, Run, Sweep, as_runs, read_json
+from sim.results import RESULTS, Run, Sweep, as_runs, numeric, read_json
 
 PIPELINE, MICRO, SCHEDULE = "parallel.pipeline", "parallel.microbatches", "parallel.schedule"
 TENSOR, REPLICAS = "parallel.tensor", "cluster.workers"
@@ -40,11 +40,6 @@ SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
 def closed_form(p: int, m: int) -> float:
     """The bubble of p balanced stages and m microbatches: (p - 1)/(m + p - 1)."""
     return (p - 1) / (m + p - 1)
-
-
-def _num(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        else math.nan
 
 
 def _config(row: dict[str, Any], sweep: Sweep, key: str) -> Any:
@@ -64,14 +59,14 @@ def bubble_rows(sweep_dir: Path | str) -> list[dict[str, Any]]:
     sweep = Sweep(Path(sweep_dir))
     rows = []
     for row in sweep.rows:
-        bubble = _num(row.get("bubble_fraction"))
+        bubble = numeric(row.get("bubble_fraction"))
         if not math.isfinite(bubble):
             continue
         p, m = int(_config(row, sweep, PIPELINE)), int(_config(row, sweep, MICRO))
         rows.append({"run": str(row["run"]), "pipeline": p, "microbatches": m,
                      "schedule": str(_config(row, sweep, SCHEDULE)),
                      "bubble_fraction": bubble, "closed_form": closed_form(p, m),
-                     "peak_memory_bytes": _num(row.get("peak_memory_bytes"))})
+                     "peak_memory_bytes": numeric(row.get("peak_memory_bytes"))})
     if not rows:
         raise UserError(f"{sweep.path / RESULTS}: no run reports bubble_fraction "
                         "(runs with [parallel] pipeline stages do)")
@@ -231,9 +226,9 @@ def layout_rows(sweep_dir: Path | str) -> list[dict[str, Any]]:
     sweep = Sweep(Path(sweep_dir))
     rows = []
     for row in sweep.rows:
-        peak = _num(row.get("peak_memory_bytes"))
-        device = _num(row.get("device_memory_bytes"))
-        rate = _num(row.get("samples_per_s"))
+        peak = numeric(row.get("peak_memory_bytes"))
+        device = numeric(row.get("device_memory_bytes"))
+        rate = numeric(row.get("samples_per_s"))
         if not (math.isfinite(rate) and rate > 0):
             continue
         fits = row.get("memory_fits")

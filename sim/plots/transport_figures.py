@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from sim.errors import UserError
 from sim.plots.style import colour, figure, save, time_unit
-from sim.results import Sweep
+from sim.results import Sweep, numeric
 
 TRANSPORT = "cluster.transport"
 
@@ -56,13 +56,6 @@ def plot_message_parts(cases: Mapping[str, Sequence[Mapping[str, float]]],
     return save(message_parts_figure(cases, sizes), Path(out_dir), stem)
 
 
-def _num(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def transport_rows(sweep_dir: Path | str) -> list[dict[str, Any]]:
     """One row per finished run of a sweep over ``cluster.transport``: run, transport (its
     name), fabric, strategy, model (and hidden layers), step_s (simulated s per update),
@@ -72,10 +65,10 @@ def transport_rows(sweep_dir: Path | str) -> list[dict[str, Any]]:
     rows = []
     for row in sweep.rows:
         transport = row.get("transport")
-        iterations = _num(row.get("iterations"))
+        iterations = numeric(row.get("iterations"))
         if not transport or not iterations:
             continue
-        busy = sum(_num(row.get(f"{k}_s")) for k in ("compute", "data", "update", "overhead",
+        busy = sum(numeric(row.get(f"{k}_s")) for k in ("compute", "data", "update", "overhead",
                                                         "wire", "wait"))
         model = str(row.get("workload.model", ""))
         hidden = row.get("workload.hidden")
@@ -83,9 +76,9 @@ def transport_rows(sweep_dir: Path | str) -> list[dict[str, Any]]:
                      "fabric": str(row.get("fabric") or row.get("cluster.fabric")),
                      "strategy": str(row.get("strategy") or row.get("strategy.kind")),
                      "model": model if model != "mlp" or not hidden else f"mlp {hidden}",
-                     "step_s": _num(row.get("sim_time_s")) / iterations,
-                     "overhead_share": _num(row.get("overhead_s")) / busy if busy else math.nan,
-                     "wire_share": _num(row.get("wire_s")) / busy if busy else math.nan})
+                     "step_s": numeric(row.get("sim_time_s")) / iterations,
+                     "overhead_share": numeric(row.get("overhead_s")) / busy if busy else math.nan,
+                     "wire_share": numeric(row.get("wire_s")) / busy if busy else math.nan})
     if not rows:
         raise UserError(f"{sweep_dir}: no run records its transport (a sweep of "
                         "cluster.transport, e.g. experiments/transports.toml)")
