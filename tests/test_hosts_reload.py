@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import simpy
 
-from sim.real.calibration.reload_bench import fit_reload
+from sim.real.calibration.reload_bench import fit_reload, fit_spin_base
 from sim.simulated.hosts import Hosts
 from sim.training.host_costs import HOSTS, HostProfile
 
@@ -163,6 +163,7 @@ def test_the_fit_ignores_points_without_a_measurable_slowdown():
     ({"reload_s": 1e-4, "reload_tau_s": 0.0}, "reload_tau_s must be > 0"),
     ({"reload_tau_s": math.nan}, "reload_tau_s must be >= 0"),
     ({"reload_base_s": -1e-6}, "reload_base_s must be >= 0"),
+    ({"reload_spin_base_s": -1e-6}, "reload_spin_base_s must be >= 0"),
 ])
 def test_a_profile_with_a_bad_reload_is_refused_naming_the_field(fields, message):
     with pytest.raises(ValueError, match=message):
@@ -211,3 +212,55 @@ def test_a_spin_after_a_gap_stops_it_growing_but_the_next_task_still_pays_it():
         yield from hosts.wait(0, env.timeout(5e-3))
 
     assert second_task_s(hosts, sleep_then_spin) == pytest.approx(100e-6 + reload(1e-3))
+
+
+SPIN_BASE = 12e-6
+
+
+@pytest.mark.parametrize("gap", [50e-6, 2e-3, 10e-3])
+def test_with_a_measured_spin_base_a_spin_is_a_gap_that_pays_it_and_the_curve(gap):
+    """A profile that measured the spin's reload: work after spinning ``gap`` takes
+    spin_base + R (1 - exp(-gap / tau)) longer (not the sleep's base)."""
+    env = simpy.Environment()
+    hosts = hosts_for(env, 1, 1, spin=True, reload_base_s=30e-6,
+                      reload_spin_base_s=SPIN_BASE)
+
+    def spin():
+        yield from hosts.wait(0, env.timeout(gap))
+
+    assert second_task_s(hosts, spin) == pytest.approx(100e-6 + SPIN_BASE + reload(gap))
+
+
+def test_with_a_spin_base_a_sleep_then_a_spin_pays_the_sleep_s_base_over_the_whole_gap():
+    """Sleep 1 ms, spin 5 ms: the gap is 6 ms, and it had a sleep (the wake-up's base)."""
+    env = simpy.Environment()
+    hosts = hosts_for(env, 1, 1, spin=True, reload_base_s=30e-6,
+                      reload_spin_base_s=SPIN_BASE)
+
+    def sleep_then_spin():
+        yield from hosts.sleep(0, 1e-3)
+        yield from hosts.wait(0, env.timeout(5e-3))
+
+    assert second_task_s(hosts, sleep_then_spin) == pytest.approx(
+        100e-6 + 30e-6 + reload(6e-3))
+
+
+def test_with_a_spin_base_a_napping_waiter_s_spin_and_nap_both_count():
+    """A sleeping waiter spins 50 us, then naps: the whole 2 ms wait is the gap."""
+    env = simpy.Environment()
+    hosts = hosts_for(env, 1, 1, spin=False, poll_spin_s=50e-6, poll_s=1e-6,
+                      reload_spin_base_s=SPIN_BASE)
+    took = second_task_s(hosts, lambda: hosts.wait(0, env.timeout(2e-3)))
+    assert took == pytest.approx(100e-6 + reload(2e-3), abs=1e-6)
+
+
+def test_the_spin_base_is_the_median_of_the_spins_extra_less_the_curve():
+    gaps = [100e-6, 1e-3, 5e-3]
+    fitted = fit_reload(gaps, [reload(g) for g in gaps])
+    spun = [SPIN_BASE + reload(g) for g in gaps]
+    spun[1] += 40e-6  # one noisy point moves a median of three but little
+    base = fit_spin_base(gaps, spun, fitted)
+    assert base["reload_spin_base_s"] == pytest.approx(SPIN_BASE, abs=0.5e-6)
+    assert base["spin_max_error"] == pytest.approx(40e-6 / spun[1], rel=0.05)
+    assert fit_spin_base(gaps, [0.5 * reload(g) for g in gaps], fitted)[
+        "reload_spin_base_s"] == 0.0  # less than the curve: no negative base

@@ -14,6 +14,7 @@ from sim.real.calibration.host import (
     fit,
     fit_gather,
 )
+from sim.real.calibration.serve_bench import line
 from sim.training.host_costs import HostProfile, load_host
 
 pytest.importorskip("mpi4py")
@@ -37,7 +38,7 @@ def test_calibrate_host_writes_a_profile_load_host_reads_with_every_fit_error(tm
         assert all({"bytes", "seconds", "error"} <= set(s) for s in f["samples"])
     assert set(data["measured_through"]) == {"copy", "update", "reduce", "message", "step",
                                              "poll", "rendezvous", "share", "reload",
-                                             "table", "table_step", "unique"}
+                                             "table", "table_step", "unique", "serving"}
     assert profile.notice_s >= 0 and profile.rendezvous_s >= 0
     noticed = data["rendezvous"]["noticed_s"]  # per level of ranks, per message size
     assert len(noticed) == 3 and all(len(n) == 2 and min(n) > 0 for n in noticed)
@@ -51,7 +52,18 @@ def test_calibrate_host_writes_a_profile_load_host_reads_with_every_fit_error(tm
     assert len(reload["gaps_s"]) == len(reload["extra_s"]) >= 3 and reload["warm_s"] > 0
     assert profile.reload_s == reload["reload_s"] >= 0
     assert profile.reload_s == 0 or profile.reload_tau_s > 0
+    assert len(reload["spin_extra_s"]) == len(reload["gaps_s"])  # the same gaps, spun
+    assert profile.reload_spin_base_s == reload["reload_spin_base_s"] >= 0
+    assert any(line.strip().startswith("reload_spin") and "fit error" in line
+               for line in lines)
     assert any(line.strip().startswith("reload") and "fit error" in line for line in lines)
+    serving = data["serving"]  # the server's own code: asp and bsp-ps rounds, 1-4 workers
+    assert [(p["kind"], p["workers"]) for p in serving["points"]] == [
+        (k, n) for k in ("asp", "bsp-ps") for n in (1, 2, 4)]
+    assert all(p["round_s"] > 0 for p in serving["points"]) and len(serving["pulls_s"]) == 6
+    for name in ("serve_apply_s", "serve_push_s", "serve_step_s", "serve_pull_s"):
+        assert getattr(profile, name) == serving[name] >= 0
+    assert any(line.strip().startswith("serve") and "fit error" in line for line in lines)
     assert profile.poll_s >= 20e-6 and profile.poll_spin_s == 50e-6  # a nap takes what it asks
     assert data["step"]["step_s"] == pytest.approx(profile.step_s)
     assert lines[-1] == f'  cluster.host = "calibrated:{path}"'
@@ -75,6 +87,14 @@ def test_the_eager_limit_is_the_last_size_before_the_ping_pong_steps_up():
     half_rtt[3] = 9e-6  # one slow sample far from the step makes none
     assert eager_limit(sizes, half_rtt) == 7168
     assert eager_limit(sizes, [3.5e-6 + 0.05e-6 * k for k in range(16)]) == float("inf")
+
+
+def test_the_serving_line_recovers_a_slope_and_an_intercept_both_non_negative():
+    assert line([(1, 3e-6 + 70e-6), (2, 6e-6 + 70e-6), (4, 12e-6 + 70e-6)]) == \
+        pytest.approx((3e-6, 70e-6))
+    assert line([(1, 80e-6), (2, 70e-6), (4, 60e-6)]) == pytest.approx((0.0, 70e-6))
+    slope, intercept = line([(1, 1e-6), (2, 10e-6), (4, 30e-6)])  # falls below 0 at n = 0
+    assert intercept == 0.0 and slope == pytest.approx((10e-6 * 2 + 30e-6 * 4 + 1e-6) / 21)
 
 
 def test_fit_recovers_a_line_and_busy_cpus_are_warned_about():

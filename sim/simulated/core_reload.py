@@ -9,11 +9,17 @@ line survives a stretch t of foreign use with probability exp(-t / tau), refetch
 ``reload_s`` x (1 - exp(-t / tau)); any gap at all costs ``base_s`` more (what the first
 foreign code displaces at once: TLBs, branch predictors, the first level of cache).
 
-A rank is working, spinning (a spinning wait keeps its core, and its own caches), or idle.
-An idle rank's gap grows with the share of the host's cores that something foreign may use:
-with c cores of which k hold spinning ranks (whose tight polling loops displace almost
-nothing), at (c - k) / c per second. The reload is charged to the rank's next task, for
-all the gap since its last task.
+A rank is working, spinning, or idle. An idle rank's gap grows with the share of the host's
+cores that something foreign may use: with c cores of which k hold spinning ranks (whose
+tight polling loops displace little of each other's lines), at (c - k) / c per second. The
+reload is charged to the rank's next task, for all the gap since its last task.
+
+A spinning rank keeps its core, but not all its cache: on a virtual machine the physical
+core and its caches also serve other tenants, whatever the guest runs. Where the profile
+measured it (``spin_base_s`` not None), a spinning rank's gap grows at 1 per second and its
+next task pays ``spin_base_s`` (what the polling loop itself displaces) instead of
+``base_s`` (a sleep's wake-up) when it did not sleep; with ``spin_base_s`` None a spin is no
+gap (profiles from before it was measured).
 """
 
 from __future__ import annotations
@@ -31,9 +37,10 @@ class Reload:
     pending reload (``rank_hosts[r]``: rank r's host of ``cores`` cores)."""
 
     def __init__(self, env: simpy.Environment, rank_hosts: Sequence[int], cores: int,
-                 reload_s: float, tau_s: float, base_s: float = 0.0) -> None:
+                 reload_s: float, tau_s: float, base_s: float = 0.0,
+                 spin_base_s: float | None = None) -> None:
         self.env, self.reload_s, self.tau_s, self.cores = env, reload_s, tau_s, cores
-        self.base_s = base_s
+        self.base_s, self.spin_base_s = base_s, spin_base_s
         self.rank_hosts = list(rank_hosts)
         hosts = set(self.rank_hosts)
         self.spinning = dict.fromkeys(hosts, 0)  # spinning ranks, per host
@@ -44,6 +51,8 @@ class Reload:
         self.mark = [0.0] * ranks  # the host's area when the rank went idle
         self.gap = [0.0] * ranks  # area of the rank's gaps since its last task
         self.pending: list[object | None] = [None] * ranks  # a release still to come
+        self.spun_from = [0.0] * ranks  # when the rank began to spin
+        self.slept = [False] * ranks  # whether its gap since its last task has a sleep
 
     def _area(self, host: int) -> float:
         """The share of the host's cores open to foreign use, integrated up to now (s)."""
@@ -61,8 +70,14 @@ class Reload:
             self.spinning[host] += 1 if state == SPINNING else -1
         if old == IDLE:
             self.gap[rank] += area - self.mark[rank]
+            self.slept[rank] = True
         elif state == IDLE:
             self.mark[rank] = area
+        if self.spin_base_s is not None:  # a spin is a gap too, at 1 per second
+            if old == SPINNING:
+                self.gap[rank] += self.env.now - self.spun_from[rank]
+            elif state == SPINNING:
+                self.spun_from[rank] = self.env.now
         self.state[rank] = state
 
     def spin(self, rank: int) -> None:
@@ -92,7 +107,9 @@ class Reload:
         self.pending[rank] = None
         self._set(rank, WORKING)
         gap, self.gap[rank] = self.gap[rank], 0.0
+        slept, self.slept[rank] = self.slept[rank], False
         if gap <= 1e-12:  # none (rounding of areas taken at one instant)
             return 0.0
-        return self.base_s - (self.reload_s * math.expm1(-gap / self.tau_s) if self.reload_s
-                              else 0.0)
+        base = self.base_s if slept or self.spin_base_s is None else self.spin_base_s
+        return base - (self.reload_s * math.expm1(-gap / self.tau_s) if self.reload_s
+                       else 0.0)

@@ -46,7 +46,7 @@ class Hosts:
         self.env, self.slice_s = env, costs.slice_s
         # what gaps in ranks' CPU activity cost their next task (None: nothing)
         self.reloads = (Reload(env, rank_hosts, cores, costs.reload_s, costs.reload_tau_s,
-                               costs.reload_base_s)
+                               costs.reload_base_s, costs.reload_spin_base_s)
                         if costs.reload_s > 0 or costs.reload_base_s > 0 else None)
         self.poll_spin_s, self.poll_s = costs.poll_spin_s, costs.poll_s
         self.notice_base_s, self.notice_s = costs.notice_base_s, costs.notice_s

@@ -92,6 +92,10 @@ class HostProfile:
     reload_tau_s: float = 0.0
     reload_base_s: float = 0.0
     rendezvous_base_s: float = 0.0  # see rendezvous_s; fitted to real runs (--fit-on)
+    # a spinning wait is a gap too (a VM's physical core serves other tenants meanwhile):
+    # the first work after one takes reload_spin_base_s + reload_s x (1 - exp(-t /
+    # reload_tau_s)) longer, measured; None: a spin is no gap (not measured)
+    reload_spin_base_s: float | None = None
     # an embedding table's rows gathered into or scattered out of a message by index
     # (table_*), and a sparse step of rows: the mean of the pushes' rows and the rows'
     # optimizer step (table_step_*), each constant + rows x row + bytes / rate, measured
@@ -109,6 +113,14 @@ class HostProfile:
     # not measured, not charged
     unique_call_s: float | None = None
     unique_id_s: float | None = None
+    # a parameter server's own code (its rules' bookkeeping and log, Python around its
+    # kernels) per push it applies at once (asp, ssp), per push it keeps for a synchronous
+    # step (bsp-ps, backup), per step it closes and per pull it answers; measured through
+    # the real runner's ServerProtocol (sim.real.calibration.serve_bench); 0: not measured
+    serve_apply_s: float = 0.0
+    serve_push_s: float = 0.0
+    serve_step_s: float = 0.0
+    serve_pull_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("copy_Bps", "update_Bps", "reduce_Bps", "slice_s", "message_Bps",
@@ -119,13 +131,14 @@ class HostProfile:
         for name in ("message_s", "step_s", "poll_spin_s", "poll_s", "copy_call_s",
                      "copy_row_s", "update_call_s", "reduce_call_s", "notice_s",
                      "rendezvous_s", "spin_share", "nap_share", "notice_base_s",
-                     "reload_s", "reload_tau_s", "reload_base_s", "rendezvous_base_s"):
+                     "reload_s", "reload_tau_s", "reload_base_s", "rendezvous_base_s",
+                     "serve_apply_s", "serve_push_s", "serve_step_s", "serve_pull_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "
                                  f"got {value}")
         for name in ("table_call_s", "table_row_s", "table_step_call_s", "table_step_row_s",
-                     "unique_call_s", "unique_id_s"):
+                     "unique_call_s", "unique_id_s", "reload_spin_base_s"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "
@@ -154,18 +167,22 @@ HOSTS: dict[str, HostProfile] = {
                              slice_s=3e-3, poll_spin_s=50e-6, poll_s=41e-6,
                              message_Bps=15.9e9, copy_call_s=1.6e-6, copy_row_s=0.25e-6,
                              update_call_s=5.9e-6, reduce_call_s=1.8e-6,
+                             serve_apply_s=11.1e-6, serve_push_s=1.8e-6,
+                             serve_step_s=69.4e-6, serve_pull_s=10.7e-6,
                              source="measured here (sim calibrate, 2026-11-23, 2-core EPYC "
-                                    "VM)"),
+                                    "VM; the serve_* costs 2026-11-27)"),
 }
 
 
 # fields a profile may leave out (written by later versions of `sim calibrate`)
 OPTIONAL = ("table_call_s", "table_row_s", "table_Bps", "table_step_call_s",
             "table_step_row_s", "table_step_Bps", "unique_call_s", "unique_id_s",
-            "rendezvous_base_s")
+            "rendezvous_base_s", "serve_apply_s", "serve_push_s", "serve_step_s",
+            "serve_pull_s", "reload_spin_base_s")
 
 # what `sim calibrate` records beside the fields: fits, samples and how they were measured
-MEASUREMENTS = {"fits", "step", "poll", "rendezvous", "share", "reload", "measured_through",
+MEASUREMENTS = {"fits", "step", "poll", "rendezvous", "share", "reload", "serving",
+                "measured_through",
                 "load_average", "cpu_fraction", "fabric_overhead_s", "fabric_Bps", "quick",
                 "concurrency"}
 
@@ -253,6 +270,21 @@ class CpuCosts:
     def reduce_s(self, nbytes: float) -> float:
         """Summing ``nbytes`` of gradient into an accumulator (gamma * n, plus the call)."""
         return self.host.reduce_call_s + nbytes / self.host.reduce_Bps
+
+    def applied_push_s(self, nbytes: float) -> float:
+        """A server applying a push of ``nbytes`` at once (asp, ssp): its rules' code and
+        the SGD step."""
+        return self.host.serve_apply_s + self.update_s(nbytes)
+
+    def kept_push_s(self, nbytes: float) -> float:
+        """A server keeping a push of ``nbytes`` for a synchronous step: its rules' code
+        and the sum into the step."""
+        return self.host.serve_push_s + self.reduce_s(nbytes)
+
+    def closed_step_s(self, nbytes: float) -> float:
+        """A server closing a synchronous step over ``nbytes`` of parameters: its rules'
+        code, the mean's pass and the SGD step."""
+        return self.host.serve_step_s + self.reduce_s(nbytes) + self.update_s(nbytes)
 
     def message_s(self, nbytes: float) -> float:
         """What both ends of one message of ``nbytes`` pay, each (:meth:`send_s` and

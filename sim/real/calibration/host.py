@@ -30,6 +30,9 @@ Each cost is measured through the real runner's own code path, over several size
 * reload: a step's host work warm and right after sleeps of 0.1-20 ms
   (:mod:`sim.real.calibration.reload_bench`): ``reload_base_s``, ``reload_s`` and
   ``reload_tau_s``.
+* serving: the real server's rules, store and log per push, step and pull, beyond their
+  kernels (:mod:`sim.real.calibration.serve_bench`): ``serve_apply_s``, ``serve_push_s``,
+  ``serve_step_s`` and ``serve_pull_s``.
 
 ``slice_s`` (the scheduler's time slice when ranks share a core) is not measured: 3 ms.
 The profile keeps every fit's parameters, its errors and the raw samples.
@@ -49,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from sim.real.calibration.reload_bench import FEATURES, measure_reload
+from sim.real.calibration.serve_bench import measure_serving
 from sim.training.host_costs import HostProfile, save_host_profile
 
 SLICE_S = 3e-3  # not measured (see sim.training.host_costs's epyc-core preset)
@@ -499,10 +503,12 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
     m = measure_host(quick, wait, concurrency)
     profile = host_profile(m, fabric_overhead_s, fabric_Bps)
     lines = [summary_line(profile, fabric_overhead_s), *fit_lines(m["fits"]),
-             *step_and_wait_lines(profile, m), *reload_lines(profile, m["reload"])]
+             *step_and_wait_lines(profile, m), *reload_lines(profile, m["reload"]),
+             serving_line(m["serving"])]
     warnings = busy_warning(load, m["cpu_s"], m["wall_s"]) + fit_warnings(m)
     save_host_profile(path, profile, fits=m["fits"], step=m["step"], poll=m["poll"],
                       rendezvous=m["rendezvous"], share=m["share"], reload=m["reload"],
+                      serving=m["serving"],
                       measured_through=measured_through(concurrency, m["reload"]),
                       load_average=load,
                       cpu_fraction=m["cpu_s"] / m["wall_s"] if m["wall_s"] else None,
@@ -527,6 +533,7 @@ def measure_host(quick: bool, wait: str, concurrency: int) -> dict[str, Any]:
     measured["rendezvous"] = measure_rendezvous(quick)
     measured["share"] = measure_wait_share(quick)
     measured["reload"] = measure_reload(quick)
+    measured["serving"] = measure_serving(fits, quick)
     return measured
 
 
@@ -561,6 +568,7 @@ def host_profile(m: dict[str, Any], fabric_overhead_s: float,
         reload_s=reload["reload_s"],
         reload_tau_s=reload["reload_tau_s"],
         reload_base_s=reload["reload_base_s"],
+        reload_spin_base_s=reload["reload_spin_base_s"],
         table_call_s=fits["table"]["constant_s"],
         table_row_s=fits["table"]["row_s"],
         table_Bps=fits["table"]["rate_Bps"],
@@ -568,7 +576,11 @@ def host_profile(m: dict[str, Any], fabric_overhead_s: float,
         table_step_row_s=fits["table_step"]["row_s"],
         table_step_Bps=fits["table_step"]["rate_Bps"],
         unique_call_s=fits["unique"]["constant_s"],
-        unique_id_s=1.0 / fits["unique"]["rate_Bps"])
+        unique_id_s=1.0 / fits["unique"]["rate_Bps"],
+        serve_apply_s=m["serving"]["serve_apply_s"],
+        serve_push_s=m["serving"]["serve_push_s"],
+        serve_step_s=m["serving"]["serve_step_s"],
+        serve_pull_s=m["serving"]["serve_pull_s"])
 
 
 def measured_through(concurrency: int, reload: dict[str, Any]) -> dict[str, str]:
@@ -614,7 +626,13 @@ def measured_through(concurrency: int, reload: dict[str, Any]) -> dict[str, str]
                   f"regression, {FEATURES} features), warm and right after sleeps of "
                   f"{', '.join(f'{g * 1e3:g}' for g in reload['gaps_s'])} ms; the median "
                   f"extra time fitted as reload_base_s + reload_s x (1 - exp(-gap / "
-                  f"reload_tau_s))"}
+                  f"reload_tau_s)); and right after spinning as long (a loop polling the "
+                  f"clock): reload_spin_base_s, the median extra less that curve",
+        "serving": "sim.real.calibration.serve_bench: sim.real.executors.ps.ServerProtocol "
+                   "(the real server's rules, store and log, no MPI) of asp and bsp-ps with "
+                   "1, 2 and 4 workers, rounds of a push from every worker and their pulls, "
+                   "median; less the kernels the simulator charges (update, reduce, copy "
+                   "fits)"}
 
 
 def summary_line(profile: HostProfile, fabric_overhead_s: float) -> str:
@@ -679,7 +697,21 @@ def reload_lines(profile: HostProfile, reload: dict[str, Any]) -> list[str]:
             "measured " + ", ".join(
                 f"{g * 1e3:g} ms: {e * 1e6:+.0f} us" for g, e in zip(
                     reload["gaps_s"], reload["extra_s"], strict=True))
-            + f", fit error max {reload['max_error']:.1%}"]
+            + f", fit error max {reload['max_error']:.1%}",
+            f"  reload_spin {profile.reload_spin_base_s * 1e6:5.2f} us + the same curve "
+            "after spinning as long: measured " + ", ".join(
+                f"{g * 1e3:g} ms: {e * 1e6:+.0f} us" for g, e in zip(
+                    reload["gaps_s"], reload["spin_extra_s"], strict=True))
+            + f", fit error max {reload['spin_max_error']:.1%}"]
+
+
+def serving_line(serving: dict[str, Any]) -> str:
+    """A parameter server's own code per push, step and pull, and the fit's error."""
+    return (f"  serve    {serving['serve_apply_s'] * 1e6:8.2f} us a push applied (asp), "
+            f"{serving['serve_push_s'] * 1e6:.2f} us a push kept and "
+            f"{serving['serve_step_s'] * 1e6:.2f} us a step closed (bsp-ps), "
+            f"{serving['serve_pull_s'] * 1e6:.2f} us a pull, beyond their kernels; fit error "
+            f"max {serving['max_error']:.1%}")
 
 
 def fit_warnings(m: dict[str, Any]) -> list[str]:

@@ -12,6 +12,17 @@ tau)); any gap at all costs reload_base_s more:
 :func:`measure_reload` times a step's worth of the real runner's host work
 (``Worker.next_batch``, ``SGD.step``, a message's copy) warm and right after sleeps of
 several lengths, and :func:`fit_reload` fits the curve to the medians of the extra time.
+
+It also times the work right after spinning as long (a loop polling the clock, as a
+spinning waiter polls MPI): on a virtual machine the physical core's caches serve other
+tenants while the guest spins, so the same curve applies with a base of its own,
+
+    reload_spin(t) = reload_spin_base_s + reload_s x (1 - exp(-t / reload_tau_s)),
+
+``reload_spin_base_s`` the median over the gaps of the spin's extra time less the curve
+(:func:`fit_spin_base`). Here a Python loop and a loop of ``MPI.Request.Test`` left the
+same extra time to within their spread (12-13 against 7-11 us after 0.05-0.2 ms, 85 against
+98 us after 3 ms).
 """
 
 from __future__ import annotations
@@ -61,9 +72,9 @@ def measure_reload(quick: bool) -> dict[str, Any]:
     tighten_timer_slack()  # as real ranks: sleeps end when asked
     step = step_work()
 
-    def timed(gap_s: float) -> float:
+    def timed(gap_s: float, spin: bool) -> float:
         if gap_s > 0:
-            time.sleep(gap_s)
+            (spin_for if spin else time.sleep)(gap_s)
         start = time.perf_counter()
         for _ in range(STEPS):
             step()
@@ -72,17 +83,44 @@ def measure_reload(quick: bool) -> dict[str, Any]:
     for _ in range(200):
         step()
     gaps = GAPS_S_QUICK if quick else GAPS_S
-    # every round times each gap once, in a shuffled order, and the warm work: the machine's
-    # drift (other tenants come and go) then weighs on every gap alike
+    # every round times each gap once, slept and spun, in a shuffled order, and the warm
+    # work: the machine's drift (other tenants come and go) then weighs on every gap alike
     order = np.random.default_rng(0)
-    samples: dict[float, list[float]] = {g: [] for g in [0.0, *gaps]}
+    kinds = [(0.0, False)] + [(g, spin) for g in gaps for spin in (False, True)]
+    samples: dict[tuple[float, bool], list[float]] = {k: [] for k in kinds}
     for _ in range(60 if quick else 300):
-        for gap in order.permutation([0.0, *gaps]):
-            samples[float(gap)].append(timed(float(gap)))
-    warm = float(np.median(samples[0.0]))
-    extra = [float(np.median(samples[g])) - warm for g in gaps]
-    return {"warm_s": warm, "steps": STEPS, "rounds": len(samples[0.0]),
-            **fit_reload(gaps, extra)}
+        for i in order.permutation(len(kinds)):
+            gap, spin = kinds[i]
+            samples[kinds[i]].append(timed(gap, spin))
+    warm = float(np.median(samples[(0.0, False)]))
+    extra = [float(np.median(samples[(g, False)])) - warm for g in gaps]
+    spun = [float(np.median(samples[(g, True)])) - warm for g in gaps]
+    fitted = fit_reload(gaps, extra)
+    return {"warm_s": warm, "steps": STEPS, "rounds": len(samples[(0.0, False)]),
+            **fitted, "spin_extra_s": spun, **fit_spin_base(gaps, spun, fitted)}
+
+
+def spin_for(seconds: float) -> None:
+    """Spin ``seconds``, polling the clock."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def fit_spin_base(gaps_s: list[float], spin_extra_s: list[float],
+                  fitted: dict[str, Any]) -> dict[str, Any]:
+    """``reload_spin_base_s``: the median over the gaps of the spins' extra time less the
+    sleeps' curve (``fitted``: :func:`fit_reload`'s), at least 0; with the errors of
+    ``reload_spin_base_s + curve`` against each spin's extra time."""
+    t, y = np.asarray(gaps_s, float), np.asarray(spin_extra_s, float)
+    tau = fitted["reload_tau_s"]
+    curve = -fitted["reload_s"] * np.expm1(-t / tau) if tau > 0 else np.zeros_like(t)
+    base = max(float(np.median(y - curve)), 0.0)
+    errors = [float((base + c) / e - 1) if e > 0 else None
+              for c, e in zip(curve, y, strict=True)]
+    known = [abs(e) for e in errors if e is not None]
+    return {"reload_spin_base_s": base, "spin_errors": errors,
+            "spin_max_error": max(known) if known else 0.0}
 
 
 def fit_reload(gaps_s: list[float], extra_s: list[float]) -> dict[str, Any]:

@@ -446,5 +446,5 @@ def reply_handshake(ctx: Context, rank: int,
 
 def answer_s(costs: CpuCosts, parts: np.ndarray) -> np.ndarray:
     """Each shard's CPU to answer a pull of ``parts`` bytes from it: receiving the request,
-    then copying out and sending its part."""
-    return costs.receive_s(REQUEST_BYTES) + costs.send_s(parts)
+    admitting it (its rules' code), then copying out and sending its part."""
+    return costs.receive_s(REQUEST_BYTES) + costs.host.serve_pull_s + costs.send_s(parts)

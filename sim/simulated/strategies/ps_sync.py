@@ -88,7 +88,7 @@ class Backup(Strategy):
                 yield self.closed
             return
         version = yield from pull_params(ctx, w, self.replicas[w.index])
-        loss = yield from gradient_pushed(ctx, w, self.replicas[w.index], ctx.cpu.reduce_s,
+        loss = yield from gradient_pushed(ctx, w, self.replicas[w.index], ctx.cpu.kept_push_s,
                                           "wait", self.decoded)
         if loss is None:
             return
@@ -154,9 +154,9 @@ class BSPPS(PipelinedStrategy):
         the step the worker sends its (held) pull request."""
         ctx, worker, lapped = self.ctx, self.ctx.workers[w], self.pipe.overlapped
         if ctx.traffic is not None:  # the rows the batch touched, not key ranges
-            yield from push_rows(ctx, worker, ctx.cpu.reduce_s, lapped)
+            yield from push_rows(ctx, worker, ctx.cpu.kept_push_s, lapped)
             return
-        yield from push(ctx, worker, self.message_bytes(msg), ctx.cpu.reduce_s,
+        yield from push(ctx, worker, self.message_bytes(msg), ctx.cpu.kept_push_s,
                         self.keys(msg), lapped, (msg.lo, msg.hi))
         if msg.lo == 0:
             shards = int(np.count_nonzero(ctx.server.share))
@@ -205,7 +205,7 @@ class BSPPS(PipelinedStrategy):
             # the mean and the step of the union's rows, and of the dense part
             dense = ctx.traffic.dense_bytes[owners]
             ctx.server.process(owners, np.array([
-                costs.table_step_s(b, r) + costs.reduce_s(d) + costs.update_s(d)
+                costs.table_step_s(b, r) + costs.closed_step_s(d)
                 for b, r, d in zip(union.row_bytes[owners], union.rows[owners], dense,
                                    strict=True)]), what="apply")
         else:
@@ -219,7 +219,7 @@ class BSPPS(PipelinedStrategy):
         ctx = self.ctx
         parts = ctx.server.range_bytes(*keys, nbytes)
         costs = ctx.cpu
-        ctx.server.process(parts > 0, np.array([costs.reduce_s(p) + costs.update_s(p)
+        ctx.server.process(parts > 0, np.array([costs.closed_step_s(p)
                                                 for p in parts[parts > 0]]), what="apply")
 
     def apply_numbers(self, msg: Message) -> None:

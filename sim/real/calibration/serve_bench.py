@@ -1,0 +1,122 @@
+"""A parameter server's own code per push, per update and per pull, beyond its kernels.
+
+A server rank does more than sum and step (Li et al., OSDI 2014, size parameter servers by
+CPU): for every push the strategy's rules check its version, keep or drop it and move the
+clocks; for every update they take the mean, step, bump the version and log it; for every
+pull they admit it and write the reply's header. Those are the real runner's
+:class:`sim.real.executors.ps.ServerProtocol` on :mod:`sim.training.rules`, timed here on
+the validation's small logistic regression, with pushes and pulls handed to it without MPI,
+for 1, 2 and 4 workers:
+
+* ``asp``: each push is applied at once (``serve_apply_s`` a push; ssp's code path too);
+* ``bsp-ps``: n pushes are kept (``serve_push_s`` each), then the step closes
+  (``serve_step_s``: the mean of what arrived and its step; backup's code path too);
+* a pull of either: ``serve_pull_s``.
+
+What the simulator already charges for the kernels is taken out: ``update_s`` for an
+applied push; ``reduce_s`` for a kept push (its sum into the step) and ``reduce_s`` +
+``update_s`` for a step (the mean's pass and the step); the copy of the parameters into a
+reply (``copy_call_s`` + bytes / ``copy_Bps``). ``serve_apply_s`` and ``serve_pull_s`` are
+medians over the worker counts, ``serve_push_s`` and ``serve_step_s`` a least-squares line
+of a round's time against its pushes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+FEATURES = 256  # the validation's small logistic regression: the code, not the kernels
+WORKERS = (1, 2, 4)
+KINDS = ("asp", "bsp-ps")
+
+
+def server(kind: str, workers: int) -> Any:
+    """A :class:`~sim.real.executors.ps.ServerProtocol` of ``kind`` with ``workers``
+    workers, for as many updates as any measurement takes."""
+    from sim.real.executors.ps import ServerProtocol
+    from sim.training.checks import validate
+    from sim.training.strategies import make_rules
+    from sim.training.workload import build_workload
+
+    config = validate({"cluster": {"workers": workers}, "strategy": {"kind": kind},
+                       "workload": {"model": "logreg", "features": FEATURES,
+                                    "samples": 1024, "batch": 16},
+                       "run": {"iterations": 10 ** 7}}, "host calibration")
+    return ServerProtocol(make_rules(config), build_workload(config))
+
+
+def time_rounds(kind: str, workers: int, rounds: int) -> tuple[float, float, int]:
+    """Median seconds of a round of one push from every worker, and of one pull answered
+    (admitted, its header written, the parameters copied into it); the parameters' bytes."""
+    from sim.real.executors.ps import HEADER
+
+    protocol = server(kind, workers)
+    size = protocol.store.params.size
+    grad = np.full(size, 1e-6)
+    message = np.zeros(HEADER + size)
+    pushes, pulls = [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for w in range(workers):
+            protocol.on_push(w, grad, protocol.store.version, 0.5, 0.0)
+        pushes.append(time.perf_counter() - start)
+        for w in range(workers):
+            start = time.perf_counter()
+            protocol.on_pull(w, 0.0)
+            for r in protocol.replies():
+                message[:HEADER] = 0
+                message[0], message[1], message[5] = r.kind, r.worker, time.perf_counter()
+                message[2] = protocol.store.read(message[HEADER:])
+            pulls.append(time.perf_counter() - start)
+    return float(np.median(pushes)), float(np.median(pulls)), size * 8
+
+
+def kernel_s(name: str, nbytes: float, fits: dict[str, Any]) -> float:
+    """Seconds the host's ``name`` fit (update, reduce, copy) charges for ``nbytes``."""
+    return fits[name]["constant_s"] + nbytes / fits[name]["rate_Bps"]
+
+
+def measure_serving(fits: dict[str, Any], quick: bool) -> dict[str, Any]:
+    """``serve_apply_s``, ``serve_push_s``, ``serve_step_s`` and ``serve_pull_s`` from
+    rounds of :data:`KINDS` x :data:`WORKERS` (``fits``: the host's update, reduce and copy
+    fits), with every round's time and the fit's errors."""
+    rounds = 300 if quick else 1500
+    points, pulls = [], []
+    for kind in KINDS:
+        for n in WORKERS:
+            round_s, pull_s, nbytes = time_rounds(kind, n, rounds)
+            kept = kind == "bsp-ps"
+            kernels = (n * kernel_s("reduce", nbytes, fits) + kernel_s("reduce", nbytes, fits)
+                       + kernel_s("update", nbytes, fits)) if kept else \
+                n * kernel_s("update", nbytes, fits)
+            points.append({"kind": kind, "workers": n, "round_s": round_s,
+                           "kernels_s": kernels})
+            pulls.append(pull_s - kernel_s("copy", nbytes, fits))
+    applied = [(p["round_s"] - p["kernels_s"]) / p["workers"] for p in points
+               if p["kind"] == "asp"]
+    apply_s = max(float(np.median(applied)), 0.0)
+    push_s, step_s = line([(p["workers"], p["round_s"] - p["kernels_s"]) for p in points
+                           if p["kind"] == "bsp-ps"])
+    for p in points:
+        n = p["workers"]
+        extra = n * apply_s if p["kind"] == "asp" else n * push_s + step_s
+        p["error"] = (p["kernels_s"] + extra) / p["round_s"] - 1
+    return {"serve_apply_s": apply_s, "serve_push_s": push_s, "serve_step_s": step_s,
+            "serve_pull_s": max(float(np.median(pulls)), 0.0), "points": points,
+            "pulls_s": pulls, "max_error": max(abs(p["error"]) for p in points)}
+
+
+def line(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares of ``seconds = n x slope + intercept`` over (n, seconds), both >= 0:
+    (slope, intercept)."""
+    n, y = np.array([p[0] for p in points], float), np.array([p[1] for p in points])
+    (slope, intercept), *_ = np.linalg.lstsq(np.column_stack([n, np.ones_like(n)]), y,
+                                             rcond=None)
+    if slope < 0:
+        return 0.0, max(float(np.mean(y)), 0.0)
+    if intercept < 0:
+        return max(float(n @ y / (n @ n)), 0.0), 0.0
+    return float(slope), float(intercept)
