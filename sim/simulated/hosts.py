@@ -18,8 +18,8 @@ as the real runner's waiter does (:class:`sim.real.executors.rank_clock.Waiter`)
 the end of a nap, every ``poll_s`` (the nap plus the kernel's wake-up latency, measured).
 
 A rank's first task after a gap in its CPU activity (a modelled gradient that sleeps, a
-nap; not a spinning wait) takes longer: it refetches what the idle cores lost
-(:mod:`sim.simulated.core_reload`).
+nap; a spinning wait where the profile measured its reload) takes longer: it refetches what
+the gap displaced (:mod:`sim.simulated.core_reload`).
 """
 
 from __future__ import annotations
@@ -105,7 +105,8 @@ class Hosts:
             self.free_at[rank] = self.env.now
 
     def _spin(self, rank: int) -> None:
-        """``rank`` spins from now on: it keeps its core (:mod:`sim.simulated.core_reload`)."""
+        """``rank`` spins from now on: it keeps its core, if not all its caches
+        (:mod:`sim.simulated.core_reload`)."""
         if self.reloads:
             self.reloads.spin(rank)
 
