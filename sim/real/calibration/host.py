@@ -19,7 +19,8 @@ Each cost is measured through the real runner's own code path, over several size
   (its loop's Python code, ``loop_s`` in the summary) per update is ``step_s``.
 
 * notice and rendezvous: a napping rank on a host whose ranks outnumber its cores, receiving
-  as the server does (netbench mode ``notice``): how late it has a small message
+  as the server does from workers that compute and push as a run's workers do (netbench mode
+  ``notice``): how late it has a small message
   (``notice_base_s + notice_s`` per rank beyond the cores), the eager limit
   (``rendezvous_bytes``, the spinning ping-pong's biggest step) and what a message beyond
   it adds (``rendezvous_s``: LogGPS's synchronisation of long messages, Ino, Fujimoto and
@@ -611,8 +612,9 @@ def measured_through(concurrency: int, reload: dict[str, Any]) -> dict[str, str]
                       f"steps up) and {RENDEZVOUS_PROBE_BYTES} B; then cores + 1, cores + 2 "
                       f"and 2 cores + 1 ranks napping as sim.real.executors.rank_clock.Waiter "
                       f"does, "
-                      f"all but the last sending it a message after each "
-                      f"{NOTICE_WORK_S * 1e6:.0f} us of CPU and waiting for its answer: "
+                      f"rank 1 serving and every other rank a worker sending it a message "
+                      f"after each {NOTICE_WORK_S * 1e6:.0f} us of CPU and waiting for its "
+                      f"answer: "
                       f"the mean time to have a {EAGER_SIZES[0]} B message less the "
                       f"ping-pong's is fitted as notice_base_s + notice_s per rank beyond "
                       f"the cores, what a {RENDEZVOUS_PROBE_BYTES} B one adds beyond the "

@@ -8,13 +8,14 @@ calibrated, and waiting the way real runs wait (the spec's ``wait``). Modes:
   back to back (the per-message overhead, LogGP's o or g);
 * ``allreduce`` (p ranks): the time of one allreduce of n bytes through the simulator's
   schedule (``strategy.collective``), as bsp runs it;
-* ``notice`` (p >= 3 ranks, more than the cores, waiting by napping): rank 0 loops as a
-  parameter-server worker does (``work_s`` of CPU, an n-byte message to rank 1, then waits
-  for its answer), rank 1 receives and answers as the server does, and the other ranks
-  compete for the cores (``work_s`` of CPU, then as long asleep); the mean time from a
-  message's ``Isend`` to rank 1 having it, for each size (a napping receiver on busy cores
-  notices it late, and a message beyond the eager limit waits for both ends' polls). One
-  message at a time: no queue at the receiver;
+* ``notice`` (p >= 3 ranks, more than the cores, waiting by napping): every rank but rank 1
+  loops as a parameter-server worker does (``work_s`` of CPU, an n-byte message to rank 1,
+  then waits for its answer), and rank 1 receives from any of them and answers as the
+  server does; the mean time from a message's ``Isend`` to rank 1 having it, for each size
+  (a napping receiver on cores busy with the workers' CPU notices it late, and a message
+  beyond the eager limit waits for both ends' polls). The workers compete for the cores as
+  a run's workers do; an earlier version had one worker and the others alternating CPU and
+  sleep, and measured less than half the delay that runs see (2026-11-27);
 * ``share`` (p >= 1 ranks, all pinned to one core): rank 0 runs units of CPU work
   (``calls`` in-cache ``sim.kernels.sum_into`` of 16 KB, the kernel a server and an
   allreduce round run) while the other ranks wait for a message from it, as real ranks wait (the
@@ -142,12 +143,13 @@ def message(comm: Any, waiter: Any, sizes: list[int], reps: int) -> list[float]:
 
 
 def notice(comm: Any, waiter: Any, sizes: list[int], reps: int, work_s: float) -> list[float]:
-    """Rank 0 sends, rank 1 receives napping, the other ranks compete for the cores."""
+    """Rank 1 serves, napping; every other rank is a worker that computes, sends it a
+    message and waits for its answer, as parameter-server workers do."""
     from mpi4py import MPI
 
-    rank = comm.Get_rank()
+    rank, workers = comm.Get_rank(), comm.Get_size() - 1
     data = np.random.default_rng(rank).random(4096)
-    ack, stop, out = np.zeros(1), np.zeros(1), []
+    ack, out = np.zeros(1), []
 
     def busy() -> None:  # a gradient's CPU
         began = time.perf_counter()
@@ -158,28 +160,21 @@ def notice(comm: Any, waiter: Any, sizes: list[int], reps: int, work_s: float) -
         message = np.zeros(max(nbytes // 8, 2))
         count = WARMUP + max(20, reps)
         comm.Barrier()
-        if rank == 0:  # a worker: computes, pushes, waits for the answer
+        if rank == 1:  # the server: naps until a message is there, answers it
+            delays, status = [], MPI.Status()
+            for i in range(count * workers):
+                waiter.one(comm.Irecv([message, MPI.DOUBLE], source=MPI.ANY_SOURCE, tag=3),
+                           status)
+                if i >= WARMUP * workers:
+                    delays.append(time.perf_counter() - message[0])
+                waiter.one(comm.Isend([ack, MPI.DOUBLE], dest=status.Get_source(), tag=4))
+            out.append(float(np.mean(delays)))
+        else:  # a worker: computes, pushes, waits for the answer
             for _ in range(count):
                 busy()
                 message[0] = time.perf_counter()  # CLOCK_MONOTONIC: one clock for all ranks
                 waiter.one(comm.Isend([message, MPI.DOUBLE], dest=1, tag=3))
                 waiter.one(comm.Irecv([ack, MPI.DOUBLE], source=1, tag=4))
-            for other in range(2, comm.Get_size()):
-                comm.Send([stop, MPI.DOUBLE], dest=other, tag=5)
-            out.append(0.0)
-        elif rank == 1:  # the server: naps until a message is there, answers it
-            delays = []
-            for i in range(count):
-                waiter.one(comm.Irecv([message, MPI.DOUBLE], source=0, tag=3))
-                if i >= WARMUP:
-                    delays.append(time.perf_counter() - message[0])
-                waiter.one(comm.Isend([ack, MPI.DOUBLE], dest=0, tag=4))
-            out.append(float(np.mean(delays)))
-        else:  # other workers: compute, then wait as long (half of a core each)
-            while not comm.Iprobe(source=0, tag=5):
-                busy()
-                time.sleep(work_s)
-            comm.Recv([stop, MPI.DOUBLE], source=0, tag=5)
             out.append(0.0)
         comm.Barrier()
     return out

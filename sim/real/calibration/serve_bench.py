@@ -30,7 +30,9 @@ import numpy as np
 
 FEATURES = 256  # the validation's small logistic regression: the code, not the kernels
 WORKERS = (1, 2, 4)
-KINDS = ("asp", "bsp-ps")
+# each strategy timed, and what its pushes do: applied at once, or kept for a step
+APPLIED, KEPT = "applied", "kept"
+KINDS = {"asp": APPLIED, "bsp-ps": KEPT}
 
 
 def server(kind: str, workers: int) -> Any:
@@ -79,30 +81,35 @@ def kernel_s(name: str, nbytes: float, fits: dict[str, Any]) -> float:
     return fits[name]["constant_s"] + nbytes / fits[name]["rate_Bps"]
 
 
+def round_kernels_s(pushes: str, workers: int, nbytes: float, fits: dict[str, Any]) -> float:
+    """The kernels the simulator charges a round of ``workers`` pushes of ``nbytes``:
+    an update each when applied at once; a sum each when kept, then the step's mean pass and
+    its update."""
+    if pushes == APPLIED:
+        return workers * kernel_s("update", nbytes, fits)
+    return (workers + 1) * kernel_s("reduce", nbytes, fits) + kernel_s("update", nbytes, fits)
+
+
 def measure_serving(fits: dict[str, Any], quick: bool) -> dict[str, Any]:
     """``serve_apply_s``, ``serve_push_s``, ``serve_step_s`` and ``serve_pull_s`` from
     rounds of :data:`KINDS` x :data:`WORKERS` (``fits``: the host's update, reduce and copy
     fits), with every round's time and the fit's errors."""
     rounds = 300 if quick else 1500
     points, pulls = [], []
-    for kind in KINDS:
+    for kind, pushes in KINDS.items():
         for n in WORKERS:
             round_s, pull_s, nbytes = time_rounds(kind, n, rounds)
-            kept = kind == "bsp-ps"
-            kernels = (n * kernel_s("reduce", nbytes, fits) + kernel_s("reduce", nbytes, fits)
-                       + kernel_s("update", nbytes, fits)) if kept else \
-                n * kernel_s("update", nbytes, fits)
-            points.append({"kind": kind, "workers": n, "round_s": round_s,
-                           "kernels_s": kernels})
+            points.append({"kind": kind, "pushes": pushes, "workers": n, "round_s": round_s,
+                           "kernels_s": round_kernels_s(pushes, n, nbytes, fits)})
             pulls.append(pull_s - kernel_s("copy", nbytes, fits))
     applied = [(p["round_s"] - p["kernels_s"]) / p["workers"] for p in points
-               if p["kind"] == "asp"]
+               if p["pushes"] == APPLIED]
     apply_s = max(float(np.median(applied)), 0.0)
     push_s, step_s = line([(p["workers"], p["round_s"] - p["kernels_s"]) for p in points
-                           if p["kind"] == "bsp-ps"])
+                           if p["pushes"] == KEPT])
     for p in points:
         n = p["workers"]
-        extra = n * apply_s if p["kind"] == "asp" else n * push_s + step_s
+        extra = n * apply_s if p["pushes"] == APPLIED else n * push_s + step_s
         p["error"] = (p["kernels_s"] + extra) / p["round_s"] - 1
     return {"serve_apply_s": apply_s, "serve_push_s": push_s, "serve_step_s": step_s,
             "serve_pull_s": max(float(np.median(pulls)), 0.0), "points": points,

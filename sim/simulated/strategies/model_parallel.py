@@ -355,7 +355,7 @@ class ModelParallelBSPPS(PlanRanks, BSPPS):
         me = Endpoint(rank, int(self.placed[rank]))
         keys, layers = self.rank_keys[rank], (work.layers[0], work.layers[-1])
         sent = work.grad_bytes if self.compressed_bytes is None else self.compressed_bytes
-        yield from push(ctx, me, sent, ctx.cpu.reduce_s, keys, False, layers)
+        yield from push(ctx, me, sent, ctx.cpu.kept_push_s, keys, False, layers)
         yield from cpu(ctx, rank, "overhead", self.request_s)
         group = self.data_groups[rank]
         yield from self.meetings.join(("data", step, group.ranks[0]), rank, group.ranks,
