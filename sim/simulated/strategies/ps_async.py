@@ -78,8 +78,8 @@ class ASP(Strategy):
             version = cache.version
             # applied once the servers have processed it; the worker's next pull would be
             # answered only after that (FIFO servers), so it waits as on a receive
-            loss = yield from gradient_pushed(ctx, w, cache.params, ctx.cpu.applied_push_s, "wire",
-                                              self.decoded)
+            loss = yield from gradient_pushed(ctx, w, cache.params, ctx.cpu.applied_push_s,
+                                              "wire", self.decoded)
             if loss is None:
                 return
             self.finish(w, self.store.push(w.index, self.decoded, version, loss))
@@ -95,8 +95,7 @@ class ASP(Strategy):
         version = yield from pull(ctx, w, replica, rows)
         loss, idx, val = ctx.model.sparse_loss_grad(replica, X, y)
         yield from compute(ctx, w)
-        processed = yield from push(ctx, w, idx.nbytes + val.nbytes,
-                                         ctx.cpu.applied_push_s)
+        processed = yield from push(ctx, w, idx.nbytes + val.nbytes, ctx.cpu.applied_push_s)
         yield from block(ctx, w.index, "wire", processed)
         if rec.finished:
             return

@@ -214,8 +214,9 @@ class BSPPS(PipelinedStrategy):
             self.apply_numbers(msg)
 
     def apply_keys(self, keys: tuple[float, float], nbytes: int) -> None:
-        """The shards owning ``keys`` (``nbytes`` of gradient in all) spend the CPU of the
-        mean (a pass at the summing rate) and the step, queued on their cores."""
+        """The shards owning ``keys`` (``nbytes`` of gradient in all) spend the CPU of
+        closing the step: their own code, the mean (a pass at the summing rate) and the step,
+        queued on their cores."""
         ctx = self.ctx
         parts = ctx.server.range_bytes(*keys, nbytes)
         costs = ctx.cpu
