@@ -102,6 +102,8 @@ def test_a_misspelled_key_or_name_in_a_file_exits_2_with_a_suggestion(tmp_path, 
     (["list", "experimnts"], "unknown list 'experimnts' (did you mean 'experiments'?)"),
     (["calibrate", "--out", "unused", "--collective", "rign"],
      "--collective: unknown allreduce 'rign' (did you mean 'ring'?)"),
+    (["calibrate", "--out", "unused", "--host-repeats", "0"],
+     "--host-repeats must be at least 1, got 0"),
     (["run", "quickstart", "--set", "cluster.fabric=eth-10"],
      "unknown fabric 'eth-10' (did you mean 'eth-10g'?)"),
 ])

@@ -3,6 +3,7 @@ code paths, read back by ``cluster.host = "calibrated:PATH"``'s loader."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -13,9 +14,12 @@ from sim.real.calibration.host import (
     eager_limit,
     fit,
     fit_gather,
+    median_profile,
+    nearest_repeat,
+    repeat_lines,
 )
 from sim.real.calibration.serve_bench import line
-from sim.training.host_costs import HostProfile, load_host
+from sim.training.host_costs import HOSTS, HostProfile, load_host
 
 pytest.importorskip("mpi4py")
 
@@ -133,3 +137,28 @@ def test_the_waiters_share_is_the_least_squares_slope_through_one():
     assert line["max_error"] == pytest.approx(0, abs=1e-9)
     through_zero = linear_in_excess([1, 3], [10e-6, 60e-6])  # the line would cross below 0
     assert through_zero["base_s"] == 0.0 and through_zero["per_rank_s"] > 0
+
+
+def test_repeated_calibrations_keep_each_numbers_median_and_print_their_spread():
+    base = HOSTS["epyc-core"]
+    each = [dataclasses.replace(base, serve_step_s=s, nap_share=k, reload_spin_base_s=r)
+            for s, k, r in ((20e-6, 1.9, None), (48e-6, 1.0, 4e-6), (25e-6, 1.7, 8e-6))]
+    median = median_profile(each)
+    assert median.serve_step_s == 25e-6 and median.nap_share == 1.7
+    assert median.reload_spin_base_s == 6e-6  # unset in one: the others' median
+    assert median.copy_Bps == base.copy_Bps and median.name == base.name
+    assert median.source.endswith("the median of 3 calibrations")
+    assert nearest_repeat(each, median) == 2  # the third is nearest in every field
+    assert median_profile(each[:1]) is each[0]
+    lines = repeat_lines(each, median, 2)
+    assert lines[0].startswith("  repeats  3:") and "repeat 3's" in lines[0]
+    spread = {line.split()[0]: line for line in lines[1:]}
+    assert set(spread) == {"serve_step_s", "nap_share", "reload_spin_base_s"}
+    assert "1.7 (1 .. 1.9)" in spread["nap_share"]
+    assert repeat_lines(each[:1], each[0], 0) == []
+
+
+def test_fewer_than_one_repeat_is_refused_before_measuring(tmp_path):
+    with pytest.raises(ValueError, match="repeats must be >= 1, got 0"):
+        calibrate_host(tmp_path / "host.json", quick=True, repeats=0)
+    assert not (tmp_path / "host.json").exists()

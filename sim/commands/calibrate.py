@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "killed and started again) or gRPC's per-message and per-byte "
                              "costs over loopback (transport.json, a few seconds; a plain "
                              "run measures it too)")
+    parser.add_argument("--host-repeats", type=int, default=None, metavar="K",
+                        help="measure the host's CPU costs K times and keep each number's "
+                             "median (default 3; 1 with --quick)")
     parser.add_argument("--wait", default="auto", choices=["auto", "spin", "sleep"],
                         help="how ranks wait, as for `sim real` (default auto)")
     parser.add_argument("--quick", action="store_true",
@@ -84,6 +87,8 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--collective: {unknown('allreduce', args.collective, allreduces)}")
     if args.concurrency < 1:
         raise UserError("--concurrency must be at least 1")
+    if args.host_repeats is not None and args.host_repeats < 1:
+        raise UserError(f"--host-repeats must be at least 1, got {args.host_repeats}")
     workloads = [load_config(p) for p in args.workloads] or C.default_workloads()
     try:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -132,11 +137,12 @@ def main(args: argparse.Namespace) -> int:
         print(f'  cluster.fabric = "calibrated:{args.out / "fabric.json"}"')
         fabric_overhead_s, fabric_Bps = fabric.overhead_s, fabric.bandwidth_Bps
     if args.only in (None, "host"):
-        from sim.real.calibration.host import calibrate_host
+        from sim.real.calibration.host import REPEATS, calibrate_host
 
+        repeats = args.host_repeats or (1 if args.quick else REPEATS)
         try:
             lines = calibrate_host(args.out / "host.json", args.quick, args.wait,
-                                   fabric_overhead_s, fabric_Bps, args.concurrency)
+                                   fabric_overhead_s, fabric_Bps, args.concurrency, repeats)
         except RunFailed as exc:
             print(f"error: host measurement failed: {exc}", file=sys.stderr)
             return 1

@@ -229,7 +229,7 @@ def calibrate(configs: list[Config], nets: list[str], ranks: list[int], out: Pat
     restarts of ``faulty``, and (``transport``) gRPC's costs; each measured on a quiet
     machine (``quiet``, ``retries``)."""
     from sim.real.calibration import suite as C
-    from sim.real.calibration.host import calibrate_host
+    from sim.real.calibration.host import REPEATS, calibrate_host
     from sim.real.launch.real_run import network
 
     profiles: dict[str, Path] = {"device": out / "device"}
@@ -258,7 +258,8 @@ def calibrate(configs: list[Config], nets: list[str], ranks: list[int], out: Pat
         else {"overhead_s": 0.0, "bandwidth_Bps": float("inf")}
     summary["host"] = quietly(lambda: calibrate_host(
         profiles["host"] / "host.json", quick, fabric_overhead_s=shm["overhead_s"],
-        fabric_Bps=shm["bandwidth_Bps"], concurrency=concurrency), quiet, retries)
+        fabric_Bps=shm["bandwidth_Bps"], concurrency=concurrency,
+        repeats=1 if quick else REPEATS), quiet, retries)
     if faulty:
         from sim.real.calibration.restart_costs import calibrate_recovery
 

@@ -37,10 +37,17 @@ Each cost is measured through the real runner's own code path, over several size
 
 ``slice_s`` (the scheduler's time slice when ranks share a core) is not measured: 3 ms.
 The profile keeps every fit's parameters, its errors and the raw samples.
+
+A full calibration takes all of this :data:`REPEATS` times and keeps each number's median:
+on this shared machine the small constants (the server's code, the notice, the waiters'
+shares, the reload's base) moved by 2-10 times between calibrations minutes apart, while
+real runs reproduce to about 5% (docs/measurements/hosts.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import multiprocessing
 import os
 import platform
@@ -75,6 +82,7 @@ RENDEZVOUS_PROBE_BYTES = 32768
 NOTICE_WORK_S = 100e-6  # each sender's CPU between messages: a sub-millisecond gradient
 SHARE_UNIT_S = 1e-3  # a unit of work beside waiting ranks: a few of their polls long
 SHARE_WAITERS = [1, 2]  # waiting ranks on the working rank's core
+REPEATS = 3  # a full calibration's repeats, each number their median (--quick: 1)
 
 
 def median_s(call: Callable[[], Any], min_time_s: float) -> float:
@@ -489,7 +497,7 @@ def measure_vectors_together(quick: bool, min_time_s: float,
 
 def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                    fabric_overhead_s: float = 0.0, fabric_Bps: float = float("inf"),
-                   concurrency: int = 1) -> list[str]:
+                   concurrency: int = 1, repeats: int = 1) -> list[str]:
     """Measure, fit and write the host profile to ``path``; the lines to print (fits with
     their errors, warnings, and the config line).
 
@@ -498,14 +506,23 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
     measured per-message constant includes it, so ``message_s`` is the rest. Likewise
     ``fabric_Bps``, its bandwidth, is taken out of the messages' per-byte time: what is left
     is ``message_Bps``. ``concurrency``: gather, update and sum are timed in this many
-    processes at once (as ``sim calibrate --concurrency`` times the kernels)."""
+    processes at once (as ``sim calibrate --concurrency`` times the kernels).
+    ``repeats``: the whole measurement is taken this many times, one after another, and
+    each number of the profile is its median over them (:func:`median_profile`); the
+    measurements kept in full and printed are the repeat's nearest those medians. Raises
+    ValueError for ``repeats`` < 1."""
+    if repeats < 1:
+        raise ValueError(f"host calibration: repeats must be >= 1, got {repeats}")
     path.parent.mkdir(parents=True, exist_ok=True)
     load = load_average()
-    m = measure_host(quick, wait, concurrency)
-    profile = host_profile(m, fabric_overhead_s, fabric_Bps)
+    taken = [measure_host(quick, wait, concurrency) for _ in range(repeats)]
+    each = [host_profile(m, fabric_overhead_s, fabric_Bps) for m in taken]
+    profile = median_profile(each)
+    nearest = nearest_repeat(each, profile)
+    m = taken[nearest]
     lines = [summary_line(profile, fabric_overhead_s), *fit_lines(m["fits"]),
              *step_and_wait_lines(profile, m), *reload_lines(profile, m["reload"]),
-             serving_line(m["serving"])]
+             serving_line(profile, m["serving"]), *repeat_lines(each, profile, nearest)]
     warnings = busy_warning(load, m["cpu_s"], m["wall_s"]) + fit_warnings(m)
     save_host_profile(path, profile, fits=m["fits"], step=m["step"], poll=m["poll"],
                       rendezvous=m["rendezvous"], share=m["share"], reload=m["reload"],
@@ -514,8 +531,62 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                       load_average=load,
                       cpu_fraction=m["cpu_s"] / m["wall_s"] if m["wall_s"] else None,
                       fabric_overhead_s=fabric_overhead_s, fabric_Bps=fabric_Bps,
-                      quick=quick, concurrency=concurrency)
+                      quick=quick, concurrency=concurrency,
+                      repeats=[numbers(p) for p in each], nearest_repeat=nearest)
     return lines + warnings + [f'  cluster.host = "calibrated:{path}"']
+
+
+def numbers(profile: HostProfile) -> dict[str, float]:
+    """The profile's measured numbers by field (its name, source and unset fields left
+    out)."""
+    return {f.name: getattr(profile, f.name) for f in dataclasses.fields(profile)
+            if isinstance(getattr(profile, f.name), (int, float))}
+
+
+def median_profile(profiles: list[HostProfile]) -> HostProfile:
+    """One profile whose every number is the median of ``profiles``' (a field that some
+    leave unset, None, is the median of the others'); name and source are the first's.
+    A calibration's small constants move by several times between repeats minutes apart
+    on a shared machine (docs/measurements/hosts.md), while a median of three holds."""
+    first = profiles[0]
+    if len(profiles) == 1:
+        return first
+    values = {}
+    for name in numbers(first).keys() | {n for p in profiles for n in numbers(p)}:
+        known = [getattr(p, name) for p in profiles if getattr(p, name) is not None]
+        values[name] = float(np.median(known))
+    return dataclasses.replace(first, **values, source=f"{first.source}; each number the "
+                               f"median of {len(profiles)} calibrations")
+
+
+def nearest_repeat(profiles: list[HostProfile], median: HostProfile) -> int:
+    """The index of the profile nearest ``median``: the least sum over its positive finite
+    numbers of |log(value / median's)|."""
+    target = numbers(median)
+
+    def distance(profile: HostProfile) -> float:
+        return sum(abs(math.log(v / target[k])) for k, v in numbers(profile).items()
+                   if v > 0 and target.get(k, 0) > 0 and math.isfinite(v)
+                   and math.isfinite(target[k]))
+
+    return min(range(len(profiles)), key=lambda i: distance(profiles[i]))
+
+
+def repeat_lines(profiles: list[HostProfile], median: HostProfile, nearest: int) -> list[str]:
+    """With more than one repeat: which repeat is printed, and every number whose repeats
+    differ by more than 20%, as its median and range."""
+    if len(profiles) == 1:
+        return []
+    lines = [f"  repeats  {len(profiles)}: each number above is the median over them; the "
+             f"fits' samples and errors printed are repeat {nearest + 1}'s (the nearest the "
+             "medians); numbers whose repeats differ by more than 20%:"]
+    target = numbers(median)
+    for name, value in target.items():
+        seen = [numbers(p)[name] for p in profiles if name in numbers(p)]
+        low, high = min(seen), max(seen)
+        if high > 1.2 * low or (low == 0 < high):
+            lines.append(f"    {name:<20} {value:.4g} ({low:.4g} .. {high:.4g})")
+    return lines
 
 
 def measure_host(quick: bool, wait: str, concurrency: int) -> dict[str, Any]:
@@ -707,12 +778,13 @@ def reload_lines(profile: HostProfile, reload: dict[str, Any]) -> list[str]:
             + f", fit error max {reload['spin_max_error']:.1%}"]
 
 
-def serving_line(serving: dict[str, Any]) -> str:
-    """A parameter server's own code per push, step and pull, and the fit's error."""
-    return (f"  serve    {serving['serve_apply_s'] * 1e6:8.2f} us a push applied (asp), "
-            f"{serving['serve_push_s'] * 1e6:.2f} us a push kept and "
-            f"{serving['serve_step_s'] * 1e6:.2f} us a step closed (bsp-ps), "
-            f"{serving['serve_pull_s'] * 1e6:.2f} us a pull, beyond their kernels; fit error "
+def serving_line(profile: HostProfile, serving: dict[str, Any]) -> str:
+    """A parameter server's own code per push, step and pull (``profile``'s), and the fit's
+    error (``serving``: the measurement printed)."""
+    return (f"  serve    {profile.serve_apply_s * 1e6:8.2f} us a push applied (asp), "
+            f"{profile.serve_push_s * 1e6:.2f} us a push kept and "
+            f"{profile.serve_step_s * 1e6:.2f} us a step closed (bsp-ps), "
+            f"{profile.serve_pull_s * 1e6:.2f} us a pull, beyond their kernels; fit error "
             f"max {serving['max_error']:.1%}")
 
 

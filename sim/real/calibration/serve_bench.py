@@ -18,12 +18,14 @@ applied push; ``reduce_s`` for a kept push (its sum into the step) and ``reduce_
 ``update_s`` for a step (the mean's pass and the step); the copy of the parameters into a
 reply (``copy_call_s`` + bytes / ``copy_Bps``). ``serve_apply_s`` and ``serve_pull_s`` are
 medians over the worker counts, ``serve_push_s`` and ``serve_step_s`` a least-squares line
-of a round's time against its pushes.
+of a round's time against its pushes. The six servers' rounds are interleaved in a shuffled
+order (:func:`time_rounds`), as the reload bench interleaves its gaps.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -50,21 +52,24 @@ def server(kind: str, workers: int) -> Any:
     return ServerProtocol(make_rules(config), build_workload(config))
 
 
-def time_rounds(kind: str, workers: int, rounds: int) -> tuple[float, float, int]:
-    """Median seconds of a round of one push from every worker, and of one pull answered
-    (admitted, its header written, the parameters copied into it); the parameters' bytes."""
+def round_timer(kind: str, workers: int) -> tuple[Callable[[], tuple[float, list[float]]],
+                                                 int]:
+    """A call that times one round of ``kind`` with ``workers`` workers: a push from every
+    worker (s), then each worker's pull answered (admitted, its header written, the
+    parameters copied into it; s each); and the parameters' bytes."""
     from sim.real.executors.ps import HEADER
 
     protocol = server(kind, workers)
     size = protocol.store.params.size
     grad = np.full(size, 1e-6)
     message = np.zeros(HEADER + size)
-    pushes, pulls = [], []
-    for _ in range(rounds):
+
+    def one_round() -> tuple[float, list[float]]:
         start = time.perf_counter()
         for w in range(workers):
             protocol.on_push(w, grad, protocol.store.version, 0.5, 0.0)
-        pushes.append(time.perf_counter() - start)
+        pushed = time.perf_counter() - start
+        pulls = []
         for w in range(workers):
             start = time.perf_counter()
             protocol.on_pull(w, 0.0)
@@ -73,7 +78,29 @@ def time_rounds(kind: str, workers: int, rounds: int) -> tuple[float, float, int
                 message[0], message[1], message[5] = r.kind, r.worker, time.perf_counter()
                 message[2] = protocol.store.read(message[HEADER:])
             pulls.append(time.perf_counter() - start)
-    return float(np.median(pushes)), float(np.median(pulls)), size * 8
+        return pushed, pulls
+
+    return one_round, size * 8
+
+
+def time_rounds(rounds: int) -> dict[tuple[str, int], tuple[float, float, int]]:
+    """For each of :data:`KINDS` x :data:`WORKERS`: the median seconds of a round's pushes
+    and of a pull, and the parameters' bytes. The rounds are interleaved, every round
+    timing each in a shuffled order, so that the machine's drift (other tenants come and
+    go) weighs on all alike: timed in blocks, the split between a kept push and a step
+    moved by several times between calibrations."""
+    timers = {(kind, n): round_timer(kind, n) for kind in KINDS for n in WORKERS}
+    keys = list(timers)
+    pushes: dict[tuple[str, int], list[float]] = {k: [] for k in keys}
+    pulls: dict[tuple[str, int], list[float]] = {k: [] for k in keys}
+    order = np.random.default_rng(0)
+    for _ in range(rounds):
+        for i in order.permutation(len(keys)):
+            pushed, pulled = timers[keys[i]][0]()
+            pushes[keys[i]].append(pushed)
+            pulls[keys[i]] += pulled
+    return {k: (float(np.median(pushes[k])), float(np.median(pulls[k])), timers[k][1])
+            for k in keys}
 
 
 def kernel_s(name: str, nbytes: float, fits: dict[str, Any]) -> float:
@@ -94,14 +121,13 @@ def measure_serving(fits: dict[str, Any], quick: bool) -> dict[str, Any]:
     """``serve_apply_s``, ``serve_push_s``, ``serve_step_s`` and ``serve_pull_s`` from
     rounds of :data:`KINDS` x :data:`WORKERS` (``fits``: the host's update, reduce and copy
     fits), with every round's time and the fit's errors."""
-    rounds = 300 if quick else 1500
+    timed = time_rounds(300 if quick else 1500)
     points, pulls = [], []
-    for kind, pushes in KINDS.items():
-        for n in WORKERS:
-            round_s, pull_s, nbytes = time_rounds(kind, n, rounds)
-            points.append({"kind": kind, "pushes": pushes, "workers": n, "round_s": round_s,
-                           "kernels_s": round_kernels_s(pushes, n, nbytes, fits)})
-            pulls.append(pull_s - kernel_s("copy", nbytes, fits))
+    for (kind, n), (round_s, pull_s, nbytes) in timed.items():
+        pushes = KINDS[kind]
+        points.append({"kind": kind, "pushes": pushes, "workers": n, "round_s": round_s,
+                       "kernels_s": round_kernels_s(pushes, n, nbytes, fits)})
+        pulls.append(pull_s - kernel_s("copy", nbytes, fits))
     applied = [(p["round_s"] - p["kernels_s"]) / p["workers"] for p in points
                if p["pushes"] == APPLIED]
     apply_s = max(float(np.median(applied)), 0.0)
