@@ -3,31 +3,67 @@ code paths, read back by ``cluster.host = "calibrated:PATH"``'s loader."""
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import json
 
+import numpy as np
 import pytest
 
+from sim.real.calibration import host as H
 from sim.real.calibration.host import (
     busy_warning,
     calibrate_host,
     eager_limit,
     fit,
     fit_gather,
-    median_profile,
-    nearest_repeat,
-    repeat_lines,
+    host_profile,
+    median_measurement,
+    numbers,
 )
 from sim.real.calibration.serve_bench import line
-from sim.training.host_costs import HOSTS, HostProfile, load_host
+from sim.training.host_costs import HostProfile, load_host
 
 pytest.importorskip("mpi4py")
 
 
-def test_calibrate_host_writes_a_profile_load_host_reads_with_every_fit_error(tmp_path):
+@pytest.fixture(scope="module")
+def measured():
+    """One quick measurement of this host, through the real runner's code paths."""
+    return H.measure_host(quick=True, wait="auto", concurrency=1)
+
+
+def scaled(m, factor):
+    """``m`` with every timed point ``factor`` times as long, fitted again."""
+    m = copy.deepcopy(m)
+    for f in m["fits"].values():
+        for sample in f["samples"]:
+            sample["seconds"] *= factor
+    times = {"step": ("step_s", "iteration_s"), "poll": ("poll_s", "p10_s", "p90_s"),
+             "rendezvous": ("pingpong_half_rtt_s", "noticed_s"), "share": ("unit_alone_s",),
+             "reload": ("warm_s", "extra_s", "spin_extra_s"), "serving": ("pulls_s",)}
+    for part, keys in times.items():
+        for key in keys:
+            m[part][key] = (np.asarray(m[part][key]) * factor).tolist()
+    for wait in ("spin", "sleep"):
+        m["share"][wait]["slowdowns"] = [x * factor for x in m["share"][wait]["slowdowns"]]
+    for p in m["serving"]["points"]:
+        p["round_s"] *= factor
+        p["kernels_s"] *= factor
+    return median_measurement([m, m])  # the median of two alike: its points, fitted again
+
+
+def test_calibrate_host_writes_a_profile_load_host_reads_with_every_fit_error(
+        tmp_path, measured, monkeypatch):
+    # three repeats, every point of one half and of another 1.5 times the middle one's:
+    # the profile is the middle one's, fitted again
+    repeats = iter([scaled(measured, 1.5), measured, scaled(measured, 0.5)])
+    monkeypatch.setattr(H, "measure_host", lambda *args: next(repeats))
     path = tmp_path / "cal" / "host.json"
-    lines = calibrate_host(path, quick=True)
+    lines = calibrate_host(path, quick=True, repeats=3)
     profile = load_host(f"calibrated:{path}")
+    middle = numbers(host_profile(measured, 0.0, float("inf")))
+    assert numbers(profile) == pytest.approx(middle, rel=1e-9)
+    assert profile.source.endswith("fitted to each point's median over 3 calibrations")
     assert isinstance(profile, HostProfile)
     assert profile.copy_Bps > 0 and profile.update_Bps > 0 and profile.reduce_Bps > 0
     assert profile.message_s >= 0 and profile.step_s >= 0 and profile.slice_s == 3e-3
@@ -73,6 +109,13 @@ def test_calibrate_host_writes_a_profile_load_host_reads_with_every_fit_error(tm
     assert lines[-1] == f'  cluster.host = "calibrated:{path}"'
     for name in data["fits"]:  # every fit printed with its error
         assert any(line.strip().startswith(name) and "fit error" in line for line in lines)
+    assert [r["step_s"] for r in data["repeats"]] == pytest.approx(
+        [1.5 * profile.step_s, profile.step_s, 0.5 * profile.step_s])
+    spread = [line.split() for line in lines[lines.index(next(
+        line for line in lines if line.startswith("  repeats  3:"))) + 1:]
+        if line.startswith("    ")]
+    assert ["step_s", f"{profile.step_s:.4g}",
+            f"({0.5 * profile.step_s:.4g}", "..", f"{1.5 * profile.step_s:.4g})"] in spread
 
 
 def test_a_profile_missing_a_key_is_refused_naming_it(tmp_path):
@@ -137,25 +180,6 @@ def test_the_waiters_share_is_the_least_squares_slope_through_one():
     assert line["max_error"] == pytest.approx(0, abs=1e-9)
     through_zero = linear_in_excess([1, 3], [10e-6, 60e-6])  # the line would cross below 0
     assert through_zero["base_s"] == 0.0 and through_zero["per_rank_s"] > 0
-
-
-def test_repeated_calibrations_keep_each_numbers_median_and_print_their_spread():
-    base = HOSTS["epyc-core"]
-    each = [dataclasses.replace(base, serve_step_s=s, nap_share=k, reload_spin_base_s=r)
-            for s, k, r in ((20e-6, 1.9, None), (48e-6, 1.0, 4e-6), (25e-6, 1.7, 8e-6))]
-    median = median_profile(each)
-    assert median.serve_step_s == 25e-6 and median.nap_share == 1.7
-    assert median.reload_spin_base_s == 6e-6  # unset in one: the others' median
-    assert median.copy_Bps == base.copy_Bps and median.name == base.name
-    assert median.source.endswith("the median of 3 calibrations")
-    assert nearest_repeat(each, median) == 2  # the third is nearest in every field
-    assert median_profile(each[:1]) is each[0]
-    lines = repeat_lines(each, median, 2)
-    assert lines[0].startswith("  repeats  3:") and "repeat 3's" in lines[0]
-    spread = {line.split()[0]: line for line in lines[1:]}
-    assert set(spread) == {"serve_step_s", "nap_share", "reload_spin_base_s"}
-    assert "1.7 (1 .. 1.9)" in spread["nap_share"]
-    assert repeat_lines(each[:1], each[0], 0) == []
 
 
 def test_fewer_than_one_repeat_is_refused_before_measuring(tmp_path):

@@ -38,16 +38,16 @@ Each cost is measured through the real runner's own code path, over several size
 ``slice_s`` (the scheduler's time slice when ranks share a core) is not measured: 3 ms.
 The profile keeps every fit's parameters, its errors and the raw samples.
 
-A full calibration takes all of this :data:`REPEATS` times and keeps each number's median:
-on this shared machine the small constants (the server's code, the notice, the waiters'
-shares, the reload's base) moved by 2-10 times between calibrations minutes apart, while
-real runs reproduce to about 5% (docs/measurements/hosts.md).
+A full calibration takes all of this :data:`REPEATS` times and fits each cost to each timed
+point's median over the repeats: on this shared machine the small constants (the server's
+code, the notice, the waiters' shares, the reload's base) moved by 2-10 times between
+calibrations minutes apart, while real runs reproduce to about 5%
+(docs/measurements/hosts.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import multiprocessing
 import os
 import platform
@@ -59,8 +59,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.real.calibration.reload_bench import FEATURES, measure_reload
-from sim.real.calibration.serve_bench import measure_serving
+from sim.real.calibration.reload_bench import FEATURES, fit_both, measure_reload
+from sim.real.calibration.serve_bench import fit_serving, measure_serving
 from sim.training.host_costs import HostProfile, save_host_profile
 
 SLICE_S = 3e-3  # not measured (see sim.training.host_costs's epyc-core preset)
@@ -380,33 +380,44 @@ def measure_rendezvous(quick: bool) -> dict[str, Any]:
     """How late a napping rank on a shared host notices a message, and what a message
     beyond the eager limit adds, per rank beyond the cores
     (:mod:`sim.real.calibration.netbench` modes ``pingpong``, spinning, and ``notice`` with
-    cores + 1, cores + 2 and 2 cores + 1 ranks waiting by napping)."""
+    cores + 1, cores + 2 and 2 cores + 1 ranks waiting by napping), fitted by
+    :func:`fit_notice`."""
     from sim.real.calibration.suite import netbench
 
     reps = 30 if quick else 150
     sizes = [*EAGER_SIZES, RENDEZVOUS_PROBE_BYTES]
     pp = netbench({"mode": "pingpong", "sizes": sizes, "reps": reps, "wait": "spin"},
                   2, None)["seconds"]
-    limit = eager_limit(EAGER_SIZES, pp[:-1])
     cores = os.cpu_count() or 1
     small, large = EAGER_SIZES[0], RENDEZVOUS_PROBE_BYTES
-    excess, notices, handshakes, noticed = sorted({1, 2, cores + 1}), [], [], []
-    for e in excess:
-        got = netbench({"mode": "notice", "sizes": [small, large], "reps": reps,
-                        "wait": "sleep", "work_s": NOTICE_WORK_S}, cores + e, None)["seconds"]
-        noticed.append(got)
-        notices.append(max(got[0] - pp[0], 0.0))
-        # what the large message adds beyond the wire's own growth
-        handshakes.append(max((got[1] - got[0]) - (pp[-1] - pp[0]), 0.0))
+    excess = sorted({1, 2, cores + 1})
+    noticed = [netbench({"mode": "notice", "sizes": [small, large], "reps": reps,
+                         "wait": "sleep", "work_s": NOTICE_WORK_S}, cores + e, None)["seconds"]
+               for e in excess]
+    return fit_notice({"pingpong_sizes": sizes, "pingpong_half_rtt_s": pp,
+                           "cores": cores, "excess_ranks": excess,
+                           "notice_sizes": [small, large], "noticed_s": noticed,
+                           "work_s": NOTICE_WORK_S})
+
+
+def fit_notice(measured: dict[str, Any]) -> dict[str, Any]:
+    """:func:`measure_rendezvous`'s timings with their fits: the eager limit from the
+    ping-pong; ``notice_base_s`` + ``notice_s`` per rank beyond the cores from the small
+    message's delay less the ping-pong's; ``rendezvous_s`` per rank from what the large
+    one adds beyond the ping-pong's growth."""
+    pp, excess, noticed = (measured["pingpong_half_rtt_s"], measured["excess_ranks"],
+                           measured["noticed_s"])
+    limit = eager_limit(EAGER_SIZES, pp[:-1])
+    notices = [max(got[0] - pp[0], 0.0) for got in noticed]
+    # what the large message adds beyond the wire's own growth
+    handshakes = [max((got[1] - got[0]) - (pp[-1] - pp[0]), 0.0) for got in noticed]
     notice = linear_in_excess(excess, notices)
     handshake = per_excess_rank(excess, handshakes)
     return {"notice_s": notice["per_rank_s"], "notice_base_s": notice["base_s"],
             "rendezvous_bytes": limit,
-            "rendezvous_s": handshake["per_rank_s"] if limit < large else 0.0,
-            "notice_fit": notice, "rendezvous_fit": handshake,
-            "pingpong_sizes": sizes, "pingpong_half_rtt_s": pp, "cores": cores,
-            "excess_ranks": excess, "notice_sizes": [small, large], "noticed_s": noticed,
-            "work_s": NOTICE_WORK_S}
+            "rendezvous_s": (handshake["per_rank_s"]
+                             if limit < measured["notice_sizes"][1] else 0.0),
+            "notice_fit": notice, "rendezvous_fit": handshake, **measured}
 
 
 def measure_wait_share(quick: bool) -> dict[str, Any]:
@@ -508,21 +519,22 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
     is ``message_Bps``. ``concurrency``: gather, update and sum are timed in this many
     processes at once (as ``sim calibrate --concurrency`` times the kernels).
     ``repeats``: the whole measurement is taken this many times, one after another, and
-    each number of the profile is its median over them (:func:`median_profile`); the
-    measurements kept in full and printed are the repeat's nearest those medians. Raises
-    ValueError for ``repeats`` < 1."""
+    the profile is fitted to each timed point's median over them
+    (:func:`median_measurement`). Raises ValueError for ``repeats`` < 1."""
     if repeats < 1:
         raise ValueError(f"host calibration: repeats must be >= 1, got {repeats}")
     path.parent.mkdir(parents=True, exist_ok=True)
     load = load_average()
     taken = [measure_host(quick, wait, concurrency) for _ in range(repeats)]
-    each = [host_profile(m, fabric_overhead_s, fabric_Bps) for m in taken]
-    profile = median_profile(each)
-    nearest = nearest_repeat(each, profile)
-    m = taken[nearest]
+    m = median_measurement(taken)
+    profile = host_profile(m, fabric_overhead_s, fabric_Bps)
+    if repeats > 1:
+        profile = dataclasses.replace(profile, source=f"{profile.source}; fitted to each "
+                                      f"point's median over {repeats} calibrations")
+    each = [host_profile(t, fabric_overhead_s, fabric_Bps) for t in taken]
     lines = [summary_line(profile, fabric_overhead_s), *fit_lines(m["fits"]),
              *step_and_wait_lines(profile, m), *reload_lines(profile, m["reload"]),
-             serving_line(profile, m["serving"]), *repeat_lines(each, profile, nearest)]
+             serving_line(profile, m["serving"]), *repeat_lines(each, profile)]
     warnings = busy_warning(load, m["cpu_s"], m["wall_s"]) + fit_warnings(m)
     save_host_profile(path, profile, fits=m["fits"], step=m["step"], poll=m["poll"],
                       rendezvous=m["rendezvous"], share=m["share"], reload=m["reload"],
@@ -532,7 +544,7 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                       cpu_fraction=m["cpu_s"] / m["wall_s"] if m["wall_s"] else None,
                       fabric_overhead_s=fabric_overhead_s, fabric_Bps=fabric_Bps,
                       quick=quick, concurrency=concurrency,
-                      repeats=[numbers(p) for p in each], nearest_repeat=nearest)
+                      repeats=[numbers(p) for p in each])
     return lines + warnings + [f'  cluster.host = "calibrated:{path}"']
 
 
@@ -543,45 +555,66 @@ def numbers(profile: HostProfile) -> dict[str, float]:
             if isinstance(getattr(profile, f.name), (int, float))}
 
 
-def median_profile(profiles: list[HostProfile]) -> HostProfile:
-    """One profile whose every number is the median of ``profiles``' (a field that some
-    leave unset, None, is the median of the others'); name and source are the first's.
-    A calibration's small constants move by several times between repeats minutes apart
-    on a shared machine (docs/measurements/hosts.md), while a median of three holds."""
-    first = profiles[0]
-    if len(profiles) == 1:
-        return first
-    values = {}
-    for name in numbers(first).keys() | {n for p in profiles for n in numbers(p)}:
-        known = [getattr(p, name) for p in profiles if getattr(p, name) is not None]
-        values[name] = float(np.median(known))
-    return dataclasses.replace(first, **values, source=f"{first.source}; each number the "
-                               f"median of {len(profiles)} calibrations")
+def _median(values: Any) -> Any:
+    """The element-wise median of equal-shaped lists (or numbers), as plain floats."""
+    return np.median(np.asarray(values, float), axis=0).tolist()
 
 
-def nearest_repeat(profiles: list[HostProfile], median: HostProfile) -> int:
-    """The index of the profile nearest ``median``: the least sum over its positive finite
-    numbers of |log(value / median's)|."""
-    target = numbers(median)
+def median_measurement(taken: list[dict[str, Any]]) -> dict[str, Any]:
+    """One measurement of :func:`measure_host`'s shape whose every timed point (a fit's
+    sample, a ping-pong or notice delay, a slowdown, a reload's extra time, a server
+    round) is the median of ``taken``'s, fitted again as each repeat was: a fit of medians,
+    so that parameters fitted together (a line's constant and slope) stay a pair. A single
+    measurement is returned as it is."""
+    if len(taken) == 1:
+        return taken[0]
+    first = taken[0]
+    fits = {name: _median_fit(name, [t["fits"][name] for t in taken]) for name in first["fits"]}
+    step = {**first["step"], "step_s": _median([t["step"]["step_s"] for t in taken]),
+            "iteration_s": _median([t["step"]["iteration_s"] for t in taken])}
+    poll = {**first["poll"], **{k: _median([t["poll"][k] for t in taken])
+                                for k in ("poll_s", "p10_s", "p90_s")}}
+    rendezvous = fit_notice({**{k: first["rendezvous"][k] for k in (
+        "pingpong_sizes", "cores", "excess_ranks", "notice_sizes", "work_s")},
+        **{k: _median([t["rendezvous"][k] for t in taken])
+           for k in ("pingpong_half_rtt_s", "noticed_s")}})
+    share = {**first["share"], "unit_alone_s": _median([t["share"]["unit_alone_s"]
+                                                         for t in taken])}
+    for wait in ("spin", "sleep"):
+        share[wait] = fit_share(first["share"]["waiters"],
+                                _median([t["share"][wait]["slowdowns"] for t in taken]))
+    reload = {**first["reload"], "warm_s": _median([t["reload"]["warm_s"] for t in taken]),
+              **fit_both(first["reload"]["gaps_s"],
+                         _median([t["reload"]["extra_s"] for t in taken]),
+                         _median([t["reload"]["spin_extra_s"] for t in taken]))}
+    points = [{**p, **{k: _median([t["serving"]["points"][i][k] for t in taken])
+                       for k in ("round_s", "kernels_s")}}
+              for i, p in enumerate(first["serving"]["points"])]
+    serving = fit_serving(points, _median([t["serving"]["pulls_s"] for t in taken]))
+    return {"fits": fits, "step": step, "poll": poll, "rendezvous": rendezvous,
+            "share": share, "reload": reload, "serving": serving,
+            "cpu_s": sum(t["cpu_s"] for t in taken), "wall_s": sum(t["wall_s"] for t in taken)}
 
-    def distance(profile: HostProfile) -> float:
-        return sum(abs(math.log(v / target[k])) for k, v in numbers(profile).items()
-                   if v > 0 and target.get(k, 0) > 0 and math.isfinite(v)
-                   and math.isfinite(target[k]))
 
-    return min(range(len(profiles)), key=lambda i: distance(profiles[i]))
+def _median_fit(name: str, fitted: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fit ``name`` (copy, update, ...) again on its samples' median seconds."""
+    samples = fitted[0]["samples"]
+    seconds = _median([[s["seconds"] for s in f["samples"]] for f in fitted])
+    nbytes = [s["bytes"] for s in samples]
+    if name in ROW_FITS:
+        return fit_gather([s["rows"] for s in samples], nbytes, seconds)
+    return fit(nbytes, seconds)
 
 
-def repeat_lines(profiles: list[HostProfile], median: HostProfile, nearest: int) -> list[str]:
-    """With more than one repeat: which repeat is printed, and every number whose repeats
-    differ by more than 20%, as its median and range."""
+def repeat_lines(profiles: list[HostProfile], median: HostProfile) -> list[str]:
+    """With more than one repeat: every number whose repeats differ by more than 20%, as
+    the profile's (fitted to the medians) and the repeats' range."""
     if len(profiles) == 1:
         return []
-    lines = [f"  repeats  {len(profiles)}: each number above is the median over them; the "
-             f"fits' samples and errors printed are repeat {nearest + 1}'s (the nearest the "
-             "medians); numbers whose repeats differ by more than 20%:"]
-    target = numbers(median)
-    for name, value in target.items():
+    lines = [f"  repeats  {len(profiles)}: every point above is the median of the repeats' "
+             "and each fit is to the medians; numbers whose repeats differ by more than 20% "
+             "(the profile's, the repeats' range):"]
+    for name, value in numbers(median).items():
         seen = [numbers(p)[name] for p in profiles if name in numbers(p)]
         low, high = min(seen), max(seen)
         if high > 1.2 * low or (low == 0 < high):

@@ -95,9 +95,17 @@ def measure_reload(quick: bool) -> dict[str, Any]:
     warm = float(np.median(samples[(0.0, False)]))
     extra = [float(np.median(samples[(g, False)])) - warm for g in gaps]
     spun = [float(np.median(samples[(g, True)])) - warm for g in gaps]
-    fitted = fit_reload(gaps, extra)
     return {"warm_s": warm, "steps": STEPS, "rounds": len(samples[(0.0, False)]),
-            **fitted, "spin_extra_s": spun, **fit_spin_base(gaps, spun, fitted)}
+            **fit_both(gaps, extra, spun)}
+
+
+def fit_both(gaps_s: list[float], extra_s: list[float],
+             spin_extra_s: list[float]) -> dict[str, Any]:
+    """The reload's fit (:func:`fit_reload`) to the extra time after sleeps of ``gaps_s``
+    and the spin's base (:func:`fit_spin_base`) to the extra time after spins as long."""
+    fitted = fit_reload(gaps_s, extra_s)
+    return {**fitted, "spin_extra_s": list(spin_extra_s),
+            **fit_spin_base(gaps_s, spin_extra_s, fitted)}
 
 
 def spin_for(seconds: float) -> None:

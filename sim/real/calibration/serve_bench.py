@@ -120,7 +120,7 @@ def round_kernels_s(pushes: str, workers: int, nbytes: float, fits: dict[str, An
 def measure_serving(fits: dict[str, Any], quick: bool) -> dict[str, Any]:
     """``serve_apply_s``, ``serve_push_s``, ``serve_step_s`` and ``serve_pull_s`` from
     rounds of :data:`KINDS` x :data:`WORKERS` (``fits``: the host's update, reduce and copy
-    fits), with every round's time and the fit's errors."""
+    fits), with every round's time and the fit's errors (:func:`fit_serving`)."""
     timed = time_rounds(300 if quick else 1500)
     points, pulls = [], []
     for (kind, n), (round_s, pull_s, nbytes) in timed.items():
@@ -128,18 +128,27 @@ def measure_serving(fits: dict[str, Any], quick: bool) -> dict[str, Any]:
         points.append({"kind": kind, "pushes": pushes, "workers": n, "round_s": round_s,
                        "kernels_s": round_kernels_s(pushes, n, nbytes, fits)})
         pulls.append(pull_s - kernel_s("copy", nbytes, fits))
+    return fit_serving(points, pulls)
+
+
+def fit_serving(points: list[dict[str, Any]], pulls: list[float]) -> dict[str, Any]:
+    """The server's code from rounds (``points``: each round's kind of pushes, workers,
+    ``round_s`` and the ``kernels_s`` in it) and pulls less their copy (``pulls``, s): a
+    median per applied push and per pull, a line of kept rounds against their pushes; each
+    round's error."""
     applied = [(p["round_s"] - p["kernels_s"]) / p["workers"] for p in points
                if p["pushes"] == APPLIED]
     apply_s = max(float(np.median(applied)), 0.0)
     push_s, step_s = line([(p["workers"], p["round_s"] - p["kernels_s"]) for p in points
                            if p["pushes"] == KEPT])
+    points = [dict(p) for p in points]
     for p in points:
         n = p["workers"]
         extra = n * apply_s if p["pushes"] == APPLIED else n * push_s + step_s
         p["error"] = (p["kernels_s"] + extra) / p["round_s"] - 1
     return {"serve_apply_s": apply_s, "serve_push_s": push_s, "serve_step_s": step_s,
             "serve_pull_s": max(float(np.median(pulls)), 0.0), "points": points,
-            "pulls_s": pulls, "max_error": max(abs(p["error"]) for p in points)}
+            "pulls_s": list(pulls), "max_error": max(abs(p["error"]) for p in points)}
 
 
 def line(points: list[tuple[int, float]]) -> tuple[float, float]:
