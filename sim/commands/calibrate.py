@@ -163,12 +163,12 @@ def main(args: argparse.Namespace) -> int:
 
 def transport(path: Path, quick: bool) -> int:
     """gRPC over loopback: ``path`` written, its fitted values and how to use it printed."""
-    from sim.real.calibration.transport_bench import calibrate_transport
+    from sim.real.calibration.transport_bench import REPEATS, calibrate_transport
     from sim.real.launch.other_load import OtherLoad
 
     try:
         with OtherLoad() as load:
-            _, lines, errors = calibrate_transport(path, quick)
+            _, lines, errors = calibrate_transport(path, quick, 1 if quick else REPEATS)
     except RuntimeError as exc:
         print(f"error: transport measurement failed: {exc}", file=sys.stderr)
         return 1

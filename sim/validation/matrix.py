@@ -270,12 +270,13 @@ def calibrate(configs: list[Config], nets: list[str], ranks: list[int], out: Pat
         for line in summary["recovery"]:
             say(line)
     if transport:
-        from sim.real.calibration.transport_bench import calibrate_transport
+        from sim.real.calibration import transport_bench
 
         say("calibrating the gRPC transport")
         profiles["transport"] = out / "transport"
-        found, _, _ = quietly(lambda: calibrate_transport(
-            profiles["transport"] / "transport.json", quick), quiet, retries)
+        found, _, _ = quietly(lambda: transport_bench.calibrate_transport(
+            profiles["transport"] / "transport.json", quick,
+            1 if quick else transport_bench.REPEATS), quiet, retries)
         summary["transport"] = {"rpc_s": found.rpc_s, "copy_Bps": found.copy_Bps,
                                 "serialize_Bps": found.serialize_Bps,
                                 "deserialize_Bps": found.deserialize_Bps}

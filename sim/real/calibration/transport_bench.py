@@ -63,6 +63,7 @@ import numpy as np
 
 from sim.network.transports import REGISTRY, Transport, save_transport
 
+REPEATS = 3  # a full calibration's repeats, each size's median kept (--quick: 1)
 # Ping-pong payloads: 8 B, then powers of 4 from 64 B to 4 MiB.
 SIZES = [8] + [4**k for k in range(3, 12)]
 QUICK_SIZES = [8, 1024, 65536, 1 << 20, 4 << 20]
@@ -315,20 +316,47 @@ def fit_transport(measured: dict[str, Any]) -> dict[str, dict[str, Any]]:
                for kind in ("serialize", "deserialize", "deserialize_into")}}
 
 
-def calibrate_transport(path: Path, quick: bool = False
+def median_measurement(taken: list[dict[str, Any]]) -> dict[str, Any]:
+    """One measurement of :func:`measure_transport`'s shape whose every size's time (the
+    ping-pong's, each serialisation's) is the median of ``taken``'s, with their samples
+    pooled; a single measurement is returned as it is."""
+    if len(taken) == 1:
+        return taken[0]
+    first = taken[0]
+
+    def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
+        return {**parts[0], "samples": [sum(each, []) for each in zip(
+                    *(p["samples"] for p in parts), strict=True)],
+                "seconds": np.median([p["seconds"] for p in parts], axis=0).tolist()}
+
+    serial = {**first["serialization"], **{
+        kind: merged([t["serialization"][kind] for t in taken])
+        for kind in ("serialize", "deserialize", "deserialize_into")}}
+    return {**first, "pingpong": merged([t["pingpong"] for t in taken]),
+            "serialization": serial, "repeats": len(taken),
+            "wall_s": sum(t["wall_s"] for t in taken)}
+
+
+def calibrate_transport(path: Path, quick: bool = False, repeats: int = 1
                         ) -> tuple[Transport, list[str], list[tuple[str, float]]]:
     """Measure, fit and write the transport profile to ``path``: the transport, the lines
     to print (each fitted value, each point's error, the config line) and the fitted points'
-    errors (label, relative error). Raises RuntimeError when the echo server fails."""
+    errors (label, relative error). ``repeats``: measured this many times, one after
+    another, and fitted to each size's median over them (:func:`median_measurement`).
+    Raises RuntimeError when the echo server fails, ValueError for ``repeats`` < 1."""
+    if repeats < 1:
+        raise ValueError(f"transport calibration: repeats must be >= 1, got {repeats}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    measured = measure_transport(quick)
+    measured = median_measurement([measure_transport(quick) for _ in range(repeats)])
     fits = fit_transport(measured)
     source = (f"measured here (sim calibrate --only transport, "
               f"{time.strftime('%Y-%m-%d')}, {measured['cpu']})")
     transport = transport_profile(fits["rtt"], fits["serialize"], fits["deserialize"], source)
     save_transport(path, transport, measurements=measured, fits=fits)
     rtt = fits["rtt"]
-    lines = [f"transport (grpcio {measured['grpcio']}, loopback, {measured['cpu']}):",
+    lines = [f"transport (grpcio {measured['grpcio']}, loopback, {measured['cpu']}"
+             + (f"; each size's median over {repeats} repeats" if repeats > 1 else "")
+             + "):",
              f"  rpc_s            {transport.rpc_s * 1e6:9.1f} us  per message at each end "
              f"(overhead_s 0: the socket calls are inside it)",
              f"  copy_Bps         {transport.copy_Bps / 1e9:9.3f} GB/s at each end "
