@@ -49,8 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "costs over loopback (transport.json, a few seconds; a plain "
                              "run measures it too)")
     parser.add_argument("--host-repeats", type=int, default=None, metavar="K",
-                        help="measure the host's CPU costs K times and keep each number's "
-                             "median (default 3; 1 with --quick)")
+                        help="measure the host's CPU costs K times and fit each cost to "
+                             "every timed point's median (default 3; 1 with --quick)")
     parser.add_argument("--wait", default="auto", choices=["auto", "spin", "sleep"],
                         help="how ranks wait, as for `sim real` (default auto)")
     parser.add_argument("--quick", action="store_true",
@@ -137,12 +137,12 @@ def main(args: argparse.Namespace) -> int:
         print(f'  cluster.fabric = "calibrated:{args.out / "fabric.json"}"')
         fabric_overhead_s, fabric_Bps = fabric.overhead_s, fabric.bandwidth_Bps
     if args.only in (None, "host"):
-        from sim.real.calibration.host import REPEATS, calibrate_host
+        from sim.real.calibration.host import calibrate_host
 
-        repeats = args.host_repeats or (1 if args.quick else REPEATS)
         try:
             lines = calibrate_host(args.out / "host.json", args.quick, args.wait,
-                                   fabric_overhead_s, fabric_Bps, args.concurrency, repeats)
+                                   fabric_overhead_s, fabric_Bps, args.concurrency,
+                                   args.host_repeats)
         except RunFailed as exc:
             print(f"error: host measurement failed: {exc}", file=sys.stderr)
             return 1
@@ -163,12 +163,12 @@ def main(args: argparse.Namespace) -> int:
 
 def transport(path: Path, quick: bool) -> int:
     """gRPC over loopback: ``path`` written, its fitted values and how to use it printed."""
-    from sim.real.calibration.transport_bench import REPEATS, calibrate_transport
+    from sim.real.calibration.transport_bench import calibrate_transport
     from sim.real.launch.other_load import OtherLoad
 
     try:
         with OtherLoad() as load:
-            _, lines, errors = calibrate_transport(path, quick, 1 if quick else REPEATS)
+            _, lines, errors = calibrate_transport(path, quick)
     except RuntimeError as exc:
         print(f"error: transport measurement failed: {exc}", file=sys.stderr)
         return 1

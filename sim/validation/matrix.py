@@ -229,7 +229,7 @@ def calibrate(configs: list[Config], nets: list[str], ranks: list[int], out: Pat
     restarts of ``faulty``, and (``transport``) gRPC's costs; each measured on a quiet
     machine (``quiet``, ``retries``)."""
     from sim.real.calibration import suite as C
-    from sim.real.calibration.host import REPEATS, calibrate_host
+    from sim.real.calibration.host import calibrate_host
     from sim.real.launch.real_run import network
 
     profiles: dict[str, Path] = {"device": out / "device"}
@@ -258,8 +258,7 @@ def calibrate(configs: list[Config], nets: list[str], ranks: list[int], out: Pat
         else {"overhead_s": 0.0, "bandwidth_Bps": float("inf")}
     summary["host"] = quietly(lambda: calibrate_host(
         profiles["host"] / "host.json", quick, fabric_overhead_s=shm["overhead_s"],
-        fabric_Bps=shm["bandwidth_Bps"], concurrency=concurrency,
-        repeats=1 if quick else REPEATS), quiet, retries)
+        fabric_Bps=shm["bandwidth_Bps"], concurrency=concurrency), quiet, retries)
     if faulty:
         from sim.real.calibration.restart_costs import calibrate_recovery
 
@@ -270,13 +269,12 @@ def calibrate(configs: list[Config], nets: list[str], ranks: list[int], out: Pat
         for line in summary["recovery"]:
             say(line)
     if transport:
-        from sim.real.calibration import transport_bench
+        from sim.real.calibration.transport_bench import calibrate_transport
 
         say("calibrating the gRPC transport")
         profiles["transport"] = out / "transport"
-        found, _, _ = quietly(lambda: transport_bench.calibrate_transport(
-            profiles["transport"] / "transport.json", quick,
-            1 if quick else transport_bench.REPEATS), quiet, retries)
+        found, _, _ = quietly(lambda: calibrate_transport(
+            profiles["transport"] / "transport.json", quick), quiet, retries)
         summary["transport"] = {"rpc_s": found.rpc_s, "copy_Bps": found.copy_Bps,
                                 "serialize_Bps": found.serialize_Bps,
                                 "deserialize_Bps": found.deserialize_Bps}

@@ -82,7 +82,7 @@ RENDEZVOUS_PROBE_BYTES = 32768
 NOTICE_WORK_S = 100e-6  # each sender's CPU between messages: a sub-millisecond gradient
 SHARE_UNIT_S = 1e-3  # a unit of work beside waiting ranks: a few of their polls long
 SHARE_WAITERS = [1, 2]  # waiting ranks on the working rank's core
-REPEATS = 3  # a full calibration's repeats, each number their median (--quick: 1)
+REPEATS = 3  # a full calibration's repeats, fitted to each point's median (--quick: 1)
 
 
 def median_s(call: Callable[[], Any], min_time_s: float) -> float:
@@ -394,10 +394,9 @@ def measure_rendezvous(quick: bool) -> dict[str, Any]:
     noticed = [netbench({"mode": "notice", "sizes": [small, large], "reps": reps,
                          "wait": "sleep", "work_s": NOTICE_WORK_S}, cores + e, None)["seconds"]
                for e in excess]
-    return fit_notice({"pingpong_sizes": sizes, "pingpong_half_rtt_s": pp,
-                           "cores": cores, "excess_ranks": excess,
-                           "notice_sizes": [small, large], "noticed_s": noticed,
-                           "work_s": NOTICE_WORK_S})
+    return fit_notice({"pingpong_sizes": sizes, "pingpong_half_rtt_s": pp, "cores": cores,
+                       "excess_ranks": excess, "notice_sizes": [small, large],
+                       "noticed_s": noticed, "work_s": NOTICE_WORK_S})
 
 
 def fit_notice(measured: dict[str, Any]) -> dict[str, Any]:
@@ -508,7 +507,7 @@ def measure_vectors_together(quick: bool, min_time_s: float,
 
 def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
                    fabric_overhead_s: float = 0.0, fabric_Bps: float = float("inf"),
-                   concurrency: int = 1, repeats: int = 1) -> list[str]:
+                   concurrency: int = 1, repeats: int | None = None) -> list[str]:
     """Measure, fit and write the host profile to ``path``; the lines to print (fits with
     their errors, warnings, and the config line).
 
@@ -520,18 +519,20 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
     processes at once (as ``sim calibrate --concurrency`` times the kernels).
     ``repeats``: the whole measurement is taken this many times, one after another, and
     the profile is fitted to each timed point's median over them
-    (:func:`median_measurement`). Raises ValueError for ``repeats`` < 1."""
+    (:func:`median_measurement`); None: :data:`REPEATS`, 1 when ``quick``. Raises
+    ValueError for ``repeats`` < 1."""
+    if repeats is None:
+        repeats = 1 if quick else REPEATS
     if repeats < 1:
         raise ValueError(f"host calibration: repeats must be >= 1, got {repeats}")
     path.parent.mkdir(parents=True, exist_ok=True)
     load = load_average()
     taken = [measure_host(quick, wait, concurrency) for _ in range(repeats)]
     m = median_measurement(taken)
-    profile = host_profile(m, fabric_overhead_s, fabric_Bps)
-    if repeats > 1:
-        profile = dataclasses.replace(profile, source=f"{profile.source}; fitted to each "
-                                      f"point's median over {repeats} calibrations")
     each = [host_profile(t, fabric_overhead_s, fabric_Bps) for t in taken]
+    profile = each[0] if repeats == 1 else dataclasses.replace(
+        host_profile(m, fabric_overhead_s, fabric_Bps),
+        source=f"{each[0].source}; fitted to each point's median over {repeats} calibrations")
     lines = [summary_line(profile, fabric_overhead_s), *fit_lines(m["fits"]),
              *step_and_wait_lines(profile, m), *reload_lines(profile, m["reload"]),
              serving_line(profile, m["serving"]), *repeat_lines(each, profile)]
@@ -614,8 +615,9 @@ def repeat_lines(profiles: list[HostProfile], median: HostProfile) -> list[str]:
     lines = [f"  repeats  {len(profiles)}: every point above is the median of the repeats' "
              "and each fit is to the medians; numbers whose repeats differ by more than 20% "
              "(the profile's, the repeats' range):"]
+    each = [numbers(p) for p in profiles]
     for name, value in numbers(median).items():
-        seen = [numbers(p)[name] for p in profiles if name in numbers(p)]
+        seen = [found[name] for found in each if name in found]
         low, high = min(seen), max(seen)
         if high > 1.2 * low or (low == 0 < high):
             lines.append(f"    {name:<20} {value:.4g} ({low:.4g} .. {high:.4g})")

@@ -339,13 +339,16 @@ def median_measurement(taken: list[dict[str, Any]]) -> dict[str, Any]:
             "wall_s": sum(t["wall_s"] for t in taken)}
 
 
-def calibrate_transport(path: Path, quick: bool = False, repeats: int = 1
+def calibrate_transport(path: Path, quick: bool = False, repeats: int | None = None
                         ) -> tuple[Transport, list[str], list[tuple[str, float]]]:
     """Measure, fit and write the transport profile to ``path``: the transport, the lines
     to print (each fitted value, each point's error, the config line) and the fitted points'
     errors (label, relative error). ``repeats``: measured this many times, one after
-    another, and fitted to each size's median over them (:func:`median_measurement`).
-    Raises RuntimeError when the echo server fails, ValueError for ``repeats`` < 1."""
+    another, and fitted to each size's median over them (:func:`median_measurement`);
+    None: :data:`REPEATS`, 1 when ``quick``. Raises RuntimeError when the echo server
+    fails, ValueError for ``repeats`` < 1."""
+    if repeats is None:
+        repeats = 1 if quick else REPEATS
     if repeats < 1:
         raise ValueError(f"transport calibration: repeats must be >= 1, got {repeats}")
     path.parent.mkdir(parents=True, exist_ok=True)
