@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 import os
 import re
 from pathlib import Path
@@ -84,6 +85,28 @@ def test_network_fit_recovers_alpha_and_beta():
     assert fit["alpha_s"] == pytest.approx(alpha, rel=1e-4)
     assert fit["bandwidth_Bps"] == pytest.approx(1e8, rel=1e-4)
     assert fit["overhead_s"] == 5e-6 and fit["latency_s"] == pytest.approx(5e-6, rel=1e-3)
+
+
+def test_a_one_rank_allreduce_is_no_point_of_the_network_fit():
+    """It sends nothing (its closed form is 0): as a point its log ratio was infinite, and
+    the fit never left its first guess."""
+    alpha, beta, sizes = 20e-6, 1e-8, [8, 4096, 1 << 16, 1 << 20]
+    ring = get_collective("ring")
+    measured = {"algorithm": "ring", "stream": {"seconds": [5e-6]},
+                "pingpong": {"sizes": sizes, "seconds": [alpha + n * beta for n in sizes]},
+                "allreduce": [{"ranks": 2, "sizes": sizes, "seconds": [  # slower: a compromise
+                    1.5 * ring.closed_form_s(2, n, alpha, beta) for n in sizes]}]}
+    without = fit_network(measured)
+    measured["allreduce"].insert(0, {"ranks": 1, "sizes": sizes, "seconds": [1e-6] * 4})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no log of 0
+        fit = fit_network(measured)
+    assert (fit["alpha_s"], fit["beta_s_per_byte"]) == (without["alpha_s"],
+                                                        without["beta_s_per_byte"])
+    assert not any("p=1" in p["what"] for p in fit["points"])
+    # the log-ratio fit splits the 1.5x between the two kinds of point
+    errors = [p["error"] for p in fit["points"]]
+    assert max(errors) > 0.1 and min(errors) < -0.1
 
 
 def test_calibrate_writes_profiles_the_simulator_reads(tmp_path, capsys, tiny, write_toml):

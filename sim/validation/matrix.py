@@ -215,7 +215,8 @@ def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
         config = validate(apply_overrides(matrix.base, overrides_of(case)), str(matrix.path))
         configs[config.workload.model_dump_json()] = config
         rpc = rpc or config.cluster.transport != "mpi"
-    ranks = sorted({int(w) for w in matrix.axes.get("workers", [2])} | {2})
+    # an allreduce of one rank sends nothing: no point for the fabric's fit
+    ranks = sorted({int(w) for w in matrix.axes.get("workers", [2]) if int(w) > 1} | {2})
     return calibrate(list(configs.values()), sorted({case.net for case in cases}), ranks,
                      out, say, quick, quiet, retries, recovered_configs(matrix, cases), rpc)
 
