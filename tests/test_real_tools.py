@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import warnings
 import os
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np

@@ -57,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fewer sizes and repetitions (a rough profile in seconds)")
     parser.add_argument("--from-runs", nargs="+", type=Path, metavar="RUN_DIR",
                         help="measure nothing: fit OUT/device.json to the gradient times real "
-                             "runs recorded (run directories, --repeat directories or a "
+                             "runs recorded, and OUT/host.json's server code to their "
+                             "servers' times (run directories, --repeat directories or a "
                              "`sim validate --out`)")
 
 
@@ -179,7 +180,8 @@ def transport(path: Path, quick: bool) -> int:
 
 
 def from_runs(args: argparse.Namespace) -> int:
-    """``--from-runs``: the device fitted to real runs' in-run gradient times."""
+    """``--from-runs``: the device fitted to real runs' in-run gradient times, and the
+    host's server code to their servers' times."""
     from sim.real.calibration.from_runs import write_device_from_runs
 
     device = write_device_from_runs(args.out / "device.json", args.from_runs)
@@ -190,7 +192,33 @@ def from_runs(args: argparse.Namespace) -> int:
               f"({p['runs']} run(s))")
     warn_fit("compute", [(p["workload"], p["error"]) for p in device["points"]])
     print(f'  compute.device = "calibrated:{args.out / "device.json"}"')
+    serving_from_runs(args.from_runs, args.out / "host.json")
     return 0
+
+
+def serving_from_runs(paths: list[Path], out: Path) -> None:
+    """The host profile the runs name, with its server's code fitted to their servers'
+    times, written to ``out`` (nothing without a run whose server had a core of its own)."""
+    from sim.real.calibration.from_runs import real_run_dirs
+    from sim.validation.fit_serving import fit_serving, runs_host, serving_points, with_serving
+
+    points = serving_points(real_run_dirs(paths))
+    if not points:
+        print("host: no run had a parameter server with a core per rank over MPI; "
+              "host.json not written")
+        return
+    prior = runs_host(points)
+    fit = fit_serving(paths, prior)
+    with_serving(prior, fit, out)
+    print(f"host, the server's code from the servers' time per update in {len(points)} "
+          f"case(s) (the rest as in {prior}):")
+    for name, value in fit["values"].items():
+        print(f"  {name:<14} {value * 1e6:7.1f} us")
+    for p in fit["points"]:
+        real = sum(p["real_s"].values())
+        print(f"  {p['runs']:<50} {real * 1e6:8.1f} us an update  {p['error']:+.1%}")
+    warn_fit("server's code", [(p["runs"], p["error"]) for p in fit["points"]])
+    print(f'  cluster.host = "calibrated:{out}"')
 
 
 def warn_fit(name: str, errors: list[tuple[str, float]]) -> None:

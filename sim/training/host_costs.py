@@ -182,7 +182,7 @@ OPTIONAL = ("table_call_s", "table_row_s", "table_Bps", "table_step_call_s",
 
 # what `sim calibrate` records beside the fields: fits, samples and how they were measured
 MEASUREMENTS = {"fits", "step", "poll", "rendezvous", "share", "reload", "serving",
-                "measured_through", "repeats",
+                "measured_through", "repeats", "serving_from_runs",
                 "load_average", "cpu_fraction", "fabric_overhead_s", "fabric_Bps", "quick",
                 "concurrency"}
 

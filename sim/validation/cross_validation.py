@@ -5,15 +5,16 @@ The device is fitted to the real runs of the cases with the ``--fit-on`` levels 
 ``--only`` selects: levels of one axis add up, axes narrow;
 :mod:`sim.real.calibration.from_runs`); every case of the earlier validation is then
 simulated again on the microbenchmark profiles it was calibrated with, on the same profiles
-with the fitted device, and with the host's rendezvous cost fitted to the same runs' wire
-times too (:mod:`sim.validation.fit_host`), and the errors are split into the cases the fit saw
+with the fitted device, with the server's own code fitted to the same runs' server times too
+(:mod:`sim.validation.fit_serving`), and with the host's rendezvous cost fitted to their wire
+times as well (:mod:`sim.validation.fit_host`), and the errors are split into the cases the fit saw
 (in-sample) and the rest (held out). A model change is judged by the held-out column: a fit
 that only learns its own cases shows there. With ``--spread SEEDS`` each case with real
 kernels is also simulated SEEDS times drawing its gradients' times with the spread measured
 in the fit's runs, and the report says how often the real mean falls inside the predicted
 90% interval (issue 31's item 4). ``OUT/README.md`` has the table;
-``OUT/microbenchmarks/``, ``OUT/from-runs/`` and ``OUT/from-runs-rendezvous/`` each the full
-report of one resimulation.
+``OUT/microbenchmarks/``, ``OUT/from-runs/``, ``OUT/from-runs-serving/`` and
+``OUT/from-runs-rendezvous/`` each the full report of one resimulation.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from typing import Any
 from sim.errors import UserError
 from sim.rundir import write_atomic
 from sim.validation.fit_host import fit_rendezvous, with_rendezvous
+from sim.validation.fit_serving import fit_serving, with_serving
 from sim.validation.matrix import expand, load_matrix, stored_profiles
 from sim.validation.resimulate import earlier_rows, resimulate_matrix
 
 DEVICE = "device from runs"
-BOTH = "device and rendezvous from runs"
+SERVING = "device and server's code from runs"
+BOTH = "device, server's code and rendezvous from runs"
 
 
 def error_stats(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -60,6 +63,18 @@ def _rendezvous_words(fit: dict[str, Any] | None) -> str:
             f"(rms log ratio {fit['error']:.2f})")
 
 
+def _serving_words(fit: dict[str, Any] | None) -> str:
+    if not fit or fit["values"] is None:
+        return ("; no case of the fit had a parameter server with a core per rank: the "
+                "server's code not fitted")
+    values = ", ".join(f"{name} {value * 1e6:.1f} us" for name, value in fit["values"].items())
+    errors = ", ".join(f"{Path(p['runs']).parent.name} {p['error']:+.1%}"
+                       for p in fit["points"])
+    return (f"; the server's own code fitted to the servers' time per update in "
+            f"{len(fit['points'])} case(s) with a core per rank: {values} (each case's "
+            f"error: {errors})")
+
+
 def coverage(rows: list[dict[str, Any]]) -> tuple[int, int]:
     """(cases whose real mean lies inside their predicted 90% interval, cases with one)."""
     spread = [r["spread"] for r in rows if "spread" in r]
@@ -76,7 +91,8 @@ def lines(runs: dict[str, list[dict[str, Any]]], fitted: set[str], fit_on: list[
            + (f" + traffic / {device['memory_Bps'] / 1e9:.1f} GB/s" if device["memory_Bps"]
               else "") + "; each point's error: "
            + ", ".join(f"{p['workload']} {p['error']:+.1%}" for p in device["points"])
-           + ")" + _rendezvous_words(device.get("rendezvous"))
+           + ")" + _serving_words(device.get("serving"))
+           + _rendezvous_words(device.get("rendezvous"))
            + ", against the microbenchmark profiles of the same validation. Every case is "
            "simulated again on each; in-sample: the cases the fit saw; held out: the rest. "
            "Columns: median |error|, worst |error|, mean signed error, within 15%.", "",
@@ -96,9 +112,9 @@ def lines(runs: dict[str, list[dict[str, Any]]], fitted: set[str], fit_on: list[
                 f"shape {spread[0]['sigma']:.3f} (the spread of single gradients inside the "
                 "fit's real runs): the real mean lies inside the predicted 90% interval in "
                 f"**{a}/{n}** in-sample and **{b}/{m}** held-out cases (target: 80-95%)."]
-    return out + ["", "Full reports: `microbenchmarks/`, `from-runs/` (the device) and "
-                  "`from-runs-rendezvous/` (the device and the rendezvous), each `README.md`.",
-                  ""]
+    return out + ["", "Full reports: `microbenchmarks/`, `from-runs/` (the device), "
+                  "`from-runs-serving/` (and the server's code) and `from-runs-rendezvous/` "
+                  "(and the rendezvous), each `README.md`.", ""]
 
 
 def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] | None,
@@ -125,15 +141,27 @@ def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] 
                                     [earlier / "cases" / name / "real" for name in fitted])
     shutil.copytree(base, profiles, dirs_exist_ok=True,
                     ignore=lambda folder, names: ["device"] if Path(folder) == base else [])
-    stored = stored_profiles(profiles, sorted({c.net for c in fit_cases}))
+    runs = {"microbenchmarks": resimulate_matrix(matrix_path, earlier, out / "microbenchmarks",
+                                                 None, only, base, say)}
+    spread = (seeds, device["in_run_sigma"]) if seeds and device["in_run_sigma"] else None
+    runs[DEVICE] = resimulate_matrix(matrix_path, earlier, out / "from-runs", None, only,
+                                     profiles, say, spread)
+    say(f"fitting the server's code to the servers' times in {len(fit_cases)} case(s)' "
+        "real runs")
+    device["serving"] = fit_serving([earlier / "cases" / name / "real" for name in fitted],
+                                    profiles / "host" / "host.json")
+    if device["serving"]["values"] is not None:
+        serving = out / "profiles-serving"  # the device and the server's code fitted
+        shutil.copytree(profiles, serving)
+        with_serving(profiles / "host" / "host.json", device["serving"],
+                     serving / "host" / "host.json")
+        runs[SERVING] = resimulate_matrix(matrix_path, earlier, out / "from-runs-serving",
+                                          None, only, serving, say)
+        profiles = serving
     say(f"fitting rendezvous_base_s to the wire of {len(fit_cases)} case(s)' real runs")
+    stored = stored_profiles(profiles, sorted({c.net for c in fit_cases}))
     device["rendezvous"] = fit_rendezvous(matrix, fit_cases, earlier, stored,
                                           earlier_rows(earlier))
-    spread = (seeds, device["in_run_sigma"]) if seeds and device["in_run_sigma"] else None
-    runs = {"microbenchmarks": resimulate_matrix(matrix_path, earlier, out / "microbenchmarks",
-                                                 None, only, base, say),
-            DEVICE: resimulate_matrix(matrix_path, earlier, out / "from-runs", None, only,
-                                      profiles, say, spread)}
     if device["rendezvous"]["rendezvous_base_s"] is not None:
         both = out / "profiles-rendezvous"  # and the host's rendezvous fitted too
         shutil.copytree(profiles, both)
