@@ -27,15 +27,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "an earlier --out DIR holds (on DIR/profiles unless --profiles); "
                              "the report goes to OUT/README.md")
     parser.add_argument("--fit-on", action="append", default=[], metavar="AXIS=LEVEL",
-                        help="with --resimulate: fit the device to the real runs of the cases "
-                             "with these levels (repeatable), simulate every case on it and on "
-                             "the microbenchmark profiles, and report in-sample against "
-                             "held-out errors (OUT/README.md)")
+                        help="with --resimulate: fit the device and the server's code to the "
+                             "real runs of the cases with these levels (repeatable), simulate "
+                             "every case on them and on the microbenchmark profiles, and "
+                             "report in-sample against held-out errors (OUT/README.md)")
     parser.add_argument("--spread", type=int, default=0, metavar="SEEDS",
                         help="with --fit-on: simulate each case with real kernels SEEDS times, "
-                             "drawing gradient times with the spread measured in the fit's "
-                             "runs, and report how often the real mean lies inside the "
-                             "predicted 90%% interval")
+                             "drawing gradient times and each run's machine speed with the "
+                             "spreads measured in the fit's runs, and report how often the "
+                             "real mean lies inside the predicted 90%% interval")
     parser.add_argument("--quick", action="store_true",
                         help="a rough calibration (fewer message sizes and repetitions)")
     parser.add_argument("--quiet-load", type=float, default=0.10,

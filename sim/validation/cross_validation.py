@@ -10,9 +10,10 @@ with the fitted device, with the server's own code fitted to the same runs' serv
 times as well (:mod:`sim.validation.fit_host`), and the errors are split into the cases the fit saw
 (in-sample) and the rest (held out). A model change is judged by the held-out column: a fit
 that only learns its own cases shows there. With ``--spread SEEDS`` each case with real
-kernels is also simulated SEEDS times drawing its gradients' times with the spread measured
-in the fit's runs, and the report says how often the real mean falls inside the predicted
-90% interval (issue 31's item 4). ``OUT/README.md`` has the table;
+kernels is also simulated SEEDS times on the fitted profiles, drawing its gradients' times
+with the spread measured in the fit's runs and each run's machine speed with the spread of
+their repeats (:mod:`sim.validation.run_speed`), and the report says how often the real mean
+falls inside the predicted 90% interval (issue 31's item 4). ``OUT/README.md`` has the table;
 ``OUT/microbenchmarks/``, ``OUT/from-runs/``, ``OUT/from-runs-serving/`` and
 ``OUT/from-runs-rendezvous/`` each the full report of one resimulation.
 """
@@ -31,6 +32,7 @@ from sim.validation.fit_host import fit_rendezvous, with_rendezvous
 from sim.validation.fit_serving import fit_serving, with_serving
 from sim.validation.matrix import expand, load_matrix, stored_profiles
 from sim.validation.resimulate import earlier_rows, resimulate_matrix
+from sim.validation.run_speed import run_sigma
 
 DEVICE = "device from runs"
 SERVING = "device and server's code from runs"
@@ -102,16 +104,21 @@ def lines(runs: dict[str, list[dict[str, Any]]], fitted: set[str], fit_on: list[
         inside = [r for r in rows if r["case"] in fitted]
         held = [r for r in rows if r["case"] not in fitted]
         out.append(f"| {label} | {_cell(error_stats(inside))} | {_cell(error_stats(held))} |")
-    spread = [r["spread"] for r in runs.get(DEVICE, []) if "spread" in r]
-    if spread:
-        inside = [r for r in runs[DEVICE] if r["case"] in fitted]
-        held = [r for r in runs[DEVICE] if r["case"] not in fitted]
+    drawn = next((label for label in (SERVING, DEVICE) if any(
+        "spread" in r for r in runs.get(label, []))), None)
+    if drawn:
+        spread = next(r["spread"] for r in runs[drawn] if "spread" in r)
+        inside = [r for r in runs[drawn] if r["case"] in fitted]
+        held = [r for r in runs[drawn] if r["case"] not in fitted]
         (a, n), (b, m) = coverage(inside), coverage(held)
-        out += ["", f"Predicted spread: each case with real kernels simulated with "
-                f"{spread[0]['seeds']} seeds, every gradient's time drawn from a lognormal of "
-                f"shape {spread[0]['sigma']:.3f} (the spread of single gradients inside the "
-                "fit's real runs): the real mean lies inside the predicted 90% interval in "
-                f"**{a}/{n}** in-sample and **{b}/{m}** held-out cases (target: 80-95%)."]
+        out += ["", f"Predicted spread ({drawn}): each case with real kernels simulated with "
+                f"{spread['seeds']} seeds, every gradient's time drawn from a lognormal of "
+                f"shape {spread['sigma']:.3f} (the spread of single gradients inside the "
+                f"fit's real runs) and each run's host and device slower or faster by a "
+                f"factor drawn from a lognormal of shape {spread['speed_sigma']:.3f} (the "
+                "spread of the fit's repeats' CPU time per update around their case's mean): "
+                f"the real mean lies inside the predicted 90% interval in **{a}/{n}** "
+                f"in-sample and **{b}/{m}** held-out cases (target: 80-95%)."]
     return out + ["", "Full reports: `microbenchmarks/`, `from-runs/` (the device), "
                   "`from-runs-serving/` (and the server's code) and `from-runs-rendezvous/` "
                   "(and the rendezvous), each `README.md`.", ""]
@@ -124,7 +131,7 @@ def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] 
     """Fit the device on the ``fit_on`` cases' real runs, simulate every case again on the
     microbenchmark and the fitted profiles; the rows of each (``OUT/README.md`` written).
     Raises UserError."""
-    from sim.real.calibration.from_runs import write_device_from_runs
+    from sim.real.calibration.from_runs import real_run_dirs, write_device_from_runs
 
     matrix = load_matrix(matrix_path)
     base = profiles_dir or earlier / "profiles"
@@ -143,20 +150,23 @@ def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] 
                     ignore=lambda folder, names: ["device"] if Path(folder) == base else [])
     runs = {"microbenchmarks": resimulate_matrix(matrix_path, earlier, out / "microbenchmarks",
                                                  None, only, base, say)}
-    spread = (seeds, device["in_run_sigma"]) if seeds and device["in_run_sigma"] else None
-    runs[DEVICE] = resimulate_matrix(matrix_path, earlier, out / "from-runs", None, only,
-                                     profiles, say, spread)
+    reals = [earlier / "cases" / name / "real" for name in fitted]
     say(f"fitting the server's code to the servers' times in {len(fit_cases)} case(s)' "
         "real runs")
-    device["serving"] = fit_serving([earlier / "cases" / name / "real" for name in fitted],
-                                    profiles / "host" / "host.json")
-    if device["serving"]["values"] is not None:
+    device["serving"] = fit_serving(reals, profiles / "host" / "host.json")
+    device["run_sigma"] = run_sigma(real_run_dirs(reals))
+    spread = ((seeds, device["in_run_sigma"], device["run_sigma"] or 0.0)
+              if seeds and device["in_run_sigma"] else None)
+    served = device["serving"]["values"] is not None
+    runs[DEVICE] = resimulate_matrix(matrix_path, earlier, out / "from-runs", None, only,
+                                     profiles, say, None if served else spread)
+    if served:
         serving = out / "profiles-serving"  # the device and the server's code fitted
         shutil.copytree(profiles, serving)
         with_serving(profiles / "host" / "host.json", device["serving"],
                      serving / "host" / "host.json")
         runs[SERVING] = resimulate_matrix(matrix_path, earlier, out / "from-runs-serving",
-                                          None, only, serving, say)
+                                          None, only, serving, say, spread)
         profiles = serving
     say(f"fitting rendezvous_base_s to the wire of {len(fit_cases)} case(s)' real runs")
     stored = stored_profiles(profiles, sorted({c.net for c in fit_cases}))

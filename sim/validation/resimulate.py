@@ -13,6 +13,7 @@ the same cases. The report goes to ``OUT/README.md``; the committed report and i
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.calibrated import CALIBRATED
 from sim.config import Config
 from sim.errors import UserError
 from sim.rundir import write_atomic
@@ -32,6 +34,7 @@ from sim.validation.matrix import (
     simulate_into,
     stored_profiles,
 )
+from sim.validation.run_speed import draw, slower_profiles
 
 KEPT = ("ranks", "other_load", "discarded", "real_s")  # an earlier row's facts of its real runs
 
@@ -48,9 +51,9 @@ def earlier_rows(earlier: Path) -> dict[str, dict[str, Any]]:
 
 def resimulate_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path,
                     real_dir: Path, before: dict[str, Any],
-                    spread: tuple[int, float] | None = None) -> dict[str, Any]:
+                    spread: tuple[int, float, float] | None = None) -> dict[str, Any]:
     """One case simulated again and compared with its earlier real runs: its row. With
-    ``spread`` (seeds, sigma) and real kernels, also its :func:`predicted_interval`."""
+    ``spread`` (seeds, sigma, speed_sigma) and real kernels, also its :func:`predicted_interval`."""
     from sim.real.calibration.from_runs import kernel_workload
     from sim.validation.sim_vs_real import compare
 
@@ -72,29 +75,50 @@ def resimulate_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: 
     return row
 
 
-def predicted_interval(config: Config, seeds: int, sigma: float) -> dict[str, Any]:
+def predicted_interval(config: Config, seeds: int, sigma: float,
+                       speed_sigma: float = 0.0) -> dict[str, Any]:
     """``config`` simulated with ``seeds`` run seeds (1, 2, ...), each gradient's time drawn
-    from a lognormal of shape ``sigma`` (mean 1; the spread measured inside real runs): the
-    time per update's 5th and 95th percentiles (s), a predicted 90% interval."""
+    from a lognormal of shape ``sigma`` (mean 1; the spread measured inside real runs) and,
+    with ``speed_sigma``, each run's calibrated host and device slower or faster by a
+    factor drawn once per run (:mod:`sim.validation.run_speed`): the time per update's 5th
+    and 95th percentiles (s), a predicted 90% interval."""
     from sim.config import apply_overrides, resolved
     from sim.results import iteration_s
     from sim.simulated.engine import simulate
     from sim.training.checks import validate
 
     times = []
-    for seed in range(1, seeds + 1):
-        drawn = validate(apply_overrides(resolved(config), [
-            'compute.distribution="lognormal"', f"compute.sigma={sigma!r}",
-            f"run.seed={seed}"]), "the predicted interval")
-        times.append(iteration_s(simulate(drawn).summary))
+    with tempfile.TemporaryDirectory() as scratch:
+        for seed in range(1, seeds + 1):
+            sets = ['compute.distribution="lognormal"', f"compute.sigma={sigma!r}",
+                    f"run.seed={seed}"]
+            if speed_sigma:
+                sets += _slower(config, draw(seed, speed_sigma), Path(scratch) / str(seed))
+            drawn = validate(apply_overrides(resolved(config), sets), "the predicted interval")
+            times.append(iteration_s(simulate(drawn).summary))
     low, high = np.quantile(times, [0.05, 0.95])
-    return {"seeds": seeds, "sigma": sigma, "low": float(low), "high": float(high)}
+    return {"seeds": seeds, "sigma": sigma, "speed_sigma": speed_sigma,
+            "low": float(low), "high": float(high)}
+
+
+def _slower(config: Config, factor: float, place: Path) -> list[str]:
+    """The overrides that run ``config`` on its calibrated host and device ``factor`` times
+    slower (a preset stays as it is)."""
+    host, device = config.cluster.host, config.compute.device
+    if not (host.startswith(CALIBRATED) and device.startswith(CALIBRATED)):
+        return []
+    host_json, device_json = slower_profiles(Path(host.removeprefix(CALIBRATED)),
+                                             Path(device.removeprefix(CALIBRATED)), factor,
+                                             place)
+    return [f'cluster.host="{CALIBRATED}{host_json}"',
+            f'compute.device="{CALIBRATED}{device_json}"']
 
 
 def resimulate_matrix(matrix_path: Path, earlier: Path, out: Path, readme: Path | None,
                       only: list[str] | None, profiles_dir: Path | None,
                       say: Callable[[str], None] = print,
-                      spread: tuple[int, float] | None = None) -> list[dict[str, Any]]:
+                      spread: tuple[int, float, float] | None = None
+                      ) -> list[dict[str, Any]]:
     """Every case of the matrix (``only``) whose real runs ``earlier`` holds, simulated again
     and compared; the rows, also in ``OUT/rows.json``, and the report (``OUT/README.md``
     unless ``readme``). Raises UserError."""
