@@ -57,6 +57,22 @@ def test_work_after_a_sleep_pays_the_reload_of_the_gap(cores, gap):
     assert took == pytest.approx(100e-6 + reload(gap))
 
 
+@pytest.mark.parametrize("cores", [1, 2])
+def test_a_task_returns_the_cpu_it_took_with_its_reload(cores):
+    """What a server's span on the trace shows: the task's seconds and its reload."""
+    hosts = hosts_for(simpy.Environment(), 2, cores, spin=True)
+    took = []
+
+    def rank():
+        yield from hosts.run(0, 100e-6)
+        yield from hosts.sleep(0, 2e-3)
+        took.append((yield from hosts.run(0, 100e-6)))
+
+    hosts.env.process(rank())
+    hosts.env.run()
+    assert took == [pytest.approx(100e-6 + reload(2e-3))]
+
+
 def test_a_wait_that_is_not_a_sleep_is_spun_and_costs_nothing():
     """Spinning ranks (spin=True) wait for anything, not only messages, by spinning."""
     env = simpy.Environment()

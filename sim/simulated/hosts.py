@@ -77,19 +77,20 @@ class Hosts:
             self._rest(rank)
 
     def run(self, rank: int, seconds: float, woken: bool = False,
-            handshake_s: float = 0.0) -> Generator[simpy.Event, Any, None]:
+            handshake_s: float = 0.0) -> Generator[simpy.Event, Any, float]:
         """Run ``seconds`` of CPU work on ``rank``'s thread (after its earlier tasks).
         ``woken``: the work is handling a message that just arrived, which an idle sleeping
         rank notices only when it next polls (:meth:`woken_at`). ``handshake_s``: the thread
-        first waits this long in a receive (a rendezvous, :meth:`handshake_s`) on no core."""
+        first waits this long in a receive (a rendezvous, :meth:`handshake_s`) on no core.
+        Returns the CPU seconds the task took: ``seconds`` and its reload after a gap."""
         if seconds <= 0 and handshake_s <= 0:
-            return
+            return 0.0
         if woken and (late := self.woken_at(rank) - self.env.now) > 0:
             self.free_at[rank] = self.env.now + late  # asleep until then: nothing else runs
             yield self.env.timeout(late)
         if not self.shared[self.rank_hosts[rank]]:
-            yield from self._run_alone(rank, seconds + handshake_s)
-            return
+            reload_s = yield from self._run_alone(rank, seconds + handshake_s)
+            return seconds + reload_s
         with self.threads[rank].request() as thread:
             yield thread
             if handshake_s > 0:
@@ -103,6 +104,7 @@ class Hosts:
                 self._work(rank, host, False)
                 self._rest(rank)
             self.free_at[rank] = self.env.now
+        return seconds
 
     def _spin(self, rank: int) -> None:
         """``rank`` spins from now on: it keeps its core, if not all its caches
@@ -204,10 +206,11 @@ class Hosts:
 
         give_up(2)
 
-    def _run_alone(self, rank: int, seconds: float) -> Generator[simpy.Event, Any, None]:
+    def _run_alone(self, rank: int, seconds: float) -> Generator[simpy.Event, Any, float]:
         """A core of its own: the thread is a FIFO queue, so the task ends ``seconds`` after
-        the rank's earlier tasks (one event, no slices)."""
-        end = max(self.env.now, self.free_at[rank]) + seconds + self._task_starts(rank)
+        the rank's earlier tasks (one event, no slices). Returns its reload (s)."""
+        reload_s = self._task_starts(rank)
+        end = max(self.env.now, self.free_at[rank]) + seconds + reload_s
         self.free_at[rank] = end
         try:
             yield self.env.timeout(end - self.env.now)
@@ -218,6 +221,7 @@ class Hosts:
             raise
         if self.free_at[rank] == end:  # no later task queued behind it
             self._rest(rank)
+        return reload_s
 
     def wait(self, rank: int, event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
         """Wait for ``event``; a spinning rank on a shared host holds cores while it waits,

@@ -195,23 +195,25 @@ class ParameterServer:
                     for s, job, t, size in zip(shards, jobs, seconds, sizes, strict=True)]
         return simpy.AllOf(env, [env.process(job) for job in jobs])
 
-    def _when_up(self, shard: int, job: Generator[simpy.Event, Any, None]
-                 ) -> Generator[simpy.Event, Any, None]:
+    def _when_up(self, shard: int, job: Generator[simpy.Event, Any, float]
+                 ) -> Generator[simpy.Event, Any, float]:
         while shard in self.back_up:
             yield self.back_up[shard]
-        yield from job
+        return (yield from job)
 
-    def _traced(self, shard: int, job: Generator[simpy.Event, Any, None], seconds: float,
+    def _traced(self, shard: int, job: Generator[simpy.Event, Any, float], seconds: float,
                 what: str, sender: int | None, nbytes: float,
                 flow: int | None) -> Generator[simpy.Event, Any, None]:
-        """``job`` on the trace: a slice of its CPU work on the shard, ending when the job
+        """``job`` on the trace: a slice of its CPU work on the shard (``seconds`` and the
+        reload after a gap, :meth:`sim.simulated.hosts.Hosts.run`), ending when the job
         does; a push is queued at the shard from now until then."""
         notes, env = self.notes, self.network.env
         queued = sender is not None
         if queued:
             notes.queue(shard, +1, env.now)
-        yield from job
-        notes.work(shard, what, env.now - seconds, env.now, sender, nbytes, flow)
+        took = yield from job
+        notes.work(shard, what, env.now - max(seconds, took or 0.0), env.now, sender, nbytes,
+                   flow)
         if queued:
             notes.queue(shard, -1, env.now)
 
