@@ -151,3 +151,38 @@ def test_with_rendezvous_sets_the_base_and_keeps_the_rest(tmp_path):
     host = load_host(f"calibrated:{tmp_path / 'fitted.json'}")
     assert host.rendezvous_base_s == 2.5e-4 and host.copy_Bps == HOSTS["epyc-core"].copy_Bps
     assert "fitted to real runs" in host.source
+
+
+def test_a_fit_near_a_prior_keeps_what_the_runs_leave_free_and_takes_what_they_fix(tmp_path):
+    """One workload's runs fix one number: the fit passes through it, and the terms it
+    cannot tell apart stay near the prior (a plain fit of one point is degenerate)."""
+    from sim.real.calibration.suite import fit_device_near
+
+    save = {"flops_per_s": 10e9, "overhead_s": 10e-6, "memory_Bps": None}
+    (tmp_path / "prior.json").write_text(json.dumps(save))
+    seconds = fake_run(tmp_path / "one", SHAPES[1])
+    fit = write_device_from_runs(tmp_path / "device.json", [tmp_path / "one"],
+                                 tmp_path / "prior.json")
+    assert abs(fit["points"][0]["error"]) < 1e-3  # through the point
+    assert fit["overhead_s"] == pytest.approx(10e-6, rel=0.5)  # near the prior's
+    assert "near" in load_device(f"calibrated:{tmp_path / 'device.json'}").source
+    # every term fixed by the points: the prior hardly moves the fit
+    points = [{"flops": f, "traffic": 0.0, "seconds": OVERHEAD + f / RATE}
+              for f in (1e5, 1e6, 1e7, 1e8)]
+    fit = fit_device_near(points, 10e9, 10e-6, None)
+    assert fit.flops_per_s == pytest.approx(RATE, rel=1e-3)
+    assert fit.overhead_s == pytest.approx(OVERHEAD, rel=1e-2)
+    assert seconds > 0
+
+
+def test_the_prior_is_the_calibrated_device_the_runs_name(tmp_path):
+    from sim.real.calibration.from_runs import runs_device
+    from sim.training.compute_model import save_device_profile
+
+    save_device_profile(tmp_path / "device.json", 10e9, 10e-6, "test")
+    named = {"compute": {"device": f"calibrated:{tmp_path / 'device.json'}"}}
+    fake_run(tmp_path / "a", SHAPES[0], config=named)
+    fake_run(tmp_path / "b", SHAPES[1], config=named)
+    fake_run(tmp_path / "preset", SHAPES[1])
+    assert runs_device([tmp_path / "a", tmp_path / "b"]) == tmp_path / "device.json"
+    assert runs_device([tmp_path / "a", tmp_path / "preset"]) is None  # two devices

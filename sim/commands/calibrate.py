@@ -182,11 +182,13 @@ def transport(path: Path, quick: bool) -> int:
 def from_runs(args: argparse.Namespace) -> int:
     """``--from-runs``: the device fitted to real runs' in-run gradient times, and the
     host's server code to their servers' times."""
-    from sim.real.calibration.from_runs import write_device_from_runs
+    from sim.real.calibration.from_runs import real_run_dirs, runs_device, write_device_from_runs
 
-    device = write_device_from_runs(args.out / "device.json", args.from_runs)
+    prior = runs_device(real_run_dirs(args.from_runs))
+    device = write_device_from_runs(args.out / "device.json", args.from_runs, prior)
     rates = describe_rates(device["flops_per_s"], device["overhead_s"], device["memory_Bps"])
-    print(f"compute, from in-run gradient times: {rates}")
+    print(f"compute, from in-run gradient times: {rates}"
+          + (f" (pulled weakly towards {prior})" if prior else ""))
     for p in device["points"]:
         print(f"  {p['workload']:<34} {p['seconds'] * 1e6:9.1f} us  {p['error']:+.1%}  "
               f"({p['runs']} run(s))")

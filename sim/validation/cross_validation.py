@@ -88,7 +88,8 @@ def lines(runs: dict[str, list[dict[str, Any]]], fitted: set[str], fit_on: list[
     """The README: per profile, in-sample and held-out errors side by side."""
     out = ["# Cross-validation: profiles fitted to real runs", "",
            f"The device fitted to the real runs of the {len(fitted)} case(s) with "
-           f"{', '.join(fit_on)} (in-run gradient times: {device['flops_per_s'] / 1e9:.2f} "
+           f"{', '.join(fit_on)}, pulled weakly towards the microbenchmark device "
+           f"(in-run gradient times: {device['flops_per_s'] / 1e9:.2f} "
            f"GFLOP/s + {device['overhead_s'] * 1e6:.1f} us a gradient"
            + (f" + traffic / {device['memory_Bps'] / 1e9:.1f} GB/s" if device["memory_Bps"]
               else "") + "; each point's error: "
@@ -145,7 +146,8 @@ def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] 
         raise UserError(f"{out}: already holds results; choose another --out")
     profiles = out / "profiles"  # the earlier ones, but for the device fitted to runs
     device = write_device_from_runs(profiles / "device" / "device.json",
-                                    [earlier / "cases" / name / "real" for name in fitted])
+                                    [earlier / "cases" / name / "real" for name in fitted],
+                                    base / "device" / "device.json")
     shutil.copytree(base, profiles, dirs_exist_ok=True,
                     ignore=lambda folder, names: ["device"] if Path(folder) == base else [])
     runs = {"microbenchmarks": resimulate_matrix(matrix_path, earlier, out / "microbenchmarks",

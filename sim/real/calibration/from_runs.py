@@ -105,10 +105,28 @@ def in_run_sigma(run_dirs: Iterable[Path]) -> float | None:
     return float(np.std(np.concatenate(logs))) if logs else None
 
 
-def write_device_from_runs(path: Path, paths: Iterable[Path]) -> dict[str, Any]:
+def runs_device(run_dirs: Iterable[Path]) -> Path | None:
+    """The calibrated device profile every run in ``run_dirs`` names (``compute.device =
+    "calibrated:PATH"``, as ``sim real --twin`` and ``sim validate`` write it) if it exists:
+    a prior for the fit; None otherwise."""
+    from sim.config import read_toml
+
+    named = {str(read_toml(path / "config.toml").get("compute", {}).get("device", ""))
+             for path in run_dirs}
+    if len(named) != 1 or not (name := named.pop()).startswith("calibrated:"):
+        return None
+    path = Path(name.removeprefix("calibrated:"))
+    return path if path.is_file() else None
+
+
+def write_device_from_runs(path: Path, paths: Iterable[Path],
+                           prior: Path | None = None) -> dict[str, Any]:
     """Fit the device to the real runs in ``paths`` and write it to ``path``; the fit (its
-    rates and each point with its error). Raises UserError without a run to fit."""
-    from sim.real.calibration.suite import fit_device, stamp
+    rates and each point with its error). With ``prior`` (a device profile's JSON) the fit
+    is pulled weakly towards it (:func:`~sim.real.calibration.suite.fit_device_near`), so
+    that runs of one or two workloads leave the terms they cannot fix at the prior's
+    values. Raises UserError without a run to fit."""
+    from sim.real.calibration.suite import fit_device, fit_device_near, stamp
     from sim.training.compute_model import save_device_profile
 
     dirs = real_run_dirs(paths)
@@ -117,14 +135,20 @@ def write_device_from_runs(path: Path, paths: Iterable[Path]) -> dict[str, Any]:
         raise UserError(f"--from-runs: none of the {len(dirs)} real run(s) computed "
                         "gradients with real kernels (they all set compute.time_s, "
                         "pipelining or a model split); nothing to fit the device to")
-    fit = fit_device(points)
+    if prior is None:
+        fit = fit_device(points)
+    else:
+        known = json.loads(Path(prior).read_text())
+        fit = fit_device_near(points, known["flops_per_s"], known["overhead_s"],
+                              known.get("memory_Bps"))
     for point, error in zip(points, fit.errors, strict=True):
         point["error"] = error
     sigma = in_run_sigma(dirs)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_device_profile(path, fit.flops_per_s, fit.overhead_s,
                         f"sim calibrate --from-runs: in-run gradient times of {len(points)} "
-                        f"workload(s) from {len(dirs)} real run(s); {stamp()}", fit.memory_Bps,
+                        f"workload(s) from {len(dirs)} real run(s)"
+                        + (f", near {prior}" if prior else "") + f"; {stamp()}", fit.memory_Bps,
                         name="from-runs", points=points, concurrency=1, in_run_sigma=sigma)
     return {"flops_per_s": fit.flops_per_s, "overhead_s": fit.overhead_s,
             "memory_Bps": fit.memory_Bps, "points": points, "in_run_sigma": sigma}

@@ -175,6 +175,36 @@ def fit_device(points: list[dict[str, Any]]) -> DeviceFit:
                      1.0 / traffic if traffic else None, (predicted / seconds - 1).tolist())
 
 
+PRIOR_WEIGHT = 1e-4  # the squared relative error a term the size of a whole gradient off
+# its prior weighs (fit_device_near)
+
+
+def fit_device_near(points: list[dict[str, Any]], flops_per_s: float, overhead_s: float,
+                    memory_Bps: float | None) -> DeviceFit:
+    """:func:`fit_device`'s terms by non-negative least squares on relative errors, pulled
+    weakly (:data:`PRIOR_WEIGHT`) towards a prior device's: where the points leave a term
+    free (fewer workloads than terms, or workloads of one shape) it keeps the prior's
+    value, and elsewhere the points decide (Tikhonov regularisation towards a prior)."""
+    from scipy.optimize import nnls
+
+    seconds = np.array([p["seconds"] for p in points])
+    columns = np.column_stack([np.ones_like(seconds),
+                               np.array([p["flops"] for p in points], float),
+                               np.array([p.get("traffic", 0.0) for p in points], float)])
+    prior = np.array([overhead_s, 1.0 / flops_per_s, 1.0 / memory_Bps if memory_Bps else 0.0])
+    # a unit of each coefficient's prior row: what the term adds to a typical gradient,
+    # over that gradient's time
+    typical = np.median(columns, axis=0) / float(np.median(seconds))
+    rows = np.sqrt(PRIOR_WEIGHT) * np.diag(typical)
+    A = np.vstack([columns / seconds[:, None], rows])
+    b = np.concatenate([np.ones_like(seconds), rows @ prior])
+    x, _ = nnls(A, b)
+    predicted = columns @ x
+    rate = x[1] if x[1] > 0 else prior[1]  # (no FLOPs at all: the prior's rate)
+    return DeviceFit(1.0 / rate, float(x[0]), 1.0 / x[2] if x[2] > 0 else None,
+                     (predicted / seconds - 1).tolist())
+
+
 # ---- network -----------------------------------------------------------------------------
 
 def netbench(spec: dict[str, Any], ranks: int, emulation: Emulation | None,
