@@ -191,8 +191,8 @@ class ParameterServer:
             name = what or ("work" if sender is None else "push")
             flow = sends[0] if sends else None
             sizes = [math.nan] * len(jobs) if parts is None else [float(p) for p in parts]
-            jobs = [self._traced(int(s), job, float(t), name, sender, size, flow)
-                    for s, job, t, size in zip(shards, jobs, seconds, sizes, strict=True)]
+            jobs = [self._traced(int(s), job, name, sender, size, flow)
+                    for s, job, size in zip(shards, jobs, sizes, strict=True)]
         return simpy.AllOf(env, [env.process(job) for job in jobs])
 
     def _when_up(self, shard: int, job: Generator[simpy.Event, Any, float]
@@ -201,19 +201,18 @@ class ParameterServer:
             yield self.back_up[shard]
         return (yield from job)
 
-    def _traced(self, shard: int, job: Generator[simpy.Event, Any, float], seconds: float,
-                what: str, sender: int | None, nbytes: float,
+    def _traced(self, shard: int, job: Generator[simpy.Event, Any, float], what: str,
+                sender: int | None, nbytes: float,
                 flow: int | None) -> Generator[simpy.Event, Any, None]:
-        """``job`` on the trace: a slice of its CPU work on the shard (``seconds`` and the
-        reload after a gap, :meth:`sim.simulated.hosts.Hosts.run`), ending when the job
+        """``job`` on the trace: a slice of the CPU it took on the shard (its seconds and
+        the reload after a gap, :meth:`sim.simulated.hosts.Hosts.run`), ending when the job
         does; a push is queued at the shard from now until then."""
         notes, env = self.notes, self.network.env
         queued = sender is not None
         if queued:
             notes.queue(shard, +1, env.now)
         took = yield from job
-        notes.work(shard, what, env.now - max(seconds, took or 0.0), env.now, sender, nbytes,
-                   flow)
+        notes.work(shard, what, env.now - took, env.now, sender, nbytes, flow)
         if queued:
             notes.queue(shard, -1, env.now)
 

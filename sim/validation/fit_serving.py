@@ -159,18 +159,17 @@ def fit_serving(paths: Iterable[Path], host_json: Path) -> dict[str, Any]:
 
 def runs_host(points: list[dict[str, Any]]) -> Path:
     """The calibrated host profile that the runs of ``points`` name (``cluster.host =
-    "calibrated:PATH"``, as ``sim real --twin`` and ``sim validate`` write them): the
-    fit's prior. Raises UserError unless they name one, and only one, that exists."""
-    from sim.config import read_toml
+    "calibrated:PATH"``): the fit's prior. Raises UserError unless they name one, and only
+    one, that exists."""
     from sim.errors import UserError
+    from sim.real.calibration.from_runs import named_profile
 
-    named = {str(read_toml(p["config"]).get("cluster", {}).get("host", "")) for p in points}
-    paths = {Path(n.removeprefix("calibrated:")) for n in named if n.startswith("calibrated:")}
-    if len(paths) != 1 or len(named) != 1 or not next(iter(paths)).is_file():
+    host = named_profile((Path(p["config"]) for p in points), "cluster", "host")
+    if host is None:
         raise UserError("--from-runs: the runs with a parameter server must all name one "
                         "calibrated host profile that exists (cluster.host = "
-                        f'"calibrated:PATH"), the prior of the fit; they name {sorted(named)}')
-    return next(iter(paths))
+                        '"calibrated:PATH"), the prior of the fit')
+    return host
 
 
 def with_serving(host_json: Path, fit: dict[str, Any], out: Path) -> Path:

@@ -105,18 +105,23 @@ def in_run_sigma(run_dirs: Iterable[Path]) -> float | None:
     return float(np.std(np.concatenate(logs))) if logs else None
 
 
-def runs_device(run_dirs: Iterable[Path]) -> Path | None:
-    """The calibrated device profile every run in ``run_dirs`` names (``compute.device =
-    "calibrated:PATH"``, as ``sim real --twin`` and ``sim validate`` write it) if it exists:
-    a prior for the fit; None otherwise."""
+def named_profile(configs: Iterable[Path], table: str, key: str) -> Path | None:
+    """The calibrated profile that every config in ``configs`` names at ``[table] key``
+    (``"calibrated:PATH"``, as ``sim real --twin`` and ``sim validate`` write them) if it
+    exists; None otherwise (none, a preset, or several)."""
     from sim.config import read_toml
 
-    named = {str(read_toml(path / "config.toml").get("compute", {}).get("device", ""))
-             for path in run_dirs}
+    named = {str(read_toml(path).get(table, {}).get(key, "")) for path in configs}
     if len(named) != 1 or not (name := named.pop()).startswith("calibrated:"):
         return None
     path = Path(name.removeprefix("calibrated:"))
     return path if path.is_file() else None
+
+
+def runs_device(run_dirs: Iterable[Path]) -> Path | None:
+    """The calibrated device profile every run in ``run_dirs`` names, if it exists: a prior
+    for the fit; None otherwise."""
+    return named_profile((path / "config.toml" for path in run_dirs), "compute", "device")
 
 
 def write_device_from_runs(path: Path, paths: Iterable[Path],
