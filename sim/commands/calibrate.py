@@ -202,7 +202,7 @@ def serving_from_runs(paths: list[Path], out: Path) -> None:
     """The host profile the runs name, with its server's code fitted to their servers'
     times, written to ``out`` (nothing without a run whose server had a core of its own)."""
     from sim.real.calibration.from_runs import real_run_dirs
-    from sim.validation.fit_serving import fit_serving, runs_host, serving_points, with_serving
+    from sim.validation.fit_serving import fit_points, runs_host, serving_points, with_serving
 
     points = serving_points(real_run_dirs(paths))
     if not points:
@@ -210,7 +210,7 @@ def serving_from_runs(paths: list[Path], out: Path) -> None:
               "host.json not written")
         return
     prior = runs_host(points)
-    fit = fit_serving(paths, prior)
+    fit = fit_points(points, prior)
     with_serving(prior, fit, out)
     print(f"host, the server's code from the servers' time per update in {len(points)} "
           f"case(s) (the rest as in {prior}):")

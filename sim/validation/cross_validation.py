@@ -145,18 +145,17 @@ def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] 
     if out.exists() and any(out.iterdir()):
         raise UserError(f"{out}: already holds results; choose another --out")
     profiles = out / "profiles"  # the earlier ones, but for the device fitted to runs
-    device = write_device_from_runs(profiles / "device" / "device.json",
-                                    [earlier / "cases" / name / "real" for name in fitted],
+    reals = real_run_dirs(earlier / "cases" / name / "real" for name in fitted)
+    device = write_device_from_runs(profiles / "device" / "device.json", reals,
                                     base / "device" / "device.json")
     shutil.copytree(base, profiles, dirs_exist_ok=True,
                     ignore=lambda folder, names: ["device"] if Path(folder) == base else [])
     runs = {"microbenchmarks": resimulate_matrix(matrix_path, earlier, out / "microbenchmarks",
                                                  None, only, base, say)}
-    reals = [earlier / "cases" / name / "real" for name in fitted]
     say(f"fitting the server's code to the servers' times in {len(fit_cases)} case(s)' "
         "real runs")
     device["serving"] = fit_serving(reals, profiles / "host" / "host.json")
-    device["run_sigma"] = run_sigma(real_run_dirs(reals))
+    device["run_sigma"] = run_sigma(reals)
     spread = ((seeds, device["in_run_sigma"], device["run_sigma"] or 0.0)
               if seeds and device["in_run_sigma"] else None)
     served = device["serving"]["values"] is not None

@@ -131,14 +131,18 @@ def fit_constants(y0: np.ndarray, S: np.ndarray, real: np.ndarray, totals: np.nd
 
 
 def fit_serving(paths: Iterable[Path], host_json: Path) -> dict[str, Any]:
-    """The :data:`SERVE` constants of the host profile ``host_json`` fitted to the real runs
-    in ``paths`` (as :func:`~sim.real.calibration.from_runs.real_run_dirs` finds them):
-    ``{"values", "points"}``, each point with its run directory and, per activity, its real
-    and simulated (fitted) time per update; its ``error`` is the total's. ``values`` is None
-    without a point."""
+    """:func:`fit_points` on the :func:`serving_points` of the real runs in ``paths`` (as
+    :func:`~sim.real.calibration.from_runs.real_run_dirs` finds them)."""
     from sim.real.calibration.from_runs import real_run_dirs
 
-    points = serving_points(real_run_dirs(paths))
+    return fit_points(serving_points(real_run_dirs(paths)), host_json)
+
+
+def fit_points(points: list[dict[str, Any]], host_json: Path) -> dict[str, Any]:
+    """The :data:`SERVE` constants of the host profile ``host_json`` fitted to ``points``
+    (:func:`serving_points`): ``{"values", "points"}``, each point with its run directory
+    and, per activity, its real and simulated (fitted) time per update; its ``error`` is the
+    total's. ``values`` is None without a point."""
     if not points:
         return {"values": None, "points": []}
     host = json.loads(Path(host_json).read_text())

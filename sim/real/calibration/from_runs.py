@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.calibrated import CALIBRATED
 from sim.errors import UserError
 from sim.results import load_repeats
 
@@ -112,9 +113,9 @@ def named_profile(configs: Iterable[Path], table: str, key: str) -> Path | None:
     from sim.config import read_toml
 
     named = {str(read_toml(path).get(table, {}).get(key, "")) for path in configs}
-    if len(named) != 1 or not (name := named.pop()).startswith("calibrated:"):
+    if len(named) != 1 or not (name := named.pop()).startswith(CALIBRATED):
         return None
-    path = Path(name.removeprefix("calibrated:"))
+    path = Path(name.removeprefix(CALIBRATED))
     return path if path.is_file() else None
 
 
