@@ -99,7 +99,7 @@ def test_cross_validation_splits_in_sample_from_held_out():
     assert "| microbenchmarks | 15.0% | 20.0% | -15.0% | 1/2 | 30.0% | 30.0% | +30.0% | 0/1 |" \
         in text
     assert "| from runs | 5.0% | 5.0% | +0.0% | 2/2 | 20.0% | 20.0% | +20.0% | 0/1 |" in text
-    assert "20.00 GFLOP/s + 30.0 us" in text and "w +1.0%" in text
+    assert "20.0 GFLOP/s + 30.0 us per gradient" in text and "w +1.0%" in text
 
 
 def test_in_run_sigma_is_the_spread_of_log_gradient_times_around_each_run_median(tmp_path):

@@ -1,17 +1,26 @@
 """Compute-time model: how long a worker takes for one gradient, in simulated seconds.
 
-time = per-gradient overhead + FLOPs / device rate + weight traffic / memory bandwidth, or
-a fixed ``compute.time_s``. The last term is the roofline's second resource (Williams,
-Waterman and Patterson 2009), added rather than overlapped: a pass over a dense layer moves
-its weights through memory whatever the batch (forward reads them, backward reads them and
-writes their gradient), so a small batch or microbatch (Narayanan et al. 2021, Sec. 3.4: the
-pass time t(b) of microbatch size b) computes fewer FLOPs per byte and runs at a lower
-rate. Devices without a memory bandwidth (``memory_Bps = None``) charge FLOPs only;
-times a noise factor of mean 1 (constant, exponential, shifted exponential or lognormal),
-times the
-straggler slowdown of the worker, times any named slowdown active when the
-gradient starts. Every worker draws from its own generator, spawned from the
-run's seed, so a worker's draws do not depend on how events interleave.
+time = per-gradient overhead + FLOPs / device rate + weight traffic / memory bandwidth
++ ids read by index x seconds per id, or a fixed ``compute.time_s``.
+
+The traffic term is the roofline's second resource (Williams, Waterman and Patterson 2009),
+added rather than overlapped: a pass over a dense layer moves its weights through memory
+whatever the batch (forward reads them, backward reads them and writes their gradient), so
+a small batch or microbatch (Narayanan et al. 2021, Sec. 3.4: the pass time t(b) of
+microbatch size b) computes fewer FLOPs per byte and runs at a lower rate. Devices without
+a memory bandwidth (``memory_Bps = None``) charge FLOPs only.
+
+The ids term is the sparse part's: an embedding bag reads each of a batch's ids by index,
+and its backward finds the distinct ones and scatters their row gradients back, work that
+grows with the ids, not with FLOPs or weights (the embedding operators that dominate
+recommendation models: Gupta et al. 2020, "The architectural implications of Facebook's
+DNN-based personalized recommendation", HPCA; Naumov et al. 2019's DLRM). Devices without
+``lookup_s`` charge nothing per id.
+
+The time is multiplied by a noise factor of mean 1 (constant, exponential, shifted
+exponential or lognormal), the straggler slowdown of the worker and any named slowdown
+active when the gradient starts. Every worker draws from its own generator, spawned from
+the run's seed, so a worker's draws do not depend on how events interleave.
 """
 
 from __future__ import annotations
@@ -43,6 +52,9 @@ class Device:
     # bytes/s at which a pass moves its layers' weights (the roofline's memory bandwidth);
     # None: not charged, a pass costs its FLOPs only
     memory_Bps: float | None = None
+    # seconds per id a gradient reads by index, its forward gather and backward scatter
+    # together (the sparse part's work); None: not charged
+    lookup_s: float | None = None
 
     def __post_init__(self) -> None:
         if not (self.flops_per_s > 0 and math.isfinite(self.overhead_s)
@@ -55,11 +67,16 @@ class Device:
         if self.memory_Bps is not None and not (0 < self.memory_Bps < math.inf):
             raise ValueError(f"device {self.name!r}: need memory_Bps > 0 and finite (or "
                              f"null: not charged), got {self.memory_Bps}")
+        if self.lookup_s is not None and not (0 <= self.lookup_s < math.inf):
+            raise ValueError(f"device {self.name!r}: need lookup_s >= 0 and finite (or "
+                             f"null: not charged), got {self.lookup_s}")
 
-    def seconds(self, flops: float, traffic: float = 0.0) -> float:
-        """Seconds of ``flops`` moving ``traffic`` bytes of weights, without the overhead."""
+    def seconds(self, flops: float, traffic: float = 0.0, lookups: float = 0.0) -> float:
+        """Seconds of ``flops`` moving ``traffic`` bytes of weights and reading ``lookups``
+        ids by index, without the overhead."""
         moved = traffic / self.memory_Bps if self.memory_Bps is not None else 0.0
-        return flops / self.flops_per_s + moved
+        looked = lookups * self.lookup_s if self.lookup_s is not None else 0.0
+        return flops / self.flops_per_s + moved + looked
 
 
 DEVICES: dict[str, Device] = {
@@ -100,21 +117,23 @@ def load_device(spec: str) -> Device:
 
 def save_device_profile(path: str | Path, flops_per_s: float, overhead_s: float,
                         source: str, memory_Bps: float | None = None,
-                        **extra: object) -> None:
+                        lookup_s: float | None = None, **extra: object) -> None:
     """Write a device profile that ``compute.device = "calibrated:PATH"`` reads (``extra``:
     its name, default the file's; how it was measured: points, concurrency)."""
     path = Path(path)
     device = Device(name=str(extra.pop("name", path.stem)), flops_per_s=flops_per_s,
                     overhead_s=overhead_s, source=source, on_host=True,
-                    memory_Bps=memory_Bps)
+                    memory_Bps=memory_Bps, lookup_s=lookup_s)
     write_profile(path, device, PROFILE_FORMAT, **extra)
 
 
-def describe_rates(flops_per_s: float, overhead_s: float, memory_Bps: float | None) -> str:
+def describe_rates(flops_per_s: float, overhead_s: float, memory_Bps: float | None,
+                   lookup_s: float | None = None) -> str:
     """A device's compute model in words: "36.7 GFLOP/s + 9.6 us per gradient" and, with a
-    memory term, "+ weights at 11.2 GB/s"."""
+    memory term, "+ weights at 11.2 GB/s", with a lookup term, "+ 270 ns per id"."""
     text = f"{flops_per_s / 1e9:.1f} GFLOP/s + {overhead_s * 1e6:.1f} us per gradient"
-    return text + (f" + weights at {memory_Bps / 1e9:.1f} GB/s" if memory_Bps else "")
+    text += f" + weights at {memory_Bps / 1e9:.1f} GB/s" if memory_Bps else ""
+    return text + (f" + {lookup_s * 1e9:.0f} ns per id" if lookup_s else "")
 
 
 # name -> factor(rng, compute config), each of mean 1
@@ -134,11 +153,11 @@ class ComputeModel:
     """Seconds per gradient for each worker (see the module docstring)."""
 
     def __init__(self, cfg, flops_per_gradient: float, workers: int, seed: int,
-                 traffic_per_gradient: float = 0.0) -> None:
+                 traffic_per_gradient: float = 0.0, lookups_per_gradient: float = 0.0) -> None:
         self.cfg, self.device = cfg, load_device(cfg.device)
         self.flops_per_gradient = flops_per_gradient
         self.base_s = cfg.time_s if cfg.time_s is not None else (
-            self.base_for(flops_per_gradient, traffic_per_gradient))
+            self.base_for(flops_per_gradient, traffic_per_gradient, lookups_per_gradient))
         self.noise = NOISE[cfg.distribution]
         streams = np.random.SeedSequence([seed, 0xC0FFEE]).spawn(workers + 1)
         self.rngs = [np.random.default_rng(s) for s in streams[:workers]]
@@ -170,14 +189,15 @@ class ComputeModel:
         """Seconds for worker's next gradient, starting at simulated time ``now``."""
         return self._drawn(worker, now, self.base_s)
 
-    def base_for(self, flops: float, traffic: float = 0.0) -> float:
-        """Seconds for ``flops`` of a gradient moving ``traffic`` bytes of weights, before
-        noise and slowdowns: the device's per-gradient overhead, rate and memory bandwidth,
-        or ``compute.time_s`` scaled by their share of a whole gradient's FLOPs (``base_s``
-        exactly for a whole gradient's)."""
+    def base_for(self, flops: float, traffic: float = 0.0, lookups: float = 0.0) -> float:
+        """Seconds for ``flops`` of a gradient moving ``traffic`` bytes of weights and
+        reading ``lookups`` ids by index, before noise and slowdowns: the device's
+        per-gradient overhead, rate, memory bandwidth and cost per id, or ``compute.time_s``
+        scaled by their share of a whole gradient's FLOPs (``base_s`` exactly for a whole
+        gradient's)."""
         if self.cfg.time_s is not None:
             return self.cfg.time_s * (flops / self.flops_per_gradient)
-        return self.device.overhead_s + self.device.seconds(flops, traffic)
+        return self.device.overhead_s + self.device.seconds(flops, traffic, lookups)
 
     def part_duration(self, worker: int, now: float, flops: float,
                       traffic: float = 0.0) -> float:
@@ -188,16 +208,23 @@ class ComputeModel:
         return self._drawn(worker, now, self.base_for(flops, traffic))
 
     def layer_shares(self, flops: tuple[np.ndarray, np.ndarray],
-                     weight_bytes: np.ndarray | None, passes: int = 1
+                     weight_bytes: np.ndarray | None, passes: int = 1,
+                     lookups: np.ndarray | None = None
                      ) -> tuple[np.ndarray, np.ndarray] | None:
         """How a step's compute divides over its layers' forward and backward passes, by
         their seconds on the device: ``flops`` (forward, backward per layer, the whole
-        step's) and each layer's ``weight_bytes`` moved as ``passes`` microbatches move them
-        (:func:`sim.training.messages.weight_passes`). None when FLOPs alone divide it (no
-        memory term, or a modelled ``compute.time_s``)."""
-        if self.device.memory_Bps is None or weight_bytes is None or self.cfg.time_s is not None:
+        step's), each layer's ``weight_bytes`` moved as ``passes`` microbatches move them
+        (:func:`sim.training.messages.weight_passes`) and the ids it reads (``lookups``, the
+        whole step's: half the cost per id in the forward's gather, half in the backward's
+        scatter). None when FLOPs alone divide it (no memory or lookup term, or a modelled
+        ``compute.time_s``)."""
+        device = self.device
+        memory = device.memory_Bps is not None and weight_bytes is not None
+        sparse = device.lookup_s is not None and lookups is not None and bool(lookups.any())
+        if not (memory or sparse) or self.cfg.time_s is not None:
             return None
-        return tuple(self.device.seconds(f, times * weight_bytes)
+        ids = lookups / 2 if sparse else 0.0
+        return tuple(device.seconds(f, times * weight_bytes if memory else 0.0, ids)
                      for f, times in zip(flops, weight_passes(passes), strict=True))
 
     def _drawn(self, worker: int, now: float, base_s: float) -> float:

@@ -72,6 +72,8 @@ class LayerCosts:
     # per layer: a dense layer's weights, moved as weight_passes counts; 0 where the layer
     # touches only a batch's rows (sparse)
     weight_bytes: np.ndarray | None = None
+    # per layer: ids per sample it reads by index (embedding lookups); None: none anywhere
+    lookups_per_sample: np.ndarray | None = None
 
     @classmethod
     def from_model(cls, model: Any, itemsize: int = 8) -> LayerCosts:
@@ -79,9 +81,11 @@ class LayerCosts:
         grad_bytes = np.array([(layer.params.stop - layer.params.start) * itemsize
                                for layer in layers], np.int64)
         dense = np.array([layer.shape is not None for layer in layers])
+        lookups = np.array([layer.lookups for layer in layers], float)
         return cls(np.array([layer.forward_flops for layer in layers], float),
                    np.array([layer.backward_flops for layer in layers], float),
-                   grad_bytes, "model", np.where(dense, grad_bytes, 0).astype(float))
+                   grad_bytes, "model", np.where(dense, grad_bytes, 0).astype(float),
+                   lookups if lookups.any() else None)
 
     @classmethod
     def from_profile(cls, profile: Any, itemsize: int = 4) -> LayerCosts:
@@ -99,6 +103,11 @@ class LayerCosts:
     def traffic(self) -> float:
         """Bytes of weights one forward and backward pass over every layer moves."""
         return 0.0 if self.weight_bytes is None else weight_traffic(self.weight_bytes, 1)
+
+    def lookups(self, batch: int) -> float:
+        """Ids one mini-batch reads by index (and scatters back), over every layer."""
+        return 0.0 if self.lookups_per_sample is None else \
+            batch * float(self.lookups_per_sample.sum())
 
     def split(self, seconds: float, shares: tuple[np.ndarray, np.ndarray] | None = None
               ) -> StepCosts:

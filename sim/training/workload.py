@@ -134,7 +134,8 @@ def build_workload(config: Any) -> Workload:
     # draws its own (with one stage and one shard, ranks are the workers)
     ranks = cluster.workers * config.parallel.pipeline * config.parallel.tensor
     compute = ComputeModel(config.compute, layers.flops(workload.batch), ranks,
-                           int(streams[3].generate_state(1)[0]), layers.traffic())
+                           int(streams[3].generate_state(1)[0]), layers.traffic(),
+                           layers.lookups(workload.batch))
     return Workload(config, data, model, params, workers, compute, layers)
 
 

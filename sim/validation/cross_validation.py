@@ -28,6 +28,7 @@ from typing import Any
 
 from sim.errors import UserError
 from sim.rundir import write_atomic
+from sim.training.compute_model import describe_rates
 from sim.validation.fit_host import fit_rendezvous, with_rendezvous
 from sim.validation.fit_serving import fit_serving, with_serving
 from sim.validation.matrix import expand, load_matrix, stored_profiles
@@ -89,10 +90,9 @@ def lines(runs: dict[str, list[dict[str, Any]]], fitted: set[str], fit_on: list[
     out = ["# Cross-validation: profiles fitted to real runs", "",
            f"The device fitted to the real runs of the {len(fitted)} case(s) with "
            f"{', '.join(fit_on)}, pulled weakly towards the microbenchmark device "
-           f"(in-run gradient times: {device['flops_per_s'] / 1e9:.2f} "
-           f"GFLOP/s + {device['overhead_s'] * 1e6:.1f} us a gradient"
-           + (f" + traffic / {device['memory_Bps'] / 1e9:.1f} GB/s" if device["memory_Bps"]
-              else "") + "; each point's error: "
+           "(in-run gradient times: " + describe_rates(
+               device["flops_per_s"], device["overhead_s"], device["memory_Bps"],
+               device.get("lookup_s")) + "; each point's error: "
            + ", ".join(f"{p['workload']} {p['error']:+.1%}" for p in device["points"])
            + ")" + _serving_words(device.get("serving"))
            + _rendezvous_words(device.get("rendezvous"))

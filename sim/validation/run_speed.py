@@ -80,6 +80,8 @@ def scaled_device(data: dict[str, Any], factor: float) -> dict[str, Any]:
                overhead_s=data["overhead_s"] * factor)
     if out.get("memory_Bps"):
         out["memory_Bps"] = out["memory_Bps"] / factor
+    if out.get("lookup_s"):
+        out["lookup_s"] = out["lookup_s"] * factor
     return out
 
 

@@ -20,6 +20,9 @@ class Layer:
     # None for a layer that is not a dense matrix product (sparse rows)
     shape: tuple[int, int] | None = None
     bias: bool = False     # a bias vector of `outputs` entries follows the weights
+    # ids per sample the layer reads by index (an embedding bag's lookups); its backward
+    # scatters as many row gradients. 0 for a dense layer
+    lookups: float = 0.0
 
 
 class Model:

@@ -101,9 +101,9 @@ class WideDeep(Model):
             start += rows * embedding_dim
         bag = ids_per_field * embedding_dim
         self.layers = [Layer("wide", self.tables[0].params, 2.0 * (crosses + 1),
-                             2.0 * (crosses + 1))]
-        self.layers += [Layer(t.name, t.params, float(bag), float(bag))
-                        for t in self.tables[1:]]
+                             2.0 * (crosses + 1), lookups=crosses + 1.0)]
+        self.layers += [Layer(t.name, t.params, float(bag), float(bag),
+                              lookups=float(ids_per_field)) for t in self.tables[1:]]
         # where each field's rows start in the block of embedding tables (bags)
         self.field_offsets = np.cumsum([0, *self.vocab[:-1]]).astype(np.int64)
         sizes = [fields * embedding_dim + features, *hidden, 1]

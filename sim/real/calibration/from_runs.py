@@ -78,6 +78,7 @@ def device_points(run_dirs: Iterable[Path]) -> list[dict[str, Any]]:
         points.append({"workload": _describe(config), "runs": len(seconds[key]),
                        "flops": layers.flops(config.workload.batch),
                        "traffic": layers.traffic(),
+                       "lookups": layers.lookups(config.workload.batch),
                        "seconds": statistics.median(seconds[key])})
     return points
 
@@ -146,7 +147,7 @@ def write_device_from_runs(path: Path, paths: Iterable[Path],
     else:
         known = json.loads(Path(prior).read_text())
         fit = fit_device_near(points, known["flops_per_s"], known["overhead_s"],
-                              known.get("memory_Bps"))
+                              known.get("memory_Bps"), known.get("lookup_s"))
     for point, error in zip(points, fit.errors, strict=True):
         point["error"] = error
     sigma = in_run_sigma(dirs)
@@ -155,6 +156,8 @@ def write_device_from_runs(path: Path, paths: Iterable[Path],
                         f"sim calibrate --from-runs: in-run gradient times of {len(points)} "
                         f"workload(s) from {len(dirs)} real run(s)"
                         + (f", near {prior}" if prior else "") + f"; {stamp()}", fit.memory_Bps,
-                        name="from-runs", points=points, concurrency=1, in_run_sigma=sigma)
+                        fit.lookup_s, name="from-runs", points=points, concurrency=1,
+                        in_run_sigma=sigma)
     return {"flops_per_s": fit.flops_per_s, "overhead_s": fit.overhead_s,
-            "memory_Bps": fit.memory_Bps, "points": points, "in_run_sigma": sigma}
+            "memory_Bps": fit.memory_Bps, "lookup_s": fit.lookup_s, "points": points,
+            "in_run_sigma": sigma}

@@ -7,7 +7,8 @@ Compute: the gradient kernel of each workload (``model.loss_grad`` on a batch fr
 at a quarter of it (a microbatch's rows: fewer FLOPs for the same weights), and
 ``time = overhead_s + FLOPs / flops_per_s + weight traffic / memory_Bps`` is fitted by
 least squares on relative errors (:mod:`sim.training.compute_model`; a term whose
-coefficient would be negative is left out).
+coefficient would be negative is left out); a workload that reads ids by index (an
+embedding model) adds ``ids x lookup_s``.
 The result is a device profile (:func:`sim.training.compute_model.save_device_profile`) for
 ``compute.device = "calibrated:PATH"``.
 
@@ -119,7 +120,8 @@ def with_microbatches(configs: list[Config]) -> list[Config]:
 def measure_kernels(configs: list[Config], concurrency: int = 1,
                     min_time_s: float = 0.2) -> list[dict[str, Any]]:
     """Points of each config at its batch and a quarter of it (:func:`with_microbatches`):
-    FLOPs, weight traffic (bytes) and the median gradient time (mean over processes)."""
+    FLOPs, weight traffic (bytes), ids read by index and the median gradient time (mean
+    over processes)."""
     from sim.training.workload import build_workload
 
     configs = with_microbatches(configs)
@@ -134,13 +136,16 @@ def measure_kernels(configs: list[Config], concurrency: int = 1,
     points = []
     for config, s in zip(configs, seconds, strict=True):
         workload = build_workload(config)
-        points.append({"workload": _describe(config), "flops": workload.layers.flops(
-            config.workload.batch), "traffic": workload.layers.traffic(), "seconds": s})
+        layers, batch = workload.layers, config.workload.batch
+        points.append({"workload": _describe(config), "flops": layers.flops(batch),
+                       "traffic": layers.traffic(), "lookups": layers.lookups(batch),
+                       "seconds": s})
     return points
 
 
 #: The device fit's terms (time = overhead + FLOPs / rate + traffic / memory bandwidth),
-#: tried in this order until every coefficient is >= 0; FLOPs are always in.
+#: tried in this order until every coefficient is >= 0; FLOPs are always in. Where a point
+#: reads ids by index (an embedding model), each set is tried with the lookup term first.
 FITS = (("overhead", "flops", "traffic"), ("flops", "traffic"), ("overhead", "flops"),
         ("flops",))
 
@@ -151,17 +156,26 @@ class DeviceFit:
     overhead_s: float
     memory_Bps: float | None  # None: the traffic term left out (no bandwidth found)
     errors: list[float]  # (predicted - measured) / measured, per point
+    lookup_s: float | None = None  # None: no point reads ids, or the term left out
+
+
+def device_columns(points: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Each term's value at each point: 1 (the overhead), FLOPs, weight bytes, ids."""
+    def column(key: str) -> np.ndarray:
+        return np.array([p.get(key, 0.0) for p in points], float)
+
+    return {"overhead": np.ones(len(points)), "flops": column("flops"),
+            "traffic": column("traffic"), "lookups": column("lookups")}
 
 
 def fit_device(points: list[dict[str, Any]]) -> DeviceFit:
-    """time = overhead + FLOPs / flops_per_s + traffic / memory_Bps by least squares on
-    relative errors, leaving out a term whose coefficient comes out negative (points without
-    ``traffic`` have none)."""
+    """time = overhead + FLOPs / flops_per_s + traffic / memory_Bps + ids x lookup_s by
+    least squares on relative errors, leaving out a term whose coefficient comes out
+    negative (points without ``traffic`` or ``lookups`` have none)."""
     seconds = np.array([p["seconds"] for p in points])
-    columns = {"overhead": np.ones_like(seconds),
-               "flops": np.array([p["flops"] for p in points], float),
-               "traffic": np.array([p.get("traffic", 0.0) for p in points], float)}
-    for terms in FITS:
+    columns = device_columns(points)
+    tried = [(*terms, "lookups") for terms in FITS] if columns["lookups"].any() else []
+    for terms in [*tried, *FITS]:
         A = np.column_stack([columns[t] for t in terms]) / seconds[:, None]
         x, *_ = np.linalg.lstsq(A, np.ones_like(seconds), rcond=None)
         coef = dict(zip(terms, x.tolist(), strict=True))
@@ -172,7 +186,8 @@ def fit_device(points: list[dict[str, Any]]) -> DeviceFit:
     predicted = sum(coef[t] * columns[t] for t in coef)
     traffic = coef.get("traffic")
     return DeviceFit(1.0 / coef["flops"], coef.get("overhead", 0.0),
-                     1.0 / traffic if traffic else None, (predicted / seconds - 1).tolist())
+                     1.0 / traffic if traffic else None, (predicted / seconds - 1).tolist(),
+                     coef.get("lookups"))
 
 
 PRIOR_WEIGHT = 1e-4  # the squared relative error a term the size of a whole gradient off
@@ -180,29 +195,33 @@ PRIOR_WEIGHT = 1e-4  # the squared relative error a term the size of a whole gra
 
 
 def fit_device_near(points: list[dict[str, Any]], flops_per_s: float, overhead_s: float,
-                    memory_Bps: float | None) -> DeviceFit:
+                    memory_Bps: float | None, lookup_s: float | None = None) -> DeviceFit:
     """:func:`fit_device`'s terms by non-negative least squares on relative errors, pulled
     weakly (:data:`PRIOR_WEIGHT`) towards a prior device's: where the points leave a term
     free (fewer workloads than terms, or workloads of one shape) it keeps the prior's
-    value, and elsewhere the points decide (Tikhonov regularisation towards a prior)."""
+    value, and elsewhere the points decide (Tikhonov regularisation towards a prior). With
+    no point reading ids, the prior's ``lookup_s`` is kept as it is."""
     from scipy.optimize import nnls
 
     seconds = np.array([p["seconds"] for p in points])
-    columns = np.column_stack([np.ones_like(seconds),
-                               np.array([p["flops"] for p in points], float),
-                               np.array([p.get("traffic", 0.0) for p in points], float)])
-    prior = np.array([overhead_s, 1.0 / flops_per_s, 1.0 / memory_Bps if memory_Bps else 0.0])
-    # a unit of each coefficient's prior row: what the term adds to a typical gradient,
-    # over that gradient's time
-    typical = np.median(columns, axis=0) / float(np.median(seconds))
+    named = device_columns(points)
+    terms = ["overhead", "flops", "traffic"] + (["lookups"] if named["lookups"].any() else [])
+    columns = np.column_stack([named[t] for t in terms])
+    prior = np.array([overhead_s, 1.0 / flops_per_s, 1.0 / memory_Bps if memory_Bps else 0.0,
+                      lookup_s or 0.0][:len(terms)])
+    # a unit of each coefficient's prior row: what the term adds to a typical gradient
+    # (of the points that have the term), over that gradient's time
+    typical = np.array([np.median(c[c > 0]) if c.any() else 0.0 for c in columns.T]) \
+        / float(np.median(seconds))
     rows = np.sqrt(PRIOR_WEIGHT) * np.diag(typical)
     A = np.vstack([columns / seconds[:, None], rows])
     b = np.concatenate([np.ones_like(seconds), rows @ prior])
     x, _ = nnls(A, b)
     predicted = columns @ x
     rate = x[1] if x[1] > 0 else prior[1]  # (no FLOPs at all: the prior's rate)
+    fitted_lookup = (x[3] if x[3] > 0 else None) if len(terms) == 4 else lookup_s
     return DeviceFit(1.0 / rate, float(x[0]), 1.0 / x[2] if x[2] > 0 else None,
-                     (predicted / seconds - 1).tolist())
+                     (predicted / seconds - 1).tolist(), fitted_lookup)
 
 
 # ---- network -----------------------------------------------------------------------------
@@ -322,7 +341,7 @@ def write_device(path: Path, points: list[dict[str, Any]], concurrency: int) -> 
     save_device_profile(path, fit.flops_per_s, fit.overhead_s,
                         f"sim calibrate: gradient times of {len(points)} workloads, "
                         f"{concurrency} process(es) at once; {stamp()}", fit.memory_Bps,
-                        name=f"calibrated-{platform.node()}", points=points,
+                        fit.lookup_s, name=f"calibrated-{platform.node()}", points=points,
                         concurrency=concurrency)
     return {"flops_per_s": fit.flops_per_s, "overhead_s": fit.overhead_s,
-            "memory_Bps": fit.memory_Bps, "errors": fit.errors}
+            "memory_Bps": fit.memory_Bps, "lookup_s": fit.lookup_s, "errors": fit.errors}

@@ -50,7 +50,9 @@ class PipelinedStrategy(Strategy):
         self.layers = layers = ctx.layers
         batch = ctx.config.workload.batch  # how a step divides over the layers, once
         self.shares = ctx.compute.layer_shares(
-            (batch * layers.forward_flops, batch * layers.backward_flops), layers.weight_bytes)
+            (batch * layers.forward_flops, batch * layers.backward_flops), layers.weight_bytes,
+            lookups=None if layers.lookups_per_sample is None
+            else batch * layers.lookups_per_sample)
         self.messages = plan_messages(self.layers.grad_bytes, strategy.pipelining,
                                       strategy.bucket_bytes)
         self.slowest_compute_s = 0.0  # sum over steps of the slowest worker's compute

@@ -1,0 +1,118 @@
+"""The device's cost per id read by index (an embedding bag's lookups): the ids a model
+declares, the closed-form time, how a step divides over layers, and the fits that find it."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from sim.real.calibration.suite import fit_device, fit_device_near
+from sim.training.compute_model import ComputeModel, Device, describe_rates, load_device
+from sim.training.messages import LayerCosts
+from sim.workloads.wide_deep import WideDeep
+
+
+def wide_deep(ids_per_field: int = 2) -> WideDeep:
+    return WideDeep(features=13, fields=8, vocab=500, embedding_dim=16,
+                    ids_per_field=ids_per_field, cross_buckets=256, hidden=(32,))
+
+
+@pytest.mark.parametrize("ids_per_field", [1, 3])
+def test_wide_deep_declares_the_ids_its_batch_reads(ids_per_field):
+    """Per sample: every field's bag (ids_per_field each), the crossed ids of the wide
+    part (fields - 1) and its bias; a dense model reads none."""
+    from sim.workloads.models import MLP
+
+    model = wide_deep(ids_per_field)
+    layers = LayerCosts.from_model(model)
+    assert layers.lookups(64) == 64 * (8 * ids_per_field + 7 + 1)
+    assert LayerCosts.from_model(MLP(20, 3, hidden=(8,))).lookups(64) == 0.0
+
+
+def test_the_ids_a_batch_reads_are_counted_from_the_batch_itself():
+    """The declared count equals the ids of an actual batch: its bags and crossed ids,
+    plus the bias row each sample reads."""
+    from sim.training.checks import validate
+    from sim.training.workload import build_workload
+
+    config = validate({"workload": {"model": "wide-deep", "dataset": "ctr-synthetic",
+                                    "features": 13, "fields": 8, "vocab": 500,
+                                    "embedding_dim": 16, "ids_per_field": 2,
+                                    "cross_buckets": 256, "hidden": [32], "batch": 40}})
+    workload = build_workload(config)
+    X, _ = workload.workers[0].next_batch()
+    read = X.ids.size + X.wide.size + len(X)
+    assert workload.layers.lookups(40) == read
+    assert workload.compute.device.lookup_s is None  # the preset charges nothing per id
+
+
+def test_a_gradient_pays_each_id_at_the_device_cost_per_id(tmp_path):
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"flops_per_s": 1e9, "overhead_s": 1e-5,
+                                "lookup_s": 2e-7}))
+    device = load_device(f"calibrated:{path}")
+    assert device.seconds(1e6, 0.0, 3000) == pytest.approx(1e-3 + 6e-4, rel=1e-12)
+    cfg = SimpleNamespace(device=f"calibrated:{path}", time_s=None, distribution="constant",
+                          straggler_fraction=0.0, straggler_slowdown=1.0, slowdowns=[])
+    compute = ComputeModel(cfg, 1e6, 1, 0, 0.0, 3000)
+    assert compute.base_s == pytest.approx(1e-5 + 1e-3 + 6e-4, rel=1e-12)
+    assert "200 ns per id" in describe_rates(1e9, 1e-5, None, 2e-7)
+
+
+@pytest.mark.parametrize("bad", [-1e-9, float("inf"), float("nan")])
+def test_a_device_refuses_a_cost_per_id_that_is_not_a_finite_non_negative_number(bad):
+    with pytest.raises(ValueError, match="lookup_s"):
+        Device("d", 1e9, 0.0, "test", lookup_s=bad)
+
+
+def test_a_step_divides_its_lookups_half_to_each_pass():
+    """Wait-free backprop's per-layer seconds: FLOPs / rate plus half the layer's ids
+    at the cost per id in the forward (the gather), half in the backward (the scatter)."""
+    layers = LayerCosts(np.array([100.0, 300.0]), np.array([200.0, 600.0]),
+                        np.array([80, 8], np.int64), "model", None, np.array([10.0, 0.0]))
+    cfg = SimpleNamespace(device="cpu-core", time_s=None, distribution="constant",
+                          straggler_fraction=0.0, straggler_slowdown=1.0, slowdowns=[])
+    compute = ComputeModel(cfg, layers.flops(1), 1, 0, 0.0, layers.lookups(1))
+    compute.device = Device("d", 1e3, 0.0, "test", lookup_s=1e-2)
+    shares = compute.layer_shares((layers.forward_flops, layers.backward_flops), None,
+                                  lookups=layers.lookups_per_sample)
+    np.testing.assert_allclose(shares[0], [0.1 + 0.05, 0.3], rtol=1e-12)
+    np.testing.assert_allclose(shares[1], [0.2 + 0.05, 0.6], rtol=1e-12)
+    compute.device = Device("d", 1e3, 0.0, "test")  # no cost per id: FLOPs divide it
+    assert compute.layer_shares((layers.forward_flops, layers.backward_flops), None,
+                                lookups=layers.lookups_per_sample) is None
+
+
+RATE, OVERHEAD, BANDWIDTH, PER_ID = 30e9, 5e-6, 12e9, 2.5e-7
+# dense workloads at a batch and a quarter of it, and an embedding model likewise
+SHAPES = [(4e7, 3e6, 0.0), (1e7, 3e6, 0.0), (2e6, 2e4, 0.0), (5e5, 2e4, 0.0),
+          (7e6, 2e5, 3072.0), (1.75e6, 2e5, 768.0)]
+
+
+def points(per_id: float = PER_ID) -> list[dict]:
+    return [{"flops": f, "traffic": t, "lookups": ids,
+             "seconds": OVERHEAD + f / RATE + t / BANDWIDTH + ids * per_id}
+            for f, t, ids in SHAPES]
+
+
+def test_the_device_fit_recovers_the_cost_per_id():
+    fit = fit_device(points())
+    assert fit.lookup_s == pytest.approx(PER_ID, rel=1e-6)
+    assert fit.flops_per_s == pytest.approx(RATE, rel=1e-6)
+    assert fit.memory_Bps == pytest.approx(BANDWIDTH, rel=1e-6)
+    assert max(map(abs, fit.errors)) < 1e-6
+
+
+def test_without_ids_the_device_fit_has_no_lookup_term():
+    fit = fit_device([p for p in points() if p["lookups"] == 0])
+    assert fit.lookup_s is None and fit.flops_per_s == pytest.approx(RATE, rel=1e-6)
+
+
+def test_the_fit_near_a_prior_finds_the_cost_per_id_or_keeps_the_priors():
+    fit = fit_device_near(points(), RATE, OVERHEAD, BANDWIDTH, None)
+    assert fit.lookup_s == pytest.approx(PER_ID, rel=1e-3)
+    dense = [p for p in points() if p["lookups"] == 0]
+    assert fit_device_near(dense, RATE, OVERHEAD, BANDWIDTH, 4e-7).lookup_s == 4e-7
