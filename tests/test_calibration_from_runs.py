@@ -169,7 +169,7 @@ def test_a_fit_near_a_prior_keeps_what_the_runs_leave_free_and_takes_what_they_f
     # every term fixed by the points: the prior hardly moves the fit
     points = [{"flops": f, "traffic": 0.0, "seconds": OVERHEAD + f / RATE}
               for f in (1e5, 1e6, 1e7, 1e8)]
-    fit = fit_device_near(points, 10e9, 10e-6, None)
+    fit = fit_device_near(points, {"flops_per_s": 10e9, "overhead_s": 10e-6})
     assert fit.flops_per_s == pytest.approx(RATE, rel=1e-3)
     assert fit.overhead_s == pytest.approx(OVERHEAD, rel=1e-2)
     assert seconds > 0

@@ -103,7 +103,8 @@ def main(args: argparse.Namespace) -> int:
         warn_load("compute", load.fraction)
         device = C.write_device(args.out / "device.json", points, args.concurrency)
         rates = describe_rates(device["flops_per_s"], device["overhead_s"],
-                               device["memory_Bps"], device["lookup_s"])
+                               device["memory_Bps"], device["lookup_s"],
+                               device["activation_Bps"])
         print(f"compute: {rates} "
               f"(fit errors {min(device['errors']):+.1%} .. {max(device['errors']):+.1%})")
         for p in points:
@@ -187,7 +188,7 @@ def from_runs(args: argparse.Namespace) -> int:
     prior = runs_device(real_run_dirs(args.from_runs))
     device = write_device_from_runs(args.out / "device.json", args.from_runs, prior)
     rates = describe_rates(device["flops_per_s"], device["overhead_s"], device["memory_Bps"],
-                           device["lookup_s"])
+                           device["lookup_s"], device["activation_Bps"])
     print(f"compute, from in-run gradient times: {rates}"
           + (f" (pulled weakly towards {prior})" if prior else ""))
     for p in device["points"]:

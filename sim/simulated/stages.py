@@ -28,7 +28,7 @@ import numpy as np
 import simpy
 
 from sim.trace import Facts
-from sim.training.messages import weight_traffic
+from sim.training.messages import activation_traffic, weight_traffic
 from sim.training.parallel_plan import Plan, Stage
 from sim.training.pipeline_schedule import Op
 
@@ -49,6 +49,9 @@ class StageWork:
     gradient_bytes: int  # to the previous stage per microbatch (0 on the first)
     grad_bytes: int  # the shard's gradient: its data-parallel allreduce per step
     weight_bytes: np.ndarray  # per layer of ``layers``: the shard's weights a pass moves
+    # per layer of ``layers``: bytes of the shard's inputs and outputs a step's passes move
+    # per sample (sim.training.messages.activation_traffic)
+    activations: np.ndarray
 
     @property
     def flops(self) -> float:
@@ -80,12 +83,14 @@ def stage_work(stage: Stage, itemsize: int) -> StageWork:
     at = {layer: i for i, layer in enumerate(layers)}
     allreduces = {phase: {at[a.layer]: a.nbytes for a in stage.tensor_allreduces
                           if a.phase == phase} for phase in ("forward", "backward")}
-    return StageWork(stage.index, layers,
-                     np.array([x.forward_flops for x in stage.layers], float),
-                     np.array([x.backward_flops for x in stage.layers], float),
+    forward = np.array([x.forward_flops for x in stage.layers], float)
+    backward = np.array([x.backward_flops for x in stage.layers], float)
+    widths = np.array([x.stash_width + x.output_width for x in stage.layers], float)
+    return StageWork(stage.index, layers, forward, backward,
                      allreduces["forward"], allreduces["backward"], stage.ops,
                      stage.activation_bytes, stage.gradient_bytes, stage.params * itemsize,
-                     np.array([x.params * itemsize for x in stage.layers], float))
+                     np.array([x.params * itemsize for x in stage.layers], float),
+                     activation_traffic(forward, backward, widths, itemsize))
 
 
 def stage_works(plan: Plan) -> list[StageWork]:

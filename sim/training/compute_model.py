@@ -1,7 +1,8 @@
 """Compute-time model: how long a worker takes for one gradient, in simulated seconds.
 
 time = per-gradient overhead + FLOPs / device rate + weight traffic / memory bandwidth
-+ ids read by index x seconds per id, or a fixed ``compute.time_s``.
++ activation traffic / activation bandwidth + ids read by index x seconds per id, or a fixed
+``compute.time_s``.
 
 The traffic term is the roofline's second resource (Williams, Waterman and Patterson 2009),
 added rather than overlapped: a pass over a dense layer moves its weights through memory
@@ -9,6 +10,15 @@ whatever the batch (forward reads them, backward reads them and writes their gra
 a small batch or microbatch (Narayanan et al. 2021, Sec. 3.4: the pass time t(b) of
 microbatch size b) computes fewer FLOPs per byte and runs at a lower rate. Devices without
 a memory bandwidth (``memory_Bps = None``) charge FLOPs only.
+
+The activation term is the rest of each matrix product's operands: a dense layer's pass over
+b rows reads and writes b x (inputs + outputs) values besides its weights (forward: the
+input and the output; backward: the output's gradient and the input for the weights'
+gradient, the output's gradient again and the input's gradient), the bytes of a GEMM's
+arithmetic intensity. They grow with the batch, not with the microbatches, and are few
+enough to stay in the caches, so they have a bandwidth of their own
+(``activation_Bps``; None: not charged). A wide input with one output (logistic regression
+on thousands of features) is all activation traffic.
 
 The ids term is the sparse part's: an embedding bag reads each of a batch's ids by index,
 and its backward finds the distinct ones and scatters their row gradients back, work that
@@ -55,6 +65,9 @@ class Device:
     # seconds per id a gradient reads by index, its forward gather and backward scatter
     # together (the sparse part's work); None: not charged
     lookup_s: float | None = None
+    # bytes/s at which a pass moves its layers' inputs and outputs (activation traffic);
+    # None: not charged
+    activation_Bps: float | None = None
 
     def __post_init__(self) -> None:
         if not (self.flops_per_s > 0 and math.isfinite(self.overhead_s)
@@ -67,16 +80,22 @@ class Device:
         if self.memory_Bps is not None and not (0 < self.memory_Bps < math.inf):
             raise ValueError(f"device {self.name!r}: need memory_Bps > 0 and finite (or "
                              f"null: not charged), got {self.memory_Bps}")
+        if self.activation_Bps is not None and not (0 < self.activation_Bps < math.inf):
+            raise ValueError(f"device {self.name!r}: need activation_Bps > 0 and finite (or "
+                             f"null: not charged), got {self.activation_Bps}")
         if self.lookup_s is not None and not (0 <= self.lookup_s < math.inf):
             raise ValueError(f"device {self.name!r}: need lookup_s >= 0 and finite (or "
                              f"null: not charged), got {self.lookup_s}")
 
-    def seconds(self, flops: float, traffic: float = 0.0, lookups: float = 0.0) -> float:
-        """Seconds of ``flops`` moving ``traffic`` bytes of weights and reading ``lookups``
-        ids by index, without the overhead."""
+    def seconds(self, flops: float, traffic: float = 0.0, lookups: float = 0.0,
+                activations: float = 0.0) -> float:
+        """Seconds of ``flops`` moving ``traffic`` bytes of weights and ``activations``
+        bytes of layers' inputs and outputs, and reading ``lookups`` ids by index, without
+        the overhead."""
         moved = traffic / self.memory_Bps if self.memory_Bps is not None else 0.0
+        passed = activations / self.activation_Bps if self.activation_Bps is not None else 0.0
         looked = lookups * self.lookup_s if self.lookup_s is not None else 0.0
-        return flops / self.flops_per_s + moved + looked
+        return flops / self.flops_per_s + moved + passed + looked
 
 
 DEVICES: dict[str, Device] = {
@@ -117,22 +136,25 @@ def load_device(spec: str) -> Device:
 
 def save_device_profile(path: str | Path, flops_per_s: float, overhead_s: float,
                         source: str, memory_Bps: float | None = None,
-                        lookup_s: float | None = None, **extra: object) -> None:
+                        lookup_s: float | None = None, activation_Bps: float | None = None,
+                        **extra: object) -> None:
     """Write a device profile that ``compute.device = "calibrated:PATH"`` reads (``extra``:
     its name, default the file's; how it was measured: points, concurrency)."""
     path = Path(path)
     device = Device(name=str(extra.pop("name", path.stem)), flops_per_s=flops_per_s,
                     overhead_s=overhead_s, source=source, on_host=True,
-                    memory_Bps=memory_Bps, lookup_s=lookup_s)
+                    memory_Bps=memory_Bps, lookup_s=lookup_s, activation_Bps=activation_Bps)
     write_profile(path, device, PROFILE_FORMAT, **extra)
 
 
 def describe_rates(flops_per_s: float, overhead_s: float, memory_Bps: float | None,
-                   lookup_s: float | None = None) -> str:
+                   lookup_s: float | None = None, activation_Bps: float | None = None) -> str:
     """A device's compute model in words: "36.7 GFLOP/s + 9.6 us per gradient" and, with a
-    memory term, "+ weights at 11.2 GB/s", with a lookup term, "+ 270 ns per id"."""
+    memory term, "+ weights at 11.2 GB/s", with an activation term, "+ activations at
+    150.0 GB/s", with a lookup term, "+ 270 ns per id"."""
     text = f"{flops_per_s / 1e9:.1f} GFLOP/s + {overhead_s * 1e6:.1f} us per gradient"
     text += f" + weights at {memory_Bps / 1e9:.1f} GB/s" if memory_Bps else ""
+    text += f" + activations at {activation_Bps / 1e9:.1f} GB/s" if activation_Bps else ""
     return text + (f" + {lookup_s * 1e9:.0f} ns per id" if lookup_s else "")
 
 
@@ -153,11 +175,13 @@ class ComputeModel:
     """Seconds per gradient for each worker (see the module docstring)."""
 
     def __init__(self, cfg, flops_per_gradient: float, workers: int, seed: int,
-                 traffic_per_gradient: float = 0.0, lookups_per_gradient: float = 0.0) -> None:
+                 traffic_per_gradient: float = 0.0, lookups_per_gradient: float = 0.0,
+                 activations_per_gradient: float = 0.0) -> None:
         self.cfg, self.device = cfg, load_device(cfg.device)
         self.flops_per_gradient = flops_per_gradient
         self.base_s = cfg.time_s if cfg.time_s is not None else (
-            self.base_for(flops_per_gradient, traffic_per_gradient, lookups_per_gradient))
+            self.base_for(flops_per_gradient, traffic_per_gradient, lookups_per_gradient,
+                          activations_per_gradient))
         self.noise = NOISE[cfg.distribution]
         streams = np.random.SeedSequence([seed, 0xC0FFEE]).spawn(workers + 1)
         self.rngs = [np.random.default_rng(s) for s in streams[:workers]]
@@ -189,42 +213,51 @@ class ComputeModel:
         """Seconds for worker's next gradient, starting at simulated time ``now``."""
         return self._drawn(worker, now, self.base_s)
 
-    def base_for(self, flops: float, traffic: float = 0.0, lookups: float = 0.0) -> float:
+    def base_for(self, flops: float, traffic: float = 0.0, lookups: float = 0.0,
+                 activations: float = 0.0) -> float:
         """Seconds for ``flops`` of a gradient moving ``traffic`` bytes of weights and
-        reading ``lookups`` ids by index, before noise and slowdowns: the device's
-        per-gradient overhead, rate, memory bandwidth and cost per id, or ``compute.time_s``
-        scaled by their share of a whole gradient's FLOPs (``base_s`` exactly for a whole
-        gradient's)."""
+        ``activations`` bytes of inputs and outputs, and reading ``lookups`` ids by index,
+        before noise and slowdowns: the device's per-gradient overhead, rate, bandwidths and
+        cost per id, or ``compute.time_s`` scaled by their share of a whole gradient's FLOPs
+        (``base_s`` exactly for a whole gradient's)."""
         if self.cfg.time_s is not None:
             return self.cfg.time_s * (flops / self.flops_per_gradient)
-        return self.device.overhead_s + self.device.seconds(flops, traffic, lookups)
+        return self.device.overhead_s + self.device.seconds(flops, traffic, lookups,
+                                                            activations)
 
-    def part_duration(self, worker: int, now: float, flops: float,
-                      traffic: float = 0.0) -> float:
+    def part_duration(self, worker: int, now: float, flops: float, traffic: float = 0.0,
+                      activations: float = 0.0) -> float:
         """Seconds for rank ``worker``'s part of a step, ``flops`` of the gradient (a stage's
-        shard under model parallelism) moving ``traffic`` bytes of weights, starting at
-        ``now``: :meth:`base_for`, times the noise, straggler and slowdown factors
-        :meth:`duration` applies."""
-        return self._drawn(worker, now, self.base_for(flops, traffic))
+        shard under model parallelism) moving ``traffic`` bytes of weights and
+        ``activations`` bytes of inputs and outputs, starting at ``now``: :meth:`base_for`,
+        times the noise, straggler and slowdown factors :meth:`duration` applies."""
+        return self._drawn(worker, now, self.base_for(flops, traffic, 0.0, activations))
 
     def layer_shares(self, flops: tuple[np.ndarray, np.ndarray],
                      weight_bytes: np.ndarray | None, passes: int = 1,
-                     lookups: np.ndarray | None = None
+                     lookups: np.ndarray | None = None,
+                     activations: np.ndarray | None = None
                      ) -> tuple[np.ndarray, np.ndarray] | None:
         """How a step's compute divides over its layers' forward and backward passes, by
         their seconds on the device: ``flops`` (forward, backward per layer, the whole
         step's), each layer's ``weight_bytes`` moved as ``passes`` microbatches move them
-        (:func:`sim.training.messages.weight_passes`) and the ids it reads (``lookups``, the
-        whole step's: half the cost per id in the forward's gather, half in the backward's
-        scatter). None when FLOPs alone divide it (no memory or lookup term, or a modelled
-        ``compute.time_s``)."""
+        (:func:`sim.training.messages.weight_passes`), its ``activations`` (bytes of inputs
+        and outputs, the whole step's, shared as the FLOPs: one matrix product's operands
+        in the forward, one or two in the backward) and the ids it reads (``lookups``,
+        the whole step's: half the cost per id in the forward's gather, half in the
+        backward's scatter). None when FLOPs alone divide it (no memory, activation or
+        lookup term, or a modelled ``compute.time_s``)."""
         device = self.device
         memory = device.memory_Bps is not None and weight_bytes is not None
+        passed = device.activation_Bps is not None and activations is not None
         sparse = device.lookup_s is not None and lookups is not None and bool(lookups.any())
-        if not (memory or sparse) or self.cfg.time_s is not None:
+        if not (memory or passed or sparse) or self.cfg.time_s is not None:
             return None
         ids = lookups / 2 if sparse else 0.0
-        return tuple(device.seconds(f, times * weight_bytes if memory else 0.0, ids)
+        total = flops[0] + flops[1]
+        return tuple(device.seconds(f, times * weight_bytes if memory else 0.0, ids,
+                                    activations * np.divide(f, total, out=np.zeros_like(total),
+                                                            where=total > 0) if passed else 0.0)
                      for f, times in zip(flops, weight_passes(passes), strict=True))
 
     def _drawn(self, worker: int, now: float, base_s: float) -> float:

@@ -74,6 +74,9 @@ class LayerCosts:
     weight_bytes: np.ndarray | None = None
     # per layer: ids per sample it reads by index (embedding lookups); None: none anywhere
     lookups_per_sample: np.ndarray | None = None
+    # per layer: bytes of its inputs and outputs a step's passes move per sample
+    # (activation_traffic); None: none known (a published network's profile)
+    activations_per_sample: np.ndarray | None = None
 
     @classmethod
     def from_model(cls, model: Any, itemsize: int = 8) -> LayerCosts:
@@ -82,10 +85,13 @@ class LayerCosts:
                                for layer in layers], np.int64)
         dense = np.array([layer.shape is not None for layer in layers])
         lookups = np.array([layer.lookups for layer in layers], float)
-        return cls(np.array([layer.forward_flops for layer in layers], float),
-                   np.array([layer.backward_flops for layer in layers], float),
-                   grad_bytes, "model", np.where(dense, grad_bytes, 0).astype(float),
-                   lookups if lookups.any() else None)
+        widths = np.array([sum(layer.shape) if layer.shape else 0 for layer in layers], float)
+        forward = np.array([layer.forward_flops for layer in layers], float)
+        backward = np.array([layer.backward_flops for layer in layers], float)
+        return cls(forward, backward, grad_bytes, "model",
+                   np.where(dense, grad_bytes, 0).astype(float),
+                   lookups if lookups.any() else None,
+                   activation_traffic(forward, backward, widths, itemsize))
 
     @classmethod
     def from_profile(cls, profile: Any, itemsize: int = 4) -> LayerCosts:
@@ -104,6 +110,11 @@ class LayerCosts:
         """Bytes of weights one forward and backward pass over every layer moves."""
         return 0.0 if self.weight_bytes is None else weight_traffic(self.weight_bytes, 1)
 
+    def activations(self, batch: int) -> float:
+        """Bytes of layers' inputs and outputs one mini-batch's passes move."""
+        return 0.0 if self.activations_per_sample is None else \
+            batch * float(self.activations_per_sample.sum())
+
     def lookups(self, batch: int) -> float:
         """Ids one mini-batch reads by index (and scatters back), over every layer."""
         return 0.0 if self.lookups_per_sample is None else \
@@ -117,6 +128,18 @@ class LayerCosts:
         total = forward.sum() + backward.sum()
         scale = seconds / total if total > 0 else 0.0
         return StepCosts(forward * scale, backward * scale)
+
+
+def activation_traffic(forward_flops: np.ndarray, backward_flops: np.ndarray,
+                       widths: np.ndarray, itemsize: int) -> np.ndarray:
+    """Bytes per sample that a step's passes move through layers whose inputs plus outputs
+    are ``widths`` values (0 for a layer that is no matrix product): each matrix product
+    reads or writes both, once in the forward and once or twice in the backward (the
+    weights' gradient, and the input's where the layer computes it), as many products as
+    the backward has the forward's FLOPs."""
+    products = 1.0 + np.divide(backward_flops, forward_flops,
+                               out=np.zeros_like(backward_flops), where=forward_flops > 0)
+    return products * widths * itemsize
 
 
 def weight_traffic(weight_bytes: np.ndarray, microbatches: int) -> float:

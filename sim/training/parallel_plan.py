@@ -124,6 +124,7 @@ class ShardLayer:
     forward_flops: float
     backward_flops: float
     stash_width: int  # floats of the layer's input this shard keeps for backward
+    output_width: int  # floats of the layer's output this shard computes (partial sums too)
 
 
 @dataclass(frozen=True)
@@ -315,14 +316,14 @@ def _shard(index: int, layer: PlanLayer, role: Role, t: int) -> ShardLayer:
         outputs = layer.outputs // t
         params = outputs * layer.inputs + (outputs if layer.bias else 0)
         return ShardLayer(index, role, params, layer.forward_flops / t,
-                          layer.backward_flops / t, layer.inputs)
+                          layer.backward_flops / t, layer.inputs, outputs)
     if role == "row":  # its input is the column layer's split output; the bias stays whole
         inputs = layer.inputs // t
         params = layer.outputs * inputs + (layer.outputs if layer.bias else 0)
         return ShardLayer(index, role, params, layer.forward_flops / t,
-                          layer.backward_flops / t, inputs)
+                          layer.backward_flops / t, inputs, layer.outputs)
     return ShardLayer(index, role, layer.params, layer.forward_flops, layer.backward_flops,
-                      layer.inputs)
+                      layer.inputs, layer.outputs)
 
 
 def _stage(s: int, p: int, layers: list[PlanLayer], first: int, last: int, t: int, m: int,

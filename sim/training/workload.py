@@ -135,7 +135,7 @@ def build_workload(config: Any) -> Workload:
     ranks = cluster.workers * config.parallel.pipeline * config.parallel.tensor
     compute = ComputeModel(config.compute, layers.flops(workload.batch), ranks,
                            int(streams[3].generate_state(1)[0]), layers.traffic(),
-                           layers.lookups(workload.batch))
+                           layers.lookups(workload.batch), layers.activations(workload.batch))
     return Workload(config, data, model, params, workers, compute, layers)
 
 

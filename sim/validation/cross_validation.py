@@ -92,7 +92,7 @@ def lines(runs: dict[str, list[dict[str, Any]]], fitted: set[str], fit_on: list[
            f"{', '.join(fit_on)}, pulled weakly towards the microbenchmark device "
            "(in-run gradient times: " + describe_rates(
                device["flops_per_s"], device["overhead_s"], device["memory_Bps"],
-               device.get("lookup_s")) + "; each point's error: "
+               device.get("lookup_s"), device.get("activation_Bps")) + "; each point's error: "
            + ", ".join(f"{p['workload']} {p['error']:+.1%}" for p in device["points"])
            + ")" + _serving_words(device.get("serving"))
            + _rendezvous_words(device.get("rendezvous"))

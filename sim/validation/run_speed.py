@@ -78,8 +78,9 @@ def scaled_device(data: dict[str, Any], factor: float) -> dict[str, Any]:
     """A device profile's JSON ``data`` ``factor`` times slower (its rates and constant)."""
     out = dict(data, flops_per_s=data["flops_per_s"] / factor,
                overhead_s=data["overhead_s"] * factor)
-    if out.get("memory_Bps"):
-        out["memory_Bps"] = out["memory_Bps"] / factor
+    for rate in ("memory_Bps", "activation_Bps"):
+        if out.get(rate):
+            out[rate] = out[rate] / factor
     if out.get("lookup_s"):
         out["lookup_s"] = out["lookup_s"] * factor
     return out

@@ -53,7 +53,8 @@ def _profile_lines(profiles: dict[str, Path]) -> list[str]:
             continue
         if net == "device":
             rates = describe_rates(data["flops_per_s"], data["overhead_s"],
-                                   data.get("memory_Bps"), data.get("lookup_s"))
+                                   data.get("memory_Bps"), data.get("lookup_s"),
+                                   data.get("activation_Bps"))
             lines.append(f"- compute: {rates} (`{path}`; {data.get('source', '')})")
         else:
             fit = data.get("measurements", {}).get("fit", {})

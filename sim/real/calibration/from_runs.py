@@ -57,7 +57,7 @@ def device_points(run_dirs: Iterable[Path]) -> list[dict[str, Any]]:
     """One point per workload among the real runs with real kernels: its FLOPs and weight
     traffic per gradient and the median of the runs' median kernel times (s)."""
     from sim.config import parse, read_toml
-    from sim.real.calibration.suite import _describe
+    from sim.real.calibration.suite import _describe, work_of
     from sim.training.workload import build_workload
 
     seconds: dict[str, list[float]] = {}
@@ -76,9 +76,7 @@ def device_points(run_dirs: Iterable[Path]) -> list[dict[str, Any]]:
     for key, config in configs.items():
         layers = build_workload(config).layers
         points.append({"workload": _describe(config), "runs": len(seconds[key]),
-                       "flops": layers.flops(config.workload.batch),
-                       "traffic": layers.traffic(),
-                       "lookups": layers.lookups(config.workload.batch),
+                       **work_of(layers, config.workload.batch),
                        "seconds": statistics.median(seconds[key])})
     return points
 
@@ -145,9 +143,7 @@ def write_device_from_runs(path: Path, paths: Iterable[Path],
     if prior is None:
         fit = fit_device(points)
     else:
-        known = json.loads(Path(prior).read_text())
-        fit = fit_device_near(points, known["flops_per_s"], known["overhead_s"],
-                              known.get("memory_Bps"), known.get("lookup_s"))
+        fit = fit_device_near(points, json.loads(Path(prior).read_text()))
     for point, error in zip(points, fit.errors, strict=True):
         point["error"] = error
     sigma = in_run_sigma(dirs)
@@ -156,8 +152,6 @@ def write_device_from_runs(path: Path, paths: Iterable[Path],
                         f"sim calibrate --from-runs: in-run gradient times of {len(points)} "
                         f"workload(s) from {len(dirs)} real run(s)"
                         + (f", near {prior}" if prior else "") + f"; {stamp()}", fit.memory_Bps,
-                        fit.lookup_s, name="from-runs", points=points, concurrency=1,
-                        in_run_sigma=sigma)
-    return {"flops_per_s": fit.flops_per_s, "overhead_s": fit.overhead_s,
-            "memory_Bps": fit.memory_Bps, "lookup_s": fit.lookup_s, "points": points,
-            "in_run_sigma": sigma}
+                        fit.lookup_s, fit.activation_Bps, name="from-runs", points=points,
+                        concurrency=1, in_run_sigma=sigma)
+    return fit.rates() | {"points": points, "in_run_sigma": sigma}

@@ -7,8 +7,9 @@ Compute: the gradient kernel of each workload (``model.loss_grad`` on a batch fr
 at a quarter of it (a microbatch's rows: fewer FLOPs for the same weights), and
 ``time = overhead_s + FLOPs / flops_per_s + weight traffic / memory_Bps`` is fitted by
 least squares on relative errors (:mod:`sim.training.compute_model`; a term whose
-coefficient would be negative is left out); a workload that reads ids by index (an
-embedding model) adds ``ids x lookup_s``.
+coefficient would be negative is left out); the layers' inputs and outputs (activation
+traffic) add ``activations / activation_Bps``, and a workload that reads ids by index (an
+embedding model) ``ids x lookup_s``.
 The result is a device profile (:func:`sim.training.compute_model.save_device_profile`) for
 ``compute.device = "calibrated:PATH"``.
 
@@ -31,6 +32,7 @@ Host: :func:`sim.real.calibration.host.calibrate_host` writes ``host.json`` for
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import multiprocessing
 import os
@@ -117,11 +119,18 @@ def with_microbatches(configs: list[Config]) -> list[Config]:
     return out
 
 
+def work_of(layers: Any, batch: int) -> dict[str, float]:
+    """A gradient's work on a batch of ``batch`` rows through ``layers``
+    (:class:`sim.training.messages.LayerCosts`): FLOPs, weight bytes, activation bytes and
+    ids read by index, the device fit's terms."""
+    return {"flops": layers.flops(batch), "traffic": layers.traffic(),
+            "activations": layers.activations(batch), "lookups": layers.lookups(batch)}
+
+
 def measure_kernels(configs: list[Config], concurrency: int = 1,
                     min_time_s: float = 0.2) -> list[dict[str, Any]]:
     """Points of each config at its batch and a quarter of it (:func:`with_microbatches`):
-    FLOPs, weight traffic (bytes), ids read by index and the median gradient time (mean
-    over processes)."""
+    :func:`work_of` and the median gradient time (mean over processes)."""
     from sim.training.workload import build_workload
 
     configs = with_microbatches(configs)
@@ -137,17 +146,16 @@ def measure_kernels(configs: list[Config], concurrency: int = 1,
     for config, s in zip(configs, seconds, strict=True):
         workload = build_workload(config)
         layers, batch = workload.layers, config.workload.batch
-        points.append({"workload": _describe(config), "flops": layers.flops(batch),
-                       "traffic": layers.traffic(), "lookups": layers.lookups(batch),
-                       "seconds": s})
+        points.append({"workload": _describe(config), **work_of(layers, batch), "seconds": s})
     return points
 
 
 #: The device fit's terms (time = overhead + FLOPs / rate + traffic / memory bandwidth),
-#: tried in this order until every coefficient is >= 0; FLOPs are always in. Where a point
-#: reads ids by index (an embedding model), each set is tried with the lookup term first.
+#: tried in this order until every coefficient is >= 0; FLOPs are always in. Where points
+#: move activations or read ids by index (EXTRAS), each set is tried with them first.
 FITS = (("overhead", "flops", "traffic"), ("flops", "traffic"), ("overhead", "flops"),
         ("flops",))
+EXTRAS = ("activations", "lookups")
 
 
 @dataclass
@@ -157,25 +165,51 @@ class DeviceFit:
     memory_Bps: float | None  # None: the traffic term left out (no bandwidth found)
     errors: list[float]  # (predicted - measured) / measured, per point
     lookup_s: float | None = None  # None: no point reads ids, or the term left out
+    activation_Bps: float | None = None  # None: no activations, or the term left out
+
+    @classmethod
+    def of(cls, coef: dict[str, float], errors: list[float]) -> DeviceFit:
+        """From each term's coefficient (s per unit; a term absent or 0: left out)."""
+        def rate(term: str) -> float | None:
+            return 1.0 / coef[term] if coef.get(term, 0.0) > 0 else None
+
+        return cls(1.0 / coef["flops"], coef.get("overhead", 0.0), rate("traffic"), errors,
+                   coef.get("lookups") or None, rate("activations"))
+
+    def rates(self) -> dict[str, float | None]:
+        """The device profile's numbers, by their keys."""
+        return {"flops_per_s": self.flops_per_s, "overhead_s": self.overhead_s,
+                "memory_Bps": self.memory_Bps, "activation_Bps": self.activation_Bps,
+                "lookup_s": self.lookup_s}
 
 
 def device_columns(points: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-    """Each term's value at each point: 1 (the overhead), FLOPs, weight bytes, ids."""
+    """Each term's value at each point: 1 (the overhead), FLOPs, weight bytes, activation
+    bytes, ids."""
     def column(key: str) -> np.ndarray:
         return np.array([p.get(key, 0.0) for p in points], float)
 
     return {"overhead": np.ones(len(points)), "flops": column("flops"),
-            "traffic": column("traffic"), "lookups": column("lookups")}
+            "traffic": column("traffic"), "activations": column("activations"),
+            "lookups": column("lookups")}
+
+
+def term_sets(columns: dict[str, np.ndarray]) -> list[tuple[str, ...]]:
+    """:data:`FITS`, each first with every subset of the :data:`EXTRAS` the points have,
+    the largest subsets first."""
+    extras = [t for t in EXTRAS if columns[t].any()]
+    return [(*base, *combo) for k in range(len(extras), -1, -1)
+            for combo in itertools.combinations(extras, k) for base in FITS]
 
 
 def fit_device(points: list[dict[str, Any]]) -> DeviceFit:
-    """time = overhead + FLOPs / flops_per_s + traffic / memory_Bps + ids x lookup_s by
-    least squares on relative errors, leaving out a term whose coefficient comes out
-    negative (points without ``traffic`` or ``lookups`` have none)."""
+    """time = overhead + FLOPs / flops_per_s + traffic / memory_Bps + activations /
+    activation_Bps + ids x lookup_s by least squares on relative errors, leaving out a term
+    whose coefficient comes out negative (points without ``traffic``, ``activations`` or
+    ``lookups`` have none)."""
     seconds = np.array([p["seconds"] for p in points])
     columns = device_columns(points)
-    tried = [(*terms, "lookups") for terms in FITS] if columns["lookups"].any() else []
-    for terms in [*tried, *FITS]:
+    for terms in term_sets(columns):
         A = np.column_stack([columns[t] for t in terms]) / seconds[:, None]
         x, *_ = np.linalg.lstsq(A, np.ones_like(seconds), rcond=None)
         coef = dict(zip(terms, x.tolist(), strict=True))
@@ -184,44 +218,49 @@ def fit_device(points: list[dict[str, Any]]) -> DeviceFit:
     else:  # every point the same shape: a pure rate through the origin
         coef = {"flops": float(np.median(seconds / columns["flops"]))}
     predicted = sum(coef[t] * columns[t] for t in coef)
-    traffic = coef.get("traffic")
-    return DeviceFit(1.0 / coef["flops"], coef.get("overhead", 0.0),
-                     1.0 / traffic if traffic else None, (predicted / seconds - 1).tolist(),
-                     coef.get("lookups"))
+    return DeviceFit.of(coef, (predicted / seconds - 1).tolist())
 
 
 PRIOR_WEIGHT = 1e-4  # the squared relative error a term the size of a whole gradient off
 # its prior weighs (fit_device_near)
 
 
-def fit_device_near(points: list[dict[str, Any]], flops_per_s: float, overhead_s: float,
-                    memory_Bps: float | None, lookup_s: float | None = None) -> DeviceFit:
+def fit_device_near(points: list[dict[str, Any]], prior: dict[str, Any]) -> DeviceFit:
     """:func:`fit_device`'s terms by non-negative least squares on relative errors, pulled
-    weakly (:data:`PRIOR_WEIGHT`) towards a prior device's: where the points leave a term
-    free (fewer workloads than terms, or workloads of one shape) it keeps the prior's
-    value, and elsewhere the points decide (Tikhonov regularisation towards a prior). With
-    no point reading ids, the prior's ``lookup_s`` is kept as it is."""
+    weakly (:data:`PRIOR_WEIGHT`) towards a prior device's (``prior``: a device profile's
+    JSON): where the points leave a term free (fewer workloads than terms, or workloads of
+    one shape) it keeps the prior's value, and elsewhere the points decide (Tikhonov
+    regularisation towards a prior). A term no point has (activations, ids) keeps the
+    prior's value as it is."""
     from scipy.optimize import nnls
 
     seconds = np.array([p["seconds"] for p in points])
     named = device_columns(points)
-    terms = ["overhead", "flops", "traffic"] + (["lookups"] if named["lookups"].any() else [])
+    known = {"overhead": prior.get("overhead_s", 0.0), "flops": 1.0 / prior["flops_per_s"],
+             "traffic": per_unit(prior.get("memory_Bps")),
+             "activations": per_unit(prior.get("activation_Bps")),
+             "lookups": prior.get("lookup_s") or 0.0}
+    terms = ["overhead", "flops", "traffic"] + [t for t in EXTRAS if named[t].any()]
     columns = np.column_stack([named[t] for t in terms])
-    prior = np.array([overhead_s, 1.0 / flops_per_s, 1.0 / memory_Bps if memory_Bps else 0.0,
-                      lookup_s or 0.0][:len(terms)])
+    start = np.array([known[t] for t in terms])
     # a unit of each coefficient's prior row: what the term adds to a typical gradient
     # (of the points that have the term), over that gradient's time
     typical = np.array([np.median(c[c > 0]) if c.any() else 0.0 for c in columns.T]) \
         / float(np.median(seconds))
     rows = np.sqrt(PRIOR_WEIGHT) * np.diag(typical)
     A = np.vstack([columns / seconds[:, None], rows])
-    b = np.concatenate([np.ones_like(seconds), rows @ prior])
+    b = np.concatenate([np.ones_like(seconds), rows @ start])
     x, _ = nnls(A, b)
     predicted = columns @ x
-    rate = x[1] if x[1] > 0 else prior[1]  # (no FLOPs at all: the prior's rate)
-    fitted_lookup = (x[3] if x[3] > 0 else None) if len(terms) == 4 else lookup_s
-    return DeviceFit(1.0 / rate, float(x[0]), 1.0 / x[2] if x[2] > 0 else None,
-                     (predicted / seconds - 1).tolist(), fitted_lookup)
+    coef = known | dict(zip(terms, x.tolist(), strict=True))
+    if coef["flops"] <= 0:  # no FLOPs at all: the prior's rate
+        coef["flops"] = known["flops"]
+    return DeviceFit.of(coef, (predicted / seconds - 1).tolist())
+
+
+def per_unit(rate: float | None) -> float:
+    """Seconds per unit of a rate (0 for none)."""
+    return 1.0 / rate if rate else 0.0
 
 
 # ---- network -----------------------------------------------------------------------------
@@ -341,7 +380,7 @@ def write_device(path: Path, points: list[dict[str, Any]], concurrency: int) -> 
     save_device_profile(path, fit.flops_per_s, fit.overhead_s,
                         f"sim calibrate: gradient times of {len(points)} workloads, "
                         f"{concurrency} process(es) at once; {stamp()}", fit.memory_Bps,
-                        fit.lookup_s, name=f"calibrated-{platform.node()}", points=points,
+                        fit.lookup_s, fit.activation_Bps,
+                        name=f"calibrated-{platform.node()}", points=points,
                         concurrency=concurrency)
-    return {"flops_per_s": fit.flops_per_s, "overhead_s": fit.overhead_s,
-            "memory_Bps": fit.memory_Bps, "lookup_s": fit.lookup_s, "errors": fit.errors}
+    return fit.rates() | {"errors": fit.errors}

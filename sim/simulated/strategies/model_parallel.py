@@ -81,8 +81,8 @@ class PlanRanks(AllreduceMixin):
         self.works = stage_works(plan)
         batch, m = ctx.config.workload.batch, plan.microbatches
         self.shares = [ctx.compute.layer_shares(  # each stage's step over its passes
-            (batch * w.forward_flops, batch * w.backward_flops), w.weight_bytes, m)
-            for w in self.works]
+            (batch * w.forward_flops, batch * w.backward_flops), w.weight_bytes, m,
+            activations=batch * w.activations) for w in self.works]
         ranks = len(plan.ranks)
         self.placed = placed = np.asarray(ctx.placed[:ranks])
         self.data_groups = [self._group(plan.data_group(r), placed) for r in range(ranks)]
@@ -135,9 +135,10 @@ class PlanRanks(AllreduceMixin):
         """Seconds of ``rank``'s compute in ``step`` (its shard's FLOPs for a replica's
         batch), drawn now."""
         ctx = self.ctx
-        flops = ctx.config.workload.batch * work.flops
-        seconds = ctx.compute.part_duration(rank, ctx.env.now, flops,
-                                            work.traffic(self.plan.microbatches))
+        batch = ctx.config.workload.batch
+        seconds = ctx.compute.part_duration(rank, ctx.env.now, batch * work.flops,
+                                            work.traffic(self.plan.microbatches),
+                                            batch * float(work.activations.sum()))
         self.step_compute.setdefault(step, np.zeros(len(self.plan.ranks)))[rank] = seconds
         return seconds
 

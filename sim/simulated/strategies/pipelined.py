@@ -52,7 +52,9 @@ class PipelinedStrategy(Strategy):
         self.shares = ctx.compute.layer_shares(
             (batch * layers.forward_flops, batch * layers.backward_flops), layers.weight_bytes,
             lookups=None if layers.lookups_per_sample is None
-            else batch * layers.lookups_per_sample)
+            else batch * layers.lookups_per_sample,
+            activations=None if layers.activations_per_sample is None
+            else batch * layers.activations_per_sample)
         self.messages = plan_messages(self.layers.grad_bytes, strategy.pipelining,
                                       strategy.bucket_bytes)
         self.slowest_compute_s = 0.0  # sum over steps of the slowest worker's compute

@@ -1,5 +1,7 @@
-"""The device's cost per id read by index (an embedding bag's lookups): the ids a model
-declares, the closed-form time, how a step divides over layers, and the fits that find it."""
+"""The device's terms beyond FLOPs and weights: the activation traffic of the layers'
+inputs and outputs, and the cost per id read by index (an embedding bag's lookups). What a
+model declares, the closed-form time, how a step divides over layers, and the fits that find
+them."""
 
 from __future__ import annotations
 
@@ -112,7 +114,90 @@ def test_without_ids_the_device_fit_has_no_lookup_term():
 
 
 def test_the_fit_near_a_prior_finds_the_cost_per_id_or_keeps_the_priors():
-    fit = fit_device_near(points(), RATE, OVERHEAD, BANDWIDTH, None)
+    prior = {"flops_per_s": RATE, "overhead_s": OVERHEAD, "memory_Bps": BANDWIDTH}
+    fit = fit_device_near(points(), prior)
     assert fit.lookup_s == pytest.approx(PER_ID, rel=1e-3)
     dense = [p for p in points() if p["lookups"] == 0]
-    assert fit_device_near(dense, RATE, OVERHEAD, BANDWIDTH, 4e-7).lookup_s == 4e-7
+    assert fit_device_near(dense, prior | {"lookup_s": 4e-7}).lookup_s == 4e-7
+
+
+# ---- activation traffic ------------------------------------------------------------------
+
+def test_a_dense_layer_moves_its_inputs_and_outputs_once_per_matrix_product():
+    """An MLP 20-8-3 on 8-byte values: the first layer (no input gradient: two products)
+    moves 2 x (20 + 8) values a sample, the second (three products) 3 x (8 + 3); logistic
+    regression on 3,000 features 2 x 3,001; embedding tables none."""
+    from sim.workloads.models import MLP, LogReg
+
+    mlp = LayerCosts.from_model(MLP(20, 3, hidden=(8,)))
+    np.testing.assert_allclose(mlp.activations_per_sample, [2 * 28 * 8, 3 * 11 * 8])
+    assert mlp.activations(16) == 16 * (2 * 28 + 3 * 11) * 8
+    assert LayerCosts.from_model(LogReg(3000)).activations(48) == 48 * 2 * 3001 * 8
+    wd = LayerCosts.from_model(wide_deep())
+    assert (wd.activations_per_sample[:9] == 0).all()  # the wide part and the 8 tables
+
+
+def test_a_gradient_pays_its_activations_at_the_activation_bandwidth(tmp_path):
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"flops_per_s": 1e9, "activation_Bps": 1e10,
+                                "memory_Bps": 1e9}))
+    device = load_device(f"calibrated:{path}")
+    assert device.seconds(1e6, 1e6, 0.0, 2e6) == pytest.approx(1e-3 + 1e-3 + 2e-4,
+                                                                 rel=1e-12)
+    assert "activations at 10.0 GB/s" in describe_rates(1e9, 0.0, 1e9, None, 1e10)
+    with pytest.raises(ValueError, match="activation_Bps"):
+        Device("d", 1e9, 0.0, "test", activation_Bps=0.0)
+
+
+def test_a_steps_activations_divide_over_passes_as_its_flops():
+    """A layer with a forward product and two backward ones: a third of its activation
+    bytes in the forward, two thirds in the backward."""
+    layers = LayerCosts(np.array([100.0]), np.array([200.0]), np.array([8], np.int64),
+                        "model", None, None, np.array([30.0]))
+    cfg = SimpleNamespace(device="cpu-core", time_s=None, distribution="constant",
+                          straggler_fraction=0.0, straggler_slowdown=1.0, slowdowns=[])
+    compute = ComputeModel(cfg, layers.flops(1), 1, 0, 0.0, 0.0, layers.activations(1))
+    compute.device = Device("d", 1e3, 0.0, "test", activation_Bps=10.0)
+    forward, backward = compute.layer_shares((layers.forward_flops, layers.backward_flops),
+                                             None, activations=layers.activations_per_sample)
+    np.testing.assert_allclose(forward, [0.1 + 1.0], rtol=1e-12)
+    np.testing.assert_allclose(backward, [0.2 + 2.0], rtol=1e-12)
+
+
+ACT_BANDWIDTH = 150e9
+
+
+def test_the_device_fit_recovers_the_activation_bandwidth_beside_the_weights():
+    """Dense workloads at a batch and a quarter of it: weights the same, activations a
+    quarter; time = 5 us + F / 30 GFLOP/s + W / 12 GB/s + A / 150 GB/s is recovered."""
+    shapes = [(4e7, 3e6, 4e6), (1e7, 3e6, 1e6), (5.8e5, 7.2e4, 2.3e6), (1.4e5, 7.2e4, 5.8e5),
+              (8e7, 1.2e7, 5e6), (2e7, 1.2e7, 1.25e6)]
+    points = [{"flops": f, "traffic": w, "activations": a,
+               "seconds": OVERHEAD + f / RATE + w / BANDWIDTH + a / ACT_BANDWIDTH}
+              for f, w, a in shapes]
+    fit = fit_device(points)
+    assert fit.activation_Bps == pytest.approx(ACT_BANDWIDTH, rel=1e-6)
+    assert fit.memory_Bps == pytest.approx(BANDWIDTH, rel=1e-6)
+    assert fit.flops_per_s == pytest.approx(RATE, rel=1e-6)
+    near = fit_device_near(points, {"flops_per_s": RATE, "overhead_s": OVERHEAD})
+    assert near.activation_Bps == pytest.approx(ACT_BANDWIDTH, rel=1e-2)
+
+
+def test_model_parallel_shards_move_their_own_inputs_and_outputs(tiny_config_data):
+    """Tensor parallelism over 2: a column shard moves its whole input and half the
+    output, a row shard half the input and the whole (partial) output."""
+    from sim.simulated.stages import stage_works
+    from sim.training.checks import validate
+    from sim.training.parallel_plan import build_plan
+
+    data = tiny_config_data({"workload.model": "mlp", "workload.hidden": [8, 6],
+                             "parallel.tensor": 2})
+    config = validate(data)
+    plan = build_plan(config)
+    work = stage_works(plan)[0]
+    widths = [x.stash_width + x.output_width for x in plan.stages[0].layers]
+    roles = [x.role for x in plan.stages[0].layers]
+    assert roles[:2] == ["column", "row"]
+    features = config.workload.features
+    assert widths[:2] == [features + 4, 4 + 6]
+    assert work.activations[1] == 3 * (4 + 6) * 8
