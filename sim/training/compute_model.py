@@ -255,10 +255,11 @@ class ComputeModel:
             return None
         ids = lookups / 2 if sparse else 0.0
         total = flops[0] + flops[1]
+        shares = [np.divide(f, total, out=np.zeros_like(total), where=total > 0) for f in flops]
         return tuple(device.seconds(f, times * weight_bytes if memory else 0.0, ids,
-                                    activations * np.divide(f, total, out=np.zeros_like(total),
-                                                            where=total > 0) if passed else 0.0)
-                     for f, times in zip(flops, weight_passes(passes), strict=True))
+                                    share * activations if passed else 0.0)
+                     for f, times, share in zip(flops, weight_passes(passes), shares,
+                                                strict=True))
 
     def _drawn(self, worker: int, now: float, base_s: float) -> float:
         t = base_s * self.noise(self.rngs[worker], self.cfg) * self.factor[worker]
