@@ -201,3 +201,34 @@ def test_model_parallel_shards_move_their_own_inputs_and_outputs(tiny_config_dat
     features = config.workload.features
     assert widths[:2] == [features + 4, 4 + 6]
     assert work.activations[1] == 3 * (4 + 6) * 8
+
+
+def test_two_points_of_one_workload_are_fitted_with_a_flop_rate():
+    """`sim calibrate --workload X`: one workload at its batch and a quarter of it; the fit
+    goes through both points and keeps a FLOP rate (the terms it cannot tell apart are
+    left out, not made negative)."""
+    points = [{"flops": f, "traffic": 3e5, "activations": a,
+               "seconds": OVERHEAD + f / RATE + 3e5 / BANDWIDTH + a / ACT_BANDWIDTH}
+              for f, a in [(4e7, 4e6), (1e7, 1e6)]]
+    fit = fit_device(points)
+    assert 0 < fit.flops_per_s < float("inf") and fit.overhead_s >= 0
+    assert max(map(abs, fit.errors)) < 1e-9
+
+
+def test_the_fit_is_non_negative_least_squares_on_relative_errors():
+    """Noisy points of several shapes: no term negative, and no non-negative choice of the
+    terms, all of them or one left out, has smaller squared relative errors."""
+    from scipy.optimize import nnls
+
+    rng = np.random.default_rng(5)
+    noisy = [dict(p, seconds=p["seconds"] * rng.lognormal(0, 0.1)) for p in points()]
+    fit = fit_device(noisy)
+    assert all(v is None or v >= 0 for v in fit.rates().values())
+    cost = float(np.sum(np.square(fit.errors)))
+    terms = ("overhead", "flops", "traffic", "lookups")
+    A = np.array([[1.0, p["flops"], p["traffic"], p["lookups"]] for p in noisy]) \
+        / np.array([p["seconds"] for p in noisy])[:, None]
+    for drop in (None, "overhead", "traffic", "lookups"):
+        cols = [i for i, t in enumerate(terms) if t != drop]
+        x, _ = nnls(A[:, cols], np.ones(len(noisy)))
+        assert cost <= float(np.sum(np.square(A[:, cols] @ x - 1))) + 1e-12

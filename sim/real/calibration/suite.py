@@ -6,8 +6,8 @@ Compute: the gradient kernel of each workload (``model.loss_grad`` on a batch fr
 ``concurrency`` processes at once (all cores busy, as during a real run), at its batch and
 at a quarter of it (a microbatch's rows: fewer FLOPs for the same weights), and
 ``time = overhead_s + FLOPs / flops_per_s + weight traffic / memory_Bps`` is fitted by
-least squares on relative errors (:mod:`sim.training.compute_model`; a term whose
-coefficient would be negative is left out); the layers' inputs and outputs (activation
+non-negative least squares on relative errors (:mod:`sim.training.compute_model`; a term
+whose coefficient would be negative is left out); the layers' inputs and outputs (activation
 traffic) add ``activations / activation_Bps``, and a workload that reads ids by index (an
 embedding model) ``ids x lookup_s``.
 The result is a device profile (:func:`sim.training.compute_model.save_device_profile`) for
@@ -32,7 +32,6 @@ Host: :func:`sim.real.calibration.host.calibrate_host` writes ``host.json`` for
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import json
 import multiprocessing
 import os
@@ -150,12 +149,8 @@ def measure_kernels(configs: list[Config], concurrency: int = 1,
     return points
 
 
-#: The device fit's terms (time = overhead + FLOPs / rate + traffic / memory bandwidth),
-#: tried in this order until every coefficient is >= 0; FLOPs are always in. Where points
-#: move activations or read ids by index (EXTRAS), each set is tried with them first.
-FITS = (("overhead", "flops", "traffic"), ("flops", "traffic"), ("overhead", "flops"),
-        ("flops",))
-EXTRAS = ("activations", "lookups")
+#: The device fit's terms beyond the overhead and FLOPs (a point without one has 0 of it).
+EXTRAS = ("traffic", "activations", "lookups")
 
 
 @dataclass
@@ -194,30 +189,26 @@ def device_columns(points: list[dict[str, Any]]) -> dict[str, np.ndarray]:
             "lookups": column("lookups")}
 
 
-def term_sets(columns: dict[str, np.ndarray]) -> list[tuple[str, ...]]:
-    """:data:`FITS`, each first with every subset of the :data:`EXTRAS` the points have,
-    the largest subsets first."""
-    extras = [t for t in EXTRAS if columns[t].any()]
-    return [(*base, *combo) for k in range(len(extras), -1, -1)
-            for combo in itertools.combinations(extras, k) for base in FITS]
-
-
 def fit_device(points: list[dict[str, Any]]) -> DeviceFit:
     """time = overhead + FLOPs / flops_per_s + traffic / memory_Bps + activations /
-    activation_Bps + ids x lookup_s by least squares on relative errors, leaving out a term
-    whose coefficient comes out negative (points without ``traffic``, ``activations`` or
-    ``lookups`` have none)."""
+    activation_Bps + ids x lookup_s by non-negative least squares on relative errors
+    (Lawson and Hanson's NNLS): a term whose coefficient would be negative is left out (0),
+    and so is one that no point has. Where that leaves no FLOP rate (points too few or of
+    one shape), the overhead and FLOPs alone, else a pure rate through the origin."""
+    from scipy.optimize import nnls
+
     seconds = np.array([p["seconds"] for p in points])
-    columns = device_columns(points)
-    for terms in term_sets(columns):
-        A = np.column_stack([columns[t] for t in terms]) / seconds[:, None]
-        x, *_ = np.linalg.lstsq(A, np.ones_like(seconds), rcond=None)
+    named = device_columns(points)
+    for terms in (["overhead", "flops"] + [t for t in EXTRAS if named[t].any()],
+                  ["overhead", "flops"]):
+        A = np.column_stack([named[t] for t in terms]) / seconds[:, None]
+        x, _ = nnls(A, np.ones_like(seconds))
         coef = dict(zip(terms, x.tolist(), strict=True))
-        if all(v > 0 for v in coef.values()):
+        if coef["flops"] > 0:
             break
-    else:  # every point the same shape: a pure rate through the origin
-        coef = {"flops": float(np.median(seconds / columns["flops"]))}
-    predicted = sum(coef[t] * columns[t] for t in coef)
+    else:
+        coef = {"flops": float(np.median(seconds / named["flops"]))}
+    predicted = sum(coef[t] * named[t] for t in coef)
     return DeviceFit.of(coef, (predicted / seconds - 1).tolist())
 
 
@@ -230,8 +221,8 @@ def fit_device_near(points: list[dict[str, Any]], prior: dict[str, Any]) -> Devi
     weakly (:data:`PRIOR_WEIGHT`) towards a prior device's (``prior``: a device profile's
     JSON): where the points leave a term free (fewer workloads than terms, or workloads of
     one shape) it keeps the prior's value, and elsewhere the points decide (Tikhonov
-    regularisation towards a prior). A term no point has (activations, ids) keeps the
-    prior's value as it is."""
+    regularisation towards a prior). A term no point has (weights, activations, ids) keeps
+    the prior's value as it is."""
     from scipy.optimize import nnls
 
     seconds = np.array([p["seconds"] for p in points])
@@ -240,7 +231,7 @@ def fit_device_near(points: list[dict[str, Any]], prior: dict[str, Any]) -> Devi
              "traffic": per_unit(prior.get("memory_Bps")),
              "activations": per_unit(prior.get("activation_Bps")),
              "lookups": prior.get("lookup_s") or 0.0}
-    terms = ["overhead", "flops", "traffic"] + [t for t in EXTRAS if named[t].any()]
+    terms = ["overhead", "flops"] + [t for t in EXTRAS if named[t].any()]
     columns = np.column_stack([named[t] for t in terms])
     start = np.array([known[t] for t in terms])
     # a unit of each coefficient's prior row: what the term adds to a typical gradient
