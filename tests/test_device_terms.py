@@ -232,3 +232,13 @@ def test_the_fit_is_non_negative_least_squares_on_relative_errors():
         cols = [i for i, t in enumerate(terms) if t != drop]
         x, _ = nnls(A[:, cols], np.ones(len(noisy)))
         assert cost <= float(np.sum(np.square(A[:, cols] @ x - 1))) + 1e-12
+
+
+def test_calibrate_warns_when_the_fit_has_as_many_terms_as_points(capsys):
+    from sim.commands.calibrate import warn_undetermined
+
+    device = {"overhead_s": 1e-6, "memory_Bps": 1e9, "activation_Bps": None, "lookup_s": 1e-7}
+    warn_undetermined(device, 4)
+    assert "4 terms for 4 points" in capsys.readouterr().err
+    warn_undetermined(device, 10)
+    assert capsys.readouterr().err == ""

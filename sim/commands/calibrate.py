@@ -110,6 +110,7 @@ def main(args: argparse.Namespace) -> int:
         for p in points:
             print(f"  {p['workload']:<34} {p['seconds'] * 1e6:9.1f} us  {p['error']:+.1%}")
         warn_fit("compute", [(p["workload"], p["error"]) for p in points])
+        warn_undetermined(device, len(points))
         print(f'  compute.device = "calibrated:{args.out / "device.json"}"')
     fabric_overhead_s, fabric_Bps = 0.0, float("inf")
     if args.only == "host" and (args.out / "fabric.json").exists():  # calibrated before
@@ -234,6 +235,18 @@ def warn_fit(name: str, errors: list[tuple[str, float]]) -> None:
         print(f"warning: the {name} fit is off by {worst:+.0%} at {what} (more than "
               f"{MAX_ERROR:.0%}): the machine may have been busy, or the model does not "
               "fit this machine; rerun (without --quick) before trusting it", file=sys.stderr)
+
+
+def warn_undetermined(device: dict, points: int) -> None:
+    """A warning on stderr when the device fit has as many terms as points: it then goes
+    through them whatever the terms' values, and a rate may be far from the device's."""
+    terms = 1 + (device["overhead_s"] > 0) + sum(
+        device[key] is not None for key in ("memory_Bps", "activation_Bps", "lookup_s"))
+    if points <= terms:
+        print(f"warning: the compute fit has {terms} terms for {points} points, so its rates "
+              "are not each determined (it only reproduces the workloads timed); time more "
+              "workloads (the default set, or more --workload) before simulating others",
+              file=sys.stderr)
 
 
 def warn_load(name: str, other: float) -> None:
