@@ -189,6 +189,11 @@ def device_columns(points: list[dict[str, Any]]) -> dict[str, np.ndarray]:
             "lookups": column("lookups")}
 
 
+def present_terms(named: dict[str, np.ndarray]) -> list[str]:
+    """The overhead, FLOPs and each of the :data:`EXTRAS` some point has."""
+    return ["overhead", "flops"] + [t for t in EXTRAS if named[t].any()]
+
+
 def fit_device(points: list[dict[str, Any]]) -> DeviceFit:
     """time = overhead + FLOPs / flops_per_s + traffic / memory_Bps + activations /
     activation_Bps + ids x lookup_s by non-negative least squares on relative errors
@@ -199,8 +204,7 @@ def fit_device(points: list[dict[str, Any]]) -> DeviceFit:
 
     seconds = np.array([p["seconds"] for p in points])
     named = device_columns(points)
-    for terms in (["overhead", "flops"] + [t for t in EXTRAS if named[t].any()],
-                  ["overhead", "flops"]):
+    for terms in (present_terms(named), ["overhead", "flops"]):
         A = np.column_stack([named[t] for t in terms]) / seconds[:, None]
         x, _ = nnls(A, np.ones_like(seconds))
         coef = dict(zip(terms, x.tolist(), strict=True))
@@ -231,7 +235,7 @@ def fit_device_near(points: list[dict[str, Any]], prior: dict[str, Any]) -> Devi
              "traffic": per_unit(prior.get("memory_Bps")),
              "activations": per_unit(prior.get("activation_Bps")),
              "lookups": prior.get("lookup_s") or 0.0}
-    terms = ["overhead", "flops"] + [t for t in EXTRAS if named[t].any()]
+    terms = present_terms(named)
     columns = np.column_stack([named[t] for t in terms])
     start = np.array([known[t] for t in terms])
     # a unit of each coefficient's prior row: what the term adds to a typical gradient
