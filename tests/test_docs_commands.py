@@ -96,7 +96,7 @@ NOT_RUN = {
         "emulation where they are permitted",
     ("docs/how-to/real-runs.md",
      ".venv/bin/python -m sim validate --resimulate runs/validation --fit-on workers=2"):
-        "it needs the --out of a whole `sim validate` (ten minutes of real runs); "
+        "it needs the --out of a whole `sim validate` (about 17 minutes of real runs); "
         "tests/test_real_tools.py resimulates a small matrix's",
 }
 PAGE_TIMEOUT_S = 240  # the default form; the slowest page takes about 35 s on 2 busy cores
