@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 import simpy
-from training_cases import MODELS, make, train, update_table
+from training_cases import MODELS, make, update_table
 
 from sim import kernels as K
 from sim.network.collectives import ParameterServer as PSCollective
@@ -296,13 +296,13 @@ def test_bsp_rank_plans_send_every_transfer_once_and_receive_it_once(collective,
     for rank, plan in enumerate(plans):
         for step in plan:
             assert isinstance(step, RankStep)
+            rnd = schedule.round(step.index)
             for t, src, dst, count in step.sends:
                 sent[step.index][t] += 1
-                assert src == hosts[rank]
+                assert src == hosts[rank] and dst == hosts[int(rnd.dst[t])]
                 sent_bytes += count
             for t in step.recvs:
                 received[step.index][t] += 1
-                rnd = schedule.round(step.index)
                 assert hosts[int(rnd.dst[t])] == hosts[rank]
                 received_bytes += float(rnd.count[t])
     assert all(c == 1 for row in sent + received for c in row)
