@@ -17,8 +17,9 @@ import simpy
 from training_cases import make, update_table
 
 from sim.faults.timeline import Gap, TimeMap
+from sim.network.analytical import AnalyticalNetwork
 from sim.network.fabrics import fabric_from_dict
-from sim.network.standalone import build_network
+from sim.network.topology import make_topology
 from sim.simulated.core_reload import Reload
 from sim.simulated.elastic_recovery import ElasticRecovery
 from sim.simulated.engine import build_simulation
@@ -45,7 +46,8 @@ def servers(shards: int, params: int = 10, workers: int = 2,
     0, 1, 2...; no cores (shards cost no CPU). The network logs every send."""
     env = simpy.Environment()
     fabric = fabric_from_dict(LATENCY_ONLY["cluster.fabric"])
-    network = build_network(env, fabric, workers + shards, model="analytical")
+    network = AnalyticalNetwork(env, fabric, make_topology("star", workers + shards,
+                                                          fabric.bandwidth_Bps))
     log: list = []
     send, send_all = network.send, network.send_all
 
