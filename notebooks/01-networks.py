@@ -55,13 +55,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from sim.network import FABRICS, get_collective, get_fabric, simulate
-from sim.network.message_cost import alpha_s, beta_s
+from sim.network.message_cost import alpha_s, beta_s, half_bytes
 
 print(f"{'fabric':<10}{'bandwidth':>12}{'alpha':>10}{'n_1/2':>11}  source")
 for name in FABRICS:
     f = get_fabric(name)
     print(f"{name:<10}{f.bandwidth_Bps / 1e9:>7.2f} GB/s{alpha_s(f) * 1e6:>7.1f} us"
-          f"{alpha_s(f) * f.bandwidth_Bps / 1e3:>8.1f} KB  {f.source}")
+          f"{half_bytes(f) / 1e3:>8.1f} KB  {f.source}")
 
 # %% [markdown]
 # One message from host 0 to host 1 through the switch, simulated (a broadcast over p = 2
@@ -77,7 +77,7 @@ for name in FABRICS:
                   for n in sizes])
     (line,) = ax_t.loglog(sizes, t * 1e6, label=name)
     ax_b.semilogx(sizes, sizes / t / f.bandwidth_Bps, color=line.get_color())
-    n_half = alpha_s(f) * f.bandwidth_Bps
+    n_half = half_bytes(f)
     ax_b.plot([n_half], [0.5], "o", color=line.get_color())
 ax_t.set(xlabel="message size (bytes)", ylabel="time (µs)", title="Time of one message")
 ax_b.set(xlabel="message size (bytes)", ylabel="achieved / link bandwidth",

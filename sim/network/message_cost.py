@@ -71,6 +71,12 @@ def idle_s(fabric: Fabric, nbytes: float, hops: int = SWITCH_HOPS) -> float:
     return alpha_s(fabric, hops) + nbytes * beta_s(fabric)
 
 
+def half_bytes(fabric: Fabric) -> float:
+    """Hockney's n_1/2: the message size whose wire time equals alpha, where a message
+    reaches half the link's bandwidth: alpha B (bytes, one switch)."""
+    return alpha_s(fabric) * fabric.bandwidth_Bps
+
+
 def posted_s(fabric: Fabric) -> float:
     """What passes before a message's first byte leaves: the sender's o (s)."""
     return fabric.overhead_s
