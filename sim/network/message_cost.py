@@ -27,6 +27,10 @@ The flow model (:mod:`sim.network.flow`) shares links max-min rather than chargi
 (:func:`posted_s`), hops L + o after the last (:func:`arrival_s`). The analytical model
 (:mod:`sim.network.analytical`) charges alpha + n beta on each host's link, and the
 collectives' closed forms (:mod:`sim.network.collectives`) are written in alpha and beta.
+A parameter server's pulls and pushes are such messages to each shard that owns a part
+(:func:`shard_costs`), a pull preceded by a :data:`REQUEST_BYTES` request. What a message
+carries (which layers leave together: :mod:`sim.training.messages`; which table rows:
+:mod:`sim.training.embedding_traffic`) is the method's; what it costs is here.
 
 Why here, in the network package: the network models need the wire part (framing, the
 window's bound, alpha and beta), and ``sim.network`` sits below ``sim.training``, which must

@@ -25,8 +25,9 @@ call (``*_call_s``: Python around the kernel);
 al. 1995): a TCP socket costs a system call per message and a kernel copy per byte, RDMA
 verbs post a work request and copy nothing. They are the fabric's under the ``mpi``
 transport and the transport's own otherwise, which also adds its per-message work
-(``rpc_s``) and (de)serialisation (:mod:`sim.network.transports`). The wire (alpha + n beta)
-stays the network's.
+(``rpc_s``) and (de)serialisation (:mod:`sim.network.transports`). Every formula of a message,
+its CPU at each end and its wire, is :mod:`sim.network.message_cost`'s: :func:`cpu_costs`
+hands it the host's two numbers.
 
 A host profile is a preset name or ``calibrated:PATH`` (JSON written by ``sim calibrate``).
 """
