@@ -16,6 +16,7 @@ from sim.commands.collective import sweep
 from sim.network import nccl
 from sim.network.collectives import REGISTRY as COLLECTIVES
 from sim.network.fabrics import REGISTRY as FABRICS
+from sim.network.message_cost import alpha_s
 from sim.plots.collective_sweep import binary_label, draw, read_points, size_ticks
 from sim.plots.style import figure
 
@@ -45,7 +46,7 @@ def test_ring_allreduce_busbw_is_the_closed_form_on_an_idle_switch(capsys) -> No
     assert len(rows) == 18
     for row in rows:
         size = row["size_bytes"]
-        closed_s = 2 * (p - 1) * fabric.alpha_s() + 2 * (p - 1) / p * size / fabric.bandwidth_Bps
+        closed_s = 2 * (p - 1) * alpha_s(fabric) + 2 * (p - 1) / p * size / fabric.bandwidth_Bps
         assert row["time_us"] == pytest.approx(closed_s * 1e6, rel=1e-9)
         assert row["closed_form_us"] == pytest.approx(closed_s * 1e6, rel=1e-12)
         assert row["algbw_GBps"] == pytest.approx(size / (row["time_us"] * 1e-6) / 1e9,

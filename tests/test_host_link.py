@@ -14,6 +14,7 @@ from sim.cli import main
 from sim.network.collectives import get_collective
 from sim.network.fabrics import Fabric, get_fabric
 from sim.network.host_links import REGISTRY, get_host_link
+from sim.network.message_cost import alpha_s, beta_s
 from sim.network.standalone import build_network, run_alone, with_host_link
 from sim.training.checks import config_warnings, validate
 
@@ -95,7 +96,7 @@ def test_batches_mixing_both_tiers_deliver_each_message_on_its_own_tier() -> Non
 
 def ring_s(p: int, n: float, fabric: Fabric) -> float:
     """The lab's ring allreduce closed form (Thakur et al. 2005): 2 (p - 1) (a + n / (p B))."""
-    return 2 * (p - 1) * (fabric.alpha_s() + n / p * fabric.beta_s_per_byte)
+    return 2 * (p - 1) * (alpha_s(fabric) + n / p * beta_s(fabric))
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -11,6 +11,7 @@ import simpy
 from sim.cli import main
 from sim.network.collectives import get_collective
 from sim.network.fabrics import get_fabric
+from sim.network.message_cost import alpha_s, beta_s
 from sim.recorder import KINDS
 from sim.simulated.engine import simulate
 from sim.simulated.hosts import Hosts
@@ -165,8 +166,9 @@ def server_cost_per_update(features: int) -> float:
     """h: a shard receives a push (message + update) and serves a pull (request + reply)."""
     costs = cpu_costs(HOSTS["epyc-core"], get_fabric("ib-hdr"))
     nbytes = (features + 1) * 8  # logreg: weights and bias, float64
-    return (costs.message_s(nbytes) + costs.applied_push_s(nbytes)
-            + costs.message_s(64) + costs.host.serve_pull_s + costs.message_s(nbytes))
+    message_s = costs.message.message_s
+    return (message_s(nbytes) + costs.applied_push_s(nbytes)
+            + message_s(64) + costs.host.serve_pull_s + message_s(nbytes))
 
 
 def test_a_server_with_per_push_cost_h_saturates_at_one_over_h(tmp_path):
@@ -276,9 +278,9 @@ def test_a_bsp_step_pays_the_ring_cpu_of_thakur_et_al_and_every_replica_s_update
     form here.)"""
     costs, _ = epyc()
     chunk = N_BYTES / p
-    ring_cpu = 2 * (p - 1) * 2 * costs.message_s(chunk) + (p - 1) * costs.reduce_s(chunk)
+    ring_cpu = 2 * (p - 1) * 2 * costs.message.message_s(chunk) + (p - 1) * costs.reduce_s(chunk)
     wire = dataclasses.replace(get_fabric("ib-hdr"), overhead_s=0.0)
-    ring = get_collective("ring").closed_form_s(p, N_BYTES, wire.alpha_s(), wire.beta_s_per_byte)
+    ring = get_collective("ring").closed_form_s(p, N_BYTES, alpha_s(wire), beta_s(wire))
     expected = (costs.step_s + costs.data_s(BATCH_BYTES, 16) + 1e-4 + ring_cpu + ring
                 + costs.reduce_s(N_BYTES) + costs.update_s(N_BYTES))  # the mean, the step
     assert step_s(tmp_path, "bsp", "epyc-core", p) == pytest.approx(expected, abs=1e-8)
@@ -292,10 +294,11 @@ def test_a_bsp_ps_step_with_one_worker_pays_every_cpu_activity_once_in_order(tmp
     costs, o = epyc()
     n, h = N_BYTES, costs.host
     assert min(h.serve_push_s, h.serve_step_s, h.serve_pull_s) > 0  # all of them charged
-    expected = (costs.step_s + costs.data_s(BATCH_BYTES, 16) + costs.message_s(n)
-                + costs.message_s(n) + h.serve_push_s + costs.reduce_s(n)
+    message_s = costs.message.message_s
+    expected = (costs.step_s + costs.data_s(BATCH_BYTES, 16) + message_s(n)
+                + message_s(n) + h.serve_push_s + costs.reduce_s(n)
                 + h.serve_step_s + costs.reduce_s(n) + costs.update_s(n)
-                + costs.message_s(64) + h.serve_pull_s + costs.message_s(n) + costs.message_s(n)
+                + message_s(64) + h.serve_pull_s + message_s(n) + message_s(n)
                 - 2 * 2 * o)
     extra = step_s(tmp_path, "bsp-ps", "epyc-core", 1) - step_s(tmp_path, "bsp-ps", "ideal", 1)
     assert extra == pytest.approx(expected, abs=1e-8)
@@ -338,12 +341,12 @@ def test_a_bsp_step_on_shared_cores_lies_between_full_cores_and_rounds_in_lockst
     chunk = N_BYTES / p
     wire = dataclasses.replace(get_fabric("ib-hdr"), overhead_s=0.0)
     rounds = 2 * (p - 1)
-    ring_cpu = rounds * 2 * costs.message_s(chunk) + (p - 1) * costs.reduce_s(chunk)
+    ring_cpu = rounds * 2 * costs.message.message_s(chunk) + (p - 1) * costs.reduce_s(chunk)
     rank_cpu = (costs.step_s + costs.data_s(BATCH_BYTES, 16) + ring_cpu
                 + costs.reduce_s(N_BYTES) + costs.update_s(N_BYTES))
     lockstep = (2 * (costs.step_s + costs.data_s(BATCH_BYTES, 16)) + 1e-4 + 2 * ring_cpu
-                + get_collective("ring").closed_form_s(p, N_BYTES, wire.alpha_s(),
-                                                       wire.beta_s_per_byte)
+                + get_collective("ring").closed_form_s(p, N_BYTES, alpha_s(wire),
+                                                       beta_s(wire))
                 + 2 * (costs.reduce_s(N_BYTES) + costs.update_s(N_BYTES)))
     got = step_s(tmp_path, "bsp", f"calibrated:{profile}", p,
                  **{"cluster.cores": 2, "cluster.ranks_per_host": 4, "cluster.wait": '"sleep"',
@@ -503,6 +506,7 @@ def test_a_profile_without_table_costs_charges_table_rows_as_batch_rows(tmp_path
     import dataclasses
     import json
 
+    from sim.network.message_cost import MessageCpu
     from sim.training.host_costs import HOSTS, CpuCosts, load_host, save_host_profile
 
     path = tmp_path / "old.json"
@@ -512,13 +516,14 @@ def test_a_profile_without_table_costs_charges_table_rows_as_batch_rows(tmp_path
                 "table_step_row_s", "table_step_Bps", "unique_call_s", "unique_id_s"):
         data.pop(key, None)
     path.write_text(json.dumps(data))
-    old = CpuCosts(load_host(f"calibrated:{path}"))
+    old = CpuCosts(load_host(f"calibrated:{path}"), MessageCpu())
     assert old.table_rows_s(8000, 100) == old.data_s(8000, 100)
     assert old.unique_s(3000) == 0.0  # not measured: not charged
     assert old.table_step_s(8000, 100) == pytest.approx(
         old.reduce_s(8000) + old.update_s(8000) + old.data_s(8000, 100))
     new = CpuCosts(dataclasses.replace(HOSTS["epyc-core"], table_call_s=1e-5,
                                        table_row_s=5e-8, table_Bps=4e9, table_step_call_s=3e-5,
-                                       table_step_row_s=4e-7, table_step_Bps=3e9))
+                                       table_step_row_s=4e-7, table_step_Bps=3e9),
+                   MessageCpu())
     assert new.table_rows_s(8000, 100) == pytest.approx(1e-5 + 100 * 5e-8 + 8000 / 4e9)
     assert new.table_step_s(8000, 100) == pytest.approx(3e-5 + 100 * 4e-7 + 8000 / 3e9)

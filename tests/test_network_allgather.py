@@ -17,6 +17,7 @@ from sim.errors import UserError
 from sim.network.collectives import REGISTRY, get_collective
 from sim.network.fabrics import REGISTRY as FABRICS
 from sim.network.fabrics import Fabric, get_fabric
+from sim.network.message_cost import alpha_s, beta_s
 from sim.network.schedule import Schedule
 from sim.network.standalone import run_alone, simulate
 from sim.real.executors.rank_collectives import ScheduleAllreduce
@@ -54,7 +55,7 @@ def critical_path_s(schedule: Schedule, alpha_s: float, beta_s: float) -> float:
 @pytest.mark.parametrize("fabric", [get_fabric("ib-hdr"), get_fabric("eth-10g")],
                          ids=lambda f: f.name)
 def test_ring_allgather_closed_form_any_p(fabric: Fabric, model: str) -> None:
-    a, b = fabric.alpha_s(), fabric.beta_s_per_byte
+    a, b = alpha_s(fabric), beta_s(fabric)
     for p in range(2, 65):
         n = 1000 * p + 7  # each rank's block: no divisibility needed
         t, _ = run_alone("ring-allgather", p=p, nbytes=n, fabric=fabric, model=model)
@@ -65,7 +66,7 @@ def test_ring_allgather_closed_form_any_p(fabric: Fabric, model: str) -> None:
 @pytest.mark.parametrize("fabric", [get_fabric("ib-hdr"), get_fabric("eth-10g")],
                          ids=lambda f: f.name)
 def test_recursive_doubling_allgather_closed_form(fabric: Fabric, model: str) -> None:
-    a, b = fabric.alpha_s(), fabric.beta_s_per_byte
+    a, b = alpha_s(fabric), beta_s(fabric)
     algo = get_collective("recursive-doubling-allgather")
     for p in range(2, 65):
         n = 1000 * p + 7
@@ -83,7 +84,7 @@ def test_recursive_doubling_allgather_folds_by_hand() -> None:
     # p = 6: fold in (a + n b); rounds of 1 + 1 and 2 + 2 blocks (survivors 0 and 1 hold
     # two); fold out 6 blocks
     fabric = get_fabric("ib-ndr")
-    a, b = fabric.alpha_s(), fabric.beta_s_per_byte
+    a, b = alpha_s(fabric), beta_s(fabric)
     n = 10**5
     for p, by_hand in [(3, 3 * a + 6 * n * b), (6, 4 * a + 13 * n * b)]:
         t, _ = run_alone("recursive-doubling-allgather", p=p, nbytes=n, fabric=fabric)
@@ -170,7 +171,7 @@ def test_sim_collective_reports_p_minus_1_exchanges(capsys: pytest.CaptureFixtur
     """The ring allgather and the pairwise all-to-all both take p - 1 rounds of one n-byte
     message per rank (Thakur et al. 2005): the same closed form and bandwidths."""
     p, n, fabric = 8, 10212, FABRICS["eth-10g"]
-    a, B = fabric.alpha_s(), fabric.bandwidth_Bps
+    a, B = alpha_s(fabric), fabric.bandwidth_Bps
     result = collective_json(capsys, "--fabric", "eth-10g", "--algo", algo,
                              "--workers", str(p), "--bytes", str(n))
     assert result["collective"] == collective
@@ -280,7 +281,7 @@ def test_allgather_is_slower_than_the_allreduce_charged_before_once_bandwidth_bo
     # rounds beat the allreduce's 2 (p - 1)
     fabric = FABRICS["eth-10g"]
     p = 8
-    crossover = fabric.alpha_s() * fabric.bandwidth_Bps * p / (p - 2)
+    crossover = alpha_s(fabric) * fabric.bandwidth_Bps * p / (p - 2)
     for codec in ("qsgd", "topk"):
         nbytes = compressed_bytes(compression(f'strategy.compression="{codec}"'))
         args = ("--fabric", "eth-10g", "--workers", str(p), "--bytes", str(nbytes))
@@ -290,7 +291,7 @@ def test_allgather_is_slower_than_the_allreduce_charged_before_once_bandwidth_bo
         # (the closed forms: the simulated ring allreduce is a little slower when p does not
         # divide n, its chunks then differ by an element)
         assert gather["closed_form_s"] - reduce["closed_form_s"] == pytest.approx(
-            (p - 1) * (nbytes * (p - 2) / p / fabric.bandwidth_Bps - fabric.alpha_s()),
+            (p - 1) * (nbytes * (p - 2) / p / fabric.bandwidth_Bps - alpha_s(fabric)),
             rel=1e-9)
     qsgd = compression('strategy.compression="qsgd"')
     assert compressed_bytes(qsgd) > crossover
@@ -307,7 +308,7 @@ def test_cpu_of_a_compressed_step(codec: str) -> None:
     p, costs, codec_0 = ctx.n, ctx.cpu, ctx.workers[0].codec
     # top-k scatter-adds its k float64 values, QSGD adds every entry
     decode_bytes = codec_0.k * 8 if codec == "topk" else codec_0.size * 8
-    expected = (costs.step_s + 2 * (p - 1) * costs.message_s(nbytes)
+    expected = (costs.step_s + 2 * (p - 1) * costs.message.message_s(nbytes)
                 + (p - 1) * costs.reduce_s(decode_bytes))
     summary = train(config).summary
     assert summary["overhead_s"] / summary["iterations"] == pytest.approx(expected, rel=1e-9)

@@ -17,6 +17,7 @@ from sim.network.alltoall import Alltoallv, alltoallv, closed_form_s
 from sim.network.collectives import REGISTRY, get_collective
 from sim.network.fabrics import REGISTRY as FABRICS
 from sim.network.fabrics import Fabric, get_fabric
+from sim.network.message_cost import alpha_s, beta_s
 from sim.network.standalone import build_network, run_alone, simulate
 from tests.collective_cases import collective_json
 
@@ -49,7 +50,7 @@ def expected_s(algo: str, p: int, m: int, a: float, b: float) -> float:
 @pytest.mark.parametrize("fabric", [get_fabric("ib-hdr"), get_fabric("eth-10g")],
                          ids=lambda f: f.name)
 def test_time_on_one_switch_is_the_closed_form(fabric: Fabric, algo: str, model: str) -> None:
-    a, b = fabric.alpha_s(), fabric.beta_s_per_byte
+    a, b = alpha_s(fabric), beta_s(fabric)
     collective = get_collective(algo)
     for p in PS:
         for m in SIZES:
@@ -206,7 +207,7 @@ def test_uniform_alltoallv_is_the_pairwise_alltoall(model: str) -> None:
 @pytest.mark.parametrize("fabric", ["ib-hdr", "eth-10g"])
 def test_skewed_alltoallv_is_the_closed_form(model: str, fabric: str) -> None:
     f = get_fabric(fabric)
-    a, beta = f.alpha_s(), f.beta_s_per_byte
+    a, beta = alpha_s(f), beta_s(f)
     for p in PS:
         for seed in range(4):
             b = hot_shard(p, seed) if seed % 2 else np.random.default_rng(seed).integers(
@@ -227,7 +228,7 @@ def test_light_rounds_run_ahead_of_a_barrier() -> None:
     # and 4 send theirs while 0 -> 1 is on the wire, so T = 4 alpha + H beta, not the
     # barrier's 4 alpha + 2 H beta
     f = get_fabric("eth-25g")
-    a, beta = f.alpha_s(), f.beta_s_per_byte
+    a, beta = alpha_s(f), beta_s(f)
     b = np.zeros((5, 5), np.int64)
     b[0, 1] = b[2, 4] = 10**7
     for model in MODELS:
@@ -256,7 +257,7 @@ def test_alltoallv_from_a_simpy_process_on_given_hosts() -> None:
 
     env.run(env.process(step()))
     f = get_fabric("ib-hdr")
-    assert seen["elapsed"] == pytest.approx(closed_form_s(b, f.alpha_s(), f.beta_s_per_byte),
+    assert seen["elapsed"] == pytest.approx(closed_form_s(b, alpha_s(f), beta_s(f)),
                                             rel=1e-9)
     assert seen["now"] == pytest.approx(1e-3 + seen["elapsed"], rel=1e-12)
 
@@ -321,8 +322,8 @@ def test_sweep_has_nccl_tests_alltoall_sizes_and_busbw(capsys) -> None:
         # to 4 floats (16 bytes); S = p count 4; busbw = algbw (p - 1) / p
         assert row["count"] == (size // 4 // p) & ~3
         assert row["size_bytes"] == p * row["count"] * 4
-        closed = expected_s(row["algorithm"], p, row["count"] * 4, fabric.alpha_s(),
-                            fabric.beta_s_per_byte)
+        closed = expected_s(row["algorithm"], p, row["count"] * 4, alpha_s(fabric),
+                            beta_s(fabric))
         assert row["time_us"] == pytest.approx(closed * 1e6, rel=1e-9)
         assert row["closed_form_us"] == pytest.approx(closed * 1e6, rel=1e-12)
         assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * (p - 1) / p, rel=1e-12)

@@ -17,10 +17,11 @@ from training_cases import make, train, update_table
 
 from sim.network.collectives import REGISTRY, ParameterServer, get_collective
 from sim.network.fabrics import get_fabric
+from sim.network.message_cost import alpha_s, beta_s
 from sim.network.standalone import build_network, run_alone
 
 FABRIC = get_fabric("ib-hdr")
-ALPHA, BETA = FABRIC.alpha_s(), FABRIC.beta_s_per_byte
+ALPHA, BETA = alpha_s(FABRIC), beta_s(FABRIC)
 N = 1_000_000  # bytes of one message
 ALLREDUCES = [name for name, cls in REGISTRY.items() if cls.kind == "allreduce"]
 

@@ -11,6 +11,7 @@ import pytest
 
 from sim.cli import main
 from sim.network.fabrics import REGISTRY, save_profile
+from sim.network.message_cost import alpha_s
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,7 +25,7 @@ def test_ring_on_one_switch(capsys: pytest.CaptureFixture[str]) -> None:
     result = run_json(capsys, "--fabric", "ib-edr", "--algo", "ring", "--workers", "8",
                       "--bytes", "8MB")
     p, n, fabric = 8, 8 * 10**6, REGISTRY["ib-edr"]
-    closed = 2 * (p - 1) * fabric.alpha_s() + 2 * (p - 1) / p * n / fabric.bandwidth_Bps
+    closed = 2 * (p - 1) * alpha_s(fabric) + 2 * (p - 1) / p * n / fabric.bandwidth_Bps
     assert result["time_s"] == pytest.approx(closed, rel=1e-9)
     assert result["closed_form_s"] == pytest.approx(closed, rel=1e-12)
     assert result["algbw_Bps"] == pytest.approx(n / result["time_s"])

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from sim.network.collectives import REGISTRY, get_collective
 from sim.network.fabrics import REGISTRY as FABRICS
 from sim.network.fabrics import Fabric, get_fabric
+from sim.network.message_cost import alpha_s, beta_s
 from sim.network.standalone import build_network, run_alone, simulate
 
 ALLREDUCES = [name for name, cls in REGISTRY.items() if cls.kind == "allreduce"]
@@ -34,7 +35,7 @@ def exact_bytes(p: int) -> int:
 def uncontended(algo: str, p: int, fabric: Fabric, **params: int) -> tuple[float, float, float]:
     """(simulated time, alpha, beta) on one switch for a vector of exact_bytes(p) bytes."""
     t, _ = run_alone(get_collective(algo, **params), p=p, nbytes=exact_bytes(p), fabric=fabric)
-    return t, fabric.alpha_s(), fabric.beta_s_per_byte
+    return t, alpha_s(fabric), beta_s(fabric)
 
 
 # ---- uncontended time == Thakur, Rabenseifner & Gropp (2005) ----------------------------
@@ -86,7 +87,7 @@ def test_parameter_server_closed_form(servers: int) -> None:
     for p in (1, 2, 5, 8, 24):
         n = servers * 10**6
         t, _ = run_alone(get_collective("ps", servers=servers), p=p, nbytes=n, fabric=fabric)
-        a, b = fabric.alpha_s(), fabric.beta_s_per_byte
+        a, b = alpha_s(fabric), beta_s(fabric)
         assert t == pytest.approx(2 * (a + max(1, p / servers) * n * b), rel=1e-9), (p, servers)
 
 
@@ -96,7 +97,7 @@ def test_class_closed_form_matches_flow_model_and_analytical_model(algo: str) ->
     collective = get_collective(algo)
     for p in (2, 6, 16, 33):
         n = exact_bytes(p)
-        closed = collective.closed_form_s(p, n, fabric.alpha_s(), fabric.beta_s_per_byte)
+        closed = collective.closed_form_s(p, n, alpha_s(fabric), beta_s(fabric))
         for model in ("flow", "analytical"):
             t, _ = run_alone(collective, p=p, nbytes=n, fabric=fabric, model=model)
             assert t == pytest.approx(closed, rel=1e-9), (p, model)

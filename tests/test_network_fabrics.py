@@ -9,6 +9,7 @@ import pytest
 
 from sim.network import fabrics
 from sim.network.fabrics import REGISTRY, Fabric, get_fabric, save_profile
+from sim.network.message_cost import alpha_s, beta_s
 from sim.network.units import format_bytes, format_seconds, parse_bytes
 
 
@@ -23,9 +24,9 @@ def test_presets_are_sane_and_cite_sources() -> None:
                     "eth-100g": 100, "roce-100g": 100}
     # RDMA fabrics: about 1 us end to end; TCP: tens of us, from much larger overheads
     for name in ("ib-edr", "ib-hdr", "ib-ndr", "roce-100g"):
-        assert 0.5e-6 <= REGISTRY[name].alpha_s() <= 2e-6
+        assert 0.5e-6 <= alpha_s(REGISTRY[name]) <= 2e-6
     for name in ("eth-10g", "eth-25g", "eth-100g"):
-        assert 10e-6 <= REGISTRY[name].alpha_s() <= 50e-6
+        assert 10e-6 <= alpha_s(REGISTRY[name]) <= 50e-6
         assert REGISTRY[name].overhead_s > 10 * REGISTRY["ib-hdr"].overhead_s
 
 
@@ -41,22 +42,22 @@ def test_every_preset_number_has_a_comment_with_its_source() -> None:
 def test_alpha_is_two_overheads_plus_hop_latencies() -> None:
     fabric = Fabric("f", 8e9, latency_s=0.2e-6, overhead_s=0.5e-6, efficiency=0.5)
     assert fabric.bandwidth_Bps == 0.5e9
-    assert fabric.beta_s_per_byte == 2e-9
-    assert fabric.alpha_s() == pytest.approx(2 * 0.5e-6 + 2 * 0.2e-6)
-    assert fabric.alpha_s(hops=4) == pytest.approx(2 * 0.5e-6 + 4 * 0.2e-6)
+    assert beta_s(fabric) == 2e-9
+    assert alpha_s(fabric) == pytest.approx(2 * 0.5e-6 + 2 * 0.2e-6)
+    assert alpha_s(fabric, hops=4) == pytest.approx(2 * 0.5e-6 + 4 * 0.2e-6)
 
 
 def test_overrides_keep_the_one_switch_alpha_and_bandwidth() -> None:
     custom = get_fabric("eth-10g").with_overrides(alpha_s=3e-6, bandwidth_Bps=12.5e9)
-    assert custom.alpha_s() == pytest.approx(3e-6)
-    assert custom.alpha_s(hops=4) == pytest.approx(3e-6)  # alpha is per message, any path
+    assert alpha_s(custom) == pytest.approx(3e-6)
+    assert alpha_s(custom, hops=4) == pytest.approx(3e-6)  # alpha is per message, any path
     assert custom.bandwidth_Bps == 12.5e9
 
 
 def test_custom_fabric_from_a_mapping() -> None:
     full = get_fabric({"name": "lab", "bandwidth_Bps": 1e9, "latency_s": 1e-6,
                        "overhead_s": 2e-6})
-    assert (full.name, full.bandwidth_Bps, full.alpha_s()) == ("lab", 1e9, pytest.approx(6e-6))
+    assert (full.name, full.bandwidth_Bps, alpha_s(full)) == ("lab", 1e9, pytest.approx(6e-6))
     tweaked = get_fabric({"base": "ib-hdr", "latency_s": 1e-6})
     assert tweaked.line_rate_bps == REGISTRY["ib-hdr"].line_rate_bps
     assert tweaked.latency_s == 1e-6

@@ -9,6 +9,7 @@ import simpy
 from sim.network.fabrics import Fabric
 from sim.network.flow import FlowNetwork
 from sim.network.maxmin import max_min_rates
+from sim.network.message_cost import alpha_s, beta_s
 from sim.network.standalone import build_network, run_alone
 from sim.network.topology import LeafSpine, Ring, Star, make_topology, place
 
@@ -157,7 +158,7 @@ def test_cross_leaf_ring_over_2_to_1_spine_is_slower_by_the_predicted_factor() -
     times = {r: run_alone("ring", p=p, nbytes=nbytes, fabric=fabric, topology="leaf-spine",
                           hosts_per_leaf=8, oversubscription=r, placement="round-robin")[0]
              for r in (1, 2)}
-    alpha, beta = fabric.alpha_s(hops=4), fabric.beta_s_per_byte
+    alpha, beta = alpha_s(fabric, hops=4), beta_s(fabric)
     for r, t in times.items():
         assert t == pytest.approx(2 * (p - 1) * alpha + 2 * (p - 1) / p * nbytes * r * beta,
                                   rel=1e-9)
@@ -193,7 +194,7 @@ def test_concurrent_collectives_share_the_nics() -> None:
     runs = [env.process(ring.run(net, p=p, nbytes=nbytes)) for _ in range(2)]
     env.run(env.all_of(runs))
     fabric = net.fabric
-    expected = 2 * (p - 1) * fabric.alpha_s() + 2 * 2 * (p - 1) / p * nbytes / fabric.bandwidth_Bps
+    expected = 2 * (p - 1) * alpha_s(fabric) + 2 * 2 * (p - 1) / p * nbytes / fabric.bandwidth_Bps
     assert [run.value for run in runs] == pytest.approx([expected, expected], rel=1e-9)
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from sim.network.fabrics import get_fabric
+from sim.network.message_cost import alpha_s
 from sim.simulated.engine import build_simulation, simulate
 from sim.training.checks import validate
 from sim.workloads.timing_profiles import get_profile
@@ -78,7 +79,7 @@ def test_timing_only_profile_reports_no_numbers():
     assert s["overlap_efficiency"] > 0.9
     # none: compute, then one ring allreduce of 25.56 M float32 gradients (closed form)
     fabric, p, n = get_fabric("ib-hdr"), 8, 4 * get_profile("resnet50").params
-    ring_s = 2 * (p - 1) * fabric.alpha_s() + 2 * (p - 1) / p * n / fabric.bandwidth_Bps
+    ring_s = 2 * (p - 1) * alpha_s(fabric) + 2 * (p - 1) / p * n / fabric.bandwidth_Bps
     assert s["speedup_vs_none"] == pytest.approx((s["compute_s"] + 3 * ring_s) /
                                                  s["sim_time_s"], rel=1e-6)
 

@@ -16,25 +16,26 @@ from hypothesis import strategies as st
 from sim.cli import main
 from sim.network.fabrics import get_fabric
 from sim.network.maxmin import fill
+from sim.network.message_cost import PARTS, alpha_s, beta_s, rtt_s, wire_bytes
 from sim.network.standalone import build_network
 from sim.network.transports import REGISTRY, get_transport, save_transport
 from sim.plots.transport_figures import plot_message_parts, plot_transports, transport_rows
 from sim.simulated.engine import simulate
 from sim.training.checks import load_config
-from sim.training.host_costs import HOSTS, PARTS, cpu_costs, message_parts
+from sim.training.host_costs import HOSTS, cpu_costs, message_parts
 
 GRPC = get_transport("grpc")
 WIDE = dataclasses.replace(GRPC, window_bytes=math.inf)  # gRPC without flow control
 
 
 def test_a_grpc_message_carries_its_headers_and_a_frame_header_per_16_kib():
-    assert GRPC.wire_bytes(0.0) == 0.0  # an empty message is a signal, not a flow
-    assert GRPC.wire_bytes(1.0) == 1 + 60 + 9
-    assert GRPC.wire_bytes(16384.0) == 16384 + 60 + 9
-    assert GRPC.wire_bytes(16385.0) == 16385 + 60 + 2 * 9
+    assert wire_bytes(GRPC, 0.0) == 0.0  # an empty message is a signal, not a flow
+    assert wire_bytes(GRPC, 1.0) == 1 + 60 + 9
+    assert wire_bytes(GRPC, 16384.0) == 16384 + 60 + 9
+    assert wire_bytes(GRPC, 16385.0) == 16385 + 60 + 2 * 9
     sizes = np.array([0.0, 1.0, 16385.0, 1e6])
-    assert GRPC.wire_bytes(sizes).tolist() == [GRPC.wire_bytes(float(n)) for n in sizes]
-    assert REGISTRY["mpi"].wire_bytes(1e6) == 1e6
+    assert wire_bytes(GRPC, sizes).tolist() == [wire_bytes(GRPC, float(n)) for n in sizes]
+    assert wire_bytes(REGISTRY["mpi"], 1e6) == 1e6
 
 
 def test_the_mpi_transport_is_the_model_before_transports():
@@ -45,12 +46,13 @@ def test_the_mpi_transport_is_the_model_before_transports():
 
 def test_send_and_receive_cpu_follow_the_transport_s_closed_form():
     costs = cpu_costs(HOSTS["ideal"], get_fabric("ib-hdr"), GRPC)
+    message = costs.message
     n = 1e6
     common = GRPC.overhead_s + GRPC.rpc_s + n / GRPC.copy_Bps
-    assert costs.send_s(n) == pytest.approx(common + n / GRPC.serialize_Bps, rel=1e-12)
-    assert costs.receive_s(n) == pytest.approx(common + n / GRPC.deserialize_Bps, rel=1e-12)
+    assert message.send_s(n) == pytest.approx(common + n / GRPC.serialize_Bps, rel=1e-12)
+    assert message.receive_s(n) == pytest.approx(common + n / GRPC.deserialize_Bps, rel=1e-12)
     assert costs.charged  # the transport's costs are paid even on the ideal host
-    rdma = cpu_costs(HOSTS["ideal"], get_fabric("eth-25g"), REGISTRY["rdma"])
+    rdma = cpu_costs(HOSTS["ideal"], get_fabric("eth-25g"), REGISTRY["rdma"]).message
     assert rdma.send_s(n) == rdma.receive_s(n) == 0.5e-6  # no copy, whatever the fabric
 
 
@@ -66,7 +68,7 @@ def one_message_s(model: str, fabric: str, transport, nbytes: float) -> float:
 @pytest.mark.parametrize("nbytes", [1.0, 20000.0, 3e6])
 def test_a_message_s_wire_time_is_alpha_plus_its_framed_bytes_times_beta(model, nbytes):
     fabric = get_fabric("eth-100g")
-    expected = fabric.alpha_s() + WIDE.wire_bytes(nbytes) * fabric.beta_s_per_byte
+    expected = alpha_s(fabric) + wire_bytes(WIDE, nbytes) * beta_s(fabric)
     assert one_message_s(model, "eth-100g", WIDE, nbytes) == pytest.approx(expected, rel=1e-9)
 
 
@@ -76,16 +78,16 @@ def test_a_window_limited_stream_runs_at_window_over_rtt(model):
     100 GbE link's 11.25 GB/s, so the window sets the rate."""
     fabric = get_fabric("eth-100g")
     rtt = 2 * (2 * fabric.latency_s + 2 * GRPC.overhead_s)
-    assert GRPC.rtt_s(2, fabric.latency_s, fabric.overhead_s) == pytest.approx(rtt)
+    assert rtt_s(GRPC, 2, fabric.latency_s, fabric.overhead_s) == pytest.approx(rtt)
     rate = GRPC.window_bytes / rtt
     assert rate < fabric.bandwidth_Bps
     n = 8e6
-    expected = fabric.alpha_s() + GRPC.wire_bytes(n) / rate
+    expected = alpha_s(fabric) + wire_bytes(GRPC, n) / rate
     assert one_message_s(model, "eth-100g", GRPC, n) == pytest.approx(expected, rel=1e-9)
     # a window larger than the bandwidth-delay product: the link sets the rate again
     big = dataclasses.replace(GRPC, window_bytes=1e9)
     assert one_message_s(model, "eth-100g", big, n) == pytest.approx(
-        fabric.alpha_s() + GRPC.wire_bytes(n) * fabric.beta_s_per_byte, rel=1e-9)
+        alpha_s(fabric) + wire_bytes(GRPC, n) * beta_s(fabric), rel=1e-9)
 
 
 def test_window_bounded_flows_leave_their_share_of_a_link_to_the_others():
@@ -96,9 +98,9 @@ def test_window_bounded_flows_leave_their_share_of_a_link_to_the_others():
     small, large = network.send(0, 2, 1e5), network.send(1, 2, 8e6)
     env.run(simpy.AllOf(env, [small, large]))
     fabric = get_fabric("eth-100g")
-    rate = GRPC.window_bytes / GRPC.rtt_s(2, fabric.latency_s, fabric.overhead_s)
+    rate = GRPC.window_bytes / rtt_s(GRPC, 2, fabric.latency_s, fabric.overhead_s)
     # both are window-bound (2 x 1.97 GB/s < 11.25 GB/s): neither slows the other
-    assert large.value == pytest.approx(fabric.alpha_s() + GRPC.wire_bytes(8e6) / rate,
+    assert large.value == pytest.approx(alpha_s(fabric) + wire_bytes(GRPC, 8e6) / rate,
                                         rel=1e-9)
 
 
@@ -156,12 +158,12 @@ def test_a_bsp_ps_step_over_grpc_pays_each_rpc_s_closed_form(tmp_path):
     the wire, received). Each message's wire is alpha (o off it: the transport pays it on
     the CPU) plus its framed bytes."""
     table = '{base = "grpc", window_bytes = inf}'
-    costs = cpu_costs(HOSTS["ideal"], get_fabric("ib-hdr"), WIDE)
+    costs = cpu_costs(HOSTS["ideal"], get_fabric("ib-hdr"), WIDE).message
     wire = dataclasses.replace(get_fabric("ib-hdr"), overhead_s=0.0)
     n = 1999 * 8  # logreg: a weight per feature (1,999), float64
 
     def on_wire(nbytes: float) -> float:
-        return wire.alpha_s() + WIDE.wire_bytes(nbytes) * wire.beta_s_per_byte
+        return alpha_s(wire) + wire_bytes(WIDE, nbytes) * beta_s(wire)
 
     expected = (1e-4 + costs.send_s(n) + on_wire(n) + costs.handled_s(n) + on_wire(0)
                 + costs.receive_s(0) + costs.send_s(64)
@@ -177,7 +179,7 @@ def test_one_sided_pulls_take_no_server_cpu(tmp_path):
     parameters on the pull's critical path; a one-sided read skips both."""
     one = step_s(tmp_path, "asp", 'cluster.transport="rdma"')
     two = step_s(tmp_path, "asp", 'cluster.transport={base = "rdma", one_sided_pulls = false}')
-    costs = cpu_costs(HOSTS["ideal"], get_fabric("ib-hdr"), REGISTRY["rdma"])
+    costs = cpu_costs(HOSTS["ideal"], get_fabric("ib-hdr"), REGISTRY["rdma"]).message
     n = 1999 * 8
     assert two - one == pytest.approx(costs.receive_s(64) + costs.send_s(n), rel=1e-6)
 
@@ -231,7 +233,7 @@ def test_a_message_s_parts_add_up_to_its_simulated_time(transport, fabric, nbyte
     """message_parts (the notebook's breakdown) against the sender's CPU, the simulated
     network (o off the wire: the host pays it) and the receiver's CPU."""
     parts = message_parts(transport, fabric, nbytes, "epyc-core")
-    costs = cpu_costs(HOSTS["epyc-core"], get_fabric(fabric), get_transport(transport))
+    costs = cpu_costs(HOSTS["epyc-core"], get_fabric(fabric), get_transport(transport)).message
     wire = dataclasses.replace(get_fabric(fabric), overhead_s=0.0)
     expected = (costs.send_s(nbytes) + one_message_s("flow", wire, get_transport(transport),
                                                      nbytes) + costs.receive_s(nbytes))

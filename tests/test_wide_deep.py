@@ -8,9 +8,10 @@ import pytest
 from training_cases import FREE_NETWORK, make, rows, train, update_table
 
 from sim.errors import UserError
+from sim.network.message_cost import REQUEST_BYTES
 from sim.simulated.engine import simulate
 from sim.training.embedding_shards import ShardMap, TableSpec
-from sim.training.embedding_traffic import ID_BYTES, REQUEST_BYTES, EmbeddingTraffic
+from sim.training.embedding_traffic import ID_BYTES, EmbeddingTraffic
 from sim.training.workload import build_workload
 from sim.workloads.ctr import expected_unique, zipf_probabilities
 from sim.workloads.wide_deep import WideDeep

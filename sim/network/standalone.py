@@ -10,9 +10,10 @@ import simpy
 
 from sim.network.analytical import AnalyticalNetwork
 from sim.network.collectives import Collective, get_collective
-from sim.network.fabrics import Fabric, describe, get_fabric
+from sim.network.fabrics import Fabric, get_fabric
 from sim.network.flow import FlowNetwork
 from sim.network.host_links import get_host_link
+from sim.network.message_cost import alpha_s, beta_s, describe_fabric
 from sim.network.topology import make_topology, place
 from sim.network.transports import Transport
 from sim.network.two_tier import TwoTierNetwork
@@ -121,10 +122,9 @@ def time_collective(algo: Collective, p: int, nbytes: int, fabric: Fabric,
     return {
         "algo": algo.name, "collective": algo.kind, "workers": p,
         "servers": getattr(algo, "servers", None),
-        "bytes": nbytes, "total_bytes": total, "fabric": describe(fabric),
+        "bytes": nbytes, "total_bytes": total, "fabric": describe_fabric(fabric),
         "time_s": time_s,
-        "closed_form_s": algo.closed_form_s(p, nbytes, fabric.alpha_s(),
-                                            fabric.beta_s_per_byte),
+        "closed_form_s": algo.closed_form_s(p, nbytes, alpha_s(fabric), beta_s(fabric)),
         "lower_bound_s": algo.lower_bound_s(p, nbytes, network.topology.injection_Bps()),
         "algbw_Bps": algbw,
         "busbw_Bps": None if algbw is None else algbw * algo.bus_factor(p),

@@ -115,8 +115,8 @@ class Mailbox:
     """Point-to-point messages between ranks over the simulated network.
 
     ``recorder`` takes the ranks' spans, ``hosts`` (:class:`sim.simulated.hosts.Hosts`) runs
-    their CPU, ``costs`` (:class:`sim.training.host_costs.CpuCosts`) what each end pays for a
-    message (nothing on the ideal host), ``placed[rank]`` is each rank's network host.
+    their CPU, ``costs`` (:class:`sim.network.message_cost.MessageCpu`) what each end pays for
+    a message (nothing on the ideal host), ``placed[rank]`` is each rank's network host.
     :attr:`spent_s` sums each rank's time on these messages: posting, receiving, and
     waiting while one is in flight.
     """

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.network.message_cost import REQUEST_BYTES
 from sim.training.embedding_shards import (
     ShardMap,
     TableSpec,
@@ -31,7 +32,6 @@ from sim.training.embedding_shards import (
 
 ID_BYTES = 8  # an int64 row id
 VALUE_BYTES = 8  # a float64 value of a row (the model's parameters)
-REQUEST_BYTES = 64  # a request's header and table names, as sim.simulated.server's
 
 
 @dataclass(frozen=True)

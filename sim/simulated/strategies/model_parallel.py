@@ -48,7 +48,6 @@ import numpy as np
 import simpy
 
 from sim.recorder import KINDS
-from sim.simulated.server import REQUEST_BYTES
 from sim.simulated.stages import BubbleTally, Mailbox, Meetings, StageWork, stage_works
 from sim.simulated.strategies.allreduce import BSP, AllreduceMixin, Group
 from sim.simulated.strategies.base import Endpoint, cpu, push, together
@@ -87,7 +86,7 @@ class PlanRanks(AllreduceMixin):
         self.placed = placed = np.asarray(ctx.placed[:ranks])
         self.data_groups = [self._group(plan.data_group(r), placed) for r in range(ranks)]
         self.tensor_groups = [self._group(plan.tensor_group(r), placed) for r in range(ranks)]
-        self.mail = Mailbox(ctx.env, ctx.network, ctx.recorder, ctx.hosts, ctx.cpu,
+        self.mail = Mailbox(ctx.env, ctx.network, ctx.recorder, ctx.hosts, ctx.cpu.message,
                             placed, ranks)
         self.meetings = Meetings(ctx.env, ctx.recorder)
         self.bubble = BubbleTally(plan.replicas, plan.tensor, plan.pipeline)
@@ -328,8 +327,7 @@ class ModelParallelBSPPS(PlanRanks, BSPPS):
         self.setup_servers()
         self._setup_collective()  # the tensor groups'
         self.replays = False
-        self.request_s = int(np.count_nonzero(ctx.server.share)) * ctx.cpu.send_s(
-            REQUEST_BYTES)
+        self.request_s = ctx.cpu.message.requests_s(int(np.count_nonzero(ctx.server.share)))
         self.pulled: dict[tuple[int, int], int] = {}  # (step, group) -> ranks that pulled
         self.closed_steps = 0  # steps closed so far
         self.closing: dict[int, simpy.Event] = {}  # step -> fires when it closes

@@ -30,11 +30,10 @@ from sim.network.standalone import build_network, endpoint_machines, with_host_l
 from sim.network.topology import place
 from sim.recorder import UpdateRecord
 from sim.simulated.pipeline import ParameterServerChannel
-from sim.simulated.server import REQUEST_BYTES, ParameterServer
+from sim.simulated.server import ParameterServer
 from sim.simulated.strategies.base import (
     FAILED,
     Strategy,
-    answer_s,
     cpu,
     gradient_pushed,
     pull_params,
@@ -160,8 +159,7 @@ class BSPPS(PipelinedStrategy):
                         self.keys(msg), lapped, (msg.lo, msg.hi))
         if msg.lo == 0:
             shards = int(np.count_nonzero(ctx.server.share))
-            yield from cpu(ctx, w, "overhead", shards * ctx.cpu.send_s(REQUEST_BYTES),
-                           lapped)
+            yield from cpu(ctx, w, "overhead", ctx.cpu.message.requests_s(shards), lapped)
 
     def pull(self, w: int, msg: Message) -> Generator[simpy.Event, Any, None]:
         """Each shard answers ``w``'s held request with its part of the message's layers
@@ -181,17 +179,19 @@ class BSPPS(PipelinedStrategy):
         ``keys`` (``nbytes`` in all, uncompressed; ``layers`` for the trace), after the work
         queued on its core; ``rank`` receives them."""
         ctx, server, costs = self.ctx, self.ctx.server, self.ctx.cpu
+        message = costs.message
         parts = server.range_bytes(*keys, nbytes)
         owners = parts > 0
         facts = Facts("pull", nbytes, layers)
         with ctx.recorder.span(rank, "wire", overlapped, facts):
-            served = server.process(owners, answer_s(costs, parts[owners]), what="pull")
+            answers = message.answer_s(parts[owners], costs.host.serve_pull_s)
+            served = server.process(owners, answers, what="pull")
             if served is not None:
                 yield served
             yield from ctx.hosts.wait(rank, server.send_range(host, *keys, nbytes,
                                                               facts.sends))
             yield from reply_handshake(ctx, rank, parts)
-        yield from cpu(ctx, rank, "overhead", float(costs.receive_s(parts[owners]).sum()),
+        yield from cpu(ctx, rank, "overhead", float(message.receive_s(parts[owners]).sum()),
                        overlapped)
 
     def apply_message(self, step: int, msg: Message) -> None:
