@@ -15,9 +15,10 @@ import pytest
 import simpy
 from training_cases import make, train, update_table
 
+from sim.network.collective_alone import run_alone
 from sim.network.collectives import REGISTRY, ParameterServer, get_collective
 from sim.network.fabrics import get_fabric
-from sim.network.standalone import build_network, run_alone
+from sim.network.network_builder import build_network
 
 FABRIC = get_fabric("ib-hdr")
 ALPHA, BETA = FABRIC.alpha_s(), FABRIC.beta_s_per_byte

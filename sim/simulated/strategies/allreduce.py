@@ -24,8 +24,8 @@ import numpy as np
 import simpy
 
 from sim import kernels as K
+from sim.network.collective_alone import run_alone
 from sim.network.collectives import get_collective
-from sim.network.standalone import run_alone
 from sim.simulated.pipeline import AllreduceChannel
 from sim.simulated.strategies.base import Strategy, block, compute, cpu, everyone, together
 from sim.simulated.strategies.pipelined import PipelinedStrategy

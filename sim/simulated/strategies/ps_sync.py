@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.network.standalone import build_network, endpoint_machines, with_host_link
+from sim.network.network_builder import build_network, endpoint_machines, with_host_link
 from sim.network.topology import place
 from sim.recorder import UpdateRecord
 from sim.simulated.pipeline import ParameterServerChannel
