@@ -18,7 +18,7 @@ def pipeline_bubble(sweep_dir: PathLike, reference: bool = True) -> pd.DataFrame
     """A pipeline sweep's runs: run, pipeline, microbatches, schedule, bubble_fraction, the
     closed form (p - 1)/(m + p - 1), their difference ``excess`` and peak_memory_bytes (the
     values :func:`sim.plots.plot_bubble` draws). With ``reference``, also the bubble
-    :func:`sim.training.pipeline_schedule.evaluate` gives for each stage's own mean forward
+    :func:`sim.training.stage_schedule.evaluate` gives for each stage's own mean forward
     and backward pass times in the run's first step (from trace.json; free messages): what
     is left of the excess beyond it is communication. Raises UserError when no run reports
     a bubble."""
@@ -36,7 +36,7 @@ def pipeline_bubble(sweep_dir: PathLike, reference: bool = True) -> pd.DataFrame
 def _reference_bubble(run_dir: Path, schedule: str, p: int, m: int) -> float:
     """The schedule's bubble for the stages' measured pass times (replica 0, shard 0)."""
     from sim.plots.parallel_figures import first_step, schedule_slices
-    from sim.training.pipeline_schedule import evaluate, schedule_ops
+    from sim.training.stage_schedule import evaluate, schedule_ops
 
     if not (run_dir / "trace.json").is_file():
         return math.nan
