@@ -159,6 +159,16 @@ def test_every_module_imports_only_from_layers_below_it():
     assert wrong == [], "\n".join(wrong)
 
 
+def test_one_module_imports_the_c_library():
+    """sim/kernels/library.py is the only importer of ``sim._native``: every other module
+    reaches the C kernels through sim.kernels' checked wrappers."""
+    mods = modules()
+    known = set(mods) | {"sim._native"}
+    importers = sorted(name for name, path in mods.items()
+                       if "sim._native" in imports(name, path, known))
+    assert importers == ["sim.kernels.library"]
+
+
 def test_no_two_modules_share_a_file_name():
     """A module's name says what it is about without its folder (no second recovery.py)."""
     names: dict[str, list[str]] = {}

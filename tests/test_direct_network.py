@@ -18,12 +18,13 @@ from sim.network.bulk import BulkFlows
 from sim.network.collectives import REGISTRY, get_collective
 from sim.network.fabrics import fabric_from_dict
 from sim.network.linklog import FlowLog
+from sim.network.message_cost import alpha_s, beta_s
 from sim.network.topology import make_topology
 from sim.network.two_tier import TwoTierNetwork
 
 FABRIC = fabric_from_dict({"base": "ib-hdr", "latency_s": 1e-6, "overhead_s": 0.0,
                            "bandwidth_Bps": 1e9})
-ALPHA, BETA = FABRIC.alpha_s(), FABRIC.beta_s_per_byte
+ALPHA, BETA = alpha_s(FABRIC), beta_s(FABRIC)
 N = 1000.0  # bytes
 
 
@@ -184,7 +185,7 @@ def two_tier(machine: list[int]) -> TwoTierNetwork:
 
 def test_a_message_takes_the_host_link_inside_a_machine_and_the_fabric_across():
     net = two_tier([0, 0, 1, 1])
-    inside = NVLINK.alpha_s() + N * NVLINK.beta_s_per_byte
+    inside = alpha_s(NVLINK) + N * beta_s(NVLINK)
     outside = ALPHA + N * BETA
     for src, dst, expected in [(0, 1, inside), (2, 3, inside), (1, 2, outside),
                                (0, 0, outside)]:  # to itself: the fabric, as without one
@@ -200,7 +201,7 @@ def test_send_many_reports_indices_into_the_callers_arrays_whichever_tier():
     net = two_tier([0, 0, 1, 1])
     when = arrivals(net, [0, 1, 2, 3], [1, 2, 3, 0], [N, N, N, N])
     net.env.run()
-    inside = NVLINK.alpha_s() + N * NVLINK.beta_s_per_byte
+    inside = alpha_s(NVLINK) + N * beta_s(NVLINK)
     outside = ALPHA + N * BETA
     np.testing.assert_allclose(when, [inside, outside, inside, outside], rtol=1e-12)
 
@@ -219,7 +220,7 @@ def test_a_collective_on_one_tier_runs_on_that_tiers_model(machine, fabric):
     ring = get_collective("ring")
     took = net.env.process(ring.run(net, p=4, nbytes=int(N)))
     net.env.run(took)
-    assert took.value == ring.closed_form_s(4, N, fabric.alpha_s(), fabric.beta_s_per_byte)
+    assert took.value == ring.closed_form_s(4, N, alpha_s(fabric), beta_s(fabric))
 
 
 # ---- linklog ------------------------------------------------------------------------------

@@ -19,13 +19,14 @@ from training_cases import make, update_table
 from sim.faults.timeline import Gap, TimeMap
 from sim.network.analytical import AnalyticalNetwork
 from sim.network.fabrics import fabric_from_dict
+from sim.network.message_cost import REQUEST_BYTES
 from sim.network.topology import make_topology
 from sim.simulated.core_reload import Reload
 from sim.simulated.elastic_recovery import ElasticRecovery
 from sim.simulated.engine import build_simulation
 from sim.simulated.recovery import build_recovery
 from sim.simulated.restart_recovery import RestartRecovery, retime_trace
-from sim.simulated.server import REQUEST_BYTES, ParameterServer
+from sim.simulated.server import ParameterServer
 from sim.training.store import ParameterStore
 from sim.training.strategies import make_rules
 

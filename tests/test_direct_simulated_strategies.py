@@ -22,8 +22,8 @@ from training_cases import MODELS, make, update_table
 from sim import kernels as K
 from sim.network.collectives import ParameterServer as PSCollective
 from sim.network.collectives import get_collective
+from sim.network.message_cost import REQUEST_BYTES, alpha_s, beta_s
 from sim.simulated.engine import build_simulation
-from sim.simulated.server import REQUEST_BYTES
 from sim.simulated.strategies.allreduce import BSP, LocalSGD, RankStep
 from sim.simulated.strategies.easgd import EASGD
 from sim.simulated.strategies.pipelined import PipelinedStrategy
@@ -193,8 +193,8 @@ def test_bsp_ps_message_alone_is_the_parameter_server_closed_form(servers, worke
     strategy.start()
     fabric = ctx.network.fabric
     (msg,) = strategy.messages
-    expected = PSCollective(servers).closed_form_s(workers, msg.nbytes, fabric.alpha_s(),
-                                                   fabric.beta_s_per_byte)
+    expected = PSCollective(servers).closed_form_s(workers, msg.nbytes, alpha_s(fabric),
+                                                   beta_s(fabric))
     assert strategy.alone_s(msg) == pytest.approx(expected, rel=1e-12)
 
 
@@ -245,7 +245,7 @@ def test_bsp_allreduce_time_is_the_ring_closed_form(model, workers):
                                                strategy__collective="ring"))
     strategy.setup_replicas()
     fabric, nbytes = ctx.network.fabric, 1_200_000
-    alpha, beta = fabric.alpha_s(), fabric.beta_s_per_byte
+    alpha, beta = alpha_s(fabric), beta_s(fabric)
     closed = 2 * (workers - 1) * alpha + 2 * (workers - 1) / workers * nbytes * beta
     assert closed == get_collective("ring").closed_form_s(workers, nbytes, alpha, beta)
     took = env.process(strategy.allreduce_time(nbytes))
@@ -264,8 +264,8 @@ def test_bsp_steps_are_compute_then_the_allreduce_alone():
                                 strategy__collective="ring", run__iterations=steps))
     assert type(strategy) is BSP
     fabric, nbytes = ctx.network.fabric, ctx.params.nbytes
-    ring = get_collective("ring").closed_form_s(workers, nbytes, fabric.alpha_s(),
-                                                fabric.beta_s_per_byte)
+    ring = get_collective("ring").closed_form_s(workers, nbytes, alpha_s(fabric),
+                                                beta_s(fabric))
     times = [r[1] for r in update_table(ctx)]
     np.testing.assert_allclose(times, [(k + 1) * (C + ring) for k in range(steps)],
                                rtol=1e-12)
@@ -518,7 +518,7 @@ def test_replicated_tables_allreduce_the_whole_gradient():
     assert isinstance(tables, Replicated)
     fabric = ctx.network.fabric
     ring = get_collective(ctx.config.strategy.collective).closed_form_s(
-        ctx.n, ctx.params.nbytes, fabric.alpha_s(), fabric.beta_s_per_byte)
+        ctx.n, ctx.params.nbytes, alpha_s(fabric), beta_s(fabric))
     assert took == pytest.approx(ring, rel=1e-9) and tables.mean_s == took
     summary = tables.summary()
     assert summary["push_bytes_per_step"] == ctx.params.nbytes
@@ -540,7 +540,7 @@ def test_sparse_allreduce_gathers_the_largest_block_of_touched_rows():
     assert summary["push_bytes_per_step"] == dense + block
     assert summary["pull_bytes_per_step"] == (ctx.n - 1) * block
     fabric = ctx.network.fabric
-    alpha, beta = fabric.alpha_s(), fabric.beta_s_per_byte
+    alpha, beta = alpha_s(fabric), beta_s(fabric)
     expected = (get_collective(ctx.config.strategy.collective).closed_form_s(
         ctx.n, dense, alpha, beta) + get_collective(ctx.config.strategy.allgather)
         .closed_form_s(ctx.n, block, alpha, beta))

@@ -11,11 +11,12 @@ import simpy
 import tomli_w
 
 from sim.cli import main
+from sim.network.collective_alone import run_alone
 from sim.network.collectives import get_collective
 from sim.network.fabrics import Fabric, get_fabric
 from sim.network.host_links import REGISTRY, get_host_link
 from sim.network.message_cost import alpha_s, beta_s
-from sim.network.standalone import build_network, run_alone, with_host_link
+from sim.network.network_builder import build_network, with_host_link
 from sim.training.checks import config_warnings, validate
 
 B = 100.0  # bytes/s of the host link: round numbers make hand-computed times exact

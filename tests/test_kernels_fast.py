@@ -1,4 +1,4 @@
-"""The fast paths of the dense-layer wrappers (sim/kernels.py) accept exactly what their
+"""The fast paths of the dense-layer wrappers (sim/kernels/dense.py) accept exactly what their
 checked paths accept, and give the same result or the same error.
 
 ``dense_forward`` and ``dense_backward`` first try a cheap path and hand anything it does
@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from numpy_ref import tol, wide
 
 from sim import kernels as K
+from sim.kernels import dense
 
 DTYPES = [np.float32, np.float64]
 
@@ -42,8 +43,8 @@ def backward_ref(a):
 def checked_path_refused(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("took the checked path")
-    monkeypatch.setattr(K, "_dense_forward_checked", refuse)
-    monkeypatch.setattr(K, "_dense_backward_checked", refuse)
+    monkeypatch.setattr(dense, "_dense_forward_checked", refuse)
+    monkeypatch.setattr(dense, "_dense_backward_checked", refuse)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -171,7 +172,7 @@ def test_both_paths_agree_wherever_the_arrays_lie(name, dtype, dims, data):
     n_items = (max(o + s for o, s in zip(offsets, sizes, strict=True)) + item) // item
     base = rng.standard_normal(n_items).astype(dtype).view(np.uint8)
     fast = getattr(K, name)
-    checked = getattr(K, f"_{name}_checked")
+    checked = getattr(dense, f"_{name}_checked")
     got, got_base = outcome(name, fast, base, offsets, shapes, dtype)
     want, want_base = outcome(name, checked, base, offsets, shapes, dtype)
     assert got == want

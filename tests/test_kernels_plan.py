@@ -16,6 +16,8 @@ from numpy_ref import logreg_ref, tol
 from sim._native import ffi, lib
 
 from sim import kernels as K
+from sim.kernels import caches as caches_mod
+from sim.kernels import plans as plans_mod
 
 DTYPES = [np.float32, np.float64]
 SHAPES = [(1, 1), (7, 5), (8, 16), (13, 37), (64, 100), (67, 1003), (203, 19), (40, 4099)]
@@ -173,7 +175,7 @@ def test_c_refuses_bad_plans(fields, scratch):
 @pytest.mark.parametrize("mode", ["fused", "blas"])
 def test_sgd_kernel_plan_forces_the_path(mode, monkeypatch):
     monkeypatch.setenv("SGD_KERNEL_PLAN", mode)
-    monkeypatch.setattr(K, "_time_paths", lambda *a: pytest.fail("measured a forced plan"))
+    monkeypatch.setattr(plans_mod, "_time_paths", lambda *a: pytest.fail("measured a forced plan"))
     X, y, w = problem(np.float64, 67, 1003)
     plan = K.logreg_plan(np.float64, 67, 1003)
     assert plan.path == mode and plan.reason == f"SGD_KERNEL_PLAN={mode}"
@@ -206,7 +208,7 @@ def test_auto_measures_once_per_shape_class_and_needs_a_clear_margin(
         assert set(plans) == {"fused", "blas"}
         return {"fused": fused_s, "blas": blas_s}
 
-    monkeypatch.setattr(K, "_time_paths", timed)
+    monkeypatch.setattr(plans_mod, "_time_paths", timed)
     monkeypatch.setenv("SGD_CACHE_SIZES", "32K,512K,32M")
     monkeypatch.setenv("SGD_KERNEL_PLAN", "auto")
     X, y, w = problem(np.float64, 64, 100)  # 50 KiB: X in L2
@@ -227,7 +229,7 @@ def test_the_default_is_the_fused_pass_and_times_nothing(monkeypatch):
     def timed(*args):
         raise AssertionError("the default plan timed the paths")
 
-    monkeypatch.setattr(K, "_time_paths", timed)
+    monkeypatch.setattr(plans_mod, "_time_paths", timed)
     for dtype, (n, d) in itertools.product(DTYPES, SHAPES):
         X, y, w = problem(dtype, n, d)
         _, grad = K.logreg_loss_grad(X, y, w)
@@ -273,16 +275,16 @@ def fake_sysfs(root, entries):
 def test_sysfs_caches_are_read_by_level_and_type(tmp_path):
     root = fake_sysfs(tmp_path / "a", [(1, "Data", "48K"), (1, "Instruction", "32K"),
                                        (2, "Unified", "2048K"), (3, "Unified", "266240K")])
-    assert K._sysfs_caches(root) == K.CacheSizes(48 << 10, 2 << 20, 260 << 20, "sysfs")
+    assert caches_mod._sysfs_caches(root) == K.CacheSizes(48 << 10, 2 << 20, 260 << 20, "sysfs")
     no_l3 = fake_sysfs(tmp_path / "b", [(1, "Data", "64K"), (2, "Unified", "1M")])
-    assert K._sysfs_caches(no_l3) == K.CacheSizes(64 << 10, 1 << 20, 1 << 20, "sysfs")
-    assert K._sysfs_caches(tmp_path / "missing") is None
+    assert caches_mod._sysfs_caches(no_l3) == K.CacheSizes(64 << 10, 1 << 20, 1 << 20, "sysfs")
+    assert caches_mod._sysfs_caches(tmp_path / "missing") is None
     bad = fake_sysfs(tmp_path / "c", [(1, "Data", "lots"), (2, "Unified", "1M")])
-    assert K._sysfs_caches(bad) is None
+    assert caches_mod._sysfs_caches(bad) is None
 
 
 def test_defaults_where_sysfs_says_nothing(monkeypatch, tmp_path):
-    monkeypatch.setattr(K, "SYSFS_CACHE", tmp_path)
-    monkeypatch.setattr(K._sysfs_caches, "__defaults__", (tmp_path,))
+    monkeypatch.setattr(caches_mod, "SYSFS_CACHE", tmp_path)
+    monkeypatch.setattr(caches_mod._sysfs_caches, "__defaults__", (tmp_path,))
     K.reset_plans()
     assert K.cache_sizes() == K.DEFAULT_CACHES

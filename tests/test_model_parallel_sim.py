@@ -1,6 +1,6 @@
 """The simulated executor runs parallelism plans (bsp; sim/simulated/strategies/model_parallel.py),
 each check against a formula written out here or an independent reference: with free
-communication the step is pipeline_schedule.evaluate's (and (m + p - 1)(t_f + t_b), bubble
+communication the step is stage_schedule.evaluate's (and (m + p - 1)(t_f + t_b), bubble
 (p - 1)/(m + p - 1), for balanced stages); one stage, one shard and one microbatch is bsp,
 bit for bit and time for time; the split replica's losses are bsp's (bit for bit with one
 microbatch and one shard, within 1e-12 otherwise); every rank's activities add up to the
@@ -24,7 +24,7 @@ from sim.simulated.engine import simulate
 from sim.simulated.strategies.model_parallel import MODEL_PARALLEL_KEYS
 from sim.training.checks import validate
 from sim.training.parallel_plan import PlanLayer, build_plan, rank_track
-from sim.training.pipeline_schedule import SCHEDULES, evaluate
+from sim.training.stage_schedule import SCHEDULES, evaluate
 from sim.training.strategies import STRATEGIES
 from sim.workloads.models import make_model
 
@@ -145,7 +145,7 @@ def test_a_whole_gradient_moves_every_weight_three_times(tiny_config_data, tmp_p
 def test_unbalanced_stages_step_as_the_reference_timeline(tiny_config_data, kind, schedule,
                                                           keys):
     """The MLP's stages are not balanced (the first layer has no input gradient; widths
-    differ): the step is pipeline_schedule.evaluate's for the stages' own times, and the
+    differ): the step is stage_schedule.evaluate's for the stages' own times, and the
     bubble its timeline's. With tensor shards, each shard computes 1/t of a split layer."""
     config = mlp(tiny_config_data, keys, parallel__schedule=schedule, strategy__kind=kind)
     plan = build_plan(config)

@@ -14,12 +14,12 @@ from test_network_collectives import FABRIC_CHOICES, TOPOLOGIES
 
 from sim.cli import main
 from sim.errors import UserError
+from sim.network.collective_alone import run_alone, simulate
 from sim.network.collectives import REGISTRY, get_collective
 from sim.network.fabrics import REGISTRY as FABRICS
 from sim.network.fabrics import Fabric, get_fabric
 from sim.network.message_cost import alpha_s, beta_s
 from sim.network.schedule import Schedule
-from sim.network.standalone import run_alone, simulate
 from sim.real.executors.rank_collectives import ScheduleAllreduce
 from sim.simulated.engine import build_simulation
 from sim.simulated.engine import simulate as train

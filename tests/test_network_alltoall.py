@@ -14,11 +14,12 @@ from test_network_collectives import FABRIC_CHOICES, TOPOLOGIES
 from sim.cli import main
 from sim.network import alltoall as alltoall_module
 from sim.network.alltoall import Alltoallv, alltoallv, closed_form_s
+from sim.network.collective_alone import run_alone, simulate
 from sim.network.collectives import REGISTRY, get_collective
 from sim.network.fabrics import REGISTRY as FABRICS
 from sim.network.fabrics import Fabric, get_fabric
 from sim.network.message_cost import alpha_s, beta_s
-from sim.network.standalone import build_network, run_alone, simulate
+from sim.network.network_builder import build_network
 from tests.collective_cases import collective_json
 
 ALLTOALLS = ["pairwise-alltoall", "bruck-alltoall"]

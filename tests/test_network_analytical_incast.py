@@ -15,10 +15,11 @@ import pytest
 import simpy
 from training_cases import make, train, update_table
 
+from sim.network.collective_alone import run_alone
 from sim.network.collectives import REGISTRY, ParameterServer, get_collective
 from sim.network.fabrics import get_fabric
 from sim.network.message_cost import alpha_s, beta_s
-from sim.network.standalone import build_network, run_alone
+from sim.network.network_builder import build_network
 
 FABRIC = get_fabric("ib-hdr")
 ALPHA, BETA = alpha_s(FABRIC), beta_s(FABRIC)

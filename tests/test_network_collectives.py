@@ -10,11 +10,12 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.network.collective_alone import run_alone, simulate
 from sim.network.collectives import REGISTRY, get_collective
 from sim.network.fabrics import REGISTRY as FABRICS
 from sim.network.fabrics import Fabric, get_fabric
 from sim.network.message_cost import alpha_s, beta_s
-from sim.network.standalone import build_network, run_alone, simulate
+from sim.network.network_builder import build_network
 
 ALLREDUCES = [name for name, cls in REGISTRY.items() if cls.kind == "allreduce"]
 # each rank's buffer is the whole input (allgathers: tests/test_network_allgather.py,

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import simpy
 
+from sim.network.collective_alone import run_alone
 from sim.network.fabrics import Fabric
 from sim.network.flow import FlowNetwork
 from sim.network.maxmin import max_min_rates
 from sim.network.message_cost import alpha_s, beta_s
-from sim.network.standalone import build_network, run_alone
+from sim.network.network_builder import build_network
 from sim.network.topology import LeafSpine, Ring, Star, make_topology, place
 
 B = 100.0  # bytes/s: round numbers make hand-computed times exact

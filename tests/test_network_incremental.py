@@ -18,7 +18,7 @@ from test_network_flow import IDEAL, deliveries, reference_deliveries
 
 from sim.network.incremental import Flow, IncrementalMaxMin
 from sim.network.maxmin import fill, max_min_rates
-from sim.network.standalone import build_network
+from sim.network.network_builder import build_network
 
 CAPACITIES = st.lists(st.sampled_from([1.0, 2.0, 3.0, 5.0, 10.0]), min_size=1, max_size=8)
 

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from sim import plots
-from sim.plots.labels import context, is_real, style_indices, time_name
-from sim.plots.readable import fabric_name, key_value, strategy_name
+from sim.plots.legends import (
+    context,
+    fabric_name,
+    is_real,
+    key_value,
+    strategy_name,
+    style_indices,
+    time_name,
+)
 
 
 def cfg(kind: str = "bsp", staleness: int = 2, seed: int = 0, workers: int = 4,

@@ -17,7 +17,7 @@ from sim.cli import main
 from sim.network.fabrics import get_fabric
 from sim.network.maxmin import fill
 from sim.network.message_cost import PARTS, alpha_s, beta_s, rtt_s, wire_bytes
-from sim.network.standalone import build_network
+from sim.network.network_builder import build_network
 from sim.network.transports import REGISTRY, get_transport, save_transport
 from sim.plots.transport_figures import plot_message_parts, plot_transports, transport_rows
 from sim.simulated.engine import simulate

@@ -33,11 +33,11 @@ import simpy
 from simpy.events import NORMAL, EventPriority
 
 from sim.network.bulk import BulkFlows
-from sim.network.executor import Execution
 from sim.network.fabrics import Fabric
 from sim.network.incremental import Flow, IncrementalMaxMin
 from sim.network.linklog import FlowLog
 from sim.network.message_cost import arrival_s, path_window_Bps, posted_s, wire_bytes
+from sim.network.schedule_runner import Execution
 from sim.network.topology import Paths, Topology
 from sim.network.transports import REGISTRY, Transport
 
@@ -80,7 +80,7 @@ class FlowNetwork:
     """Hosts on a topology exchanging messages as max-min fair flows.
 
     Link capacities come from the topology (build it from ``fabric.bandwidth_Bps``, as
-    :func:`sim.network.standalone.build_network` does); latency and overheads from the fabric.
+    :func:`sim.network.network_builder.build_network` does); latency and overheads from the fabric.
     """
 
     model = "flow"
@@ -162,7 +162,7 @@ class FlowNetwork:
             self._send_bulk(src, dst, nbytes, batch)
 
     def run_plan(self, plan: Plan) -> Generator[simpy.Event, Any, float]:
-        """Run a collective's schedule here (see :mod:`sim.network.executor`); elapsed s."""
+        """Run a collective's schedule here (see :mod:`sim.network.schedule_runner`); elapsed s."""
         started = self.env.now
         yield Execution(self, plan).done
         return self.env.now - started

@@ -26,10 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass, fields
 from typing import Any
 
+from sim.network.collective_alone import run_alone
 from sim.network.collectives import Collective
 from sim.network.fabrics import Fabric
 from sim.network.message_cost import alpha_s, beta_s
-from sim.network.standalone import run_alone
 from sim.network.units import parse_bytes
 
 # nccl-tests' -d names -> bytes per element

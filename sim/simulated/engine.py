@@ -21,7 +21,7 @@ from sim.errors import UserError
 from sim.kernels import NonFiniteError
 from sim.network.fabrics import get_fabric
 from sim.network.message_cost import wire_fabric
-from sim.network.standalone import build_network, endpoint_machines, with_host_link
+from sim.network.network_builder import build_network, endpoint_machines, with_host_link
 from sim.network.topology import place, topology_options
 from sim.network.transports import get_transport
 from sim.recorder import Recorder

@@ -30,7 +30,7 @@ import simpy
 from sim.trace import Facts
 from sim.training.messages import activation_traffic, weight_traffic
 from sim.training.parallel_plan import Plan, Stage
-from sim.training.pipeline_schedule import Op
+from sim.training.stage_schedule import Op
 
 
 @dataclass(frozen=True)

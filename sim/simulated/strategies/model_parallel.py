@@ -2,7 +2,7 @@
 and tensor shards, its batch into microbatches (:mod:`sim.training.parallel_plan`).
 
 Every rank of the plan is a SimPy process that runs its stage's passes in the schedule's
-order (:func:`sim.training.pipeline_schedule.stage_ops`) each step:
+order (:func:`sim.training.stage_schedule.stage_ops`) each step:
 
 - a forward pass of microbatch k waits for its activations from the same shard of the
   previous stage (a point-to-point message over the simulated network,
@@ -54,8 +54,8 @@ from sim.simulated.strategies.base import Endpoint, cpu, push, together
 from sim.simulated.strategies.ps_sync import BSPPS
 from sim.trace import Facts
 from sim.training.messages import plan_messages
-from sim.training.pipeline_schedule import Op
 from sim.training.stage_numerics import replica_loss_grad
+from sim.training.stage_schedule import Op
 from sim.training.workload import Worker
 
 # what it adds to summary.json (docs/reference/results.md; the memory keys every run of a
@@ -371,7 +371,7 @@ class ModelParallelBSPPS(PlanRanks, BSPPS):
                              step: int) -> Generator[simpy.Event, Any, None]:
         """``rank`` waits until the step before ``step`` has closed: bsp-ps's servers take a
         step's pushes once every worker has pulled the step before
-        (:class:`sim.simulated.pipeline.ParameterServerChannel`)."""
+        (:class:`sim.simulated.backprop_overlap.ParameterServerChannel`)."""
         if step <= self.closed_steps:
             # bsp-ps's sender process wakes up one event after its worker's backward: where
             # ranks share cores, the other ranks' tasks queued meanwhile go first

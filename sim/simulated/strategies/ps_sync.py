@@ -2,9 +2,9 @@
 
 ``bsp-ps``: every worker computes its gradient and pushes it; once every worker has
 pushed, the servers average the gradients in worker order, step the parameters and send
-them back, and the next step's forward begins. It runs through the layer-wise pipeline
-(:mod:`sim.simulated.pipeline`), so ``strategy.pipelining`` can push each layer or bucket
-as soon as backprop has produced it.
+them back, and the next step's forward begins. It runs through the overlap of communication
+with backprop (:mod:`sim.simulated.backprop_overlap`), so ``strategy.pipelining`` can push
+each layer or bucket as soon as backprop has produced it.
 
 ``backup`` (Chen et al. 2016, "Revisiting distributed synchronous SGD"): each worker loops
 pull, compute, push; a step closes as soon as N - b gradients read at its version have
@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.network.standalone import build_network, endpoint_machines, with_host_link
+from sim.network.network_builder import build_network, endpoint_machines, with_host_link
 from sim.network.topology import place
 from sim.recorder import UpdateRecord
-from sim.simulated.pipeline import ParameterServerChannel
+from sim.simulated.backprop_overlap import ParameterServerChannel
 from sim.simulated.server import ParameterServer
 from sim.simulated.strategies.base import (
     FAILED,
@@ -116,7 +116,7 @@ class BSPPS(PipelinedStrategy):
 
     def start(self) -> None:
         self.setup_servers()
-        self.start_pipeline(ParameterServerChannel(self.ctx.env,
+        self.start_overlap(ParameterServerChannel(self.ctx.env,
                                                    self.ctx.config.strategy.priority,
                                                    self.push, self.apply_message, self.pull))
 
@@ -151,7 +151,7 @@ class BSPPS(PipelinedStrategy):
         """Worker ``w`` sends the message; each shard receives its part and adds it to the
         step's sum (on its core, queued behind earlier work). After its last message of
         the step the worker sends its (held) pull request."""
-        ctx, worker, lapped = self.ctx, self.ctx.workers[w], self.pipe.overlapped
+        ctx, worker, lapped = self.ctx, self.ctx.workers[w], self.overlap.overlapped
         if ctx.traffic is not None:  # the rows the batch touched, not key ranges
             yield from push_rows(ctx, worker, ctx.cpu.kept_push_s, lapped)
             return
@@ -167,10 +167,10 @@ class BSPPS(PipelinedStrategy):
         tables on the servers: the rows ``w``'s next batch touches (its cached ones when
         they are due) and the dense part."""
         if self.ctx.traffic is not None:
-            yield from pull_rows(self.ctx, self.ctx.workers[w], None, self.pipe.overlapped)
+            yield from pull_rows(self.ctx, self.ctx.workers[w], None, self.overlap.overlapped)
             return
         yield from self.pull_range(w, self.ctx.workers[w].host, self.keys(msg), msg.nbytes,
-                                   (msg.lo, msg.hi), self.pipe.overlapped)
+                                   (msg.lo, msg.hi), self.overlap.overlapped)
 
     def pull_range(self, rank: int, host: int, keys: tuple[float, float], nbytes: int,
                    layers: tuple[int, int], overlapped: bool,

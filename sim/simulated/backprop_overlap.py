@@ -1,4 +1,6 @@
-"""Layer-wise pipelining of gradient communication with backprop, in simulated time.
+"""Layer-wise pipelining: gradient communication overlapped with backprop, in simulated time.
+
+(Not pipeline stages: a model split over ranks is :mod:`sim.simulated.strategies.model_parallel`.)
 
 A step on a worker is: forward through layers 0..L-1, then backward from L-1 down to 0.
 The gradient leaves in *messages*, groups of consecutive layers planned by
@@ -28,7 +30,7 @@ from sim.trace import Facts
 from sim.training.messages import Message, StepCosts
 
 
-class Pipeline:
+class BackpropOverlap:
     """Runs ``steps`` pipelined steps on ``workers`` workers over a channel.
 
     ``costs(worker, step)`` gives the layer times of that worker's step;
@@ -149,39 +151,39 @@ class AllreduceChannel:
         self.queue: list[int] = []  # messages ready on every worker, not yet sent
         self.wakeup = env.event()
 
-    def attach(self, pipe: Pipeline) -> None:
-        """Get ready for ``pipe`` (nothing per worker for a global queue)."""
+    def attach(self, overlap: BackpropOverlap) -> None:
+        """Get ready for ``overlap`` (nothing per worker for a global queue)."""
 
-    def ready(self, pipe: Pipeline, worker: int, step: int, m: int) -> None:
+    def ready(self, overlap: BackpropOverlap, worker: int, step: int, m: int) -> None:
         self.waiting[m] = self.waiting.get(m, 0) + 1
-        pipe.blocked[worker, m, 0] = self.env.now  # produced here: waits for the others
-        if self.waiting[m] == pipe.workers:
-            pipe.blocked[:, m, 1] = self.env.now
+        overlap.blocked[worker, m, 0] = self.env.now  # produced here: waits for the others
+        if self.waiting[m] == overlap.workers:
+            overlap.blocked[:, m, 1] = self.env.now
             del self.waiting[m]
             self.queue.append(m)
             if not self.wakeup.triggered:
                 self.wakeup.succeed()
 
-    def next_message(self, pipe: Pipeline) -> int:
-        pick = min(self.queue, key=lambda m: pipe.messages[m].lo) if self.priority \
+    def next_message(self, overlap: BackpropOverlap) -> int:
+        pick = min(self.queue, key=lambda m: overlap.messages[m].lo) if self.priority \
             else self.queue[0]
         self.queue.remove(pick)
         return pick
 
-    def run(self, pipe: Pipeline, steps: int) -> Generator[simpy.Event, Any, None]:
+    def run(self, overlap: BackpropOverlap, steps: int) -> Generator[simpy.Event, Any, None]:
         for step in range(steps):
-            for _ in pipe.messages:
+            for _ in overlap.messages:
                 while not self.queue:
                     yield self.wakeup
                     self.wakeup = self.env.event()
-                m = self.next_message(pipe)
-                pipe.comm_start[:, m] = self.env.now
-                with pipe.tag(pipe.messages[m], pipe.overlapped):
-                    yield from self.reduce(step, pipe.messages[m])  # records its spans
-                for w in range(pipe.workers):
-                    pipe.landed(w, m)
-            pipe.step_done(step)
-            if pipe.stopped:
+                m = self.next_message(overlap)
+                overlap.comm_start[:, m] = self.env.now
+                with overlap.tag(overlap.messages[m], overlap.overlapped):
+                    yield from self.reduce(step, overlap.messages[m])  # records its spans
+                for w in range(overlap.workers):
+                    overlap.landed(w, m)
+            overlap.step_done(step)
+            if overlap.stopped:
                 return
 
 
@@ -198,50 +200,53 @@ class ParameterServerChannel:
         self.env, self.priority = env, priority
         self.push, self.apply, self.pull = push, apply, pull
 
-    def attach(self, pipe: Pipeline) -> None:
+    def attach(self, overlap: BackpropOverlap) -> None:
         """One send queue per worker (workers may call ready() before run() starts)."""
-        self.queues: list[list[int]] = [[] for _ in range(pipe.workers)]
-        self.wakeups = [self.env.event() for _ in range(pipe.workers)]
+        self.queues: list[list[int]] = [[] for _ in range(overlap.workers)]
+        self.wakeups = [self.env.event() for _ in range(overlap.workers)]
 
-    def ready(self, pipe: Pipeline, worker: int, step: int, m: int) -> None:
+    def ready(self, overlap: BackpropOverlap, worker: int, step: int, m: int) -> None:
         self.queues[worker].append(m)
         if not self.wakeups[worker].triggered:
             self.wakeups[worker].succeed()
 
-    def run(self, pipe: Pipeline, steps: int) -> Generator[simpy.Event, Any, None]:
+    def run(self, overlap: BackpropOverlap, steps: int) -> Generator[simpy.Event, Any, None]:
         for step in range(steps):
-            self.pushed = [0] * len(pipe.messages)
-            self.pushed_at = np.zeros((pipe.workers, len(pipe.messages)))
+            self.pushed = [0] * len(overlap.messages)
+            self.pushed_at = np.zeros((overlap.workers, len(overlap.messages)))
             self.pulls: list[simpy.Event] = []
-            senders = [self.env.process(self.sender(pipe, w, step)) for w in range(pipe.workers)]
+            senders = [self.env.process(self.sender(overlap, w, step))
+                       for w in range(overlap.workers)]
             yield simpy.AllOf(self.env, senders)
             yield simpy.AllOf(self.env, self.pulls)
-            pipe.step_done(step)
-            if pipe.stopped:
+            overlap.step_done(step)
+            if overlap.stopped:
                 return
 
-    def sender(self, pipe: Pipeline, w: int, step: int) -> Generator[simpy.Event, Any, None]:
-        for _ in pipe.messages:
+    def sender(self, overlap: BackpropOverlap, w: int,
+               step: int) -> Generator[simpy.Event, Any, None]:
+        for _ in overlap.messages:
             while not self.queues[w]:
                 yield self.wakeups[w]
                 self.wakeups[w] = self.env.event()
             queue = self.queues[w]
-            m = min(queue, key=lambda k: pipe.messages[k].lo) if self.priority else queue[0]
+            m = min(queue, key=lambda k: overlap.messages[k].lo) if self.priority else queue[0]
             queue.remove(m)
-            pipe.comm_start[w, m] = self.env.now
-            yield from self.push(w, pipe.messages[m])  # records its spans
+            overlap.comm_start[w, m] = self.env.now
+            yield from self.push(w, overlap.messages[m])  # records its spans
             self.pushed_at[w, m] = self.env.now
-            pipe.blocked[w, m, 0] = self.env.now  # pushed: waits for the others' pushes
+            overlap.blocked[w, m, 0] = self.env.now  # pushed: waits for the others' pushes
             self.pushed[m] += 1
-            if self.pushed[m] == pipe.workers:
-                pipe.blocked[:, m, 1] = self.env.now
-                self.apply(step, pipe.messages[m])
-                self.pulls += [self.env.process(self.pull_to(pipe, v, m))
-                               for v in range(pipe.workers)]
+            if self.pushed[m] == overlap.workers:
+                overlap.blocked[:, m, 1] = self.env.now
+                self.apply(step, overlap.messages[m])
+                self.pulls += [self.env.process(self.pull_to(overlap, v, m))
+                               for v in range(overlap.workers)]
 
-    def pull_to(self, pipe: Pipeline, w: int, m: int) -> Generator[simpy.Event, Any, None]:
+    def pull_to(self, overlap: BackpropOverlap, w: int,
+                m: int) -> Generator[simpy.Event, Any, None]:
         start = self.env.now
-        if not pipe.overlapped:  # idle between its push and the others' (the barrier)
-            pipe.span(w, "wait", float(self.pushed_at[w, m]), start, False)
-        yield from self.pull(w, pipe.messages[m])  # records its spans
-        pipe.landed(w, m)
+        if not overlap.overlapped:  # idle between its push and the others' (the barrier)
+            overlap.span(w, "wait", float(self.pushed_at[w, m]), start, False)
+        yield from self.pull(w, overlap.messages[m])  # records its spans
+        overlap.landed(w, m)

@@ -1,4 +1,4 @@
-"""Pipeline schedules (sim/training/pipeline_schedule.py) against closed forms: step time and
+"""Pipeline schedules (sim/training/stage_schedule.py) against closed forms: step time and
 bubble of balanced stages, GPipe's step with unbalanced stages, 1F1B's peak of stashed
 microbatches, and every schedule a valid order (no deadlock) for p <= 8, m <= 32."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.training.pipeline_schedule import (
+from sim.training.stage_schedule import (
     SCHEDULES,
     Op,
     evaluate,

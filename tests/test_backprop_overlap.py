@@ -8,7 +8,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.simulated.pipeline import AllreduceChannel, ParameterServerChannel, Pipeline
+from sim.simulated.backprop_overlap import AllreduceChannel, BackpropOverlap, ParameterServerChannel
 from sim.training.messages import Message, StepCosts, plan_messages
 
 
@@ -29,9 +29,9 @@ def run_pipeline(forward, backward, layer_bytes, mode, comm_s, *, priority=False
             yield env.timeout(0)
         chan = ParameterServerChannel(env, priority, comm, lambda step, msg: None, free)
     costs = StepCosts(np.asarray(forward, float), np.asarray(backward, float))
-    pipe = Pipeline(env, workers, messages, chan, lambda w, k: costs,
+    overlap = BackpropOverlap(env, workers, messages, chan, lambda w, k: costs,
                     lambda *span: None, lambda step: ends.append(env.now))
-    env.run(pipe.start(steps))
+    env.run(overlap.start(steps))
     return ends[-1] / steps, ends, messages
 
 

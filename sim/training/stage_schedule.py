@@ -1,5 +1,5 @@
-"""Pipeline schedules: the order of each stage's forward and backward passes in one step, and
-the step's time when only computation costs time.
+"""Schedules of pipeline stages: the order of each stage's forward and backward passes in one
+step, and the step's time when only computation costs time.
 
 Stages are counted from 0 (stage 0 holds the model's input layer), microbatches from 0.
 
