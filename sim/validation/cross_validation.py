@@ -126,6 +126,15 @@ def lines(runs: dict[str, list[dict[str, Any]]], fitted: set[str], fit_on: list[
                   "(and the rendezvous), each `README.md`.", ""]
 
 
+def real_wire(earlier: Path, cases: list[str]) -> dict[str, tuple[Path, float | None]]:
+    """Each of ``cases``' real run directory in the validation ``earlier`` and its real
+    wire time per update (s; None where its row has none)."""
+    rows = earlier_rows(earlier)
+    return {name: (earlier / "cases" / name / "real", rows.get(name, {}).get("report", {})
+                   .get("breakdown", {}).get("wire_s", {}).get("per_update", {}).get("real"))
+            for name in cases}
+
+
 def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] | None,
                    profiles_dir: Path | None, fit_on: list[str],
                    say: Callable[[str], None] = print,
@@ -172,13 +181,10 @@ def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] 
         profiles = serving
     say(f"fitting rendezvous_base_s to the wire of {len(fit_cases)} case(s)' real runs")
     stored = stored_profiles(profiles, sorted({c.net for c in fit_cases}))
-    rows = earlier_rows(earlier)
     by_name = {c.name: c for c in fit_cases}
-    wire = {name: (earlier / "cases" / name / "real", rows.get(name, {}).get("report", {})
-                   .get("breakdown", {}).get("wire_s", {}).get("per_update", {}).get("real"))
-            for name in by_name}
     device["rendezvous"] = fit_rendezvous(
-        wire, lambda name, trial: case_config(matrix, by_name[name], trial), stored)
+        real_wire(earlier, list(by_name)),
+        lambda name, trial: case_config(matrix, by_name[name], trial), stored)
     if device["rendezvous"]["rendezvous_base_s"] is not None:
         both = out / "profiles-rendezvous"  # and the host's rendezvous fitted too
         shutil.copytree(profiles, both)
