@@ -119,6 +119,7 @@ LAYERS: list[tuple[str, ...]] = [  # top to bottom
     ("sim.cli",),
     ("sim.commands",),
     ("sim.validation", "sim.bench"),
+    ("sim.calibration",),  # measures with real ranks, fits, writes profiles
     ("sim.analysis",),
     ("sim.sweep",),
     ("sim.plots",),

@@ -1,4 +1,4 @@
-"""``sim calibrate --only transport`` (sim.real.calibration.transport_bench): the round-trip
+"""``sim calibrate --only transport`` (sim.calibration.transport_bench): the round-trip
 and rate fits recover known constants, a quick run over loopback writes a profile
 ``cluster.transport = "calibrated:PATH"`` loads, and a bad --out is one line, exit 2."""
 
@@ -10,9 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from sim.cli import main
-from sim.network.transports import REGISTRY, get_transport
-from sim.real.calibration.transport_bench import (
+from sim.calibration.transport_bench import (
     calibrate_transport,
     fit_rate,
     fit_rtt,
@@ -20,6 +18,8 @@ from sim.real.calibration.transport_bench import (
     median_measurement,
     transport_profile,
 )
+from sim.cli import main
+from sim.network.transports import REGISTRY, get_transport
 
 pytest.importorskip("grpc")
 

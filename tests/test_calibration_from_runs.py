@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 
+from sim.calibration.from_runs import device_points, real_run_dirs, write_device_from_runs
 from sim.cli import main
 from sim.config import dump_config
 from sim.errors import UserError
-from sim.real.calibration.from_runs import device_points, real_run_dirs, write_device_from_runs
 from sim.training.checks import validate
 from sim.training.compute_model import load_device
 from sim.training.workload import build_workload
@@ -103,7 +103,7 @@ def test_cross_validation_splits_in_sample_from_held_out():
 
 
 def test_in_run_sigma_is_the_spread_of_log_gradient_times_around_each_run_median(tmp_path):
-    from sim.real.calibration.from_runs import in_run_sigma
+    from sim.calibration.from_runs import in_run_sigma
 
     spans = {"a": [100.0, 100.0 * 2.0, 100.0 / 2.0], "b": [10.0, 10.0, 10.0 * 4.0]}
     for name, durations in spans.items():
@@ -136,15 +136,15 @@ def test_the_predicted_interval_closes_on_the_constant_run_without_spread(
 
 
 def test_golden_section_finds_the_minimum_of_a_unimodal_cost():
-    from sim.validation.fit_host import golden_section
+    from sim.calibration.fit_rendezvous import golden_section
 
     x, cost = golden_section(lambda v: (v - 1.3) ** 2 + 2.0, -5.0, 5.0, steps=40)
     assert x == pytest.approx(1.3, abs=1e-6) and cost == pytest.approx(2.0)
 
 
 def test_with_rendezvous_sets_the_base_and_keeps_the_rest(tmp_path):
+    from sim.calibration.fit_rendezvous import with_rendezvous
     from sim.training.host_costs import HOSTS, load_host, save_host_profile
-    from sim.validation.fit_host import with_rendezvous
 
     save_host_profile(tmp_path / "host.json", HOSTS["epyc-core"])
     with_rendezvous(tmp_path / "host.json", 2.5e-4, tmp_path / "fitted.json")
@@ -156,7 +156,7 @@ def test_with_rendezvous_sets_the_base_and_keeps_the_rest(tmp_path):
 def test_a_fit_near_a_prior_keeps_what_the_runs_leave_free_and_takes_what_they_fix(tmp_path):
     """One workload's runs fix one number: the fit passes through it, and the terms it
     cannot tell apart stay near the prior (a plain fit of one point is degenerate)."""
-    from sim.real.calibration.suite import fit_device_near
+    from sim.calibration.fit_device import fit_device_near
 
     save = {"flops_per_s": 10e9, "overhead_s": 10e-6, "memory_Bps": None}
     (tmp_path / "prior.json").write_text(json.dumps(save))
@@ -176,7 +176,7 @@ def test_a_fit_near_a_prior_keeps_what_the_runs_leave_free_and_takes_what_they_f
 
 
 def test_the_prior_is_the_calibrated_device_the_runs_name(tmp_path):
-    from sim.real.calibration.from_runs import runs_device
+    from sim.calibration.from_runs import runs_device
     from sim.training.compute_model import save_device_profile
 
     save_device_profile(tmp_path / "device.json", 10e9, 10e-6, "test")

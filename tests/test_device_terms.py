@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sim.real.calibration.suite import fit_device, fit_device_near
+from sim.calibration.fit_device import fit_device, fit_device_near
 from sim.training.compute_model import ComputeModel, Device, describe_rates, load_device
 from sim.training.messages import LayerCosts
 from sim.workloads.wide_deep import WideDeep
@@ -235,7 +235,7 @@ def test_the_fit_is_non_negative_least_squares_on_relative_errors():
 
 
 def test_calibrate_warns_when_the_fit_has_as_many_terms_as_points(capsys):
-    from sim.commands.calibrate import warn_undetermined
+    from sim.calibration.report import warn_undetermined
 
     device = {"overhead_s": 1e-6, "memory_Bps": 1e9, "activation_Bps": None, "lookup_s": 1e-7}
     warn_undetermined(device, 4)

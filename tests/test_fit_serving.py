@@ -10,12 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from sim.cli import main
-from sim.config import dump_config
-from sim.errors import UserError
-from sim.training.checks import validate
-from sim.training.host_costs import HOSTS, load_host, save_host_profile
-from sim.validation.fit_serving import (
+from sim.calibration.fit_serving import (
     ACTIVITIES,
     SERVE,
     fit_constants,
@@ -25,6 +20,11 @@ from sim.validation.fit_serving import (
     simulated_server_s,
     with_serving,
 )
+from sim.cli import main
+from sim.config import dump_config
+from sim.errors import UserError
+from sim.training.checks import validate
+from sim.training.host_costs import HOSTS, load_host, save_host_profile
 
 TRUTH = {"serve_apply_s": 17e-6, "serve_push_s": 30e-6, "serve_step_s": 45e-6,
          "serve_pull_s": 20e-6}  # what the "real" servers' code took

@@ -1,4 +1,4 @@
-"""The reload transient (sim.simulated.hosts, sim.real.calibration.reload_bench) against its closed
+"""The reload transient (sim.simulated.hosts, sim.calibration.reload_bench) against its closed
 form: work after a gap in a rank's CPU activity takes R (1 - exp(-gap / tau)) longer."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import simpy
 
-from sim.real.calibration.reload_bench import fit_reload, fit_spin_base
+from sim.calibration.reload_bench import fit_reload, fit_spin_base
 from sim.simulated.hosts import Hosts
 from sim.training.host_costs import HOSTS, HostProfile
 

@@ -1,4 +1,4 @@
-"""Host calibration (sim.real.calibration.host): a quick profile through the real runner's
+"""Host calibration (sim.calibration: measure_host, fit_host, host_report): a quick profile
 code paths, read back by ``cluster.host = "calibrated:PATH"``'s loader."""
 
 from __future__ import annotations
@@ -9,10 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from sim.real.calibration import host as H
-from sim.real.calibration.host import (
-    busy_warning,
-    calibrate_host,
+from sim.calibration import measure_host as H
+from sim.calibration.fit_host import (
     eager_limit,
     fit,
     fit_gather,
@@ -20,7 +18,9 @@ from sim.real.calibration.host import (
     median_measurement,
     numbers,
 )
-from sim.real.calibration.serve_bench import line
+from sim.calibration.host_report import busy_warning
+from sim.calibration.sequence import calibrate_host
+from sim.calibration.serve_bench import line
 from sim.training.host_costs import HostProfile, load_host
 
 pytest.importorskip("mpi4py")
@@ -167,7 +167,7 @@ def test_fit_gather_recovers_a_constant_a_cost_per_row_and_a_rate():
 
 
 def test_the_waiters_share_is_the_least_squares_slope_through_one():
-    from sim.real.calibration.host import fit_share, linear_in_excess
+    from sim.calibration.fit_host import fit_share, linear_in_excess
 
     exact = fit_share([1, 2], [2.3, 3.6])
     assert exact["share"] == pytest.approx(1.3) and exact["max_error"] == pytest.approx(0)

@@ -12,11 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sim.calibration.fit_device import fit_device
+from sim.calibration.fit_fabric import fit_network
 from sim.cli import main
 from sim.faults.timeline import GAP_KINDS
 from sim.network.collectives import get_collective
 from sim.network.fabrics import get_fabric
-from sim.real.calibration.suite import fit_device, fit_network
 from sim.real.executors.rank_collectives import rank_rounds
 from sim.recorder import KINDS
 from sim.training.compute_model import load_device

@@ -1,5 +1,5 @@
 """The validation's killed-and-restarted cases: the recovery calibration (checkpoint files
-and the restart delay, sim.real.calibration.restart_costs), the matrix's faults axis (the old
+and the restart delay, sim.calibration), the matrix's faults axis (the old
 cases keep their names) and the calibrated profiles in a killed case's config."""
 
 from __future__ import annotations
@@ -10,12 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from sim.calibration import fit_recovery, measure_storage, profiles
+from sim.calibration import recovery_profile as R
+from sim.calibration.measure_device import describe_workload
+from sim.calibration.measure_recovery import restart_job
+from sim.calibration.sequence import calibrate_recovery
 from sim.cli import main
 from sim.errors import UserError
 from sim.faults.storage import get_storage
 from sim.network.fabrics import Fabric, save_profile
 from sim.network.transports import get_transport, save_transport
-from sim.real.calibration import restart_costs as R
 from sim.training.checks import validate
 from sim.training.compute_model import save_device_profile
 from sim.validation.matrix import case_config, expand, load_matrix, toml_value
@@ -35,17 +39,17 @@ def tiny(two_rank_config_data) -> dict:
 
 def test_fit_rate_recovers_latency_and_rate():
     nbytes = [1e3, 1e5, 1e7]
-    fit = R.fit_rate(nbytes, [1e-3 + n / 2e8 for n in nbytes])
+    fit = fit_recovery.fit_rate(nbytes, [1e-3 + n / 2e8 for n in nbytes])
     assert fit["latency_s"] == pytest.approx(1e-3) and fit["rate_Bps"] == pytest.approx(2e8)
     assert fit["max_error"] < 1e-9
-    flat = R.fit_rate(nbytes, [3e-3, 2e-3, 1e-3])  # no growth with size: a pure latency
+    flat = fit_recovery.fit_rate(nbytes, [3e-3, 2e-3, 1e-3])  # no growth with size: a pure latency
     assert flat["rate_Bps"] == float("inf") and flat["latency_s"] == 2e-3
 
 
 def test_recovery_calibration_writes_profiles_the_simulator_reads(tmp_path, monkeypatch, tiny):
-    monkeypatch.setattr(R, "QUICK_SIZES", [1_000, 64_000])
+    monkeypatch.setattr(measure_storage, "QUICK_SIZES", [1_000, 64_000])
     config = validate(tiny)
-    lines = R.calibrate_recovery(tmp_path / "rec", [config], quick=True)
+    lines = calibrate_recovery(tmp_path / "rec", [config], quick=True)
     storage = get_storage(f"calibrated:{tmp_path / 'rec' / 'storage.json'}")
     assert storage.write_Bps > 0 and storage.read_Bps > 0 and storage.latency_s >= 0
     assert "write_file" in storage.source and "load_latest" in storage.source
@@ -65,7 +69,7 @@ def test_recovery_calibration_writes_profiles_the_simulator_reads(tmp_path, monk
 
 
 def test_the_restart_job_is_a_short_killed_bsp_run(tiny):
-    job = R.restart_job(validate({**tiny, "strategy": {"kind": "asp"},
+    job = restart_job(validate({**tiny, "strategy": {"kind": "asp"},
                                   "checkpoint": {"every_s": 1.0}}))
     assert job.strategy.kind == "bsp" and job.run.iterations == 3
     assert [(f.rank, f.at_update) for f in job.faults.failures] == [(1, 2)]
@@ -133,10 +137,12 @@ def profiles_for(root: Path, config) -> dict[str, Path]:
     points = [{"bytes": n, "write_s": 1e-3 + n / 1e8, "read_s": 5e-4 + n / 2e8}
               for n in (1e3, 1e5, 1e6)]
     (root / "recovery").mkdir()
-    R.write_storage(root / "recovery" / "storage.json", points, root, 1)
-    R.write_recovery(root / "recovery" / "recovery.json",
-                     [{"workload": "this", "key": R.config_key(config), "restart_s": 0.5},
-                      {"workload": "other", "key": "else", "restart_s": 0.9}], 1)
+    storage, fits = fit_recovery.fit_storage(points, measure_storage.where(root), 1)
+    profiles.write_storage(root / "recovery" / "storage.json", storage, fits, points)
+    restarts = [{"workload": "this", "key": R.config_key(config),
+                 "restart_s": 0.5}, {"workload": "other", "key": "else", "restart_s": 0.9}]
+    profiles.write_recovery(root / "recovery" / "recovery.json",
+                            fit_recovery.fit_recovery(restarts, 1), restarts)
     return {"device": root / "device", "host": root / "host", "shm": root / "shm",
             "recovery": root / "recovery"}
 
@@ -190,7 +196,7 @@ def test_validate_runs_a_killed_case_and_reports_its_restart(tmp_path, capsys, t
 
 
 def test_sim_calibrate_only_recovery_writes_both_profiles(tmp_path, capsys, monkeypatch, tiny):
-    monkeypatch.setattr(R, "QUICK_SIZES", [1_000, 64_000])
+    monkeypatch.setattr(measure_storage, "QUICK_SIZES", [1_000, 64_000])
     workload = tmp_path / "w.toml"
     workload.write_text("\n".join(f"[{k}]\n" + "\n".join(
         f"{kk} = {toml_value(vv)}" for kk, vv in v.items()) for k, v in tiny.items()) + "\n")
@@ -206,13 +212,12 @@ def test_sim_calibrate_only_recovery_writes_both_profiles(tmp_path, capsys, monk
 def test_restart_for_survives_keys_a_later_lab_adds(tmp_path, tiny):
     """A point keyed by an older lab (another key) is still found by its workload's name and
     ranks; a key over the non-default workload keys ignores keys added with defaults."""
-    from sim.real.calibration.suite import _describe
 
     config = validate(tiny)
     kernel = validate({**tiny, "workload": {**tiny.get("workload", {}), "batch": 24}})
-    points = [{"workload": _describe(config), "ranks": config.cluster.workers,
+    points = [{"workload": describe_workload(config), "ranks": config.cluster.workers,
                "key": "0123456789abcdef", "restart_s": 0.5},
-              {"workload": _describe(kernel), "ranks": kernel.cluster.workers,
+              {"workload": describe_workload(kernel), "ranks": kernel.cluster.workers,
                "key": "fedcba9876543210", "restart_s": 0.9}]
     path = tmp_path / "recovery.json"
     path.write_text(json.dumps({"format": R.RECOVERY_FORMAT, "restart_s": 0.7,

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from sim.commands.calibrate import warn_fit, warn_load
+from sim.calibration.report import warn_fit, warn_load
 from sim.commands.real import load_warnings
 from sim.real.launch.other_load import OtherLoad
 

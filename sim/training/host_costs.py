@@ -116,7 +116,7 @@ class HostProfile:
     # a parameter server's own code (its rules' bookkeeping and log, Python around its
     # kernels) per push it applies at once (asp, ssp), per push it keeps for a synchronous
     # step (bsp-ps, backup), per step it closes and per pull it answers; measured through
-    # the real runner's ServerProtocol (sim.real.calibration.serve_bench); 0: not measured
+    # the real runner's ServerProtocol (sim.calibration.serve_bench); 0: not measured
     serve_apply_s: float = 0.0
     serve_push_s: float = 0.0
     serve_step_s: float = 0.0

@@ -10,7 +10,7 @@ n-byte message::
 What is measured, on this machine:
 
 * ping-pong: gRPC (grpcio, Python) over loopback between two processes. A server process
-  (``python -m sim.real.calibration.transport_bench --serve``: a generic unary handler that
+  (``python -m sim.calibration.transport_bench --serve``: a generic unary handler that
   hands each request to the main thread, which answers with the request's own bytes, as the
   real parameter server's main loop answers its handlers; no (de)serialiser) and this
   process, the client, which sends ``bytes`` of each size and waits for the echo. The
@@ -23,7 +23,7 @@ What is measured, on this machine:
   the receiver decodes; copying into a preallocated array is timed too and kept in the
   file), for large arrays, each size's median.
 
-The fits, by :func:`sim.real.calibration.suite.fit_log` (least squares on log ratios: a 2x
+The fits, by :func:`sim.calibration.fit_fabric.fit_log` (least squares on log ratios: a 2x
 error counts the same for 8 B and 4 MiB):
 
 * ``RTT(n) = 2 (2 c + n p)``: a request and its echo, each paying a per-message constant
@@ -63,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.network.transports import REGISTRY, Transport, save_transport
+from sim.network.transports import REGISTRY, Transport
 
 REPEATS = 3  # a full calibration's repeats, each size's median kept (--quick: 1)
 # Ping-pong payloads: 8 B, then powers of 4 from 64 B to 4 MiB.
@@ -124,7 +124,7 @@ def echo_server(timeout_s: float = SERVER_START_S) -> Iterator[int]:
     """A running echo server process (:func:`serve`); its port. Raises RuntimeError when it
     does not start."""
     err = tempfile.TemporaryFile("w+")  # a file, not a pipe: no one reads it meanwhile
-    proc = subprocess.Popen([sys.executable, "-m", "sim.real.calibration.transport_bench",
+    proc = subprocess.Popen([sys.executable, "-m", "sim.calibration.transport_bench",
                              "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=err, text=True)
     try:
@@ -247,7 +247,7 @@ def fit_rtt(sizes: list[int], seconds: list[float]) -> dict[str, Any]:
     """``RTT(n) = 2 (2 c + n p)`` fitted to round-trip times of n-byte echoes: the
     per-message constant at each end ``rpc_s`` (c), the per-byte time of a message (p, both
     ends) and ``copy_Bps = 2 / p`` (each end's), with each size's error."""
-    from sim.real.calibration.suite import fit_log  # not at the top: the echo server
+    from sim.calibration.fit_fabric import fit_log  # not at the top: the echo server
     # process imports this module and needs none of the suite's imports
 
     n, t = np.asarray(sizes, float), np.asarray(seconds, float)
@@ -260,7 +260,7 @@ def fit_rtt(sizes: list[int], seconds: list[float]) -> dict[str, Any]:
 def fit_rate(sizes: list[int], seconds: list[float], what: str) -> dict[str, Any]:
     """``t(n) = constant + n / rate`` fitted to ``what``'s times of n bytes: ``constant_s``,
     ``rate_Bps``, with each size's error."""
-    from sim.real.calibration.suite import fit_log  # see fit_rtt
+    from sim.calibration.fit_fabric import fit_log  # see fit_rtt
 
     n, t = np.asarray(sizes, float), np.asarray(seconds, float)
     A = np.column_stack([np.ones_like(n), n])
@@ -351,13 +351,15 @@ def calibrate_transport(path: Path, quick: bool = False, repeats: int | None = N
         repeats = 1 if quick else REPEATS
     if repeats < 1:
         raise ValueError(f"transport calibration: repeats must be >= 1, got {repeats}")
+    from sim.calibration.profiles import write_transport  # not at the top: the echo server
+
     path.parent.mkdir(parents=True, exist_ok=True)
     measured = median_measurement([measure_transport(quick) for _ in range(repeats)])
     fits = fit_transport(measured)
     source = (f"measured here (sim calibrate --only transport, "
               f"{time.strftime('%Y-%m-%d')}, {measured['cpu']})")
     transport = transport_profile(fits["rtt"], fits["serialize"], fits["deserialize"], source)
-    save_transport(path, transport, measurements=measured, fits=fits)
+    write_transport(path, transport, measured, fits)
     rtt = fits["rtt"]
     lines = [f"transport (grpcio {measured['grpcio']}, loopback, {measured['cpu']}"
              + (f"; each size's median over {repeats} repeats" if repeats > 1 else "")
@@ -385,7 +387,7 @@ def _span(fit: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.real.calibration.transport_bench")
+    parser = argparse.ArgumentParser(prog="python -m sim.calibration.transport_bench")
     parser.add_argument("--serve", action="store_true", required=True,
                         help="run the echo server (prints its port, stops when stdin closes)")
     parser.parse_args(argv)

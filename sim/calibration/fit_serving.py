@@ -2,10 +2,10 @@
 profile's ``serve_apply_s``, ``serve_push_s``, ``serve_step_s`` and ``serve_pull_s``.
 
 ``sim calibrate`` times the server's protocol in a warm loop
-(:mod:`sim.real.calibration.serve_bench`). Inside a run the same code takes longer: the
+(:mod:`sim.calibration.serve_bench`). Inside a run the same code takes longer: the
 server waits 0.2-1 ms between messages, and a one-worker asp server spent 58 us of CPU an
 update in its runs where the simulation, on the warm loop's constants, gave it 32 us
-(docs/measurements/validation.md). As for the device (:mod:`sim.real.calibration.from_runs`),
+(docs/measurements/validation.md). As for the device (:mod:`sim.calibration.from_runs`),
 the trace-driven way (Daydream, Zhu et al. 2020; dPRO, Hu et al. 2022) is to fit the
 constants to what the runs recorded, activity by activity: each real server's time per
 update in taking pushes (its summary's ``server_breakdown["update"]``: applying or keeping
@@ -34,6 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from sim.calibrated import read_profile, write_profile_data
+from sim.calibration.least_squares import least_squares
 
 SERVE = ("serve_apply_s", "serve_push_s", "serve_step_s", "serve_pull_s")
 ACTIVITIES = ("update", "overhead")  # of the real servers' breakdown, fitted each
@@ -90,8 +93,8 @@ def simulated_server_s(config_path: Path, host_json: Path) -> dict[str, float]:
 
 
 def _with(host: dict[str, Any], values: dict[str, float], path: Path) -> Path:
-    path.write_text(json.dumps({**host, **values}, indent=2) + "\n")
-    return path
+    """A trial host profile: ``host``'s JSON with ``values`` set, at ``path``."""
+    return write_profile_data(path, {**host, **values})
 
 
 def _rows(points: list[dict[str, Any]], host_json: Path) -> np.ndarray:
@@ -120,20 +123,18 @@ def fit_constants(y0: np.ndarray, S: np.ndarray, real: np.ndarray, totals: np.nd
     them, and what they cannot tell apart keeps the prior's values plus an even share of
     the runs' excess (Tikhonov regularisation towards a prior, solved as one non-negative
     least-squares problem)."""
-    from scipy.optimize import nnls
-
     guess = np.array([prior[name] for name in SERVE])
     weight = np.sqrt(PRIOR_WEIGHT) / float(np.median(totals))
     A = np.vstack([S / totals[:, None], weight * np.eye(len(SERVE))])
     b = np.concatenate([(real - y0) / totals, weight * guess])
-    x, _ = nnls(A, b)
+    x = least_squares(A, b, nonnegative=True)
     return {name: float(v) for name, v in zip(SERVE, x, strict=True)}
 
 
 def fit_serving(paths: Iterable[Path], host_json: Path) -> dict[str, Any]:
     """:func:`fit_points` on the :func:`serving_points` of the real runs in ``paths`` (as
-    :func:`~sim.real.calibration.from_runs.real_run_dirs` finds them)."""
-    from sim.real.calibration.from_runs import real_run_dirs
+    :func:`~sim.calibration.from_runs.real_run_dirs` finds them)."""
+    from sim.calibration.from_runs import real_run_dirs
 
     return fit_points(serving_points(real_run_dirs(paths)), host_json)
 
@@ -145,7 +146,7 @@ def fit_points(points: list[dict[str, Any]], host_json: Path) -> dict[str, Any]:
     total's. ``values`` is None without a point."""
     if not points:
         return {"values": None, "points": []}
-    host = json.loads(Path(host_json).read_text())
+    host = _read_host(Path(host_json))
     prior = {name: float(host.get(name, 0.0)) for name in SERVE}
     real = np.array([p["real_s"][a] for p in points for a in ACTIVITIES])
     totals = np.repeat([sum(p["real_s"].values()) for p in points], len(ACTIVITIES))
@@ -165,8 +166,8 @@ def runs_host(points: list[dict[str, Any]]) -> Path:
     """The calibrated host profile that the runs of ``points`` name (``cluster.host =
     "calibrated:PATH"``): the fit's prior. Raises UserError unless they name one, and only
     one, that exists."""
+    from sim.calibration.from_runs import named_profile
     from sim.errors import UserError
-    from sim.real.calibration.from_runs import named_profile
 
     host = named_profile((Path(p["config"]) for p in points), "cluster", "host")
     if host is None:
@@ -179,11 +180,17 @@ def runs_host(points: list[dict[str, Any]]) -> Path:
 def with_serving(host_json: Path, fit: dict[str, Any], out: Path) -> Path:
     """A copy of the host profile ``host_json`` with the fitted :data:`SERVE` constants and
     their points (under ``serving_from_runs``), at ``out``."""
-    data = json.loads(Path(host_json).read_text())
+    data = _read_host(Path(host_json))
     data.update(fit["values"])
     data["source"] = (f"{data.get('source', '')}; the server's own code fitted to the "
                       f"servers' time in {len(fit['points'])} real run(s)")
     data["serving_from_runs"] = fit["points"]
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=2) + "\n")
-    return out
+    return write_profile_data(out, data)
+
+
+def _read_host(path: Path) -> dict[str, Any]:
+    """The host profile's JSON object at ``path``. Raises ValueError."""
+    from sim.training.host_costs import PROFILE_FORMAT
+
+    return read_profile(path, PROFILE_FORMAT, "host profile")

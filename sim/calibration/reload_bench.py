@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from sim.calibration.least_squares import least_squares
+
 #: gaps (s) the work is timed after; the runs' gaps are naps (~50 us) to modelled
 #: gradients (milliseconds)
 GAPS_S = [100e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 20e-3]
@@ -160,7 +162,7 @@ def fit_reload(gaps_s: list[float], extra_s: list[float]) -> dict[str, Any]:
 def _base_and_scale(shape: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """Least squares of ``y ~ base + scale x shape`` on relative errors, both >= 0."""
     A = np.column_stack([np.ones_like(shape), shape]) / y[:, None]
-    (base, scale), *_ = np.linalg.lstsq(A, np.ones_like(y), rcond=None)
+    base, scale = least_squares(A, np.ones_like(y))
     if base >= 0 and scale >= 0:
         return float(base), float(scale)
     only_scale = float(np.sum(A[:, 1]) / (A[:, 1] @ A[:, 1]))

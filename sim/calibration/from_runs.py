@@ -11,7 +11,7 @@ Each real run whose gradients are the model's own kernels (no ``compute.time_s``
 pipelining, no model split) gives its median kernel time (``compute_time_s`` in its
 summary, the median over its ranks and gradients); runs of one workload give one point,
 the median of theirs. ``time = overhead + FLOPs / rate + traffic / bandwidth`` is then fitted
-as :func:`~sim.real.calibration.suite.fit_device` fits microbenchmarks, each point's
+as :func:`~sim.calibration.fit_device.fit_device` fits microbenchmarks, each point's
 residual kept in the profile. The host and fabric profiles are not fitted here.
 
 The same runs' single gradients (their traces' ``compute`` spans) give the spread a
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.calibrated import CALIBRATED
+from sim.calibrated import CALIBRATED, read_profile
 from sim.errors import UserError
 from sim.results import load_repeats
 
@@ -56,8 +56,8 @@ def kernel_workload(config: Any) -> bool:
 def device_points(run_dirs: Iterable[Path]) -> list[dict[str, Any]]:
     """One point per workload among the real runs with real kernels: its FLOPs and weight
     traffic per gradient and the median of the runs' median kernel times (s)."""
+    from sim.calibration.measure_device import describe_workload, work_of
     from sim.config import parse, read_toml
-    from sim.real.calibration.suite import _describe, work_of
     from sim.training.workload import build_workload
 
     seconds: dict[str, list[float]] = {}
@@ -75,7 +75,7 @@ def device_points(run_dirs: Iterable[Path]) -> list[dict[str, Any]]:
     points = []
     for key, config in configs.items():
         layers = build_workload(config).layers
-        points.append({"workload": _describe(config), "runs": len(seconds[key]),
+        points.append({"workload": describe_workload(config), "runs": len(seconds[key]),
                        **work_of(layers, config.workload.batch),
                        "seconds": statistics.median(seconds[key])})
     return points
@@ -128,11 +128,12 @@ def write_device_from_runs(path: Path, paths: Iterable[Path],
                            prior: Path | None = None) -> dict[str, Any]:
     """Fit the device to the real runs in ``paths`` and write it to ``path``; the fit (its
     rates and each point with its error). With ``prior`` (a device profile's JSON) the fit
-    is pulled weakly towards it (:func:`~sim.real.calibration.suite.fit_device_near`), so
+    is pulled weakly towards it (:func:`~sim.calibration.fit_device.fit_device_near`), so
     that runs of one or two workloads leave the terms they cannot fix at the prior's
-    values. Raises UserError without a run to fit."""
-    from sim.real.calibration.suite import fit_device, fit_device_near, stamp
-    from sim.training.compute_model import save_device_profile
+    values. Raises UserError without a run to fit, ValueError for an unreadable prior."""
+    from sim.calibration.fit_device import fit_device, fit_device_near
+    from sim.calibration.profiles import stamp, write_device
+    from sim.training.compute_model import PROFILE_FORMAT
 
     dirs = real_run_dirs(paths)
     points = device_points(dirs)
@@ -143,15 +144,13 @@ def write_device_from_runs(path: Path, paths: Iterable[Path],
     if prior is None:
         fit = fit_device(points)
     else:
-        fit = fit_device_near(points, json.loads(Path(prior).read_text()))
-    for point, error in zip(points, fit.errors, strict=True):
-        point["error"] = error
+        fit = fit_device_near(points, read_profile(Path(prior), PROFILE_FORMAT,
+                                                   "device profile"))
     sigma = in_run_sigma(dirs)
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_device_profile(path, fit.flops_per_s, fit.overhead_s,
-                        f"sim calibrate --from-runs: in-run gradient times of {len(points)} "
-                        f"workload(s) from {len(dirs)} real run(s)"
-                        + (f", near {prior}" if prior else "") + f"; {stamp()}", fit.memory_Bps,
-                        fit.lookup_s, fit.activation_Bps, name="from-runs", points=points,
-                        concurrency=1, in_run_sigma=sigma)
+    write_device(path, fit, points,
+                 f"sim calibrate --from-runs: in-run gradient times of {len(points)} "
+                 f"workload(s) from {len(dirs)} real run(s)"
+                 + (f", near {prior}" if prior else "") + f"; {stamp()}",
+                 name="from-runs", concurrency=1, in_run_sigma=sigma)
     return fit.rates() | {"points": points, "in_run_sigma": sigma}

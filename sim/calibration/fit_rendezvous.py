@@ -16,7 +16,6 @@ Cases without such ranks do not depend on it.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import tempfile
@@ -24,8 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sim.calibrated import read_profile, write_profile_data
+from sim.config import Config
 from sim.results import load_repeats
-from sim.validation.matrix import Case, Matrix, case_config
 
 BOUNDS_S = (1e-7, 2e-3)  # the search range of rendezvous_base_s
 STEPS = 14  # golden-section steps: the range shrinks 0.618^14 ~ 1/800 in log
@@ -49,12 +49,13 @@ def wire_per_update(config: Any) -> float:
 
 def with_rendezvous(host_json: Path, value_s: float, out: Path) -> Path:
     """A copy of the host profile ``host_json`` with ``rendezvous_base_s`` = ``value_s``."""
-    data = json.loads(host_json.read_text())
+    from sim.training.host_costs import PROFILE_FORMAT
+
+    data = read_profile(host_json, PROFILE_FORMAT, "host profile")
     data["rendezvous_base_s"] = value_s
     data["source"] = (f"{data.get('source', '')}; rendezvous_base_s fitted to real runs' "
                       "wire times (sim validate --fit-on)")
-    out.write_text(json.dumps(data, indent=2) + "\n")
-    return out
+    return write_profile_data(out, data)
 
 
 def golden_section(cost: Callable[[float], float], lo: float, hi: float,
@@ -76,19 +77,17 @@ def golden_section(cost: Callable[[float], float], lo: float, hi: float,
     return (a, fa) if fa <= fb else (b, fb)
 
 
-def fit_rendezvous(matrix: Matrix, cases: list[Case], earlier: Path,
-                   profiles: dict[str, Path], rows: dict[str, dict[str, Any]]) -> dict:
-    """The ``rendezvous_base_s`` whose simulations of ``cases`` (those with napping shared
-    ranks; their real wire per update from ``rows``) best match the real wire per update:
+def fit_rendezvous(runs: dict[str, tuple[Path, float | None]],
+                   config_of: Callable[[str, dict[str, Path]], Config],
+                   profiles: dict[str, Path]) -> dict:
+    """The ``rendezvous_base_s`` whose simulations of the cases in ``runs`` (case name ->
+    its real run directory and real wire time per update, s) with napping shared ranks best
+    match their real wire per update; ``config_of(case, profiles)``: a case's simulation on
+    ``profiles`` (those given, the host's replaced by each trial's).
     ``{"rendezvous_base_s", "cases", "error"}`` (the rms log ratio; None without a case)."""
-    real = {}
-    for case in cases:
-        breakdown = rows.get(case.name, {}).get("report", {}).get("breakdown", {})
-        per = breakdown.get("wire_s", {}).get("per_update", {}).get("real")
-        if per and napping_shared(earlier / "cases" / case.name / "real"):
-            real[case.name] = per
-    fitting = [c for c in cases if c.name in real]
-    if not fitting:
+    real = {name: per for name, (real_dir, per) in runs.items()
+            if per and napping_shared(real_dir)}
+    if not real:
         return {"rendezvous_base_s": None, "cases": [], "error": None}
     host = profiles["host"] / "host.json"
     with tempfile.TemporaryDirectory() as scratch:
@@ -98,9 +97,9 @@ def fit_rendezvous(matrix: Matrix, cases: list[Case], earlier: Path,
             place.mkdir(exist_ok=True)
             with_rendezvous(host, math.exp(log_value), place / "host.json")
             trial["host"] = place
-            return sum(math.log(wire_per_update(case_config(matrix, c, trial)) / real[c.name])
-                       ** 2 for c in fitting)
+            return sum(math.log(wire_per_update(config_of(name, trial)) / per) ** 2
+                       for name, per in real.items())
 
         best, best_cost = golden_section(cost, *(math.log(b) for b in BOUNDS_S))
-    return {"rendezvous_base_s": math.exp(best), "cases": [c.name for c in fitting],
-            "error": math.sqrt(best_cost / len(fitting))}
+    return {"rendezvous_base_s": math.exp(best), "cases": list(real),
+            "error": math.sqrt(best_cost / len(real))}

@@ -1,6 +1,6 @@
-"""Network measurements on real ranks: ``python -m sim.real.calibration.netbench --spec SPEC.json``.
+"""Network measurements on real ranks: ``python -m sim.calibration.netbench --spec SPEC.json``.
 
-Run by :mod:`sim.real.calibration.suite` through the launcher, on the network being
+Run by :mod:`sim.calibration.measure_fabric` through the launcher, on the network being
 calibrated, and waiting the way real runs wait (the spec's ``wait``). Modes:
 
 * ``pingpong`` (2 ranks): half the round trip of an n-byte message, for each size;
@@ -214,7 +214,7 @@ def _max() -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.real.calibration.netbench")
+    parser = argparse.ArgumentParser(prog="python -m sim.calibration.netbench")
     parser.add_argument("--spec", type=Path, required=True)
     spec = json.loads(parser.parse_args(argv).spec.read_text())
     from sim.real.executors.rank_clock import Waiter, tighten_timer_slack

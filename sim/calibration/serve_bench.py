@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from sim.calibration.least_squares import least_squares
+
 FEATURES = 256  # the validation's small logistic regression: the code, not the kernels
 WORKERS = (1, 2, 4)
 # each strategy timed, and what its pushes do: applied at once, or kept for a step
@@ -155,8 +157,7 @@ def line(points: list[tuple[int, float]]) -> tuple[float, float]:
     """Least squares of ``seconds = n x slope + intercept`` over (n, seconds), both >= 0:
     (slope, intercept)."""
     n, y = np.array([p[0] for p in points], float), np.array([p[1] for p in points])
-    (slope, intercept), *_ = np.linalg.lstsq(np.column_stack([n, np.ones_like(n)]), y,
-                                             rcond=None)
+    slope, intercept = least_squares(np.column_stack([n, np.ones_like(n)]), y)
     if slope < 0:
         return 0.0, max(float(np.mean(y)), 0.0)
     if intercept < 0:
