@@ -47,7 +47,7 @@ PARAMETERS = {"message_s", "message_Bps", "stack_s", "stack_Bps", "host_s", "hos
               "rpc_s", "serialize_Bps", "deserialize_Bps", "header_bytes", "frame_bytes",
               "frame_payload_bytes", "window_bytes", "latency_s", "overhead_s"}
 # packages that measure, fit or print these parameters (the inverse problem, not a cost)
-MEASURING = ("sim/real/calibration/", "sim/validation/", "sim/commands/", "sim/bench/")
+MEASURING = ("sim/calibration/", "sim/validation/", "sim/commands/", "sim/bench/")
 # the same names meaning something else: (module, attribute) -> what it is
 OTHER_MEANING = {
     ("sim/training/compute_model.py", "overhead_s"): "a device's constant per gradient",
