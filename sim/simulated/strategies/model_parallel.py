@@ -35,7 +35,7 @@ gradients apart from its pipeline's timing (:mod:`sim.simulated.strategies.pipel
 one stage, one shard and one microbatch the run is the plain strategy's, bit for bit and
 time for time (the few zero-length waits below keep SimPy's order of events at one instant
 where ranks share cores); otherwise its losses are up to rounding
-(tests/test_model_parallel_sim.py).
+(tests/simulated/test_model_parallel_sim.py).
 """
 
 from __future__ import annotations
