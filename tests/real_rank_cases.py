@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from fake_mpi import Ran, run_ranks
 
 from sim.config import Config
@@ -101,3 +102,26 @@ def write_spec(path: Path, spec: Any) -> Path:
     """``spec`` as the launcher writes spec.json."""
     path.write_text(spec.to_json() if hasattr(spec, "to_json") else json.dumps(spec))
     return path
+
+
+def sgd_reference(config: Config, gradient: Any) -> list[np.ndarray]:
+    """Synchronous SGD in numpy: the parameters before and after each update, every worker's
+    gradient (``gradient(model, params, X, y)``) on its own batch stream, summed in worker
+    order, scaled by 1 / workers, stepped at the config's rate (no momentum, no decay)."""
+    workload = build_workload(config)
+    params, out = workload.params.copy(), [workload.params.copy()]
+    for _ in range(config.run.iterations):
+        grads = [gradient(workload.model, params, *w.next_batch()) for w in workload.workers]
+        total = grads[0].copy()
+        for g in grads[1:]:
+            total = total + g
+        params = params - config.workload.lr * (total * (1.0 / len(grads)))
+        out.append(params)
+    return out
+
+
+def kernel_gradient(model: Any, params: np.ndarray, X: Any, y: np.ndarray) -> np.ndarray:
+    """The model's own gradient kernel."""
+    grad = np.zeros_like(params)
+    model.loss_grad(params, X, y, out=grad)
+    return grad

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from fake_mpi import run_ranks
 from numpy_ref import logreg_ref
-from real_rank_cases import rank_context, real_config, run_program
+from real_rank_cases import kernel_gradient, rank_context, real_config, run_program, sgd_reference
 
 from sim.real.executors import bsp, bsp_pipelined
 from sim.real.executors import checkpoint as ckpt
@@ -36,28 +36,6 @@ MLP = {"cluster": {"workers": 2},
 def with_keys(base: dict, **sections: dict) -> dict:
     return {name: {**base.get(name, {}), **sections.get(name, {})}
             for name in {*base, *sections}}
-
-
-def sgd_reference(config, gradient) -> list[np.ndarray]:
-    """Synchronous SGD in numpy: the parameters after each update, every worker's gradient
-    (``gradient(model, params, X, y)``) on its own batch stream, summed in rank order,
-    halved, stepped at the config's rate."""
-    workload = build_workload(config)
-    params, out = workload.params.copy(), [workload.params.copy()]
-    for _ in range(config.run.iterations):
-        grads = [gradient(workload.model, params, *w.next_batch()) for w in workload.workers]
-        total = grads[0].copy()
-        for g in grads[1:]:
-            total = total + g
-        params = params - config.workload.lr * (total * (1.0 / len(grads)))
-        out.append(params)
-    return out
-
-
-def kernel_gradient(model, params, X, y) -> np.ndarray:
-    grad = np.zeros_like(params)
-    model.loss_grad(params, X, y, out=grad)
-    return grad
 
 
 def numpy_gradient(model, params, X, y) -> np.ndarray:
