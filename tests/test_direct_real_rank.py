@@ -10,6 +10,7 @@ import io
 import json
 import os
 import signal
+import sys
 import time
 import types
 
@@ -22,6 +23,7 @@ from sim.errors import UserError
 from sim.real.executors import rank, rank_compute
 from sim.real.executors.rank_compute import RealCompute, median_kernel_s
 from sim.real.launch import real_run
+from sim.real.launch.launcher import Job, launch
 from sim.real.launch.real_run import RealOptions
 from sim.recorder import SUMMARY_KEYS
 from sim.simulated.engine import simulate
@@ -169,6 +171,30 @@ def test_the_rank_program_trains_and_rank_0_writes_the_runs_files(tmp_path):
     simulated = [float(row["loss"]) for row in csv.DictReader(
         io.StringIO(simulate(config).metrics_csv)) if row["kind"] == "eval"]
     assert len(evals) == 4 and evals == pytest.approx(simulated, rel=1e-12)
+
+
+def test_the_in_process_world_writes_what_mpiexec_ranks_write(tmp_path):
+    """The fake world stands for MPI: the rank program run on it and under mpiexec (the
+    launcher's own Job) writes the same numbers (the update and evaluation rows)."""
+    pytest.importorskip("mpi4py")
+    config = real_config(LOGREG)
+    files = {}
+    for where in ("threads", "mpiexec"):
+        work = tmp_path / where
+        spec = write_spec(work / "spec.json", rank_spec(config, work))
+        if where == "threads":
+            run_ranks(2, lambda comm, spec=spec: rank.main(["--spec", str(spec)]))
+        else:
+            launch(Job([sys.executable, "-m", "sim.real.executors.rank", "--spec", str(spec)],
+                       2, work, timeout_s=60, hang_s=30))
+        files[where] = json.loads((work / "result.json").read_text())
+
+    def numbers(run: dict) -> list[tuple[str, ...]]:
+        rows = csv.DictReader(io.StringIO(run["metrics.csv"]))
+        return [(row["kind"], row["iteration"], row["loss"]) for row in rows]
+
+    assert numbers(files["threads"]) == numbers(files["mpiexec"])
+    assert len(numbers(files["threads"])) == 6 + 4  # 6 updates, 4 evaluations
 
 
 def test_a_rank_that_fails_leaves_its_error_and_aborts_the_job(tmp_path):
