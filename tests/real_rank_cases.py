@@ -20,22 +20,36 @@ from sim.config import Config
 from sim.real.executors.assemble import RankLog
 from sim.real.executors.context import RankContext
 from sim.real.executors.rank_clock import Heartbeat, Waiter
-from sim.real.executors.registry import check_supported, real_strategy
+from sim.real.executors.registry import real_strategy
 from sim.real.launch.real_run import RealOptions, wait_mode
 from sim.training.strategies import make_rules
 from sim.training.workload import build_workload
 
 
 def real_config(data: dict[str, Any]) -> Config:
-    """``data`` validated as ``sim real`` validates a config (the strategy checked as
-    supported for real)."""
+    """``data`` validated as ``sim real`` validates a config (checked as supported for
+    real on shared memory)."""
     try:  # the validator's module: sim.training.validator once the config work lands
         from sim.training.validator import validate
     except ImportError:
         from sim.training.checks import validate
     config = validate(data)
-    check_supported(config)
+    real_run(config)
     return config
+
+
+def real_run(config: Config) -> tuple[int, str]:
+    """(ranks, message path) of a real run of ``config``, as the launcher's check says
+    (UserError for what real runs do not support)."""
+    try:  # one validator for real runs too, once the config work lands
+        from sim.training.validator import validate_real  # type: ignore[attr-defined]
+    except ImportError:
+        from sim.real.executors.rank_transport import real_transport
+        from sim.real.executors.registry import check_supported  # type: ignore[attr-defined]
+
+        return check_supported(config).ranks(config), real_transport(config)
+    real = validate_real(config, "shm")
+    return real.ranks, real.transport
 
 
 def rank_spec(config: Config, workdir: Path, options: RealOptions | None = None,
@@ -45,9 +59,7 @@ def rank_spec(config: Config, workdir: Path, options: RealOptions | None = None,
     JSON spec's dict."""
     options = options or RealOptions()
     workdir.mkdir(parents=True, exist_ok=True)
-    from sim.real.executors.rank_transport import real_transport
-
-    ranks = check_supported(config).ranks(config)
+    ranks, transport = real_run(config)
     wait = wait_mode(options.wait, ranks, config.compute.time_s is None)
     try:
         from sim.real.executors.rank_spec import RankSpec  # type: ignore[import-not-found]
@@ -57,10 +69,10 @@ def rank_spec(config: Config, workdir: Path, options: RealOptions | None = None,
         (workdir / "config.toml").write_text(dump_config(config))
         return {"config": str(workdir / "config.toml"), "workdir": str(workdir),
                 "result": str(workdir / "result.json"), "net": options.net,
-                "transport": real_transport(config), "impl": options.impl,
+                "transport": transport, "impl": options.impl,
                 "repeat": repeat, "wait": wait, "faults": faults}
-    return RankSpec(config, workdir, workdir / "result.json", options.net,
-                    real_transport(config), options.impl, wait, repeat, faults)
+    return RankSpec(config, workdir, workdir / "result.json", options.net, transport,
+                    options.impl, wait, repeat, faults)
 
 
 def rank_context(comm: Any, config: Config, workdir: Path, impl: str = "schedule",
