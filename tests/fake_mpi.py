@@ -407,7 +407,7 @@ def _module() -> types.ModuleType:
                         }.items():
         setattr(mpi, name, value)
     package = types.ModuleType("mpi4py")
-    package.MPI = mpi  # type: ignore[attr-defined]
+    package.MPI = mpi
     return package
 
 

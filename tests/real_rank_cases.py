@@ -42,10 +42,10 @@ def real_run(config: Config) -> tuple[int, str]:
     """(ranks, message path) of a real run of ``config``, as the launcher's check says
     (UserError for what real runs do not support)."""
     try:  # one validator for real runs too, once the config work lands
-        from sim.training.validator import validate_real  # type: ignore[attr-defined]
+        from sim.training.validator import validate_real
     except ImportError:
         from sim.real.executors.rank_transport import real_transport
-        from sim.real.executors.registry import check_supported  # type: ignore[attr-defined]
+        from sim.real.executors.registry import check_supported
 
         return check_supported(config).ranks(config), real_transport(config)
     real = validate_real(config, "shm")
@@ -62,7 +62,7 @@ def rank_spec(config: Config, workdir: Path, options: RealOptions | None = None,
     ranks, transport = real_run(config)
     wait = wait_mode(options.wait, ranks, config.compute.time_s is None)
     try:
-        from sim.real.executors.rank_spec import RankSpec  # type: ignore[import-not-found]
+        from sim.real.executors.rank_spec import RankSpec
     except ImportError:
         from sim.config import dump_config
 

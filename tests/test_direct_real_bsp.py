@@ -6,6 +6,8 @@ uninterrupted run bit for bit."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from fake_mpi import run_ranks
@@ -193,18 +195,19 @@ def test_a_bsp_run_resumed_from_its_checkpoint_is_the_uninterrupted_run(tmp_path
     config = real_config(with_keys(LOGREG, checkpoint={"every_steps": 2},
                                    run={"iterations": 5}))
     checkpoints = tmp_path / "checkpoints"
-    jobs: list = []
+    jobs: list[tuple[dict, list[RankLog]]] = []  # (the spec's faults, the ranks' logs)
 
     def launch(faults: dict, records: dict) -> dict[str, str]:  # one job, in-process
-        jobs.append(faults)
         logs, _ = run_program(config, tmp_path / "job", faults=faults, combine=False)
-        return {"summary.json": '{"iterations": 5, "sim_time_s": 1.0, "workers": [{}]}',
-                "logs": logs}  # type: ignore[dict-item]
+        jobs.append((faults, logs))
+        return {"summary.json": '{"iterations": 5, "sim_time_s": 1.0, "workers": [{}]}'}
 
-    (tmp_path / "job").mkdir()
     files = run_restarting(config, checkpoints, launch)  # no failure: one job
-    whole: list[RankLog] = files["logs"]  # type: ignore[assignment]
-    assert len(jobs) == 1 and jobs[0]["checkpoints"] == str(checkpoints)
+    summary = json.loads(files["summary.json"])
+    assert (summary["recovery"], summary["failures"], summary["checkpoints"]) == (
+        "restart", 0, 2)
+    [(faults, whole)] = jobs
+    assert faults["checkpoints"] == str(checkpoints) and faults["resume"] is None
     assert sorted(p.name for p in checkpoints.glob(ckpt.PATTERN)) == [
         ckpt.path_for(checkpoints, 2).name, ckpt.path_for(checkpoints, 4).name]
     # every rank's step 2 and 4 ended in the checkpoint's blocking write
@@ -217,7 +220,7 @@ def test_a_bsp_run_resumed_from_its_checkpoint_is_the_uninterrupted_run(tmp_path
               "gaps": [("recompute", 0.0, 0.0)]}
     (tmp_path / "again").mkdir()
     again, _ = run_program(config, tmp_path / "again", combine=False,
-                           faults={**jobs[0], "done": [], "resume": resume})
+                           faults={**faults, "resume": resume})
     assert sorted(again[0].snapshots) == sorted(whole[0].snapshots) == list(range(6))
     for k, params in whole[0].snapshots.items():  # the same numbers, bit for bit
         assert again[0].snapshots[k].tobytes() == params.tobytes(), k
