@@ -224,6 +224,14 @@ def test_a_split_replica_steps_as_the_one_process_reference_bit_for_bit(tmp_path
     assert len(logs[0].handoffs) == per_step * config.run.iterations
 
 
+def test_a_nan_stops_every_rank_of_a_split_replica_after_the_same_update(tmp_path):
+    data = split(2, pipeline=2, microbatches=2)
+    data["workload"] = {**data["workload"], "lr": 1e150}  # the first step overflows
+    logs, _ = run_program(real_config(data), tmp_path)
+    assert [(log.diverged, len(log.steps)) for log in logs] == [(True, 1)] * 4
+    assert sorted(logs[0].snapshots) == [0, 1]  # no snapshot of NaN parameters
+
+
 # ---- the split run's log ------------------------------------------------------------------
 
 def test_the_bubble_is_the_idle_share_of_each_pipelines_window():
