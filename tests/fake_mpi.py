@@ -258,7 +258,7 @@ def _reduce(values: list[np.ndarray], op: str) -> np.ndarray:
 
 
 class Comm:
-    """One rank's handle on a communicator: ``group`` is its members' world ranks."""
+    """One rank's handle on a communicator (``context``: its id; ranks numbered in it)."""
 
     def __init__(self, world: World, context: int, size: int, rank: int) -> None:
         self.world, self.context, self.size, self.rank = world, context, size, rank
