@@ -86,3 +86,16 @@ def test_docs_point_only_inside_the_repository():
             if not any((ROOT / f"{path}{ext}").exists() for ext in ("", ".py")):
                 problems.append(f"{page.relative_to(ROOT)}: `{path}` does not exist")
     assert not problems, problems
+
+
+def test_the_architecture_page_names_every_package_and_top_level_module():
+    """docs/architecture.md is the map of sim/: every package (a folder with an __init__.py)
+    and every module directly in sim/ is named there in backquotes, so a new one cannot be
+    added without a line saying what it owns."""
+    text = (DOCS / "architecture.md").read_text()
+    named = set(REPO_PATH.findall(text))
+    sim = ROOT / "sim"
+    wanted = {f"{p.parent.relative_to(ROOT)}/" for p in sim.rglob("__init__.py")} - {"sim/"}
+    wanted |= {str(p.relative_to(ROOT)) for p in sim.glob("*.py") if p.name != "__init__.py"}
+    missing = sorted(p for p in wanted if p not in named)
+    assert not missing, f"docs/architecture.md does not name {missing}"
