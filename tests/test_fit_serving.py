@@ -13,8 +13,8 @@ import pytest
 from sim.cli import main
 from sim.config import dump_config
 from sim.errors import UserError
-from sim.training.checks import validate
 from sim.training.host_costs import HOSTS, load_host, save_host_profile
+from sim.training.validator import validate
 from sim.validation.fit_serving import (
     ACTIVITIES,
     SERVE,

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.training.checks import validate
 from sim.training.parallel_plan import (
     PlanLayer,
     balance,
@@ -20,6 +19,7 @@ from sim.training.parallel_plan import (
     plan_layers,
     split_key,
 )
+from sim.training.validator import validate
 from sim.workloads.models import make_model
 
 B = 8  # bytes of a float64

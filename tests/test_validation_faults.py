@@ -16,8 +16,8 @@ from sim.faults.storage import get_storage
 from sim.network.fabrics import Fabric, save_profile
 from sim.network.transports import get_transport, save_transport
 from sim.real.calibration import restart_costs as R
-from sim.training.checks import validate
 from sim.training.compute_model import save_device_profile
+from sim.training.validator import validate
 from sim.validation.matrix import case_config, expand, load_matrix, toml_value
 
 pytest.importorskip("mpi4py")

@@ -30,8 +30,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from sim import kernels as K
-from sim.training.checks import validate
 from sim.training.strategies import STRATEGIES
+from sim.training.validator import validate
 
 KINDS = ("bsp", "asp", "ssp")
 WORKERS = (8, 64)

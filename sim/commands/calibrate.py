@@ -78,7 +78,7 @@ def main(args: argparse.Namespace) -> int:
     from sim.real.launch.launcher import RunFailed
     from sim.real.launch.other_load import OtherLoad
     from sim.real.launch.real_run import network, terminated_cleanly
-    from sim.training.checks import load_config
+    from sim.training.validator import load_config
 
     if args.from_runs:
         return from_runs(args)

@@ -224,7 +224,7 @@ def _pct(x: float | None) -> str:
 def _config(sim_dir: Path) -> Any:
     """The simulated run's resolved config (:class:`sim.config.Config`), None if its
     config.toml is missing or no longer valid."""
-    from sim.training.checks import validate
+    from sim.training.validator import validate
 
     try:
         return validate(tomllib.loads((sim_dir / "config.toml").read_text()), str(sim_dir))

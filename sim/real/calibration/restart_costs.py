@@ -38,7 +38,7 @@ from sim.faults.storage import Storage, get_storage, save_storage_profile
 from sim.real.calibration.host import MAX_ERROR
 from sim.real.executors import checkpoint as ckpt
 from sim.rundir import write_atomic
-from sim.training.checks import validate
+from sim.training.validator import validate
 
 SIZES = [1_000, 8_000, 64_000, 512_000, 2_000_000, 8_000_000]  # payload bytes
 QUICK_SIZES = [1_000, 64_000, 1_000_000]
@@ -167,23 +167,23 @@ def measure_restart(config: Config, directory: Path, storage: Storage,
     checkpoint read back, and ``restart_s`` (the median span minus that read).
     Raises RunFailed or UserError."""
     from sim.real.calibration.suite import _describe
-    from sim.real.executors.registry import check_supported
     from sim.real.launch.real_run import RealOptions, run_faulty
+    from sim.training.validator import validate_real
 
     job = restart_job(config)
-    ranks = check_supported(job).ranks(job)
+    real = validate_real(job)
     spans, size = [], 0
     for i in range(repeats):
         place = directory / f"restart-{i}"
         shutil.rmtree(place, ignore_errors=True)
         try:
-            files = run_faulty(job, ranks, RealOptions(hang_s=120), None, i, "restart", place)
+            files = run_faulty(job, real, RealOptions(hang_s=120), None, i, place)
             size = ckpt.path_for(place, 1).stat().st_size
         finally:
             shutil.rmtree(place, ignore_errors=True)
         spans.append(float(json.loads(files["summary.json"])["restart_time_s"]))
     read_s = storage.read_s(size)
-    return {"workload": _describe(config), "ranks": ranks, "key": config_key(config),
+    return {"workload": _describe(config), "ranks": real.ranks, "key": config_key(config),
             "restart_time_s": spans, "checkpoint_bytes": size, "read_s": read_s,
             "restart_s": max(statistics.median(spans) - read_s, 0.0)}
 

@@ -50,8 +50,8 @@ from sim.network.collectives import get_collective
 from sim.network.fabrics import Fabric, save_profile
 from sim.real.launch.emulate import Emulation
 from sim.real.launch.launcher import Job, launch
-from sim.training.checks import validate
 from sim.training.compute_model import save_device_profile
+from sim.training.validator import validate
 
 SIZES = [8, 512, 4096, 32768, 262144, 1 << 20, 4 << 20]
 QUICK_SIZES = [8, 4096, 262144]

@@ -1,15 +1,20 @@
-"""A config's cross-key checks and the loading that runs them.
+"""The one validator: a config file plus ``--set`` overrides in, a frozen, checked
+:class:`~sim.config.Config` out.
 
-:mod:`sim.config` is the schema alone; whether names exist (strategies, fabrics, models,
-collectives, devices, hosts, storage) and whether keys agree with each other is decided here,
-where the registries are in reach. :func:`load_config` and :func:`validate` return a
-:class:`~sim.config.Config` that passed every check, or raise :class:`sim.errors.UserError`
-naming the source, the dotted key and what was expected. :func:`config_warnings` words the
-valid settings that do nothing in a run.
+:mod:`sim.config` holds the schema (types, ranges, one table at a time); whether names exist
+(strategies, fabrics, models, collectives, devices, hosts, storage) and whether keys agree
+with each other is decided here, where the registries are in reach, or in the strategy's
+row (:mod:`sim.training.strategies`). :func:`load_config` and :func:`validate` return a
+:class:`~sim.config.Config` that passed every check; :func:`validate_real` says whether a
+real run supports it (the checks of :mod:`sim.training.real_checks`) and returns what the
+launcher needs. Each raises :class:`sim.errors.UserError` naming the source, the dotted key
+and what was expected. Real ranks receive a config that passed here and never validate it
+again. :func:`config_warnings` words the valid settings that do nothing in a run.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +41,8 @@ from sim.training.compute_model import DEVICES, load_device
 from sim.training.host_costs import load_host
 from sim.training.parallel_plan import build_plan, config_layers, plannable, splits
 from sim.training.rank_memory import run_memory
-from sim.training.strategies import STRATEGIES, row_of
+from sim.training.real_checks import check_recovery, check_supported, check_transport_net
+from sim.training.strategies import STRATEGIES, StrategyRow, row_of
 from sim.workloads.datasets import (
     DATASETS,
     ctr_columns,
@@ -253,6 +259,15 @@ def _check_parallel(c: Config) -> None:
     elif c.workload.batch % par.microbatches:
         raise ValueError(f"parallel.microbatches: {par.microbatches} does not divide "
                          f"workload.batch ({c.workload.batch} rows per replica)")
+    elif splits(c):  # microbatches of a timing profile or a sparse model: no layers to plan
+        try:
+            config_layers(c)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (the simulator runs [parallel] on a plan of the "
+                             "model's dense layers)") from None
+    if splits(c) and row.simulated_model_parallel is None:
+        raise ValueError(f"parallel.pipeline: strategy {row.name!r} takes [parallel], but "
+                         "the simulator does not run its stages yet")
 
 
 def _placements() -> str:
@@ -266,8 +281,6 @@ def _check_embeddings(c: Config) -> None:
     [embeddings]; [embeddings] keys that need a placement."""
     w, e, row = c.workload, c.embeddings, row_of(c)
     tabular = MODELS[w.model].tabular
-    if tabular and e.placement is None and row.embedding_placements:  # in config.toml
-        e.placement = row.embedding_placements[0]
     if e.cache_rows and e.placement not in ("ps", None):
         raise ValueError(f"embeddings.cache_rows: a worker caches rows it pulls from the "
                          f"servers (placement \"ps\"), not with placement {e.placement!r}")
@@ -393,10 +406,22 @@ def config_warnings(config: Config) -> list[str]:
 
 # ---- loading -------------------------------------------------------------------------
 
+def _derived(c: Config) -> Config:
+    """``c`` with the defaults that depend on the registries, written out so config.toml
+    shows them: a model with tables keeps them where its strategy's row first says
+    (embeddings.placement). Unknown names are left for :func:`_check_names`."""
+    model, row = MODELS.get(c.workload.model), STRATEGIES.get(c.strategy.kind)
+    if model is None or row is None or not model.tabular or c.embeddings.placement is not None \
+            or not row.embedding_placements:
+        return c
+    embeddings = c.embeddings.model_copy(update={"placement": row.embedding_placements[0]})
+    return c.model_copy(update={"embeddings": embeddings})
+
+
 def validate(data: dict[str, Any], source: str = "<config>") -> Config:
     """The resolved Config, checked across keys; UserError naming ``source``, the key and
     what was expected."""
-    config = parse(data, source)
+    config = _derived(parse(data, source))
     for check in CHECKS:
         try:
             check(config)
@@ -427,3 +452,25 @@ def validate_reduced(data: dict[str, Any], config: Config, source: str
     except UserError as exc:  # e.g. a planned failure after the last update left
         raise UserError(f"{exc} ({reduced['run']['reduced']}; unset "
                         f"{quick.VARIABLE} to run it as configured)") from None
+
+
+# ---- real runs -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RealRun:
+    """What the launcher needs of a config :func:`validate_real` accepted."""
+
+    row: StrategyRow  # the strategy's row; its ``real`` names the rank programs
+    ranks: int  # workers (replicas x stages x shards), then the server ranks
+    transport: str  # the message path: "mpi" or "grpc"
+    recovery: str | None  # "restart", "elastic", or None without [faults] and [checkpoint]
+
+
+def validate_real(config: Config, net: str = "shm", source: str = "config") -> RealRun:
+    """Whether a real run of ``config`` (already :func:`validate`'d) on ``net`` (``--net``:
+    shm or emulate:RATE) is supported, and what it is. Raises UserError naming ``source``
+    and the key that only the simulator runs (:mod:`sim.training.real_checks`)."""
+    row = row_of(config)
+    transport = check_supported(config, row, source)
+    check_transport_net(transport, net)
+    return RealRun(row, row.ranks(config), transport, check_recovery(config, net, source))
