@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import simpy
 
-from sim.config import Config, dump_config
+from sim.config import Cluster, Config, dump_config
 from sim.kernels import NonFiniteError
 from sim.network.fabrics import get_fabric
 from sim.network.standalone import build_network, endpoint_machines, with_host_link
@@ -80,7 +80,7 @@ def _topology_kwargs(config: Config) -> dict[str, Any]:
     return {k: v for k, v in given.items() if k in accepted}
 
 
-def rank_hosts(cluster: Any, ranks: int) -> list[int]:
+def rank_hosts(cluster: Cluster, ranks: int) -> list[int]:
     """The host of every rank (workers, then servers)."""
     return list(cluster.rank_hosts) or [r // cluster.ranks_per_host for r in range(ranks)]
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sim.names import unknown
 
 if TYPE_CHECKING:
+    from sim.config import Config
     from sim.training.rules import Rules
 
 #: every layer-wise pipelining mode (strategy.pipelining)
@@ -113,17 +114,17 @@ class StrategyRow:
     # for bsp; empty: it does not train models with tables
     embedding_placements: tuple[str, ...] = ()
 
-    def server_ranks(self, config: Any) -> int:
+    def server_ranks(self, config: Config) -> int:
         """The parameter-server ranks it adds to ``config``'s cluster."""
         return config.cluster.servers if self.uses_servers else 0
 
-    def worker_ranks(self, config: Any) -> int:
+    def worker_ranks(self, config: Config) -> int:
         """The ranks that compute: cluster.workers replicas, each parallel.pipeline x
         parallel.tensor ranks (1 x 1 unless the strategy is model parallel)."""
         split = config.parallel.pipeline * config.parallel.tensor if self.model_parallel else 1
         return config.cluster.workers * split
 
-    def ranks(self, config: Any) -> int:
+    def ranks(self, config: Config) -> int:
         """Every rank of ``config``'s job: workers (replicas x stages x shards), then server
         shards."""
         return self.worker_ranks(config) + self.server_ranks(config)
@@ -226,11 +227,11 @@ def strategy_row(kind: str) -> StrategyRow:
     return STRATEGIES[kind]
 
 
-def row_of(config: Any) -> StrategyRow:
+def row_of(config: Config) -> StrategyRow:
     """The row of ``config.strategy.kind``."""
     return strategy_row(config.strategy.kind)
 
 
-def make_rules(config: Any, workers: int | None = None) -> Rules:
+def make_rules(config: Config, workers: int | None = None) -> Rules:
     """The rules of ``config.strategy.kind`` for ``workers`` workers (default: the config's)."""
     return row_of(config).rules_class()(config, workers or config.cluster.workers)
