@@ -1,7 +1,10 @@
 """A real run from the parent's side: spec, network, launch, and the run directory.
 
-:func:`run_real` checks the config, sets up the network (shared memory, or an emulated
-one), launches the ranks once per repeat and writes what rank 0 returned with the result
+:func:`run_real` checks the command's options and asks the validator whether real runs
+support the config (:func:`sim.training.validator.validate_real`; the ranks never check it
+again), sets up the network (shared memory, or an emulated one), launches the ranks once
+per repeat with a :class:`~sim.real.executors.rank_spec.RankSpec` and writes what rank 0
+returned with the result
 contract of :mod:`sim.recorder`: ``OUT/`` is a run directory, or with ``repeat > 1`` holds
 ``r0/``, ``r1/``, ... (each a run directory), the resolved ``config.toml`` and
 ``repeats.json`` (iteration time of each repeat). Everything lands atomically.
