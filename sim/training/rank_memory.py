@@ -57,8 +57,8 @@ def server_memory(params: int, servers: int, momentum: bool, itemsize: int) -> M
 def run_memory(config: Config, plan: Plan | None = None) -> RunMemory | None:
     """The ranks' memory of a resolved config (``plan``: its plan, built if not given);
     None for a config whose layers no plan knows (a timing profile, a sparse model:
-    :func:`~sim.training.parallel_plan.plannable`). Raises ValueError as
-    :func:`~sim.training.parallel_plan.build_plan` does."""
+    :func:`~sim.training.parallel_plan.plannable`). ``config`` passed the validator's
+    [parallel] checks (:mod:`sim.training.validator`), which it runs before this one."""
     if not plannable(config):
         return None
     layers = config_layers(config)
