@@ -55,12 +55,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from sim.network import FABRICS, get_collective, get_fabric, simulate
+from sim.network.message_cost import alpha_s, beta_s, half_bytes
 
 print(f"{'fabric':<10}{'bandwidth':>12}{'alpha':>10}{'n_1/2':>11}  source")
 for name in FABRICS:
     f = get_fabric(name)
-    print(f"{name:<10}{f.bandwidth_Bps / 1e9:>7.2f} GB/s{f.alpha_s() * 1e6:>7.1f} us"
-          f"{f.alpha_s() * f.bandwidth_Bps / 1e3:>8.1f} KB  {f.source}")
+    print(f"{name:<10}{f.bandwidth_Bps / 1e9:>7.2f} GB/s{alpha_s(f) * 1e6:>7.1f} us"
+          f"{half_bytes(f) / 1e3:>8.1f} KB  {f.source}")
 
 # %% [markdown]
 # One message from host 0 to host 1 through the switch, simulated (a broadcast over p = 2
@@ -76,7 +77,7 @@ for name in FABRICS:
                   for n in sizes])
     (line,) = ax_t.loglog(sizes, t * 1e6, label=name)
     ax_b.semilogx(sizes, sizes / t / f.bandwidth_Bps, color=line.get_color())
-    n_half = f.alpha_s() * f.bandwidth_Bps
+    n_half = half_bytes(f)
     ax_b.plot([n_half], [0.5], "o", color=line.get_color())
 ax_t.set(xlabel="message size (bytes)", ylabel="time (µs)", title="Time of one message")
 ax_b.set(xlabel="message size (bytes)", ylabel="achieved / link bandwidth",
@@ -116,8 +117,8 @@ worst = 0.0
 for ax, fab in zip(axes, FABRICS_COMPARED, strict=True):
     f = get_fabric(fab)
     for algo in ALGOS:
-        closed = np.array([get_collective(algo).closed_form_s(WORKERS, n, f.alpha_s(),
-                                                              f.beta_s_per_byte) for n in sizes])
+        closed = np.array([get_collective(algo).closed_form_s(WORKERS, n, alpha_s(f),
+                                                              beta_s(f)) for n in sizes])
         worst = max(worst, float(np.max(np.abs(simulated[fab, algo] / closed - 1))))
         (line,) = ax.loglog(sizes, simulated[fab, algo], "o-", markersize=3, label=algo)
         ax.loglog(sizes, closed, "--", color=line.get_color(), linewidth=1)
@@ -183,7 +184,7 @@ fig, axes = plt.subplots(2, len(FABRICS_COMPARED), figsize=(5.2 * len(FABRICS_CO
 for row, (family, grid_p) in enumerate(P_FAMILIES.items()):
     for ax, fab in zip(axes[row], FABRICS_COMPARED, strict=True):
         f = get_fabric(fab)
-        cost = np.array([[[get_collective(a).closed_form_s(p, n, f.alpha_s(), f.beta_s_per_byte)
+        cost = np.array([[[get_collective(a).closed_form_s(p, n, alpha_s(f), beta_s(f))
                            for n in grid_n] for p in grid_p] for a in ALGOS])
         best = cost.argmin(axis=0)
         ax.pcolormesh(grid_n, grid_p, best, cmap=cmap, vmin=-0.5, vmax=len(ALGOS) - 0.5,
@@ -223,7 +224,7 @@ fig, ax = plt.subplots(figsize=(6.5, 4.2), layout="constrained")
 for servers in PS_SERVERS:
     ps = get_collective("ps", servers=servers)
     t = [simulate(ps, p=p, nbytes=PS_BYTES, fabric=PS_FABRIC).time_s for p in PS_WORKERS]
-    closed = [ps.closed_form_s(p, PS_BYTES, f.alpha_s(), f.beta_s_per_byte) for p in PS_WORKERS]
+    closed = [ps.closed_form_s(p, PS_BYTES, alpha_s(f), beta_s(f)) for p in PS_WORKERS]
     (line,) = ax.loglog(PS_WORKERS, np.array(t) * 1e3, "o-",
                         label=f"parameter server, S = {servers}")
     ax.loglog(PS_WORKERS, np.array(closed) * 1e3, "--", color=line.get_color(), linewidth=1)

@@ -70,6 +70,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from sim.network import get_fabric, simulate
+from sim.network.message_cost import alpha_s
 
 calibration = RUNS / "calibration"
 print(cli("calibrate", "--out", calibration, "--net", NET, *(["--quick"] if QUICK else [])))
@@ -90,7 +91,7 @@ fig, ax = plt.subplots(figsize=(6.5, 4), layout="constrained")
 for name in (FABRIC, "ib-hdr", "eth-25g", "eth-10g"):
     f = get_fabric(name)
     t = [simulate("broadcast", p=2, nbytes=int(n), fabric=name).time_s for n in sizes]
-    ax.loglog(sizes, np.array(t) * 1e6, label=f"{f.name}: α {f.alpha_s() * 1e6:.1f} µs, "
+    ax.loglog(sizes, np.array(t) * 1e6, label=f"{f.name}: α {alpha_s(f) * 1e6:.1f} µs, "
               f"{f.bandwidth_Bps / 1e9:.2f} GB/s", linewidth=2.5 if name == FABRIC else 1.5)
 ax.set(xlabel="message size (bytes)", ylabel="time (µs)", title="One message")
 ax.legend()

@@ -79,7 +79,7 @@ bubble.pivot_table(index=["pipeline", "microbatches"], columns="schedule",
 # and an activation message. In the full run the excess is at most 0.04 (p = 2 and 4 at
 # m = 32: 0.068 against 0.030, 0.125 against 0.086). The `reference` column is the schedule
 # evaluated at each stage's own measured pass times with free messages
-# (`sim.training.pipeline_schedule.evaluate`): it accounts for nearly all of the excess
+# (`sim.training.stage_schedule.evaluate`): it accounts for nearly all of the excess
 # (0.0683 against a measured 0.0685 at p = 2, m = 32); the rest is the activation messages.
 #
 # The memory panel is the other half of the story: GPipe's stash (all m microbatches of

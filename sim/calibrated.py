@@ -73,13 +73,24 @@ def profile_json(profile: Any, fmt: str, **extra: Any) -> str:
     """The text of ``profile`` (a dataclass) as a calibrated profile of format ``fmt`` that
     :func:`load_profile` reads back: ``format``, every field by name, then ``extra`` (how it
     was measured: fits, samples; an extra ``source`` replaces the field's)."""
-    data = {"format": fmt, **dataclasses.asdict(profile), **extra}
-    return json.dumps(data, indent=2) + "\n"
+    return _text({"format": fmt, **dataclasses.asdict(profile), **extra})
 
 
 def write_profile(path: str | Path, profile: Any, fmt: str, **extra: Any) -> Path:
     """Write :func:`profile_json` to ``path`` atomically; the path. Raises OSError."""
     return write_atomic(Path(path), profile_json(profile, fmt, **extra))
+
+
+def write_profile_data(path: str | Path, data: dict[str, Any]) -> Path:
+    """Write a profile's JSON object as :func:`read_profile` returned it, some values
+    changed (a fit to real runs replacing a microbenchmark's), atomically, in the text
+    :func:`profile_json` writes; the path. Raises OSError."""
+    return write_atomic(Path(path), _text(data))
+
+
+def _text(data: dict[str, Any]) -> str:
+    """Every profile's text: its JSON object indented by 2, then a newline."""
+    return json.dumps(data, indent=2) + "\n"
 
 
 def preset_or_path(spec: str, presets: Mapping[str, Any], what: str) -> tuple[Any, Path | None]:

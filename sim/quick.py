@@ -1,6 +1,6 @@
 """``SGD_LAB_QUICK=1``: the small form of the long commands, for tests that run them.
 
-The tests of the documentation run every documented command (tests/test_docs_commands.py),
+The tests of the documentation run every documented command (tests/project/test_docs_commands.py),
 and the notebooks' tests run each notebook; with this variable set the same commands finish
 in seconds. On the command line it
 

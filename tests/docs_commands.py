@@ -1,5 +1,5 @@
 """The documented commands as data, and a fresh clone to run them in (for
-tests/test_docs_commands.py, which says why each choice is made).
+tests/project/test_docs_commands.py, which says why each choice is made).
 
 - :func:`blocks` reads the fenced code blocks of README.md and docs/**/*.md, with the
   ``<!-- not run: REASON -->`` markers before them;

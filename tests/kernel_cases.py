@@ -198,7 +198,7 @@ def build(name: str, dtype: Any, n: int = 5, d: int = 6, k: int = 3) -> Case:
 def embedding_case(name: str, dtype: Any, V: int = 6, D: int = 5, n: int = 4,
                    k: int = 3) -> Case:
     """A valid call of an embedding-table kernel: a table of V rows of D columns, n bags of
-    k ids (:func:`build` maps its n, d, k here; tests/test_kernels_embedding.py calls this
+    k ids (:func:`build` maps its n, d, k here; tests/kernels/test_kernels_embedding.py calls this
     directly for shapes that mapping never gives, V = 1 and one-id bags). Each index array
     (``idx``) is checked before anything is written."""
     rng = np.random.default_rng(0)

@@ -26,7 +26,7 @@ import numpy as np
 import simpy
 
 from sim.network.collectives import get_collective
-from sim.network.standalone import build_network
+from sim.network.network_builder import build_network
 from sim.simulated.engine import CountingEnvironment
 
 FABRIC = "ib-hdr"

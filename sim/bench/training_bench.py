@@ -10,13 +10,13 @@ reports simulated updates per second of wall time and splits that wall time thre
 - simulator: everything else: SimPy, the network model, strategies, recorder.
 
 Kernel and batch time are measured by wrapping every public function of
-:mod:`sim.kernels` (and its internal ``_call``, the C call), and ``Worker.next_batch``,
-with ``perf_counter`` accumulators for the length of the run, so the shares come from the
-same run as the rate (the timers' own cost, ~0.1 us a call, is in the run too). Each case
-runs on both network models, ``flow`` (the default, max-min sharing) and ``analytical``
-(closed forms), which shows what the network model costs. Each case runs ``repeats``
-times; the fastest run is reported (the machine may be shared). The target: the
-simulator is the smaller share of the wall time (< 50%).
+:mod:`sim.kernels` (and its internal ``_call``, the C call, in each of its modules that
+calls it), and ``Worker.next_batch``, with ``perf_counter`` accumulators for the length of
+the run, so the shares come from the same run as the rate (the timers' own cost, ~0.1 us a
+call, is in the run too). Each case runs on both network models, ``flow`` (the default,
+max-min sharing) and ``analytical`` (closed forms), which shows what the network model
+costs. Each case runs ``repeats`` times; the fastest run is reported (the machine may be
+shared). The target: the simulator is the smaller share of the wall time (< 50%).
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ from __future__ import annotations
 import argparse
 import inspect
 import platform
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import ModuleType
 from typing import Any
 
 from sim import kernels as K
@@ -52,9 +54,13 @@ def config(kind: str, workers: int, network: str, iterations: int) -> Any:
 
 def _public_kernels() -> dict[str, Callable[..., Any]]:
     """The functions :mod:`sim.kernels` exports (every call site goes through ``K.name``)."""
-    return {name: fn for name, fn in vars(K).items()
-            if inspect.isfunction(fn) and fn.__module__ == K.__name__
-            and not name.startswith("_")}
+    return {name: getattr(K, name) for name in K.__all__ if inspect.isfunction(getattr(K, name))}
+
+
+def _c_callers() -> list[ModuleType]:
+    """The modules of :mod:`sim.kernels` that call C through their own ``_call`` binding."""
+    return [module for name, module in sorted(sys.modules.items())
+            if name.startswith(K.__name__ + ".") and "_call" in vars(module)]
 
 
 def _timed(fn: Callable[..., Any], totals: dict[str, float], key: str) -> Callable[..., Any]:
@@ -82,7 +88,8 @@ def stopwatch() -> Iterator[dict[str, float]]:
 
     totals = {"kernels_s": 0.0, "c_s": 0.0, "data_s": 0.0}
     patched = [(K, name, fn, "kernels_s") for name, fn in _public_kernels().items()]
-    patched += [(K, "_call", K._call, "c_s"), (Worker, "next_batch", Worker.next_batch, "data_s")]
+    patched += [(module, "_call", module._call, "c_s") for module in _c_callers()]
+    patched += [(Worker, "next_batch", Worker.next_batch, "data_s")]
     for owner, name, fn, key in patched:
         setattr(owner, name, _timed(fn, totals, key))
     try:

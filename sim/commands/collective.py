@@ -126,7 +126,7 @@ def _main_sweep(args: argparse.Namespace) -> int:
 
 def calculate(args: argparse.Namespace) -> dict[str, Any]:
     """Run the collective described by the parsed arguments; raises UserError on bad input."""
-    from sim.network.standalone import time_collective
+    from sim.network.collective_alone import time_collective
     from sim.network.units import parse_bytes
 
     p = _require(args.workers >= 1, "--workers", "expected at least 1 worker", args.workers)
@@ -285,7 +285,7 @@ def _algorithms(args: argparse.Namespace, names: list[str]) -> list[Collective]:
 
 def _where(args: argparse.Namespace) -> dict[str, Any]:
     """run_alone's network options: topology (and its options), model, placement."""
-    from sim.network.standalone import MODELS
+    from sim.network.network_builder import MODELS
     from sim.network.topology import PLACEMENTS
 
     _require(args.model in MODELS, "--model", f"expected one of {', '.join(MODELS)}",

@@ -23,8 +23,9 @@ def _first_line(obj: object) -> str:
 
 def fabrics() -> list[str]:
     from sim.network.fabrics import REGISTRY
+    from sim.network.message_cost import alpha_s
 
-    return [f"{name:<10} {f.bandwidth_Bps / 1e9:6.2f} GB/s  alpha {f.alpha_s() * 1e6:5.1f} us  "
+    return [f"{name:<10} {f.bandwidth_Bps / 1e9:6.2f} GB/s  alpha {alpha_s(f) * 1e6:5.1f} us  "
             f"({f.source})" for name, f in REGISTRY.items()]
 
 
@@ -40,9 +41,10 @@ def transports() -> list[str]:
 
 def host_links() -> list[str]:
     from sim.network.host_links import REGISTRY
+    from sim.network.message_cost import alpha_s
 
     return [f"{name:<13} {f.bandwidth_Bps / 1e9:6.1f} GB/s a direction  "
-            f"alpha {f.alpha_s() * 1e6:4.1f} us  ({f.source})" for name, f in REGISTRY.items()]
+            f"alpha {alpha_s(f) * 1e6:4.1f} us  ({f.source})" for name, f in REGISTRY.items()]
 
 
 def strategies() -> list[str]:

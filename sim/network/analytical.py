@@ -8,7 +8,7 @@ cannot take yet). The message arrives alpha after both sides are through:
 
     arrival = now + alpha + max(send backlog + n beta, receive backlog + n beta)
 
-with alpha = 2 o + 2 L (one non-blocking switch, see :mod:`sim.network.fabrics`). This is
+with alpha = 2 o + 2 L (one non-blocking switch, see :mod:`sim.network.message_cost`). This is
 LogGP's gap per byte G paid at the sending and at the receiving NIC (Alexandrov, Ionescu,
 Schauser and Scheiman 1995), with o and L folded into alpha. So:
 
@@ -41,14 +41,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
 from simpy.events import NORMAL
 
-from sim.network.fabrics import SWITCH_HOPS, Fabric
+from sim.network.fabrics import Fabric
 from sim.network.flow import Delivered
+from sim.network.message_cost import alpha_s, beta_s, path_window_Bps, wire_bytes
 from sim.network.topology import Topology
 from sim.network.transports import REGISTRY, Transport
 
@@ -104,19 +106,14 @@ class AnalyticalNetwork:
         # the transport's frames are bytes on the wire; its window is a rate no message
         # beats (on one switch's round trip: the topology's core is ignored here)
         self.transport = transport if transport is not None else REGISTRY["mpi"]
-        self.window_Bps = self.transport.window_Bps(self.transport.rtt_s(
-            SWITCH_HOPS, fabric.latency_s, fabric.overhead_s))
-        self.alpha_s = fabric.alpha_s()
-        self.beta_s = fabric.beta_s_per_byte
+        self.window_Bps = path_window_Bps(self.transport, fabric)
+        self.alpha_s = alpha_s(fabric)
+        self.beta_s = beta_s(fabric)
         self.sending = _Side(topology.n_hosts, self.beta_s)  # host -> switch
         self.receiving = _Side(topology.n_hosts, self.beta_s)  # switch -> host
         self.messages_delivered = 0
         self.flow_log = None  # no flows to log: the trace's link tracks are the flow model's
         self.sent = 0  # sends that made link flows (FlowNetwork.sent): none here
-
-    def message_s(self, nbytes: float) -> float:
-        """Time of one message of nbytes bytes on idle links (s)."""
-        return self.alpha_s + nbytes * self.beta_s
 
     def start_log(self, limit: int, window_s: tuple[float, float] = (0.0, math.inf),
                   sample_limit: int = 0) -> None:
@@ -158,7 +155,7 @@ class AnalyticalNetwork:
             raise ValueError(f"hosts must be in [0, {hosts}), got src {src} dst {dst}")
         now, alpha = self.env.now, self.alpha_s
         sending, receiving = self.sending.book, self.receiving.book
-        wire, window = self.transport.wire_bytes, self.window_Bps
+        wire, window = partial(wire_bytes, self.transport), self.window_Bps
         arrivals: dict[float, list[int]] = {}
         for i, (a, b, payload) in enumerate(zip(src, dst, nbytes, strict=True)):
             size = wire(payload)

@@ -24,7 +24,7 @@ size S, the whole of what a rank sends, is p m (:meth:`Collective.total_bytes`);
 a rank keeps stays where it is. Variable sizes (MPI_Alltoallv, timing only):
 :mod:`sim.network.alltoall`.
 
-Closed forms use alpha (one message, :meth:`Fabric.alpha_s`) and beta (s/byte); they are
+Closed forms use alpha (one message: sim.network.message_cost) and beta (s/byte); they are
 exact for the flow model on one switch when every chunk has the same size (p, or the
 power of two below p, divides the element count). Non-powers of two: recursive doubling
 and Rabenseifner fold the extra ranks in and out as MPICH does (the first 2r ranks pair

@@ -1,17 +1,14 @@
 """Fabrics: link rate, per-hop latency and per-message overhead, with presets and their sources.
 
-Cost of one message (the "alpha" of the alpha-beta model)
----------------------------------------------------------
-A message of n bytes over a path of ``hops`` links, alone on the network, takes
-
-    T(n) = o + hops * L + n / B + o  =  alpha(hops) + n * beta
-
-where ``o`` is :attr:`Fabric.overhead_s`, the CPU/NIC cost of posting a send or completing a
+What a fabric's numbers mean
+----------------------------
+``o`` is :attr:`Fabric.overhead_s`, the CPU/NIC cost of posting a send or completing a
 receive (LogGP's o, paid once at each end), ``L`` is :attr:`Fabric.latency_s` per hop (wire,
 serdes, switch pipeline; paid once, not per packet: switches cut through), and ``B`` is
-:attr:`Fabric.bandwidth_Bps`, the achievable rate (line rate x efficiency). On one
-non-blocking switch a path has 2 hops, so the closed forms use alpha = 2 o + 2 L; this is
-what ``osu_latency`` reports for a small message, which is how the presets were set.
+:attr:`Fabric.bandwidth_Bps`, the achievable rate (line rate x efficiency). What a message
+costs over them (alpha = 2 o + hops L, beta = 1 / B; on one non-blocking switch a path has
+:data:`SWITCH_HOPS` = 2 hops) is :mod:`sim.network.message_cost`'s; ``osu_latency`` for a
+small message reports that alpha, which is how the presets were set.
 
 Calibrated profiles
 -------------------
@@ -36,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,15 +76,6 @@ class Fabric:
     def bandwidth_Bps(self) -> float:
         """Achievable link bandwidth, bytes/s."""
         return self.line_rate_bps / 8 * self.efficiency
-
-    @property
-    def beta_s_per_byte(self) -> float:
-        """Seconds per byte on one uncontended link."""
-        return 1.0 / self.bandwidth_Bps
-
-    def alpha_s(self, hops: int = SWITCH_HOPS) -> float:
-        """End-to-end cost of an empty message over ``hops`` links: 2 o + hops L (s)."""
-        return 2 * self.overhead_s + hops * self.latency_s
 
     def with_overrides(self, alpha_s: float | None = None,
                        bandwidth_Bps: float | None = None) -> Fabric:
@@ -236,12 +224,6 @@ class FabricProfile:
 def save_profile(path: str | Path, fabric: Fabric, **extra: Any) -> None:
     """Write ``fabric`` as a calibrated profile (``extra``: source, measurements)."""
     write_profile(Path(path), FabricProfile.of(fabric), PROFILE_FORMAT, **extra)
-
-
-def describe(fabric: Fabric) -> dict[str, Any]:
-    """JSON-ready fields of a fabric, with the derived bandwidth and one-switch alpha."""
-    return {**asdict(fabric), "bandwidth_Bps": fabric.bandwidth_Bps,
-            "alpha_s": fabric.alpha_s()}
 
 
 def _number(key: str, value: Any) -> float:

@@ -1,6 +1,6 @@
 """Flow-level network on SimPy: messages are fluid flows sharing links max-min fairly.
 
-A message from host a to host b of n bytes (see :mod:`sim.network.fabrics`):
+A message from host a to host b of n bytes (its costs: :mod:`sim.network.message_cost`):
 
 1. waits the send overhead o,
 2. flows along its route; whenever a flow starts or ends, the rates of the flows it
@@ -33,10 +33,11 @@ import simpy
 from simpy.events import NORMAL, EventPriority
 
 from sim.network.bulk import BulkFlows
-from sim.network.executor import Execution
 from sim.network.fabrics import Fabric
 from sim.network.incremental import Flow, IncrementalMaxMin
 from sim.network.linklog import FlowLog
+from sim.network.message_cost import arrival_s, path_window_Bps, posted_s, wire_bytes
+from sim.network.schedule_runner import Execution
 from sim.network.topology import Paths, Topology
 from sim.network.transports import REGISTRY, Transport
 
@@ -79,7 +80,7 @@ class FlowNetwork:
     """Hosts on a topology exchanging messages as max-min fair flows.
 
     Link capacities come from the topology (build it from ``fabric.bandwidth_Bps``, as
-    :func:`sim.network.standalone.build_network` does); latency and overheads from the fabric.
+    :func:`sim.network.network_builder.build_network` does); latency and overheads from the fabric.
     """
 
     model = "flow"
@@ -124,7 +125,7 @@ class FlowNetwork:
         done = self.env.event()
         key = self._register(_Batch(None, done, 1))
         size = float(self._framed(float(nbytes)))
-        start = self.env.timeout(self.fabric.overhead_s)
+        start = self.env.timeout(posted_s(self.fabric))
         start.callbacks.append(lambda _: self._start_one(key, src, dst, size))
         return done
 
@@ -161,7 +162,7 @@ class FlowNetwork:
             self._send_bulk(src, dst, nbytes, batch)
 
     def run_plan(self, plan: Plan) -> Generator[simpy.Event, Any, float]:
-        """Run a collective's schedule here (see :mod:`sim.network.executor`); elapsed s."""
+        """Run a collective's schedule here (see :mod:`sim.network.schedule_runner`); elapsed s."""
         started = self.env.now
         yield Execution(self, plan).done
         return self.env.now - started
@@ -187,7 +188,7 @@ class FlowNetwork:
         if min(min(src), min(dst)) < 0 or max(max(src), max(dst)) >= hosts:
             raise ValueError(f"hosts must be in [0, {hosts}), got src {src} dst {dst}")
         key = self._register(batch)
-        start = self.env.timeout(self.fabric.overhead_s)
+        start = self.env.timeout(posted_s(self.fabric))
         start.callbacks.append(lambda _: self._start_small(key, src, dst, nbytes))
         return batch.event
 
@@ -199,7 +200,7 @@ class FlowNetwork:
         if min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= hosts:
             raise ValueError(f"hosts must be in [0, {hosts}), got src {src} dst {dst}")
         key = self._register(batch)
-        start = self.env.timeout(self.fabric.overhead_s)
+        start = self.env.timeout(posted_s(self.fabric))
         start.callbacks.append(lambda _: self._start_bulk(key, src, dst, nbytes))
 
     # ---- starting flows ----------------------------------------------------------------
@@ -218,7 +219,7 @@ class FlowNetwork:
         frames (the payload itself when it has none: no conversion on the common path)."""
         if not self.transport.framed:
             return nbytes
-        return self.transport.wire_bytes(np.asarray(nbytes, np.float64))
+        return wire_bytes(self.transport, np.asarray(nbytes, np.float64))
 
     def _bound(self, hops: int) -> float:
         """The most a flow over ``hops`` links may send (bytes/s): the transport's window
@@ -227,8 +228,7 @@ class FlowNetwork:
             return math.inf
         bound = self._bounds.get(hops)
         if bound is None:
-            rtt = self.transport.rtt_s(hops, self.fabric.latency_s, self.fabric.overhead_s)
-            bound = self._bounds[hops] = self.transport.window_Bps(rtt)
+            bound = self._bounds[hops] = path_window_Bps(self.transport, self.fabric, hops)
         return bound
 
     def _start_small(self, batch: int, src: list[int], dst: list[int],
@@ -461,10 +461,10 @@ class FlowNetwork:
     def _deliver_keys(self, keys: list[tuple[int, int, int]]) -> None:
         """Deliver (batch, index, hops) messages after their last byte: hops * L + receive
         overhead; an event batch's event is scheduled for its last delivery directly."""
-        latency, overhead = self.fabric.latency_s, self.fabric.overhead_s
+        fabric = self.fabric
         timed: dict[float, dict[int, list[int]]] = {}
         for batch, index, hops in keys:
-            delay = hops * latency + overhead
+            delay = arrival_s(fabric, hops)
             entry = self._batches[batch]
             if entry.event is None:
                 timed.setdefault(delay, {}).setdefault(batch, []).append(index)
@@ -501,7 +501,7 @@ class FlowNetwork:
             self._deliver_keys(list(zip(batch.tolist(), index.tolist(), hops.tolist(),
                                         strict=True)))
             return
-        delay = hops * self.fabric.latency_s + self.fabric.overhead_s
+        delay = arrival_s(self.fabric, hops)
         for value, group in _groups(delay):
             timer = self.env.timeout(float(value))
             timer.callbacks.append(lambda _, b=batch[group], i=index[group]:

@@ -26,9 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass, fields
 from typing import Any
 
+from sim.network.collective_alone import run_alone
 from sim.network.collectives import Collective
 from sim.network.fabrics import Fabric
-from sim.network.standalone import run_alone
+from sim.network.message_cost import alpha_s, beta_s
 from sim.network.units import parse_bytes
 
 # nccl-tests' -d names -> bytes per element
@@ -169,7 +170,7 @@ def measure_point(algo: Collective, fabric: Fabric, p: int, size: int, datatype:
     time_s, network = run_alone(algo, p=p, nbytes=nbytes, fabric=fabric, **where)
     size_bytes = int(algo.total_bytes(p, nbytes))
     algbw, busbw = bandwidths_GBps(size_bytes, time_s, algo.bus_factor(p))
-    closed_s = algo.closed_form_s(p, nbytes, fabric.alpha_s(), fabric.beta_s_per_byte)
+    closed_s = algo.closed_form_s(p, nbytes, alpha_s(fabric), beta_s(fabric))
     return Point(fabric=fabric.name, algorithm=algo.name, collective=algo.kind,
                  workers=p, topology=where["topology"], model=where["model"],
                  size_bytes=size_bytes, count=count, type=datatype, time_us=time_s * 1e6,

@@ -21,14 +21,8 @@ software on each end. ``cluster.transport`` picks one:
   is the whole per-message cost, nothing is copied, and a pull is a one-sided RDMA read that
   the server's CPU never sees (``one_sided_pulls``).
 
-The CPU costs of a message of n payload bytes, at each end (on the host's core, beside the
-host's own ``message_s`` and ``message_Bps``; :class:`sim.training.host_costs.CpuCosts`)::
-
-    send    = o + rpc_s + n / copy_Bps + n / serialize_Bps
-    receive = o + rpc_s + n / copy_Bps + n / deserialize_Bps
-
-with ``o`` and ``copy_Bps`` the transport's own, or the fabric's where the transport leaves
-them None (``mpi``). On the wire a message is :meth:`Transport.wire_bytes` long. So a single
+What a message costs with these numbers (the CPU at each end, its bytes on the wire with
+the frames, the window's bound on the rate) is :mod:`sim.network.message_cost`'s. So a single
 RPC on idle links takes ``send + alpha + wire_bytes(n) beta + receive``.
 
 A transport is a preset name, ``calibrated:PATH`` (``sim calibrate --only transport``), or a
@@ -42,8 +36,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from sim.calibrated import CALIBRATED, load_profile, write_profile
 
@@ -105,31 +97,6 @@ class Transport:
     def framed(self) -> bool:
         """Whether messages carry bytes beyond their payload on the wire."""
         return self.header_bytes > 0 or self.frame_bytes > 0
-
-    def wire_bytes(self, nbytes: Any) -> Any:
-        """Bytes on the wire for messages of ``nbytes`` of payload (a number or an array):
-        the payload, the per-message header and a frame header per (partly) filled frame.
-        An empty message stays empty: it is a signal the simulator sends no flow for."""
-        if not self.framed:
-            return nbytes
-        frames = 1.0 if not math.isfinite(self.frame_payload_bytes) else np.maximum(
-            1.0, np.ceil(np.divide(nbytes, self.frame_payload_bytes)))
-        wire = np.where(np.greater(nbytes, 0),
-                        np.add(nbytes, self.header_bytes + frames * self.frame_bytes), nbytes)
-        return float(wire) if np.ndim(wire) == 0 else wire
-
-    def rtt_s(self, hops: int, latency_s: float, overhead_s: float) -> float:
-        """A round trip of an empty frame over ``hops`` links each way: 2 (hops L + 2 o),
-        o the transport's per-message overhead or, where it has none, ``overhead_s``."""
-        o = overhead_s if self.overhead_s is None else self.overhead_s
-        return 2 * (hops * latency_s + 2 * o)
-
-    def window_Bps(self, rtt_s: float) -> float:
-        """The most a connection carries with a round-trip time of ``rtt_s``: window / RTT
-        (bytes/s; inf without flow control or with no delay)."""
-        if not self.windowed or rtt_s <= 0:
-            return INF
-        return self.window_bytes / rtt_s
 
 
 # Every number is approximate and cited; `sim calibrate --only transport` measures this

@@ -1,7 +1,7 @@
 """A fabric between hosts and a host link inside each: every message takes one of the two.
 
 The network's endpoints are ranks, each with its own NIC on the fabric (what
-:func:`sim.network.standalone.build_network` builds). Endpoints also belong to machines
+:func:`sim.network.network_builder.build_network` builds). Endpoints also belong to machines
 (``cluster.ranks_per_host`` or ``cluster.rank_hosts``); with a host link
 (:mod:`sim.network.host_links`) a message between two endpoints of one machine goes over
 it instead: the inner network is a second network of the same model (flow or analytical)
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
-from sim.network.executor import Execution
+from sim.network.schedule_runner import Execution
 
 if TYPE_CHECKING:
     from sim.network.collectives import Plan
@@ -114,7 +114,7 @@ class TwoTierNetwork:
     def run_plan(self, plan: Plan) -> Generator[simpy.Event, Any, float]:
         """A collective: on one tier's own model when all its messages take that tier
         (every endpoint on its own machine, or all on one), else round by round with each
-        message on its tier (:mod:`sim.network.executor`). Elapsed s."""
+        message on its tier (:mod:`sim.network.schedule_runner`). Elapsed s."""
         machines = self.machine[plan.hosts]
         if len(np.unique(machines)) == len(plan.hosts):
             return (yield from self.outside.run_plan(plan))

@@ -6,7 +6,7 @@ Every ``plot_*`` function reads run directories (``config.toml``, ``summary.json
 an output directory and returns their paths; its ``*_figure`` twin returns the
 :class:`matplotlib.figure.Figure` instead, to adjust before saving. Legends name each run by
 the config keys that differ between the runs compared, readably (``SSP (s = 3)``, see
-:mod:`sim.plots.labels`); seeds of one configuration are drawn as their mean and 95%
+:mod:`sim.plots.legends`); seeds of one configuration are drawn as their mean and 95%
 confidence interval; a real run is dashed in its simulated twin's colour, on wall-clock time.
 
 - :func:`plot_loss_time`, :func:`plot_loss_updates`: held-out loss, a line per configuration
@@ -31,33 +31,22 @@ confidence interval; a real run is dashed in its simulated twin's colour, on wal
   size; :func:`plot_transports`: time
   per update by model, transport and fabric (from a sweep of ``cluster.transport``)
 - :func:`plot_runs`: the kinds asked for (the ``plot`` command);
-  :func:`plot_sweep`: a sweep's standard comparison figures into ``SWEEP/plots/``
+  :func:`plot_sweep`: a sweep's standard comparison figures into ``SWEEP/plots/`` (both
+  in :mod:`sim.plots.kinds`)
+
+This module only re-exports: each figure lives in its own module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-
-from sim.errors import UserError
-from sim.faults.interval_study import INTERVAL_KEY
 from sim.plots.checkpoint_interval import interval_figure, plot_checkpoint_interval
-from sim.plots.embedding_figures import PLACEMENT, placements_figure, plot_placements
+from sim.plots.embedding_figures import placements_figure, plot_placements
 from sim.plots.figures import breakdown_figure, plot_breakdown, plot_staleness, staleness_figure
 from sim.plots.gantt import gantt_figure, plot_gantt
-from sim.plots.labels import differing_keys, run_labels
-from sim.plots.loss import (
-    XLim,
-    has_loss,
-    loss_figure,
-    parse_xlim,
-    plot_loss_time,
-    plot_loss_updates,
-)
+from sim.plots.kinds import KINDS, NO_LOSS, PlotOptions, parse_kinds, plot_runs, plot_sweep
+from sim.plots.legends import differing_keys, run_labels
+from sim.plots.loss import loss_figure, parse_xlim, plot_loss_time, plot_loss_updates
 from sim.plots.parallel_figures import (
-    SCHEDULE,
-    TENSOR,
     bubble_figure,
     memory_time_figure,
     plot_bubble,
@@ -65,18 +54,9 @@ from sim.plots.parallel_figures import (
     plot_schedule,
     schedule_figure,
 )
-from sim.plots.pipelining import (
-    BUCKET,
-    MODE,
-    buckets_figure,
-    pipelining_figure,
-    plot_buckets,
-    plot_pipelining,
-    sweeps_key,
-)
-from sim.plots.scaling import plot_scaling, scaling_figure, sweeps_workers
+from sim.plots.pipelining import buckets_figure, pipelining_figure, plot_buckets, plot_pipelining
+from sim.plots.scaling import plot_scaling, scaling_figure
 from sim.plots.transport_figures import (
-    TRANSPORT,
     message_parts_figure,
     plot_message_parts,
     plot_transport_steps,
@@ -84,10 +64,9 @@ from sim.plots.transport_figures import (
     transport_rows,
     transport_steps_figure,
 )
-from sim.results import Run, Sweep, expand
 
-__all__ = ["KINDS", "PlotOptions", "placements_figure", "plot_placements", "bubble_figure",
-           "memory_time_figure", "plot_bubble",
+__all__ = ["KINDS", "NO_LOSS", "PlotOptions", "placements_figure", "plot_placements",
+           "bubble_figure", "memory_time_figure", "plot_bubble",
            "plot_memory_time", "plot_schedule", "schedule_figure", "breakdown_figure",
            "buckets_figure", "differing_keys",
            "interval_figure", "plot_checkpoint_interval",
@@ -98,140 +77,3 @@ __all__ = ["KINDS", "PlotOptions", "placements_figure", "plot_placements", "bubb
            "staleness_figure", "message_parts_figure", "plot_message_parts",
            "plot_transport_steps", "plot_transports", "transport_rows",
            "transport_steps_figure"]
-
-
-@dataclass(frozen=True)
-class PlotOptions:
-    logx: bool | None = None  # loss plots: log x axis (None: when the spans differ > 30x)
-    xlim: XLim | None = None  # loss-time: x range in seconds
-    gantt_window_s: float | None = None  # gantt: the first seconds shown
-
-
-RunPlot = Callable[[list[Run], Path, PlotOptions], list[Path]]
-RUN_PLOTS: dict[str, RunPlot] = {
-    "loss-time": lambda runs, out, o: plot_loss_time(runs, out, logx=o.logx, xlim=o.xlim),
-    "loss-updates": lambda runs, out, o: plot_loss_updates(runs, out, logx=o.logx),
-    "staleness": lambda runs, out, o: plot_staleness(runs, out),
-    "gantt": lambda runs, out, o: plot_gantt(runs, out, window_s=o.gantt_window_s),
-    "breakdown": lambda runs, out, o: plot_breakdown(runs, out),
-    "schedule": lambda runs, out, o: plot_schedule(runs, out),
-}
-LOSS_KINDS = ("loss-time", "loss-updates")
-# figures of a whole sweep: kind -> (the swept key it needs, the function)
-SWEEP_PLOTS = {"pipelining": (MODE, plot_pipelining), "buckets": (BUCKET, plot_buckets),
-               "checkpoint-interval": (INTERVAL_KEY, plot_checkpoint_interval),
-               "bubble": (SCHEDULE, plot_bubble), "memory-time": (TENSOR, plot_memory_time),
-               "placements": (PLACEMENT, plot_placements),
-               "transports": (TRANSPORT, plot_transports)}
-KINDS = (*RUN_PLOTS, "scaling", *SWEEP_PLOTS)
-NO_LOSS = ("no loss plots: no run evaluated the held-out loss (timing-only runs, "
-           "workload.numerics = false)")
-
-
-def _names(kinds: str | Iterable[str]) -> list[str]:
-    parts = [kinds] if isinstance(kinds, str) else list(kinds)
-    return [n.strip() for part in parts for n in part.split(",") if n.strip()]
-
-
-def parse_kinds(kinds: str | Iterable[str]) -> list[str]:
-    """``"loss-time,gantt"`` or ``["all"]`` -> the plot kinds, in :data:`KINDS` order."""
-    names = _names(kinds)
-    unknown = [n for n in names if n not in (*KINDS, "all")]
-    if unknown or not names:
-        raise UserError(f"--kind {','.join(unknown) or repr('')}: unknown plot kind; "
-                        f"expected all or a comma-separated list of {', '.join(KINDS)}")
-    return list(KINDS) if "all" in names else [k for k in KINDS if k in names]
-
-
-def _scaling(dirs: list[Path], sweeps: list[Sweep], out_dir: Path,
-             explicit: bool) -> list[Path]:
-    able = [s for s in sweeps if sweeps_workers(s)]
-    if explicit and not able:
-        raise UserError(f"--kind scaling: {', '.join(map(str, dirs))}: needs a sweep directory "
-                        "(with results.csv) that sweeps cluster.workers over several values")
-    written: list[Path] = []
-    for sweep in able:
-        stem = "scaling" if len(able) == 1 else f"scaling-{sweep.path.name}"
-        written += plot_scaling(sweep.path, out_dir, stem)
-    return written
-
-
-def _sweep_plot(kind: str, dirs: list[Path], sweeps: list[Sweep], out_dir: Path,
-                explicit: bool) -> list[Path]:
-    key, function = SWEEP_PLOTS[kind]
-    able = [s for s in sweeps if sweeps_key(s, key)]
-    if explicit and not able:
-        raise UserError(f"--kind {kind}: {', '.join(map(str, dirs))}: needs a sweep directory "
-                        f"(with results.csv) that sweeps {key} over several values")
-    written: list[Path] = []
-    for sweep in able:
-        written += function(sweep.path, out_dir,
-                            kind if len(able) == 1 else f"{kind}-{sweep.path.name}")
-    return written
-
-
-def plot_runs(run_dirs: Sequence[Path | str], out_dir: Path,
-              kinds: str | Iterable[str] = ("all",), *, gantt_window_s: float | None = None,
-              logx: bool | None = None, xlim: XLim | None = None,
-              notes: list[str] | None = None) -> list[Path]:
-    """The figures of ``kinds`` for run and sweep directories (sweeps expand to their runs).
-
-    With ``all``, scaling is drawn only for sweeps of ``cluster.workers`` and the loss
-    plots only for runs with loss evaluations (``notes`` gets why one is left out); asked
-    for explicitly, they need those. ``gantt_window_s`` limits the timelines to the first
-    seconds; ``logx`` and ``xlim`` shape the loss plots (see :func:`loss_figure`).
-    Raises UserError naming a bad path, kind or option.
-    """
-    chosen = parse_kinds(kinds)
-    explicit = "all" not in _names(kinds)
-    if gantt_window_s is not None and not gantt_window_s > 0:
-        raise UserError(f"--window-s {gantt_window_s}: expected a positive number of seconds")
-    dirs = [Path(p) for p in run_dirs]
-    runs, sweeps = expand(dirs)
-    if not runs:
-        raise UserError("no run directories given")
-    if not explicit and not has_loss(runs):
-        chosen = [k for k in chosen if k not in LOSS_KINDS]
-        _note(notes, NO_LOSS)
-    options = PlotOptions(logx, xlim, gantt_window_s)
-    written: list[Path] = []
-    for kind in chosen:
-        if kind == "scaling":
-            written += _scaling(dirs, sweeps, Path(out_dir), explicit)
-        elif kind in SWEEP_PLOTS:
-            written += _sweep_plot(kind, dirs, sweeps, Path(out_dir), explicit)
-        else:
-            written += RUN_PLOTS[kind](runs, Path(out_dir), options)
-    return written
-
-
-def _note(notes: list[str] | None, text: str) -> None:
-    if notes is not None:
-        notes.append(text)
-
-
-def plot_sweep(sweep_dir: Path, notes: list[str] | None = None) -> list[Path]:
-    """A sweep's standard comparison figures, into ``sweep_dir/plots/``.
-
-    Loss vs time and vs updates (when any run evaluated the loss; else ``notes`` says
-    so), the time breakdown, the staleness histogram when any update was stale,
-    throughput / speedup vs workers when ``cluster.workers`` is swept, and the pipelining
-    figures when the pipelining mode or the bucket size is swept.
-    """
-    sweep = Sweep(Path(sweep_dir))
-    runs: list[Run] = sweep.runs()
-    out = sweep.path / "plots"
-    written: list[Path] = []
-    if has_loss(runs):
-        written += plot_loss_time(runs, out) + plot_loss_updates(runs, out)
-    else:
-        _note(notes, NO_LOSS)
-    written += plot_breakdown(runs, out)
-    if any((r.summary.get("staleness_max") or 0) > 0 for r in runs):
-        written += plot_staleness(runs, out)
-    if sweeps_workers(sweep):
-        written += plot_scaling(sweep.path, out)
-    for kind, (key, function) in SWEEP_PLOTS.items():
-        if sweeps_key(sweep, key):
-            written += function(sweep.path, out, kind)
-    return written

@@ -3,7 +3,7 @@
 Each ``*_figure`` function takes run directories (or sweep directories, expanded to their
 runs), reads only the result files and returns the :class:`matplotlib.figure.Figure`; each
 ``plot_*`` function saves it (PNG, SVG, PDF) and returns the paths. Runs that differ only by
-their seed share a legend entry and a colour (:mod:`sim.plots.grouping`).
+their seed share a legend entry and a colour (:mod:`sim.plots.legends`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from sim.plots import style as st
-from sim.plots.grouping import labelled, repeats, styles
-from sim.plots.labels import context, time_name
+from sim.plots.legends import context, labelled, repeats, styles, time_name
 from sim.results import Run, as_runs
 
 __all__ = ["OVERLAY", "breakdown_figure", "labelled", "plot_breakdown", "plot_staleness",

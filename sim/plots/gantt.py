@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from sim.errors import UserError
-from sim.plots.labels import context, is_real, time_name
+from sim.plots.legends import context, is_real, time_name
 from sim.plots.style import (
     FAULT_KINDS,
     KIND_COLOURS,

@@ -20,8 +20,7 @@ from matplotlib.figure import Figure
 
 from sim.errors import UserError
 from sim.plots import style as st
-from sim.plots.grouping import labelled, repeats, styles
-from sim.plots.labels import context, time_name
+from sim.plots.legends import context, labelled, repeats, styles, time_name
 from sim.results import Run, as_runs
 from sim.stats import mean_ci
 

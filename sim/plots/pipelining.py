@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
 from sim.errors import UserError
-from sim.plots.labels import SEED, fmt
+from sim.plots.legends import SEED, fmt
 from sim.plots.style import figure, log_ticks, save, time_unit, wrap
 from sim.plots.sweeplines import SweepLine, error_bars, line_styles, sweep_lines
 from sim.results import RESULTS, Sweep

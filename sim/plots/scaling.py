@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, FixedLocator, NullLocator
 
 from sim.errors import UserError
-from sim.plots.labels import SEED
+from sim.plots.legends import SEED
 from sim.plots.style import figure, line_style, log_ticks, save, wrap
 from sim.plots.sweeplines import error_bars, sweep_lines
 from sim.results import RESULTS, Sweep

@@ -66,7 +66,7 @@ SPAN_RATIO = 30  # series whose x spans differ by more than this share a log x a
 
 
 def line_style(colour: int, dash: int = 0) -> dict[str, Any]:
-    """Colour and dash pattern by index (see :func:`sim.plots.labels.style_indices`)."""
+    """Colour and dash pattern by index (see :func:`sim.plots.legends.style_indices`)."""
     return {"color": _CYCLE[colour % len(_CYCLE)],
             "linestyle": _DASHES[(dash + colour // len(_CYCLE)) % len(_DASHES)]}
 

@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.plots.labels import fmt, run_labels, style_indices
-from sim.plots.readable import fabric_name
+from sim.plots.legends import fabric_name, fmt, run_labels, style_indices
 from sim.plots.style import line_style
 from sim.seeds import by_config, number, summarise
 from sim.stats import MeanCI
@@ -62,7 +61,7 @@ def sweep_lines(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], x: str,
 
 
 def line_styles(lines: list[SweepLine]) -> list[dict[str, Any]]:
-    """Colour and dashes per line, as :func:`sim.plots.labels.style_indices` picks them."""
+    """Colour and dashes per line, as :func:`sim.plots.legends.style_indices` picks them."""
     return [line_style(*ij) for ij in style_indices([line.config for line in lines])]
 
 

@@ -1,4 +1,4 @@
-"""Real runs: the same experiment on MPI ranks, network emulation, calibration.
+"""Real runs: the same experiment on MPI ranks, and network emulation.
 
 * :mod:`~sim.real.launch` (parent side, plain Python): the runner checks the config once
   (:func:`sim.training.validator.validate_real`), writes a typed spec
@@ -12,8 +12,6 @@
   program (its row in :data:`sim.training.strategies.STRATEGIES`, run by
   :mod:`~sim.real.executors.registry`); rank 0 replays every rank's log through the
   simulator's :class:`~sim.recorder.Recorder`, so both kinds of run write the same files.
-* :mod:`~sim.real.calibration`: this machine's kernel rates and network as profiles.
-
-Comparing simulated with real runs (:mod:`sim.validation`) uses both executors, so it lives
-above them.
+Calibrating this machine (:mod:`sim.calibration`) and comparing simulated with real runs
+(:mod:`sim.validation`) launch real ranks, so they live above both executors.
 """

@@ -7,7 +7,6 @@ which real ranks use alone.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import time
@@ -20,7 +19,8 @@ import simpy
 from sim.config import Cluster, Config, dump_config
 from sim.kernels import NonFiniteError
 from sim.network.fabrics import get_fabric
-from sim.network.standalone import build_network, endpoint_machines, with_host_link
+from sim.network.message_cost import wire_fabric
+from sim.network.network_builder import build_network, endpoint_machines, with_host_link
 from sim.network.topology import place, topology_options
 from sim.network.transports import get_transport
 from sim.recorder import Recorder
@@ -140,8 +140,7 @@ def build_simulation(config: Config, plan: Plan | None = None) -> Simulation:
     fabric = get_fabric(cluster.fabric)
     transport = get_transport(cluster.transport)
     costs = cpu_costs(load_host(cluster.host), fabric, transport)
-    if costs.charged:  # LogGP o is paid on the hosts' cores instead of the wire
-        fabric = dataclasses.replace(fabric, overhead_s=0.0)
+    fabric = wire_fabric(fabric, costs.charged)  # o is paid on the cores or on the wire
     network = build_network(env, fabric, workers + servers, transport=transport, **options)
     hosts = place(network.topology, workers + servers, cluster.placement)
     # ranks of one host talk over its host link (none: over the fabric, as any two ranks)

@@ -165,7 +165,7 @@ class Hosts:
         Ranks that wait for messages, spinning in MPI (which yields between polls) or
         napping (waking every poll), still take CPU from work on their core: with k
         waiters per busy core, work runs 1 + k x ``spin_share`` (or ``nap_share``) times
-        slower (measured: :func:`sim.real.calibration.host.measure_wait_share`). Waiters
+        slower (measured: :func:`sim.calibration.measure_host.measure_wait_share`). Waiters
         take the cores that no work uses first."""
         working = self.busy[host]
         if not working or not self.wait_share:

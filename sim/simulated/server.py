@@ -20,10 +20,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import simpy
 
+from sim.network.message_cost import REQUEST_BYTES
 from sim.trace import TraceNotes
 from sim.training.store import ParameterStore
 
-REQUEST_BYTES = 64  # a pull request: header and key range
 _SPLITS_KEPT = 1024  # message splits remembered per server
 
 

@@ -30,7 +30,7 @@ import simpy
 from sim.trace import Facts
 from sim.training.messages import activation_traffic, weight_traffic
 from sim.training.parallel_plan import Plan, Stage
-from sim.training.pipeline_schedule import Op
+from sim.training.stage_schedule import Op
 
 
 @dataclass(frozen=True)
@@ -115,8 +115,8 @@ class Mailbox:
     """Point-to-point messages between ranks over the simulated network.
 
     ``recorder`` takes the ranks' spans, ``hosts`` (:class:`sim.simulated.hosts.Hosts`) runs
-    their CPU, ``costs`` (:class:`sim.training.host_costs.CpuCosts`) what each end pays for a
-    message (nothing on the ideal host), ``placed[rank]`` is each rank's network host.
+    their CPU, ``costs`` (:class:`sim.network.message_cost.MessageCpu`) what each end pays for
+    a message (nothing on the ideal host), ``placed[rank]`` is each rank's network host.
     :attr:`spent_s` sums each rank's time on these messages: posting, receiving, and
     waiting while one is in flight.
     """

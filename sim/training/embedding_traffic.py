@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sim.network.message_cost import REQUEST_BYTES
 from sim.training.embedding_shards import (
     ShardMap,
     TableSpec,
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 ID_BYTES = 8  # an int64 row id
 VALUE_BYTES = 8  # a float64 value of a row (the model's parameters)
-REQUEST_BYTES = 64  # a request's header and table names, as sim.simulated.server's
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,8 @@ server sums and applies every push it receives. Each costs CPU time on the rank'
     update   = parameter bytes / update_Bps            (an SGD step over those parameters)
     reduce   = bytes summed / reduce_Bps               (gamma of Thakur, Rabenseifner and
                                                         Gropp 2005: gamma = 1 / reduce_Bps)
-    message  = message_s + stack_s + rpc_s + bytes / message_Bps + bytes / stack_Bps
-               at each end; the sender adds bytes / serialize_Bps, the receiver
-               bytes / deserialize_Bps (the transport's)
+    message  = :mod:`sim.network.message_cost` (with the host's message_s and
+               message_Bps at each end)
     step     = step_s                                  (the framework, once per update)
 
 ``message_s`` and ``message_Bps`` are the host's (Python, MPI library, buffer copies beyond
@@ -26,15 +25,15 @@ call (``*_call_s``: Python around the kernel);
 al. 1995): a TCP socket costs a system call per message and a kernel copy per byte, RDMA
 verbs post a work request and copy nothing. They are the fabric's under the ``mpi``
 transport and the transport's own otherwise, which also adds its per-message work
-(``rpc_s``) and (de)serialisation (:mod:`sim.network.transports`). The wire (alpha + n beta)
-stays the network's.
+(``rpc_s``) and (de)serialisation (:mod:`sim.network.transports`). Every formula of a message,
+its CPU at each end and its wire, is :mod:`sim.network.message_cost`'s: :func:`cpu_costs`
+hands it the host's two numbers.
 
 A host profile is a preset name or ``calibrated:PATH`` (JSON written by ``sim calibrate``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -43,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from sim.calibrated import load_profile, write_profile
-from sim.network.fabrics import SWITCH_HOPS, Fabric, get_fabric
+from sim.network.fabrics import Fabric, get_fabric
+from sim.network.message_cost import MessageCpu, message_cpu, parts
 from sim.network.transports import Transport, get_transport
 
 PROFILE_FORMAT = "sgd-lab.host-profile/1"
@@ -116,7 +116,7 @@ class HostProfile:
     # a parameter server's own code (its rules' bookkeeping and log, Python around its
     # kernels) per push it applies at once (asp, ssp), per push it keeps for a synchronous
     # step (bsp-ps, backup), per step it closes and per pull it answers; measured through
-    # the real runner's ServerProtocol (sim.real.calibration.serve_bench); 0: not measured
+    # the real runner's ServerProtocol (sim.calibration.serve_bench); 0: not measured
     serve_apply_s: float = 0.0
     serve_push_s: float = 0.0
     serve_step_s: float = 0.0
@@ -203,36 +203,22 @@ def save_host_profile(path: str | Path, profile: HostProfile, **extra: Any) -> N
     write_profile(Path(path), profile, PROFILE_FORMAT, **extra)
 
 
-def cpu_costs(host: HostProfile, fabric: Any, transport: Any = None) -> CpuCosts:
-    """The costs of ``host`` with the network stack moved onto the CPU: ``transport``'s
-    (a :class:`sim.network.transports.Transport`; None: MPI's), which is ``fabric``'s LogGP
-    o per message and per-byte copies where the transport names none of its own. The ideal
-    host pays nothing under MPI; a transport with costs of its own charges them on any
-    host."""
-    if transport is None or not transport.on_cpu:
-        if host is HOSTS["ideal"]:
-            return CpuCosts(host)
-        return CpuCosts(host, fabric.overhead_s, fabric.stack_Bps)
-    stack_s = fabric.overhead_s if transport.overhead_s is None else transport.overhead_s
-    stack_Bps = fabric.stack_Bps if transport.copy_Bps is None else transport.copy_Bps
-    return CpuCosts(host, stack_s, stack_Bps, transport.rpc_s, transport.serialize_Bps,
-                    transport.deserialize_Bps, transport.one_sided_pulls, True,
-                    transport.answered_calls)
+def cpu_costs(host: HostProfile, fabric: Fabric, transport: Transport | None = None) -> CpuCosts:
+    """The costs of ``host`` with a message's CPU from :func:`sim.network.message_cost.
+    message_cpu` (``transport``'s network stack, or MPI's on ``fabric`` where None); the
+    ideal host pays nothing under MPI."""
+    return CpuCosts(host, message_cpu(host.message_s, host.message_Bps, fabric, transport,
+                                      free_host=host is HOSTS["ideal"]))
 
 
 @dataclass(frozen=True)
 class CpuCosts:
-    """Seconds of CPU per activity for a host profile and a fabric's network stack."""
+    """Seconds of CPU per activity for a host profile; a message's are ``message``'s
+    (:func:`cpu_costs` builds them)."""
 
     host: HostProfile
-    stack_s: float = 0.0  # the fabric's per-message CPU cost at each end
-    stack_Bps: float = INF  # the fabric's per-byte CPU cost at each end, as a rate
-    rpc_s: float = 0.0  # the transport's work per message at each end
-    serialize_Bps: float = INF  # the sender encoding a message's bytes
-    deserialize_Bps: float = INF  # the receiver decoding them
-    one_sided_pulls: bool = False  # a pull reads the servers' memory without their CPU
-    transport_charged: bool = False  # the transport's costs are paid even on the ideal host
-    answered_calls: bool = False  # a push is a call: a handler takes it and answers at once
+    # a message's CPU at each end (the host's, the network stack's and the transport's)
+    message: MessageCpu
 
     def data_s(self, nbytes: float, rows: float = 0) -> float:
         """Gathering ``rows`` mini-batch rows of ``nbytes`` in all."""
@@ -286,34 +272,6 @@ class CpuCosts:
         code, the mean's pass and the SGD step."""
         return self.host.serve_step_s + self.reduce_s(nbytes) + self.update_s(nbytes)
 
-    def message_s(self, nbytes: float) -> float:
-        """What both ends of one message of ``nbytes`` pay, each (:meth:`send_s` and
-        :meth:`receive_s` add the (de)serialisation)."""
-        return (self.host.message_s + self.stack_s + self.rpc_s
-                + nbytes / self.host.message_Bps + nbytes / self.stack_Bps)
-
-    def send_s(self, nbytes: float) -> float:
-        """Sending one message of ``nbytes``: posting it and serialising its payload."""
-        return self.message_s(nbytes) + nbytes / self.serialize_Bps
-
-    def receive_s(self, nbytes: float) -> float:
-        """Receiving one message of ``nbytes``: completing it and deserialising."""
-        return self.message_s(nbytes) + nbytes / self.deserialize_Bps
-
-    def handled_s(self, nbytes: float) -> float:
-        """A call's handler taking a push of ``nbytes`` and sending its empty response (0
-        without answered calls)."""
-        if not self.answered_calls:
-            return 0.0
-        return self.message_s(nbytes) + self.send_s(0.0)
-
-    def unpacked_s(self, nbytes: float) -> float:
-        """A shard's main loop taking a push of ``nbytes``: the whole receipt, or, when a
-        handler took it (:meth:`handled_s`), its deserialisation only."""
-        if self.answered_calls:
-            return nbytes / self.deserialize_Bps
-        return self.receive_s(nbytes)
-
     def round_s(self, rnd: Any, endpoints: int,
                 itemsize: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """CPU seconds of each endpoint in one round of a collective (a
@@ -321,9 +279,10 @@ class CpuCosts:
         sends, and receiving what it gets, plus summing it in ``SUM`` rounds (Thakur et
         al.'s gamma term)."""
         nbytes = rnd.count * itemsize
-        received = self.receive_s(nbytes) + (self.reduce_s(nbytes) if rnd.op == "sum"
-                                             else 0.0)
-        return (np.bincount(rnd.src, self.send_s(nbytes), endpoints),
+        message = self.message
+        received = message.receive_s(nbytes) + (self.reduce_s(nbytes) if rnd.op == "sum"
+                                                else 0.0)
+        return (np.bincount(rnd.src, message.send_s(nbytes), endpoints),
                 np.bincount(rnd.dst, received, endpoints))
 
     def collective_s(self, schedule: Any, itemsize: float) -> float:
@@ -350,27 +309,14 @@ class CpuCosts:
         """True: ranks pay CPU costs (any host but the ideal one, or a transport with
         costs of its own); LogGP o is then paid on the CPU, so the wire must not charge it
         again."""
-        return self.host is not HOSTS["ideal"] or self.transport_charged
-
-
-PARTS = ("calls", "copies", "serialisation", "wire")  # of one message, message_parts
+        return self.host is not HOSTS["ideal"] or self.message.transport_charged
 
 
 def message_parts(transport: str | Transport, fabric: str | Fabric, nbytes: float,
                   host: str = "ideal") -> dict[str, float]:
     """Seconds of one message of ``nbytes`` payload bytes alone on idle links through one
-    switch, both ends summed, by part (:data:`PARTS`). Their sum is the message's time:
-    the sender's CPU, then the wire, then the receiver's CPU. Raises ValueError for an
-    unknown transport, fabric or host."""
+    switch, both ends summed, by part (:func:`sim.network.message_cost.parts`), for presets
+    or profiles by name. Raises ValueError for an unknown transport, fabric or host."""
     transport, fabric = get_transport(transport), get_fabric(fabric)
     costs = cpu_costs(load_host(host), fabric, transport)
-    wire_fabric = dataclasses.replace(fabric, overhead_s=0.0) if costs.charged else fabric
-    rtt = transport.rtt_s(SWITCH_HOPS, fabric.latency_s, wire_fabric.overhead_s)
-    rate = min(fabric.bandwidth_Bps, transport.window_Bps(rtt))
-    h = costs.host
-    return {
-        "calls": 2 * (h.message_s + costs.stack_s + costs.rpc_s),
-        "copies": 2 * nbytes * (1 / h.message_Bps + 1 / costs.stack_Bps),
-        "serialisation": nbytes * (1 / costs.serialize_Bps + 1 / costs.deserialize_Bps),
-        "wire": wire_fabric.alpha_s() + transport.wire_bytes(float(nbytes)) / rate,
-    }
+    return parts(costs.message, fabric, transport, nbytes, costs.charged)

@@ -1,7 +1,7 @@
 """Layer-wise messages of a step: which layers leave together, and what each layer costs.
 
-Pure (numpy only): the simulated pipeline (:mod:`sim.simulated.pipeline`) and the real
-pipelined ranks (:mod:`sim.real.executors.bsp_pipelined`) plan the same messages here.
+Pure (numpy only): the simulated overlap with backprop (:mod:`sim.simulated.backprop_overlap`)
+and the real pipelined ranks (:mod:`sim.real.executors.bsp_pipelined`) plan the same messages here.
 
 - ``none``: one message with every layer, after the whole backward;
 - ``wfbp``: one message per layer, as soon as backward has produced it (Poseidon's

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from sim.training.pipeline_schedule import Op, peak_in_flight, stage_ops
+from sim.training.stage_schedule import Op, peak_in_flight, stage_ops
 from sim.workloads.datasets import dataset_shape
 from sim.workloads.models import MODELS, make_model
 

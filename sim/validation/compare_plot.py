@@ -17,9 +17,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from sim.plots import style as st
-from sim.plots.labels import time_name
+from sim.plots.legends import fabric_name, strategy_name, time_name
 from sim.plots.loss import eval_curve, mean_band
-from sim.plots.readable import fabric_name, strategy_name
 from sim.results import Run, load_repeats
 from sim.stats import mean_ci
 

@@ -3,19 +3,20 @@
 
 The device is fitted to the real runs of the cases with the ``--fit-on`` levels (as
 ``--only`` selects: levels of one axis add up, axes narrow;
-:mod:`sim.real.calibration.from_runs`); every case of the earlier validation is then
-simulated again on the microbenchmark profiles it was calibrated with, on the same profiles
-with the fitted device, with the server's own code fitted to the same runs' server times too
-(:mod:`sim.validation.fit_serving`), and with the host's rendezvous cost fitted to their wire
-times as well (:mod:`sim.validation.fit_host`), and the errors are split into the cases the fit saw
-(in-sample) and the rest (held out). A model change is judged by the held-out column: a fit
-that only learns its own cases shows there. With ``--spread SEEDS`` each case with real
-kernels is also simulated SEEDS times on the fitted profiles, drawing its gradients' times
-with the spread measured in the fit's runs and each run's machine speed with the spread of
-their repeats (:mod:`sim.validation.run_speed`), and the report says how often the real mean
-falls inside the predicted 90% interval (issue 31's item 4). ``OUT/README.md`` has the table;
-``OUT/microbenchmarks/``, ``OUT/from-runs/``, ``OUT/from-runs-serving/`` and
-``OUT/from-runs-rendezvous/`` each the full report of one resimulation.
+:mod:`sim.calibration.from_runs`); every case of the earlier validation is then simulated
+again on the microbenchmark profiles it was calibrated with, on the same profiles with the
+fitted device, with the server's own code fitted to the same runs' server times too
+(:mod:`sim.calibration.fit_serving`), and with the host's rendezvous cost fitted to their
+wire times as well (:mod:`sim.calibration.fit_rendezvous`), and the errors are split into
+the cases the fit saw (in-sample) and the rest (held out). A model change is judged by the
+held-out column: a fit that only learns its own cases shows there. With ``--spread SEEDS``
+each case with real kernels is also simulated SEEDS times on the fitted profiles, drawing
+its gradients' times with the spread measured in the fit's runs and each run's machine speed
+with the spread of their repeats (:mod:`sim.validation.run_speed`), and the report says how
+often the real mean falls inside the predicted 90% interval (issue 31's item 4).
+``OUT/README.md`` has the table; ``OUT/microbenchmarks/``, ``OUT/from-runs/``,
+``OUT/from-runs-serving/`` and ``OUT/from-runs-rendezvous/`` each the full report of one
+resimulation.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sim.calibration.fit_rendezvous import fit_rendezvous, with_rendezvous
+from sim.calibration.fit_serving import fit_serving, with_serving
 from sim.errors import UserError
 from sim.rundir import write_atomic
 from sim.training.compute_model import describe_rates
-from sim.validation.fit_host import fit_rendezvous, with_rendezvous
-from sim.validation.fit_serving import fit_serving, with_serving
-from sim.validation.matrix import expand, load_matrix, stored_profiles
+from sim.validation.matrix import case_config, expand, load_matrix, stored_profiles
 from sim.validation.resimulate import earlier_rows, resimulate_matrix
 from sim.validation.run_speed import run_sigma
 
@@ -125,6 +126,15 @@ def lines(runs: dict[str, list[dict[str, Any]]], fitted: set[str], fit_on: list[
                   "(and the rendezvous), each `README.md`.", ""]
 
 
+def real_wire(earlier: Path, cases: list[str]) -> dict[str, tuple[Path, float | None]]:
+    """Each of ``cases``' real run directory in the validation ``earlier`` and its real
+    wire time per update (s; None where its row has none)."""
+    rows = earlier_rows(earlier)
+    return {name: (earlier / "cases" / name / "real", rows.get(name, {}).get("report", {})
+                   .get("breakdown", {}).get("wire_s", {}).get("per_update", {}).get("real"))
+            for name in cases}
+
+
 def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] | None,
                    profiles_dir: Path | None, fit_on: list[str],
                    say: Callable[[str], None] = print,
@@ -132,7 +142,7 @@ def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] 
     """Fit the device on the ``fit_on`` cases' real runs, simulate every case again on the
     microbenchmark and the fitted profiles; the rows of each (``OUT/README.md`` written).
     Raises UserError."""
-    from sim.real.calibration.from_runs import real_run_dirs, write_device_from_runs
+    from sim.calibration.from_runs import real_run_dirs, write_device_from_runs
 
     matrix = load_matrix(matrix_path)
     base = profiles_dir or earlier / "profiles"
@@ -171,8 +181,10 @@ def cross_validate(matrix_path: Path, earlier: Path, out: Path, only: list[str] 
         profiles = serving
     say(f"fitting rendezvous_base_s to the wire of {len(fit_cases)} case(s)' real runs")
     stored = stored_profiles(profiles, sorted({c.net for c in fit_cases}))
-    device["rendezvous"] = fit_rendezvous(matrix, fit_cases, earlier, stored,
-                                          earlier_rows(earlier))
+    by_name = {c.name: c for c in fit_cases}
+    device["rendezvous"] = fit_rendezvous(
+        real_wire(earlier, list(by_name)),
+        lambda name, trial: case_config(matrix, by_name[name], trial), stored)
     if device["rendezvous"]["rendezvous_base_s"] is not None:
         both = out / "profiles-rendezvous"  # and the host's rendezvous fitted too
         shutil.copytree(profiles, both)

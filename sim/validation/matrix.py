@@ -3,7 +3,7 @@
 ``experiments/validation/matrix.toml`` names a base config, the axes (workers, strategy,
 network, and any others whose levels set config keys), optionally blocks (the cases are the
 union of the blocks' products; without blocks, the full product) and the real repeats. For
-each network the machine is calibrated first (:mod:`sim.real.calibration.suite`): the
+each network the machine is calibrated first (:mod:`sim.calibration`): the
 simulation of a case uses the calibrated fabric of its network and the calibrated device,
 the real run uses that network. Each case's comparison (:mod:`sim.validation.sim_vs_real`)
 becomes a row of the README (:mod:`sim.validation.validate_report`). Before each case
@@ -25,18 +25,21 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from sim.calibration.recovery_profile import simulation_sets
 from sim.config import Config, apply_overrides, read_toml
 from sim.errors import UserError
-from sim.real.calibration.restart_costs import simulation_sets
 from sim.real.launch.emulate import unavailable
 from sim.real.launch.launcher import RunFailed
-from sim.real.launch.other_load import OtherLoad, wait_for_quiet
+from sim.real.launch.other_load import OtherLoad, quietly, wait_for_quiet
 from sim.results import iteration_s
 from sim.rundir import write_atomic
 from sim.training.strategies import row_of
 from sim.training.validator import RealRun, validate, validate_real
+
+if TYPE_CHECKING:
+    from sim.calibration.sequence import Plan
 
 SPECIAL_AXES = ("workers", "strategy", "network")
 
@@ -191,25 +194,15 @@ def twin_config(data: dict[str, Any], config: Config, profiles: dict[str, Path],
 
 # ---- the machine -----------------------------------------------------------------------
 
-def quietly(measure: Callable[[], Any], quiet: tuple[float, float], retries: int) -> Any:
-    """``measure()`` on a quiet machine: waited for, and taken again when disturbed."""
-    best: tuple[float, Any] | None = None
-    for _ in range(1 + retries):
-        wait_for_quiet(*quiet)
-        with OtherLoad() as load:
-            result = measure()
-        if best is None or load.fraction < best[0]:
-            best = (load.fraction, result)
-        if load.fraction <= quiet[0]:
-            break
-    return best[1]
-
-
 def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
                   quick: bool = False, quiet: tuple[float, float] = (1.0, 0.0),
                   retries: int = 0) -> dict:
     """Calibrate the device (the matrix's workloads), each network the cases use, and gRPC
-    when a case runs over it."""
+    when a case runs over it; the profiles (:func:`stored_profiles`' shape) and the
+    workloads (``"workloads"``, for :func:`device_drift`)."""
+    from sim.calibration.report import Progress
+    from sim.calibration.sequence import calibrate
+
     configs, rpc = {}, False
     for case in cases:  # one config per distinct workload
         config = validate(apply_overrides(matrix.base, overrides_of(case)), str(matrix.path))
@@ -217,71 +210,31 @@ def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
         rpc = rpc or config.cluster.transport != "mpi"
     # an allreduce of one rank sends nothing: no point for the fabric's fit
     ranks = sorted({int(w) for w in matrix.axes.get("workers", [2]) if int(w) > 1} | {2})
-    return calibrate(list(configs.values()), sorted({case.net for case in cases}), ranks,
-                     out, say, quick, quiet, retries, recovered_configs(matrix, cases), rpc)
-
-
-def calibrate(configs: list[Config], nets: list[str], ranks: list[int], out: Path,
-              say: Callable, quick: bool = False, quiet: tuple[float, float] = (1.0, 0.0),
-              retries: int = 0, faulty: list[Config] | None = None,
-              transport: bool = False) -> dict:
-    """Profiles of this machine under ``out``: the device (on ``configs``' workloads), each
-    of ``nets`` (allreduces on ``ranks`` ranks), the host's CPU costs, checkpoints and
-    restarts of ``faulty``, and (``transport``) gRPC's costs; each measured on a quiet
-    machine (``quiet``, ``retries``)."""
-    from sim.real.calibration import suite as C
-    from sim.real.calibration.host import calibrate_host
-    from sim.real.launch.real_run import network
-
-    profiles: dict[str, Path] = {"device": out / "device"}
-    say(f"calibrating compute on {len(configs)} workload(s)")
-    concurrency = min(2, os.cpu_count() or 1)  # as in a 2-worker run: both cores busy
-    points = quietly(lambda: C.measure_kernels(configs, concurrency, 0.05 if quick else 0.3),
-                     quiet, retries)
-    profiles["device"].mkdir(parents=True, exist_ok=True)
-    device = C.write_device(profiles["device"] / "device.json", points, concurrency)
-    summary: dict[str, Any] = {"device": device | {"points": points}}
-    for net in nets:
-        say(f"calibrating network {net}")
-        place = out / net.replace(":", "-")
-        place.mkdir(parents=True, exist_ok=True)
-        with network(net, max(ranks)) as emulation:
-            measured = quietly(lambda e=emulation: C.measure_network(e, ranks, "auto",
-                                                                     quick=quick),
-                               quiet, retries)
-        fit = C.fit_network(measured)
-        C.write_fabric(place / "fabric.json", net, measured, fit)
-        profiles[net] = place
-        summary[net] = fit
-    say("calibrating the host's CPU costs")
-    profiles["host"] = out / "host"
-    shm = json.loads((profiles["shm"] / "fabric.json").read_text()) if "shm" in profiles \
-        else {"overhead_s": 0.0, "bandwidth_Bps": float("inf")}
-    summary["host"] = quietly(lambda: calibrate_host(
-        profiles["host"] / "host.json", quick, fabric_overhead_s=shm["overhead_s"],
-        fabric_Bps=shm["bandwidth_Bps"], concurrency=concurrency), quiet, retries)
-    if faulty:
-        from sim.real.calibration.restart_costs import calibrate_recovery
-
-        say(f"calibrating checkpoints and restarts ({len(faulty)} config(s))")
-        profiles["recovery"] = out / "recovery"
-        summary["recovery"] = quietly(lambda: calibrate_recovery(
-            profiles["recovery"], faulty, quick), quiet, retries)
-        for line in summary["recovery"]:
-            say(line)
-    if transport:
-        from sim.real.calibration.transport_bench import calibrate_transport
-
-        say("calibrating the gRPC transport")
-        profiles["transport"] = out / "transport"
-        found, _, _ = quietly(lambda: calibrate_transport(
-            profiles["transport"] / "transport.json", quick), quiet, retries)
-        summary["transport"] = {"rpc_s": found.rpc_s, "copy_Bps": found.copy_Bps,
-                                "serialize_Bps": found.serialize_Bps,
-                                "deserialize_Bps": found.deserialize_Bps}
-    write_atomic(out / "calibration.json", json.dumps(summary, indent=2) + "\n")
-    profiles["workloads"] = configs  # type: ignore[assignment]
+    plan = calibration_plan(list(configs.values()), sorted({case.net for case in cases}),
+                            ranks, quick, quiet, retries, recovered_configs(matrix, cases), rpc)
+    profiles: dict[str, Any] = calibrate(plan, out, Progress(say))
+    profiles["workloads"] = plan.workloads
     return profiles
+
+
+def calibration_plan(configs: list[Config], nets: list[str], ranks: list[int],
+                     quick: bool = False, quiet: tuple[float, float] = (1.0, 0.0),
+                     retries: int = 0, faulty: list[Config] | None = None,
+                     transport: bool = False) -> Plan:
+    """What a validation calibrates under its ``profiles/``: the device (on ``configs``'
+    workloads), each of ``nets`` (allreduces on ``ranks`` ranks), the host's CPU costs
+    (net of the shared-memory fabric's), checkpoints and restarts of ``faulty``, and
+    (``transport``) gRPC's costs; each measured on a quiet machine (``quiet``,
+    ``retries``), two processes at once as in a 2-worker run, each profile in its folder."""
+    from sim.calibration.sequence import PHASES, Plan
+
+    return Plan(workloads=configs,
+                phases=tuple(p for p in PHASES if transport or p != "transport"),
+                nets=tuple(nets), ranks=tuple(ranks),
+                concurrency=min(2, os.cpu_count() or 1),  # as in a 2-worker run: both busy
+                kernel_time_s=0.05 if quick else 0.3,
+                host_net="shm" if "shm" in nets else None, restarts=faulty or [],
+                quick=quick, quiet=quiet, retries=retries, folders=True)
 
 
 def stored_profiles(place: Path, nets: list[str]) -> dict[str, Path]:
@@ -298,7 +251,7 @@ def stored_profiles(place: Path, nets: list[str]) -> dict[str, Path]:
 def recovered_configs(matrix: Matrix, cases: list[Case]) -> list[Config]:
     """One config per distinct restart (workload, ranks) among the cases whose real runs
     restart from checkpoints."""
-    from sim.real.calibration.restart_costs import config_key
+    from sim.calibration.recovery_profile import config_key
 
     found: dict[str, Config] = {}
     for case in cases:
@@ -315,7 +268,7 @@ def recovered_configs(matrix: Matrix, cases: list[Case]) -> list[Config]:
 def device_drift(profiles: dict[str, Any], quiet: tuple[float, float],
                  retries: int) -> list[dict[str, Any]]:
     """The calibrated kernel times measured again now: how far the machine's speed moved."""
-    from sim.real.calibration import suite as C
+    from sim.calibration.measure_device import measure_kernels
 
     before = json.loads((profiles["device"] / "device.json").read_text())["points"]
     configs = profiles.get("workloads")
@@ -323,7 +276,7 @@ def device_drift(profiles: dict[str, Any], quiet: tuple[float, float],
         return []
     concurrency = int(json.loads((profiles["device"] / "device.json").read_text())
                       .get("concurrency", 1))
-    now = quietly(lambda: C.measure_kernels(configs, concurrency, 0.3), quiet, retries)
+    now, _ = quietly(lambda: measure_kernels(configs, concurrency, 0.3), quiet, retries)
     return [{"workload": b["workload"], "start_s": b["seconds"], "end_s": n["seconds"],
              "change": n["seconds"] / b["seconds"] - 1} for b, n in zip(before, now,
                                                                           strict=True)]

@@ -54,7 +54,7 @@ def resimulate_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: 
                     spread: tuple[int, float, float] | None = None) -> dict[str, Any]:
     """One case simulated again and compared with its earlier real runs: its row. With
     ``spread`` (seeds, sigma, speed_sigma) and real kernels, also its :func:`predicted_interval`."""
-    from sim.real.calibration.from_runs import kernel_workload
+    from sim.calibration.from_runs import kernel_workload
     from sim.validation.sim_vs_real import compare
 
     row: dict[str, Any] = {"case": case.name, "levels": case.levels}

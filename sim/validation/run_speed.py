@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from sim.calibrated import read_profile, write_profile_data
+
 CPU_SECONDS = ("message_s", "step_s", "copy_call_s", "copy_row_s", "update_call_s",
                "reduce_call_s", "table_call_s", "table_row_s", "table_step_call_s",
                "table_step_row_s", "unique_call_s", "unique_id_s", "serve_apply_s",
@@ -92,9 +94,12 @@ def draw(seed: int, sigma: float) -> float:
 
 
 def slower_profiles(host: Path, device: Path, factor: float, out: Path) -> tuple[Path, Path]:
-    """Copies of the host and device profiles ``factor`` times slower, in ``out``."""
+    """Copies of the host and device profiles ``factor`` times slower, in ``out``. Raises
+    ValueError for an unreadable profile, OSError."""
+    from sim.training import compute_model, host_costs
+
     out.mkdir(parents=True, exist_ok=True)
-    paths = out / "host.json", out / "device.json"
-    paths[0].write_text(json.dumps(scaled_host(json.loads(host.read_text()), factor)))
-    paths[1].write_text(json.dumps(scaled_device(json.loads(device.read_text()), factor)))
-    return paths
+    return (write_profile_data(out / "host.json", scaled_host(
+                read_profile(host, host_costs.PROFILE_FORMAT, "host profile"), factor)),
+            write_profile_data(out / "device.json", scaled_device(
+                read_profile(device, compute_model.PROFILE_FORMAT, "device profile"), factor)))

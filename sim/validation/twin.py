@@ -30,15 +30,16 @@ def profiles_for(config: Config, net: str, place: Path | None, out: Path, quick:
                  say: Callable[[str], None]) -> dict[str, Path]:
     """The profiles the twin runs on: those in ``place`` (:func:`stored`), or measured now
     into ``out``."""
-    from sim.validation.matrix import calibrate
+    from sim.calibration.report import Progress
+    from sim.calibration.sequence import calibrate
+    from sim.validation.matrix import calibration_plan
 
     if place is not None:
         return stored(config, net, place)
     ranks = row_of(config).ranks(config)
-    profiles = calibrate([config], [net], sorted({2, max(2, ranks)}), out, say, quick,
-                         faulty=[config] if _restarts(config, net) else [])
-    profiles.pop("workloads", None)  # type: ignore[arg-type]
-    return profiles
+    plan = calibration_plan([config], [net], sorted({2, max(2, ranks)}), quick,
+                            faulty=[config] if _restarts(config, net) else [])
+    return calibrate(plan, out, Progress(say))
 
 
 def stored(config: Config, net: str, place: Path) -> dict[str, Path]:

@@ -1,7 +1,7 @@
 """``bsp`` with layer-wise pipelining on real ranks: wait-free backprop or DDP-style buckets.
 
 Mirrors :class:`sim.simulated.strategies.allreduce.BSP` with ``strategy.pipelining`` set, and
-the model in :mod:`sim.simulated.pipeline`: the gradient leaves in the same messages
+the model in :mod:`sim.simulated.backprop_overlap`: the gradient leaves in the same messages
 (``plan_messages``); a message is allreduced (non-blocking) once backward has produced all
 its layers; one message is on the wire at a time, in the order they became ready; the
 communication is progressed between layers while backward goes on. Every rank produces

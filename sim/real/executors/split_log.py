@@ -1,5 +1,5 @@
 """A split replica's real run put together after training, on rank 0: every rank's steps as
-spans, the run's updates, the model of record, and the figures of the pipeline.
+spans, the run's updates, the model of record, and the figures of its pipeline stages.
 
 Each rank logs one :class:`SplitStep` per update it applied (:mod:`.bsp_split`). Here, on the
 common clock:

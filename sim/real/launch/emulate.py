@@ -7,7 +7,7 @@ on the namespace side (what the rank sends) and on the bridge side (what it rece
 full-duplex NIC port would be. Addresses are 10.213.0.0/16, inside the namespaces only.
 MPI is forced onto TCP between them (libfabric's tcp provider, no shared memory).
 
-Two settings matter on a small VM (measured with ``sim.real.calibration.netbench``, 4 ranks,
+Two settings matter on a small VM (measured with ``sim.calibration.netbench``, 4 ranks,
 2 cores): the bucket holds 1 ms at the line rate (with 200 us, a 4 MB ring allreduce at 1
 Gbit/s took 2.5x its bandwidth bound: the qdisc timers could not keep the link busy), and
 every socket gets 4 MiB buffers (ranks that are not running while others send need the

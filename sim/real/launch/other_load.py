@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 MAX_OTHER_LOAD = 0.10  # other processes' CPU share above which timings get a warning
+
+T = TypeVar("T")
 
 
 def _stat() -> tuple[int, int]:
@@ -64,3 +68,22 @@ class OtherLoad:
         busy_s = (_stat()[0] - self.stat) * TICK_S
         others = busy_s - (_mine_s() - self.mine)
         self.fraction = max(0.0, others / (max(elapsed, 1e-9) * (os.cpu_count() or 1)))
+
+
+def quietly(measure: Callable[[], T], quiet: tuple[float, float],
+            retries: int) -> tuple[T, float]:
+    """``measure()`` on a quiet machine: waited for (:func:`wait_for_quiet` with ``quiet``:
+    the busy share, the longest wait in s), and taken again, up to ``retries`` times, when
+    other processes took more than ``quiet[0]`` of the CPUs meanwhile; the least disturbed
+    result, and that share."""
+    best: tuple[float, T] | None = None
+    for _ in range(1 + retries):
+        wait_for_quiet(*quiet)
+        with OtherLoad() as load:
+            result = measure()
+        if best is None or load.fraction < best[0]:
+            best = (load.fraction, result)
+        if load.fraction <= quiet[0]:
+            break
+    assert best is not None  # 1 + retries >= 1 attempts
+    return best[1], best[0]

@@ -24,9 +24,9 @@ import numpy as np
 import simpy
 
 from sim import kernels as K
+from sim.network.collective_alone import run_alone
 from sim.network.collectives import get_collective
-from sim.network.standalone import run_alone
-from sim.simulated.pipeline import AllreduceChannel
+from sim.simulated.backprop_overlap import AllreduceChannel
 from sim.simulated.strategies.base import Strategy, block, compute, cpu, everyone, together
 from sim.simulated.strategies.pipelined import PipelinedStrategy
 from sim.simulated.strategies.table_exchange import EXCHANGES
@@ -223,7 +223,7 @@ class AllreduceMixin:
 class BSP(AllreduceMixin, PipelinedStrategy):
     """Synchronous SGD: every step averages all workers' gradients with an allreduce.
 
-    Steps run through :mod:`sim.simulated.pipeline`: with ``strategy.pipelining = "none"``
+    Steps run through :mod:`sim.simulated.backprop_overlap`: with ``strategy.pipelining = "none"``
     each step is compute, then one allreduce of the whole gradient; ``wfbp`` and ``bucket``
     overlap per-layer (or per-bucket) allreduces with backprop. Compressed gradients are
     allgathered (``strategy.allgather``) and each worker decodes the p - 1 it receives.
@@ -232,7 +232,7 @@ class BSP(AllreduceMixin, PipelinedStrategy):
 
     def start(self) -> None:
         self.setup_replicas()
-        self.start_pipeline(AllreduceChannel(self.ctx.env, self.ctx.config.strategy.priority,
+        self.start_overlap(AllreduceChannel(self.ctx.env, self.ctx.config.strategy.priority,
                                              self.reduce))
 
     def setup_replicas(self) -> None:
@@ -262,7 +262,7 @@ class BSP(AllreduceMixin, PipelinedStrategy):
     def reduce(self, step: int, msg: Message) -> Generator[simpy.Event, Any, None]:
         """The message's allreduce, then every replica's mean of the sum (a pass at the
         summing rate) and SGD step over its layers."""
-        lapped, costs = self.pipe.overlapped, self.ctx.cpu
+        lapped, costs = self.overlap.overlapped, self.ctx.cpu
         if self.tables is not None:
             yield from self.tables.timed_exchange(msg.nbytes, lapped)
         else:

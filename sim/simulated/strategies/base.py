@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import simpy
 
+from sim.network.message_cost import ShardCosts, shard_costs
 from sim.recorder import Recorder
 from sim.simulated.hosts import Hosts
-from sim.simulated.server import REQUEST_BYTES, ParameterServer
+from sim.simulated.server import ParameterServer
 from sim.trace import Facts
 from sim.training.compute_model import ComputeModel
 from sim.training.embedding_traffic import EmbeddingTraffic, Parts
@@ -57,7 +58,7 @@ class Context:
     # the ids touched (None: a model without tables, or tables not on the servers)
     traffic: EmbeddingTraffic | None = None
     # the CPU side of each kind of message to or from the shards (see message_costs)
-    message_memo: dict[tuple, MessageCosts] = field(default_factory=dict, repr=False)
+    message_memo: dict[tuple, ShardCosts] = field(default_factory=dict, repr=False)
 
     @property
     def model(self) -> Model | None:
@@ -240,12 +241,12 @@ def taken(ctx: Context, worker: Worker | Endpoint, delivered: simpy.Event,
     of ``owners``), and, over a transport whose calls are answered, until their handlers
     have taken it and their responses are in (:func:`answered`). Returns the event of the
     shards having spent ``shard_s`` on it (None when that costs no CPU)."""
-    if ctx.cpu.answered_calls:
+    if ctx.cpu.message.answered_calls:
         call = ctx.env.process(answered(ctx, worker, delivered, owners, owned, shard_s,
                                         facts.sends))
         applied = yield from block(ctx, worker.index, "wire", call, overlapped, facts)
         yield from cpu(ctx, worker.index, "overhead",
-                       len(owned) * ctx.cpu.receive_s(0.0), overlapped)
+                       len(owned) * ctx.cpu.message.receive_s(0.0), overlapped)
         return applied
     yield from block(ctx, worker.index, "wire", delivered, overlapped, facts)
     if not np.any(shard_s > 0):  # the servers would take no CPU: nothing to wait for
@@ -257,13 +258,13 @@ def answered(ctx: Context, worker: Worker | Endpoint, delivered: simpy.Event,
              owners: np.ndarray, owned: np.ndarray, shard_s: np.ndarray,
              sends: list[int]) -> Generator[simpy.Event, Any, simpy.Event | None]:
     """A push as a call (gRPC's unary call): once delivered, each shard's handler takes it
-    and sends an empty response (on the shard's core, :meth:`CpuCosts.handled_s`); its main
+    and sends an empty response (on the shard's core, :meth:`MessageCpu.handled_s`); its main
     loop then unpacks and applies it (``shard_s``, queued behind the handler) while the
     responses travel. Returns the event of that work (None: no CPU) once the responses are
     in."""
     server = ctx.server
     yield delivered
-    handled = server.process(owners, ctx.cpu.handled_s(owned), worker.index, owned,
+    handled = server.process(owners, ctx.cpu.message.handled_s(owned), worker.index, owned,
                              what="call", sends=sends)
     if handled is not None:
         yield handled
@@ -333,6 +334,7 @@ def pull_rows(ctx: Context, worker: Worker | Endpoint, out: np.ndarray | None,
     after the work queued on it. The numbers read are the store's (into ``out`` unless
     None): a gradient reads only its batch's rows. Returns the version read."""
     server, costs = ctx.server, ctx.cpu
+    message = costs.message
     X, _ = ctx.workers[worker.index].peek_batch()
     # the worker finds the batch's distinct ids (of every table) to ask for
     yield from cpu(ctx, worker.index, "data", costs.unique_s(X.ids.size + X.wide.size),
@@ -344,12 +346,12 @@ def pull_rows(ctx: Context, worker: Worker | Endpoint, out: np.ndarray | None,
     moved = np.array([costs.table_rows_s(b, r) for b, r in zip(parts.row_bytes[owners],
                                                                parts.rows[owners],
                                                                strict=True)])
-    yield from cpu(ctx, worker.index, "overhead", float(costs.send_s(request).sum()),
+    yield from cpu(ctx, worker.index, "overhead", float(message.send_s(request).sum()),
                    overlapped)
     facts = Facts("pull", parts.nbytes)
     with ctx.recorder.span(worker.index, "wire", overlapped, facts):
         yield server.push_parts(worker.host, parts.request, facts.sends)
-        served = server.process(owners, costs.receive_s(request) + costs.send_s(reply)
+        served = server.process(owners, message.receive_s(request) + message.send_s(reply)
                                 + moved, what="pull")
         if served is not None:
             yield served
@@ -359,7 +361,7 @@ def pull_rows(ctx: Context, worker: Worker | Endpoint, out: np.ndarray | None,
                                                                   facts.sends))
         yield from reply_handshake(ctx, worker.index, parts.reply)
     yield from cpu(ctx, worker.index, "overhead",
-                   float(costs.receive_s(reply).sum() + moved.sum()), overlapped)
+                   float(message.receive_s(reply).sum() + moved.sum()), overlapped)
     return version
 
 
@@ -377,58 +379,35 @@ def push_rows(ctx: Context, worker: Worker, apply_s: Callable[[float], float],
     # closes), an asynchronous one steps its rows at once
     rows, row_bytes = parts.rows[owners], parts.row_bytes[owners]
     moved = np.array([costs.table_rows_s(b, r) for b, r in zip(row_bytes, rows, strict=True)])
+    message = costs.message
     yield from cpu(ctx, worker.index, "overhead",
-                   float(costs.send_s(owned).sum() + moved.sum()), overlapped)
+                   float(message.send_s(owned).sum() + moved.sum()), overlapped)
     facts = Facts("push", parts.nbytes)
     delivered = ctx.server.push_parts(worker.host, parts.request, facts.sends)
     on_rows = moved if row_of(ctx.config).synchronous else np.array(
         [costs.table_step_s(b, r) for b, r in zip(row_bytes, rows, strict=True)])
     dense = ctx.traffic.dense_bytes[owners]
-    shard_s = np.array([costs.unpacked_s(p) + apply_s(d) for p, d in zip(owned, dense,
-                                                                        strict=True)]) + on_rows
+    shard_s = np.array([message.unpacked_s(p) + apply_s(d) for p, d in zip(owned, dense,
+                                                                          strict=True)]) + on_rows
     return (yield from taken(ctx, worker, delivered, owners, owned, shard_s, overlapped,
                              facts))
-
-
-class MessageCosts(NamedTuple):
-    """The CPU side of one kind of message between a worker and the shards (its bytes split
-    over the shards, the host's costs): the same for every such message, so computed once
-    (numpy on a few shards costs more than the rest of a message)."""
-
-    parts: np.ndarray  # bytes per shard (read-only)
-    owners: np.ndarray  # the shards that take part
-    owned: np.ndarray  # their bytes
-    sender_s: float  # the worker's CPU for its messages to (a push) or from (a pull) the owners
-    request_s: float  # a pull: the worker's CPU for its requests
-    shard_s: np.ndarray  # each owner's CPU: receiving and applying, or answering a pull
-    shards_busy: bool  # whether any owner spends CPU at all
 
 
 _MESSAGE_KINDS_KEPT = 4096  # sparse batches vary in size: remember the first ones
 
 
 def message_costs(ctx: Context, keys: tuple[float, float], nbytes: float,
-                  apply_s: Callable[[float], float] | None) -> MessageCosts:
+                  apply_s: Callable[[float], float] | None) -> ShardCosts:
     """The costs of a push of ``nbytes`` for ``keys`` (``apply_s``: a shard's CPU to
-    apply its part) or, with ``apply_s`` None, of a pull of ``nbytes``."""
+    apply its part) or, with ``apply_s`` None, of a pull of ``nbytes``
+    (:func:`sim.network.message_cost.shard_costs`), the same for every such message, so
+    computed once (numpy on a few shards costs more than the rest of a message)."""
     key = (keys, nbytes, apply_s)
     found = ctx.message_memo.get(key)
     if found is not None:
         return found
-    costs = ctx.cpu
     parts = ctx.server.range_bytes(*keys, nbytes)
-    owners = parts > 0
-    owned = parts[owners]
-    if apply_s is not None:  # a push: the worker sends, each owner receives and applies
-        shard_s = np.array([costs.unpacked_s(p) + apply_s(p) for p in owned])
-        worker_s = costs.send_s(owned)
-    else:  # a pull: each owner answers (a one-sided read: none does), the worker receives
-        shard_s = (np.zeros(len(owned)) if costs.one_sided_pulls
-                   else answer_s(costs, owned))
-        worker_s = costs.receive_s(owned)
-    found = MessageCosts(parts, owners, owned, float(worker_s.sum()),
-                         int(owners.sum()) * costs.send_s(REQUEST_BYTES), shard_s,
-                         bool(np.any(shard_s > 0)))
+    found = shard_costs(ctx.cpu.message, parts, apply_s, ctx.cpu.host.serve_pull_s)
     if len(ctx.message_memo) < _MESSAGE_KINDS_KEPT:
         ctx.message_memo[key] = found
     return found
@@ -445,9 +424,3 @@ def reply_handshake(ctx: Context, rank: int,
                                               parts[owners])
     if handshake > 0:
         yield ctx.env.timeout(handshake)
-
-
-def answer_s(costs: CpuCosts, parts: np.ndarray) -> np.ndarray:
-    """Each shard's CPU to answer a pull of ``parts`` bytes from it: receiving the request,
-    admitting it (its rules' code), then copying out and sending its part."""
-    return costs.receive_s(REQUEST_BYTES) + costs.host.serve_pull_s + costs.send_s(parts)

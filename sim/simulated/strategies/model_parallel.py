@@ -2,7 +2,7 @@
 and tensor shards, its batch into microbatches (:mod:`sim.training.parallel_plan`).
 
 Every rank of the plan is a SimPy process that runs its stage's passes in the schedule's
-order (:func:`sim.training.pipeline_schedule.stage_ops`) each step:
+order (:func:`sim.training.stage_schedule.stage_ops`) each step:
 
 - a forward pass of microbatch k waits for its activations from the same shard of the
   previous stage (a point-to-point message over the simulated network,
@@ -35,7 +35,7 @@ gradients apart from its pipeline's timing (:mod:`sim.simulated.strategies.pipel
 one stage, one shard and one microbatch the run is the plain strategy's, bit for bit and
 time for time (the few zero-length waits below keep SimPy's order of events at one instant
 where ranks share cores); otherwise its losses are up to rounding
-(tests/test_model_parallel_sim.py).
+(tests/simulated/test_model_parallel_sim.py).
 """
 
 from __future__ import annotations
@@ -48,15 +48,14 @@ import numpy as np
 import simpy
 
 from sim.recorder import KINDS
-from sim.simulated.server import REQUEST_BYTES
 from sim.simulated.stages import BubbleTally, Mailbox, Meetings, StageWork, stage_works
 from sim.simulated.strategies.allreduce import BSP, AllreduceMixin, Group
 from sim.simulated.strategies.base import Endpoint, cpu, push, together
 from sim.simulated.strategies.ps_sync import BSPPS
 from sim.trace import Facts
 from sim.training.messages import plan_messages
-from sim.training.pipeline_schedule import Op
 from sim.training.stage_numerics import replica_loss_grad
+from sim.training.stage_schedule import Op
 from sim.training.workload import Worker
 
 # what it adds to summary.json (docs/reference/results.md; the memory keys every run of a
@@ -87,7 +86,7 @@ class PlanRanks(AllreduceMixin):
         self.placed = placed = np.asarray(ctx.placed[:ranks])
         self.data_groups = [self._group(plan.data_group(r), placed) for r in range(ranks)]
         self.tensor_groups = [self._group(plan.tensor_group(r), placed) for r in range(ranks)]
-        self.mail = Mailbox(ctx.env, ctx.network, ctx.recorder, ctx.hosts, ctx.cpu,
+        self.mail = Mailbox(ctx.env, ctx.network, ctx.recorder, ctx.hosts, ctx.cpu.message,
                             placed, ranks)
         self.meetings = Meetings(ctx.env, ctx.recorder)
         self.bubble = BubbleTally(plan.replicas, plan.tensor, plan.pipeline)
@@ -328,8 +327,7 @@ class ModelParallelBSPPS(PlanRanks, BSPPS):
         self.setup_servers()
         self._setup_collective()  # the tensor groups'
         self.replays = False
-        self.request_s = int(np.count_nonzero(ctx.server.share)) * ctx.cpu.send_s(
-            REQUEST_BYTES)
+        self.request_s = ctx.cpu.message.requests_s(int(np.count_nonzero(ctx.server.share)))
         self.pulled: dict[tuple[int, int], int] = {}  # (step, group) -> ranks that pulled
         self.closed_steps = 0  # steps closed so far
         self.closing: dict[int, simpy.Event] = {}  # step -> fires when it closes
@@ -373,7 +371,7 @@ class ModelParallelBSPPS(PlanRanks, BSPPS):
                              step: int) -> Generator[simpy.Event, Any, None]:
         """``rank`` waits until the step before ``step`` has closed: bsp-ps's servers take a
         step's pushes once every worker has pulled the step before
-        (:class:`sim.simulated.pipeline.ParameterServerChannel`)."""
+        (:class:`sim.simulated.backprop_overlap.ParameterServerChannel`)."""
         if step <= self.closed_steps:
             # bsp-ps's sender process wakes up one event after its worker's backward: where
             # ranks share cores, the other ranks' tasks queued meanwhile go first

@@ -1,8 +1,9 @@
-"""Synchronous strategies whose steps run through the layer-wise pipeline.
+"""Synchronous strategies whose steps overlap gradient communication with backprop
+(``strategy.pipelining``: :mod:`sim.simulated.backprop_overlap`).
 
 The numbers and the timing are kept apart: every worker's gradient for step k+1 is
 computed (on the parameters after step k) when step k's last message lands, and the
-pipeline decides when each layer's compute and each message happen. This is exact
+overlap decides when each layer's compute and each message happen. This is exact
 because a step's backward cannot start before all of the previous step's messages
 have landed (its forward needs every layer).
 
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.simulated.pipeline import Pipeline
+from sim.simulated.backprop_overlap import BackpropOverlap
 from sim.simulated.strategies.base import Strategy, prologue
 from sim.trace import Facts
 from sim.training.messages import Message, StepCosts, plan_messages
@@ -44,7 +45,7 @@ UNBOUNDED = 1 << 62  # steps: the run stops on the recorder, not on a step count
 class PipelinedStrategy(Strategy):
     """Base: subclasses give the channel, the numerics of a step and the message time."""
 
-    def start_pipeline(self, channel: Any) -> None:
+    def start_overlap(self, channel: Any) -> None:
         ctx = self.ctx
         strategy = ctx.config.strategy
         self.layers = layers = ctx.layers
@@ -62,13 +63,13 @@ class PipelinedStrategy(Strategy):
         self._step_compute: dict[int, np.ndarray] = {}
         charged = ctx.cpu.charged  # a host with CPU costs (not the ideal one)
         on_core = charged and ctx.compute.on_host
-        self.pipe = Pipeline(ctx.env, ctx.n, self.messages, channel, self.costs,
+        self.overlap = BackpropOverlap(ctx.env, ctx.n, self.messages, channel, self.costs,
                              ctx.recorder.add_span, self.step_done,
                              busy=ctx.hosts.run if on_core else ctx.hosts.sleep,
                              prologue=self.prologue if charged else None, tag=self.tag)
         if ctx.numerics:
             self.compute_gradients()
-        self.pipe.start(UNBOUNDED)
+        self.overlap.start(UNBOUNDED)
 
     def tag(self, msg: Message, overlapped: bool) -> AbstractContextManager:
         """The spans recorded inside are ``msg``'s collective (for the trace)."""
@@ -93,7 +94,7 @@ class PipelinedStrategy(Strategy):
         self.ctx.recorder.update(-1, step + 1, step, 0, loss,
                                  self.ctx.n * self.ctx.config.workload.batch)
         if self.ctx.recorder.finished:
-            self.pipe.stopped = True
+            self.overlap.stopped = True
         elif self.ctx.numerics:
             self.compute_gradients()
 

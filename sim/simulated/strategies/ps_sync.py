@@ -2,9 +2,9 @@
 
 ``bsp-ps``: every worker computes its gradient and pushes it; once every worker has
 pushed, the servers average the gradients in worker order, step the parameters and send
-them back, and the next step's forward begins. It runs through the layer-wise pipeline
-(:mod:`sim.simulated.pipeline`), so ``strategy.pipelining`` can push each layer or bucket
-as soon as backprop has produced it.
+them back, and the next step's forward begins. It runs through the overlap of communication
+with backprop (:mod:`sim.simulated.backprop_overlap`), so ``strategy.pipelining`` can push
+each layer or bucket as soon as backprop has produced it.
 
 ``backup`` (Chen et al. 2016, "Revisiting distributed synchronous SGD"): each worker loops
 pull, compute, push; a step closes as soon as N - b gradients read at its version have
@@ -26,15 +26,14 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.network.standalone import build_network, endpoint_machines, with_host_link
+from sim.network.network_builder import build_network, endpoint_machines, with_host_link
 from sim.network.topology import place
 from sim.recorder import UpdateRecord
-from sim.simulated.pipeline import ParameterServerChannel
-from sim.simulated.server import REQUEST_BYTES, ParameterServer
+from sim.simulated.backprop_overlap import ParameterServerChannel
+from sim.simulated.server import ParameterServer
 from sim.simulated.strategies.base import (
     FAILED,
     Strategy,
-    answer_s,
     cpu,
     gradient_pushed,
     pull_params,
@@ -117,7 +116,7 @@ class BSPPS(PipelinedStrategy):
 
     def start(self) -> None:
         self.setup_servers()
-        self.start_pipeline(ParameterServerChannel(self.ctx.env,
+        self.start_overlap(ParameterServerChannel(self.ctx.env,
                                                    self.ctx.config.strategy.priority,
                                                    self.push, self.apply_message, self.pull))
 
@@ -152,7 +151,7 @@ class BSPPS(PipelinedStrategy):
         """Worker ``w`` sends the message; each shard receives its part and adds it to the
         step's sum (on its core, queued behind earlier work). After its last message of
         the step the worker sends its (held) pull request."""
-        ctx, worker, lapped = self.ctx, self.ctx.workers[w], self.pipe.overlapped
+        ctx, worker, lapped = self.ctx, self.ctx.workers[w], self.overlap.overlapped
         if ctx.traffic is not None:  # the rows the batch touched, not key ranges
             yield from push_rows(ctx, worker, ctx.cpu.kept_push_s, lapped)
             return
@@ -160,8 +159,7 @@ class BSPPS(PipelinedStrategy):
                         self.keys(msg), lapped, (msg.lo, msg.hi))
         if msg.lo == 0:
             shards = int(np.count_nonzero(ctx.server.share))
-            yield from cpu(ctx, w, "overhead", shards * ctx.cpu.send_s(REQUEST_BYTES),
-                           lapped)
+            yield from cpu(ctx, w, "overhead", ctx.cpu.message.requests_s(shards), lapped)
 
     def pull(self, w: int, msg: Message) -> Generator[simpy.Event, Any, None]:
         """Each shard answers ``w``'s held request with its part of the message's layers
@@ -169,10 +167,10 @@ class BSPPS(PipelinedStrategy):
         tables on the servers: the rows ``w``'s next batch touches (its cached ones when
         they are due) and the dense part."""
         if self.ctx.traffic is not None:
-            yield from pull_rows(self.ctx, self.ctx.workers[w], None, self.pipe.overlapped)
+            yield from pull_rows(self.ctx, self.ctx.workers[w], None, self.overlap.overlapped)
             return
         yield from self.pull_range(w, self.ctx.workers[w].host, self.keys(msg), msg.nbytes,
-                                   (msg.lo, msg.hi), self.pipe.overlapped)
+                                   (msg.lo, msg.hi), self.overlap.overlapped)
 
     def pull_range(self, rank: int, host: int, keys: tuple[float, float], nbytes: int,
                    layers: tuple[int, int], overlapped: bool,
@@ -181,17 +179,19 @@ class BSPPS(PipelinedStrategy):
         ``keys`` (``nbytes`` in all, uncompressed; ``layers`` for the trace), after the work
         queued on its core; ``rank`` receives them."""
         ctx, server, costs = self.ctx, self.ctx.server, self.ctx.cpu
+        message = costs.message
         parts = server.range_bytes(*keys, nbytes)
         owners = parts > 0
         facts = Facts("pull", nbytes, layers)
         with ctx.recorder.span(rank, "wire", overlapped, facts):
-            served = server.process(owners, answer_s(costs, parts[owners]), what="pull")
+            answers = message.answer_s(parts[owners], costs.host.serve_pull_s)
+            served = server.process(owners, answers, what="pull")
             if served is not None:
                 yield served
             yield from ctx.hosts.wait(rank, server.send_range(host, *keys, nbytes,
                                                               facts.sends))
             yield from reply_handshake(ctx, rank, parts)
-        yield from cpu(ctx, rank, "overhead", float(costs.receive_s(parts[owners]).sum()),
+        yield from cpu(ctx, rank, "overhead", float(message.receive_s(parts[owners]).sum()),
                        overlapped)
 
     def apply_message(self, step: int, msg: Message) -> None:

@@ -1,0 +1,398 @@
+"""This machine's gRPC as a transport profile (``sim calibrate --only transport``).
+
+``cluster.transport = "calibrated:PATH"`` reads the profile
+(:func:`sim.network.transports.get_transport`). The transport model charges each end of an
+n-byte message::
+
+    send    = overhead_s + rpc_s + n / copy_Bps + n / serialize_Bps
+    receive = overhead_s + rpc_s + n / copy_Bps + n / deserialize_Bps
+
+What is measured, on this machine:
+
+* ping-pong: gRPC (grpcio, Python) over loopback between two processes. A server process
+  (``python -m sim.calibration.transport_bench --serve``: a generic unary handler that
+  hands each request to the main thread, which answers with the request's own bytes, as the
+  real parameter server's main loop answers its handlers; no (de)serialiser) and this
+  process, the client, which sends ``bytes`` of each size and waits for the echo. The
+  connection is warmed first with round trips of the largest size (HTTP/2's BDP probing
+  grows the flow-control window from its initial 64 KiB; the first large messages wait on
+  it), then the sizes are timed in rounds, one round trip of each size a round (so a burst
+  of other load touches every size alike), and each size's median is kept.
+* serialisation, in this process: a float64 array to bytes (``ndarray.tobytes``, what the
+  sender encodes) and bytes to an array (``np.frombuffer(data, np.float64).copy()``, what
+  the receiver decodes; copying into a preallocated array is timed too and kept in the
+  file), for large arrays, each size's median.
+
+The fits, by :func:`sim.calibration.fit_fabric.fit_log` (least squares on log ratios: a 2x
+error counts the same for 8 B and 4 MiB):
+
+* ``RTT(n) = 2 (2 c + n p)``: a request and its echo, each paying a per-message constant
+  ``c`` at both ends and ``p`` per byte (both ends' copies: gRPC's into and out of its
+  buffers, the kernel's through the socket). Then ``rpc_s = c`` with ``overhead_s = 0``
+  (gRPC's whole per-message cost on loopback, the socket calls included: they cannot be
+  told apart from outside), and ``copy_Bps = 2 / p`` (each end half of the per-byte time).
+  The echoed payload is serialised before it is timed, so nothing of the serialisation is
+  inside ``p`` and nothing is taken out of it. The loopback's kernel path is inside both:
+  used with a fabric, the fabric's alpha and bandwidth are added on top.
+* ``t(n) = constant + n / rate`` for serialisation and deserialisation: ``serialize_Bps``
+  and ``deserialize_Bps`` are the rates (the constant is Python's call, kept in the file).
+
+Framing and flow control keep the ``grpc`` preset's values (60 B a message, a 9-byte header
+per 16 KiB DATA frame, a 65,535-byte initial window: grpcio's HTTP/2 default, which BDP
+probing grows during a run; not measured here). The profile keeps every raw sample and each
+fit's errors. A full calibration measures :data:`REPEATS` times and fits each size's median
+over them (:func:`median_measurement`): one measurement here had the round trip 1.5 to 3
+times slower than the one an hour before, while real gRPC runs were 10% slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.network.transports import REGISTRY, Transport
+
+REPEATS = 3  # a full calibration's repeats, each size's median kept (--quick: 1)
+# Ping-pong payloads: 8 B, then powers of 4 from 64 B to 4 MiB.
+SIZES = [8] + [4**k for k in range(3, 12)]
+QUICK_SIZES = [8, 1024, 65536, 1 << 20, 4 << 20]
+REPS, QUICK_REPS = 200, 30  # round trips of a small message; fewer of a large one
+# Serialised arrays (bytes): the ping-pong's large sizes (warm in the caches, as its
+# payloads are; beyond the last level cache the rates are lower).
+SERIALIZE_SIZES = [1 << 18, 1 << 20, 4 << 20]
+QUICK_SERIALIZE_SIZES = [1 << 20, 4 << 20]
+WARMUP = 3  # untimed round trips of each size, and of each serialisation
+WINDOW_WARMUP = 10  # untimed round trips of the largest size first (the window grows)
+SERVER_START_S = 30.0
+METHOD = "/sgdlab.Echo/Echo"
+# Payloads up to 4 MiB and more: gRPC refuses messages over 4 MiB by default.
+OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+
+
+# ---- the echo server -------------------------------------------------------------------
+
+def serve() -> int:
+    """The echo server: binds 127.0.0.1 on a free port, prints the port on stdout, answers
+    every call of :data:`METHOD` with its request's bytes until stdin closes. As the real
+    parameter server's (:class:`sim.real.executors.ps_grpc.GrpcServerLink`), a call's
+    handler thread hands the request to the main thread and waits for its answer, so the
+    hand-over's thread switches are measured with the call."""
+    import queue
+    import threading
+    from concurrent import futures
+
+    import grpc
+
+    arrivals: queue.Queue[tuple[bytes, queue.Queue[bytes]] | None] = queue.Queue()
+
+    def handle(request: bytes, _: Any) -> bytes:
+        slot: queue.Queue[bytes] = queue.Queue(maxsize=1)
+        arrivals.put((request, slot))
+        return slot.get()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), options=OPTIONS)
+    service, _, method = METHOD.strip("/").partition("/")
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        service, {method: grpc.unary_unary_rpc_method_handler(handle)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(port, flush=True)
+    # until the client closes our stdin (or exits)
+    threading.Thread(target=lambda: (sys.stdin.read(), arrivals.put(None)), daemon=True).start()
+    while (item := arrivals.get()) is not None:  # the main loop answers
+        request, slot = item
+        slot.put(request)
+    server.stop(None)
+    return 0
+
+
+@contextmanager
+def echo_server(timeout_s: float = SERVER_START_S) -> Iterator[int]:
+    """A running echo server process (:func:`serve`); its port. Raises RuntimeError when it
+    does not start."""
+    err = tempfile.TemporaryFile("w+")  # a file, not a pipe: no one reads it meanwhile
+    proc = subprocess.Popen([sys.executable, "-m", "sim.calibration.transport_bench",
+                             "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=err, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+        line = proc.stdout.readline() if ready else ""
+        if not line.strip().isdigit():
+            proc.kill()
+            proc.wait()
+            err.seek(0)
+            last = err.read().strip().splitlines()[-1:]
+            raise RuntimeError(f"the gRPC echo server did not start in {timeout_s:.0f} s"
+                               + (f": {last[0]}" if last else ""))
+        yield int(line)
+    finally:
+        if proc.poll() is None:
+            proc.stdin.close()  # type: ignore[union-attr]
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
+        err.close()
+
+
+# ---- measurements ----------------------------------------------------------------------
+
+def _reps(nbytes: int, reps: int) -> int:
+    """Timings of ``nbytes``: ``reps`` up to 64 KiB, fewer beyond (at least 10)."""
+    return max(10, min(reps, int(reps * 65536 / max(nbytes, 65536))))
+
+
+def pingpong(port: int, sizes: list[int], reps: int) -> dict[str, Any]:
+    """Round-trip times of each size through the echo server on ``port``: every sample
+    (seconds) and each size's median. Raises RuntimeError when a call fails."""
+    import grpc
+
+    try:
+        return _pingpong(port, sizes, reps)
+    except (grpc.RpcError, grpc.FutureTimeoutError) as exc:
+        details = exc.details() if isinstance(exc, grpc.Call) else type(exc).__name__
+        raise RuntimeError(f"the gRPC ping-pong on 127.0.0.1:{port} failed: "
+                           f"{details}") from None
+
+
+def _pingpong(port: int, sizes: list[int], reps: int) -> dict[str, Any]:
+    import grpc
+
+    samples: list[list[float]] = [[] for _ in sizes]
+    with grpc.insecure_channel(f"127.0.0.1:{port}", options=OPTIONS) as channel:
+        grpc.channel_ready_future(channel).result(timeout=SERVER_START_S)
+        call = channel.unary_unary(METHOD)
+        payloads = [bytes(n) for n in sizes]
+        for _ in range(WINDOW_WARMUP):
+            call(payloads[sizes.index(max(sizes))])
+        for payload in payloads:
+            for _ in range(WARMUP):
+                call(payload)
+        counts = [_reps(n, reps) for n in sizes]
+        for round_ in range(max(counts)):
+            for i, payload in enumerate(payloads):
+                if round_ < counts[i]:
+                    start = time.perf_counter()
+                    answer = call(payload)
+                    samples[i].append(time.perf_counter() - start)
+                    if len(answer) != len(payload):
+                        raise RuntimeError(f"the echo of {len(payload)} B came back "
+                                           f"{len(answer)} B long")
+    return {"sizes": list(sizes), "samples": samples,
+            "seconds": [float(np.median(s)) for s in samples]}
+
+
+def time_serialization(sizes: list[int], reps: int) -> dict[str, Any]:
+    """Seconds to serialise float64 arrays of each size (bytes) and to deserialise them:
+    ``serialize`` (``tobytes``), ``deserialize`` (``np.frombuffer(...).copy()``) and
+    ``deserialize_into`` (``np.copyto`` into a preallocated array), each with every sample
+    and each size's median."""
+    out: dict[str, Any] = {"sizes": list(sizes)}
+    kinds = {"serialize": "ndarray.tobytes()",
+             "deserialize": "np.frombuffer(data, np.float64).copy()",
+             "deserialize_into": "np.copyto(out, np.frombuffer(data, np.float64))"}
+    times: dict[str, list[list[float]]] = {k: [] for k in kinds}
+    rng = np.random.default_rng(0)
+    for n in sizes:
+        array = rng.random(n // 8)
+        data, into = array.tobytes(), np.empty_like(array)
+        calls = {"serialize": array.tobytes,
+                 "deserialize": lambda d=data: np.frombuffer(d, np.float64).copy(),
+                 "deserialize_into": lambda d=data, o=into: np.copyto(
+                     o, np.frombuffer(d, np.float64))}
+        count = _reps(n, reps)
+        for kind, fn in calls.items():
+            samples = []
+            for i in range(WARMUP + count):
+                start = time.perf_counter()
+                fn()
+                if i >= WARMUP:
+                    samples.append(time.perf_counter() - start)
+            times[kind].append(samples)
+    for kind, how in kinds.items():
+        out[kind] = {"how": how, "samples": times[kind],
+                     "seconds": [float(np.median(s)) for s in times[kind]]}
+    return out
+
+
+# ---- fits -------------------------------------------------------------------------------
+
+def _points(labels: list[str], measured: np.ndarray,
+            predicted: np.ndarray) -> dict[str, Any]:
+    errors = predicted / measured - 1
+    return {"points": [{"what": w, "measured_s": float(m), "predicted_s": float(p),
+                        "error": float(e)}
+                       for w, m, p, e in zip(labels, measured, predicted, errors, strict=True)],
+            "max_error": float(np.max(np.abs(errors))),
+            "rms_log_error": float(np.sqrt(np.mean(np.log(predicted / measured) ** 2)))}
+
+
+def fit_rtt(sizes: list[int], seconds: list[float]) -> dict[str, Any]:
+    """``RTT(n) = 2 (2 c + n p)`` fitted to round-trip times of n-byte echoes: the
+    per-message constant at each end ``rpc_s`` (c), the per-byte time of a message (p, both
+    ends) and ``copy_Bps = 2 / p`` (each end's), with each size's error."""
+    from sim.calibration.fit_fabric import fit_log  # not at the top: the echo server
+    # process imports this module and needs none of the suite's imports
+
+    n, t = np.asarray(sizes, float), np.asarray(seconds, float)
+    A = np.column_stack([np.full_like(n, 4.0), 2.0 * n])
+    c, p = fit_log(A, t)
+    return {"rpc_s": c, "per_byte_s": p, "copy_Bps": 2.0 / p,
+            **_points([f"round trip {int(s)} B" for s in n], t, A @ np.array([c, p]))}
+
+
+def fit_rate(sizes: list[int], seconds: list[float], what: str) -> dict[str, Any]:
+    """``t(n) = constant + n / rate`` fitted to ``what``'s times of n bytes: ``constant_s``,
+    ``rate_Bps``, with each size's error."""
+    from sim.calibration.fit_fabric import fit_log  # see fit_rtt
+
+    n, t = np.asarray(sizes, float), np.asarray(seconds, float)
+    A = np.column_stack([np.ones_like(n), n])
+    constant, per_byte = fit_log(A, t)
+    return {"constant_s": constant, "rate_Bps": 1.0 / per_byte,
+            **_points([f"{what} {int(s)} B" for s in n], t, A @ np.array([constant, per_byte]))}
+
+
+def transport_profile(rtt: dict[str, Any], serialize: dict[str, Any],
+                      deserialize: dict[str, Any], source: str) -> Transport:
+    """The ``grpc`` preset with the fitted costs: ``overhead_s`` 0, ``rpc_s``,
+    ``copy_Bps``, ``serialize_Bps`` and ``deserialize_Bps``; framing and window kept."""
+    return replace(REGISTRY["grpc"], name="grpc", overhead_s=0.0, rpc_s=rtt["rpc_s"],
+                   copy_Bps=rtt["copy_Bps"], serialize_Bps=serialize["rate_Bps"],
+                   deserialize_Bps=deserialize["rate_Bps"], source=source)
+
+
+# ---- the whole calibration ---------------------------------------------------------------
+
+def cpu_model() -> str:
+    """This machine's CPU model (``/proc/cpuinfo``'s, as lscpu shows it), or the
+    platform's processor."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def measure_transport(quick: bool = False) -> dict[str, Any]:
+    """The ping-pong and the serialisation timings (see the module's doc)."""
+    import grpc
+
+    sizes, reps = (QUICK_SIZES, QUICK_REPS) if quick else (SIZES, REPS)
+    began = time.perf_counter()
+    with echo_server() as port:
+        rtt = pingpong(port, sizes, reps)
+    serial = time_serialization(QUICK_SERIALIZE_SIZES if quick else SERIALIZE_SIZES,
+                                QUICK_REPS if quick else REPS)
+    return {"pingpong": rtt, "serialization": serial, "grpcio": grpc.__version__,
+            "python": platform.python_version(), "cpu": cpu_model(),
+            "cpus": os.cpu_count(), "quick": quick,
+            "wall_s": time.perf_counter() - began}
+
+
+def fit_transport(measured: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every fit of :func:`measure_transport`'s measurements: ``rtt``, ``serialize``,
+    ``deserialize`` and ``deserialize_into``."""
+    pp, serial = measured["pingpong"], measured["serialization"]
+    return {"rtt": fit_rtt(pp["sizes"], pp["seconds"]),
+            **{kind: fit_rate(serial["sizes"], serial[kind]["seconds"], kind)
+               for kind in ("serialize", "deserialize", "deserialize_into")}}
+
+
+def median_measurement(taken: list[dict[str, Any]]) -> dict[str, Any]:
+    """One measurement of :func:`measure_transport`'s shape whose every size's time (the
+    ping-pong's, each serialisation's) is the median of ``taken``'s, with their samples
+    pooled; a single measurement is returned as it is."""
+    if len(taken) == 1:
+        return taken[0]
+    first = taken[0]
+
+    def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
+        return {**parts[0], "samples": [sum(each, []) for each in zip(
+                    *(p["samples"] for p in parts), strict=True)],
+                "seconds": np.median([p["seconds"] for p in parts], axis=0).tolist()}
+
+    serial = {**first["serialization"], **{
+        kind: merged([t["serialization"][kind] for t in taken])
+        for kind in ("serialize", "deserialize", "deserialize_into")}}
+    return {**first, "pingpong": merged([t["pingpong"] for t in taken]),
+            "serialization": serial, "repeats": len(taken),
+            "wall_s": sum(t["wall_s"] for t in taken)}
+
+
+def calibrate_transport(path: Path, quick: bool = False, repeats: int | None = None
+                        ) -> tuple[Transport, list[str], list[tuple[str, float]]]:
+    """Measure, fit and write the transport profile to ``path``: the transport, the lines
+    to print (each fitted value, each point's error, the config line) and the fitted points'
+    errors (label, relative error). ``repeats``: measured this many times, one after
+    another, and fitted to each size's median over them (:func:`median_measurement`);
+    None: :data:`REPEATS`, 1 when ``quick``. Raises RuntimeError when the echo server
+    fails, ValueError for ``repeats`` < 1."""
+    if repeats is None:
+        repeats = 1 if quick else REPEATS
+    if repeats < 1:
+        raise ValueError(f"transport calibration: repeats must be >= 1, got {repeats}")
+    from sim.calibration.profiles import write_transport  # not at the top: the echo server
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    measured = median_measurement([measure_transport(quick) for _ in range(repeats)])
+    fits = fit_transport(measured)
+    source = (f"measured here (sim calibrate --only transport, "
+              f"{time.strftime('%Y-%m-%d')}, {measured['cpu']})")
+    transport = transport_profile(fits["rtt"], fits["serialize"], fits["deserialize"], source)
+    write_transport(path, transport, measured, fits)
+    rtt = fits["rtt"]
+    lines = [f"transport (grpcio {measured['grpcio']}, loopback, {measured['cpu']}"
+             + (f"; each size's median over {repeats} repeats" if repeats > 1 else "")
+             + "):",
+             f"  rpc_s            {transport.rpc_s * 1e6:9.1f} us  per message at each end "
+             f"(overhead_s 0: the socket calls are inside it)",
+             f"  copy_Bps         {transport.copy_Bps / 1e9:9.3f} GB/s at each end "
+             f"(round-trip fit errors {_span(rtt)})",
+             f"  serialize_Bps    {transport.serialize_Bps / 1e9:9.3f} GB/s  tobytes "
+             f"(fit errors {_span(fits['serialize'])})",
+             f"  deserialize_Bps  {transport.deserialize_Bps / 1e9:9.3f} GB/s  "
+             f"frombuffer().copy() (fit errors {_span(fits['deserialize'])})"]
+    lines += [f"  {p['what']:<28} {p['measured_s'] * 1e6:10.1f} us  {p['error']:+.0%}"
+              for p in rtt["points"]]
+    lines += [f"  wrote {path} (framing and window: the grpc preset's)",
+              f'  cluster.transport = "calibrated:{path}"']
+    errors = [(p["what"], p["error"]) for name in ("rtt", "serialize", "deserialize")
+              for p in fits[name]["points"]]
+    return transport, lines, errors
+
+
+def _span(fit: dict[str, Any]) -> str:
+    errors = [p["error"] for p in fit["points"]]
+    return f"{min(errors):+.0%} .. {max(errors):+.0%}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.calibration.transport_bench")
+    parser.add_argument("--serve", action="store_true", required=True,
+                        help="run the echo server (prints its port, stops when stdin closes)")
+    parser.parse_args(argv)
+    return serve()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,1 +1,0 @@
-"""Measuring this machine (kernel rates, network) as profiles the simulator reads."""
