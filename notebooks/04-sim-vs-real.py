@@ -119,8 +119,8 @@ plt.show()
 # %%
 from sim.rundir import write_run
 from sim.simulated.engine import simulate as simulate_run
-from sim.training.checks import load_config
 from sim.training.strategies import row_of
+from sim.training.validator import load_config
 
 config_path = EXPERIMENTS / CONFIG
 reports = {}

@@ -99,7 +99,7 @@ import json
 from sim.plots import plot_gantt
 from sim.rundir import write_run
 from sim.simulated.engine import simulate
-from sim.training.checks import load_config
+from sim.training.validator import load_config
 
 timeline_overrides = ["run.iterations=40", "faults.mtbf_s=1e15", "checkpoint.every_steps=10",
                       "run.eval_every=5"]

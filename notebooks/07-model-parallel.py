@@ -153,8 +153,8 @@ table.pivot_table(index=["width", "layout"], values=["peak_memory_bytes", "memor
 # %%
 import pandas as pd
 
-from sim.training.checks import load_config
 from sim.training.parallel_plan import build_plan
+from sim.training.validator import load_config
 
 LAYOUTS = {"DP 8": (8, 1, 1, 1), "PP 8": (1, 8, 1, 8), "DP 2 x PP 4": (2, 4, 1, 8),
            "TP 8": (1, 1, 8, 1), "DP 2 x TP 4": (2, 1, 4, 1), "TP 4 x PP 2": (1, 2, 4, 8)}

@@ -1,14 +1,16 @@
-"""Experiment configs: the typed schema, defaults, validation and dotted ``--set`` overrides.
+"""Experiment configs: the typed, frozen schema with its defaults, reading TOML, dotted
+``--set`` overrides, and writing a resolved config back.
 
 A config is a TOML file with the tables ``[cluster]``, ``[workload]``, ``[strategy]``,
 ``[parallel]``, ``[embeddings]``, ``[compute]``, ``[run]`` and optionally ``[faults]``,
 ``[checkpoint]`` and ``[sweep]``.
-Every key has a default, so an empty file is a valid experiment. This module is the schema
-alone: :func:`parse` checks types and ranges; the checks across keys and against the
-registries, and :func:`~sim.training.checks.load_config`, are :mod:`sim.training.checks`'s.
-:func:`dump_config` writes a config back as TOML (defaults filled in), which reruns
-identically. Anything wrong raises :class:`sim.errors.UserError` naming the file, the
-dotted key and what was expected.
+Every key has a default, so an empty file is a valid experiment. :func:`parse` checks
+types and ranges, one table at a time; the checks across keys and against the registries,
+and :func:`~sim.training.validator.load_config`, are the one validator's
+(:mod:`sim.training.validator`). A :class:`Config` is frozen: once validated, nothing
+changes it. :func:`dump_config` writes a config back as TOML (defaults filled in), which
+reruns identically. Anything wrong raises :class:`sim.errors.UserError` naming the file,
+the dotted key and what was expected.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True,
+    model_config = ConfigDict(extra="forbid", frozen=True,
                               ser_json_inf_nan="constants")  # TOML writes inf
 
 
@@ -370,7 +372,10 @@ class Config(Section):
     def _derived_defaults(self) -> Config:
         """Defaults that depend on other keys, written out so config.toml shows them."""
         if self.strategy.elasticity is None:  # Zhang et al. 2015: alpha = beta / p, beta = 0.9
-            self.strategy.elasticity = min(1.0, 0.9 / self.cluster.workers)
+            strategy = self.strategy.model_copy(
+                update={"elasticity": min(1.0, 0.9 / self.cluster.workers)})
+            # still being built (frozen is for its users): the one write past the freeze
+            object.__setattr__(self, "strategy", strategy)
         return self
 
 
@@ -436,7 +441,7 @@ def _describe(error: dict[str, Any]) -> str:
 
 def parse(data: dict[str, Any], source: str = "<config>") -> Config:
     """The resolved Config by the schema alone (types, ranges, one table at a time); the
-    checks across keys and against the registries are :func:`sim.training.checks.validate`'s.
+    checks across keys and against the registries are :func:`sim.training.validator.validate`'s.
     Raises UserError naming ``source``, the key and what was expected."""
     try:
         return Config.model_validate(data)

@@ -124,7 +124,7 @@ def write_tiny_run(tiny_run_data: ConfigData) -> Callable[..., dict[str, Any]]:
     summary."""
     from sim.rundir import write_run
     from sim.simulated.engine import simulate
-    from sim.training.checks import validate
+    from sim.training.validator import validate
 
     def write(out: Path, **overrides: Any) -> dict[str, Any]:
         result = simulate(validate(tiny_run_data(overrides)))

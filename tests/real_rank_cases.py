@@ -9,7 +9,6 @@ config on every rank, as each MPI process builds its own.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from sim.config import Config
 from sim.real.executors.assemble import RankLog
 from sim.real.executors.context import RankContext
 from sim.real.executors.rank_clock import Heartbeat, Waiter
+from sim.real.executors.rank_spec import RankSpec
 from sim.real.executors.registry import real_strategy
 from sim.real.launch.real_run import RealOptions, wait_mode
 from sim.training.strategies import make_rules
@@ -29,10 +29,8 @@ from sim.training.workload import build_workload
 def real_config(data: dict[str, Any]) -> Config:
     """``data`` validated as ``sim real`` validates a config (checked as supported for
     real on shared memory)."""
-    try:  # the validator's module: sim.training.validator once the config work lands
-        from sim.training.validator import validate
-    except ImportError:
-        from sim.training.checks import validate
+    from sim.training.validator import validate
+
     config = validate(data)
     real_run(config)
     return config
@@ -41,36 +39,20 @@ def real_config(data: dict[str, Any]) -> Config:
 def real_run(config: Config) -> tuple[int, str]:
     """(ranks, message path) of a real run of ``config``, as the launcher's check says
     (UserError for what real runs do not support)."""
-    try:  # one validator for real runs too, once the config work lands
-        from sim.training.validator import validate_real
-    except ImportError:
-        from sim.real.executors.rank_transport import real_transport
-        from sim.real.executors.registry import check_supported
+    from sim.training.validator import validate_real
 
-        return check_supported(config).ranks(config), real_transport(config)
     real = validate_real(config, "shm")
     return real.ranks, real.transport
 
 
 def rank_spec(config: Config, workdir: Path, options: RealOptions | None = None,
-              faults: dict[str, Any] | None = None, repeat: int = 0) -> Any:
+              faults: dict[str, Any] | None = None, repeat: int = 0) -> RankSpec:
     """What the launcher hands a rank for ``config`` (``sim.real.launch.real_run.run_once``'s
-    spec), written under ``workdir``: a typed RankSpec where the code has one, else the
-    JSON spec's dict."""
+    spec), its work directory ``workdir``."""
     options = options or RealOptions()
     workdir.mkdir(parents=True, exist_ok=True)
     ranks, transport = real_run(config)
     wait = wait_mode(options.wait, ranks, config.compute.time_s is None)
-    try:
-        from sim.real.executors.rank_spec import RankSpec
-    except ImportError:
-        from sim.config import dump_config
-
-        (workdir / "config.toml").write_text(dump_config(config))
-        return {"config": str(workdir / "config.toml"), "workdir": str(workdir),
-                "result": str(workdir / "result.json"), "net": options.net,
-                "transport": transport, "impl": options.impl,
-                "repeat": repeat, "wait": wait, "faults": faults}
     return RankSpec(config, workdir, workdir / "result.json", options.net, transport,
                     options.impl, wait, repeat, faults)
 
@@ -81,9 +63,6 @@ def rank_context(comm: Any, config: Config, workdir: Path, impl: str = "schedule
     spec = rank_spec(config, workdir, RealOptions(impl=impl, wait=wait), faults)
     workload, rules = build_workload(config), make_rules(config)
     waiter = Waiter(wait)
-    if isinstance(spec, dict):
-        return RankContext(comm, workload, rules, waiter, impl, Heartbeat(None), spec=spec,
-                           workdir=workdir)
     return RankContext(comm, workload, rules, waiter, impl, Heartbeat(None), spec)
 
 
@@ -110,9 +89,9 @@ def run_program(config: Config, workdir: Path, impl: str = "schedule", wait: str
     return logs, ran
 
 
-def write_spec(path: Path, spec: Any) -> Path:
+def write_spec(path: Path, spec: RankSpec) -> Path:
     """``spec`` as the launcher writes spec.json."""
-    path.write_text(spec.to_json() if hasattr(spec, "to_json") else json.dumps(spec))
+    path.write_text(spec.to_json())
     return path
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from sim.config import Config
 from sim.simulated.engine import build_simulation
-from sim.training.checks import validate
+from sim.training.validator import validate
 
 # A network that costs nothing measurable: no latency or overhead and 1 EB/s links, so
 # simulated time is compute time (to ~1e-14 s a message).

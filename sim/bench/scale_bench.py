@@ -30,8 +30,8 @@ import numpy as np
 
 from sim.bench.network_bench import _bare_simpy
 from sim.simulated.engine import build_simulation  # here: its imports are no case's memory
-from sim.training.checks import validate
 from sim.training.strategies import STRATEGIES
+from sim.training.validator import validate
 
 KINDS = ("bsp", "asp")
 NETWORKS = ("flow", "analytical")

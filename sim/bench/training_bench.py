@@ -32,8 +32,8 @@ from types import ModuleType
 from typing import Any
 
 from sim import kernels as K
-from sim.training.checks import validate
 from sim.training.strategies import STRATEGIES
+from sim.training.validator import validate
 
 KINDS = ("bsp", "asp", "ssp")
 WORKERS = (8, 64)

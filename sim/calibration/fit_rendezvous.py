@@ -21,11 +21,14 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sim.calibrated import read_profile, write_profile_data
 from sim.config import Config
 from sim.results import load_repeats
+
+if TYPE_CHECKING:
+    from sim.config import Config
 
 BOUNDS_S = (1e-7, 2e-3)  # the search range of rendezvous_base_s
 STEPS = 14  # golden-section steps: the range shrinks 0.618^14 ~ 1/800 in log
@@ -39,7 +42,7 @@ def napping_shared(real_dir: Path) -> bool:
         int(summary.get("ranks", 0)) > int(summary.get("cpus", os.cpu_count() or 1))
 
 
-def wire_per_update(config: Any) -> float:
+def wire_per_update(config: Config) -> float:
     """The simulated mean worker's wire time per update (s)."""
     from sim.simulated.engine import simulate
 

@@ -25,13 +25,16 @@ import json
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sim.calibrated import CALIBRATED, read_profile
 from sim.errors import UserError
 from sim.results import load_repeats
+
+if TYPE_CHECKING:
+    from sim.config import Config
 
 
 def real_run_dirs(paths: Iterable[Path]) -> list[Path]:
@@ -45,7 +48,7 @@ def real_run_dirs(paths: Iterable[Path]) -> list[Path]:
     return found
 
 
-def kernel_workload(config: Any) -> bool:
+def kernel_workload(config: Config) -> bool:
     """Whether a run's gradient time is its device's: real kernels, one model per rank."""
     from sim.training.parallel_plan import split_key
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from sim.config import Config
-from sim.training.checks import validate
+from sim.training.validator import validate
 
 # Workloads timed by default: small fused kernels to larger GEMM-bound MLPs.
 DEFAULT_WORKLOADS: list[dict[str, Any]] = [

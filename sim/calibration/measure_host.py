@@ -104,7 +104,7 @@ def measure_copy(quick: bool, min_time_s: float) -> tuple[list[float], list[floa
                                                          list[float]]:
     """The gather of ``Worker.next_batch`` for several batch sizes and two row widths, from
     data sets larger than the caches (as real ones are): (rows, bytes, seconds)."""
-    from sim.training.checks import validate
+    from sim.training.validator import validate
     from sim.training.workload import build_workload
 
     rows, nbytes, seconds = [], [], []
@@ -149,8 +149,8 @@ class _TableBench:
 
     def __init__(self, dim: int, rng: np.random.Generator) -> None:
         from sim.real.executors.table_shards import ShardLayout
-        from sim.training.checks import validate
         from sim.training.rules import SGD
+        from sim.training.validator import validate
         from sim.training.workload import shaped_model
 
         config = validate({"cluster": {"workers": 1}, "workload": {
@@ -185,7 +185,7 @@ def measure_unique(quick: bool, min_time_s: float) -> tuple[list[float], list[fl
     seconds)."""
     import dataclasses
 
-    from sim.training.checks import validate
+    from sim.training.validator import validate
     from sim.training.workload import build_workload
 
     config = validate({"cluster": {"workers": 1}, "workload": {
@@ -205,8 +205,8 @@ def measure_unique(quick: bool, min_time_s: float) -> tuple[list[float], list[fl
 
 def measure_update(quick: bool, min_time_s: float) -> tuple[list[float], list[float]]:
     """``SGD.step`` (the runs' update, with the default momentum) over several sizes."""
-    from sim.training.checks import validate
     from sim.training.rules import SGD
+    from sim.training.validator import validate
 
     config = validate({}, "host calibration")
     nbytes, seconds = [], []
@@ -245,7 +245,7 @@ def measure_messages(quick: bool, wait: str) -> tuple[list[float], list[float]]:
 def measure_step(quick: bool, wait: str) -> dict[str, Any]:
     """The per-update loop time of a real asp run (1 worker, 1 server)."""
     from sim.real.launch.real_run import RealOptions, run_real
-    from sim.training.checks import validate
+    from sim.training.validator import validate
 
     iterations = 200 if quick else 1000
     config = validate({"cluster": {"workers": 1}, "strategy": {"kind": "asp"},

@@ -24,7 +24,7 @@ from sim.calibration.recovery_profile import config_key
 from sim.config import Config
 from sim.faults.storage import Storage
 from sim.real.executors import checkpoint as ckpt
-from sim.training.checks import validate
+from sim.training.validator import validate
 
 
 def restart_job(config: Config) -> Config:
@@ -48,23 +48,23 @@ def measure_restart(config: Config, directory: Path, storage: Storage,
     """The restart of ``config``'s short killed job, ``repeats`` times: the spans (s), the
     checkpoint read back, and ``restart_s`` (the median span minus that read).
     Raises RunFailed or UserError."""
-    from sim.real.executors.registry import check_supported
     from sim.real.launch.real_run import RealOptions, run_faulty
+    from sim.training.validator import validate_real
 
     job = restart_job(config)
-    ranks = check_supported(job).ranks(job)
+    real = validate_real(job)
     spans, size = [], 0
     for i in range(repeats):
         place = directory / f"restart-{i}"
         shutil.rmtree(place, ignore_errors=True)
         try:
-            files = run_faulty(job, ranks, RealOptions(hang_s=120), None, i, "restart", place)
+            files = run_faulty(job, real, RealOptions(hang_s=120), None, i, place)
             size = ckpt.path_for(place, 1).stat().st_size
         finally:
             shutil.rmtree(place, ignore_errors=True)
         spans.append(float(json.loads(files["summary.json"])["restart_time_s"]))
     read_s = storage.read_s(size)
-    return {"workload": describe_workload(config), "ranks": ranks, "key": config_key(config),
+    return {"workload": describe_workload(config), "ranks": real.ranks, "key": config_key(config),
             "restart_time_s": spans, "checkpoint_bytes": size, "read_s": read_s,
             "restart_s": max(statistics.median(spans) - read_s, 0.0)}
 

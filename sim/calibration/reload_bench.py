@@ -47,8 +47,8 @@ def step_work() -> Any:
     """One step of a worker's host work on the real runner's code paths, as a callable:
     gather a batch, an SGD step, copy a message of the gradient out."""
     from sim import kernels as K
-    from sim.training.checks import validate
     from sim.training.rules import SGD
+    from sim.training.validator import validate
     from sim.training.workload import build_workload
 
     config = validate({"cluster": {"workers": 1}, "workload": {

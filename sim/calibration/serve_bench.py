@@ -43,8 +43,8 @@ def server(kind: str, workers: int) -> Any:
     """A :class:`~sim.real.executors.ps.ServerProtocol` of ``kind`` with ``workers``
     workers, for as many updates as any measurement takes."""
     from sim.real.executors.ps import ServerProtocol
-    from sim.training.checks import validate
     from sim.training.strategies import make_rules
+    from sim.training.validator import validate
     from sim.training.workload import build_workload
 
     config = validate({"cluster": {"workers": workers}, "strategy": {"kind": kind},

@@ -108,7 +108,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
     from sim.calibration.measure_device import default_workloads
     from sim.calibration.sequence import PHASES, Plan
     from sim.network.collectives import REGISTRY
-    from sim.training.checks import load_config
+    from sim.training.validator import load_config
 
     ranks = parse_ranks(args.ranks)
     allreduces = [n for n, cls in REGISTRY.items() if cls.kind == "allreduce" and n != "ps"]

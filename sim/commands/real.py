@@ -12,8 +12,8 @@ from sim.commands import add_set_option
 from sim.config import Config
 from sim.names import CONFIG_HELP, config_path
 from sim.real.launch.other_load import MAX_OTHER_LOAD
-from sim.training.checks import load_config
 from sim.training.parallel_plan import split_key
+from sim.training.validator import load_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

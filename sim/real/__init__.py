@@ -1,6 +1,9 @@
 """Real runs: the same experiment on MPI ranks, and network emulation.
 
-* :mod:`~sim.real.launch` (parent side, plain Python): the runner writes a spec, the
+* :mod:`~sim.real.launch` (parent side, plain Python): the runner checks the config once
+  (:func:`sim.training.validator.validate_real`), writes a typed spec
+  (:class:`~sim.real.executors.rank_spec.RankSpec`: the validated config and the launch's
+  fields, which the ranks trust), the
   launcher starts ``mpiexec`` (optionally inside emulated network namespaces) and the
   runner turns what rank 0 hands back into a run directory (:func:`sim.rundir.write_run`).
 * :mod:`~sim.real.executors` (rank side, under MPI): every rank builds the run's workload

@@ -16,8 +16,7 @@ from typing import Any, NamedTuple
 
 import simpy
 
-from sim.config import Config, dump_config
-from sim.errors import UserError
+from sim.config import Cluster, Config, dump_config
 from sim.kernels import NonFiniteError
 from sim.network.fabrics import get_fabric
 from sim.network.message_cost import wire_fabric
@@ -81,7 +80,7 @@ def _topology_kwargs(config: Config) -> dict[str, Any]:
     return {k: v for k, v in given.items() if k in accepted}
 
 
-def rank_hosts(cluster: Any, ranks: int) -> list[int]:
+def rank_hosts(cluster: Cluster, ranks: int) -> list[int]:
     """The host of every rank (workers, then servers)."""
     return list(cluster.rank_hosts) or [r // cluster.ranks_per_host for r in range(ranks)]
 
@@ -100,17 +99,6 @@ def build_hosts(env: simpy.Environment, config: Config, ranks: int,
     spin = cluster.wait == "spin" or (cluster.wait == "auto" and not (shared and kernels))
     return Hosts(env, placed, cluster.cores, costs.host, spin,
                  idle_waiters=range(workers, ranks))
-
-
-def _plan(config: Config) -> Plan:
-    """The config's parallelism plan. Raises UserError naming the key for a model whose
-    layers a plan cannot split (a timing profile, a sparse model: only microbatches reach
-    here, the checks refuse stages and shards)."""
-    try:
-        return build_plan(config)
-    except ValueError as exc:
-        raise UserError(f"config: {exc} (the simulator runs [parallel] on a plan of the "
-                        "model's dense layers)") from None
 
 
 def _traffic(config: Config, workload: Workload, servers: int) -> EmbeddingTraffic | None:
@@ -132,20 +120,18 @@ def build_simulation(config: Config, plan: Plan | None = None) -> Simulation:
     shards or microbatches runs its parallelism plan (``plan``, default
     :func:`~sim.training.parallel_plan.build_plan`'s) on the strategy's model-parallel
     class; giving ``plan`` runs that class even for a config that splits nothing (the tests
-    compare it with the plain one). Raises UserError for a strategy whose model-parallel
-    class does not exist yet, or a model the plan cannot split.
+    compare it with the plain one). ``config`` passed the validator
+    (:func:`sim.training.validator.validate`), which refuses a split the simulator cannot
+    run.
     """
     cluster, run = config.cluster, config.run
     split = plan is not None or splits(config)
     if split and plan is None:
-        plan = _plan(config)
+        plan = build_plan(config)
     workload = build_workload(config)
     rules = make_rules(config)
     row = row_of(config)
-    try:
-        strategy_cls = row.simulated_class(split)
-    except ValueError as exc:
-        raise UserError(f"config: {exc}") from None
+    strategy_cls = row.simulated_class(split)
     workers = row.worker_ranks(config)  # the ranks that compute: replicas x stages x shards
     servers = row.server_ranks(config)
     env = CountingEnvironment()

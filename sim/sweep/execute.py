@@ -37,7 +37,7 @@ from typing import Any
 from sim.errors import UserError
 from sim.rundir import write_atomic
 from sim.sweep.grid import TEMP_RUN, Sweep, load_sweep
-from sim.training.checks import validate
+from sim.training.validator import validate
 
 
 @dataclass

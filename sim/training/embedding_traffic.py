@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from sim.training.embedding_shards import (
     load_max_over_mean,
     split_cached,
 )
+
+if TYPE_CHECKING:
+    from sim.config import Config
 
 ID_BYTES = 8  # an int64 row id
 VALUE_BYTES = 8  # a float64 value of a row (the model's parameters)
@@ -69,7 +72,7 @@ class EmbeddingTraffic:
     (:class:`sim.workloads.ctr.CtrRows`), which pick its cached rows.
     """
 
-    def __init__(self, model: Any, config: Any, shards: int,
+    def __init__(self, model: Any, config: Config, shards: int,
                  worker_rows: Sequence[Any] = ()) -> None:
         self.model, self.shards = model, shards
         self.map = ShardMap([TableSpec(t.rows, t.dim) for t in model.tables], shards,

@@ -27,11 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sim.training.stage_schedule import Op, peak_in_flight, stage_ops
 from sim.workloads.datasets import dataset_shape
 from sim.workloads.models import MODELS, make_model
+
+if TYPE_CHECKING:
+    from sim.config import Config, Parallel
 
 ITEMSIZE = 8  # bytes of a float64, the dtype of the lab's kernels
 
@@ -55,28 +58,22 @@ class PlanLayer:
 
 
 def plan_layers(model: Any) -> list[PlanLayer]:
-    """A model's layers (:class:`sim.workloads.models.Model`) as the plan splits them.
-    Raises ValueError naming workload.model if a layer is not a dense matrix."""
+    """A model's layers (:class:`sim.workloads.models.Model`) as the plan splits them: every
+    layer a dense matrix (the validator refuses [parallel] for a model with other layers)."""
     out = []
     for i, layer in enumerate(model.layers):
-        if layer.shape is None:
-            raise ValueError(f"workload.model: {model.name!r} has no dense layers to split "
-                             "over ranks")
+        assert layer.shape is not None, f"{model.name}: layer {layer.name} is not dense"
         outputs, inputs = layer.shape
         out.append(PlanLayer(layer.name, inputs, outputs, layer.bias, layer.forward_flops,
                              layer.backward_flops, input_grad=i > 0))
     return out
 
 
-def config_layers(config: Any) -> list[PlanLayer]:
-    """The layers of ``config``'s model, built from the data set's shape (no data made).
-    Raises ValueError naming the key for a timing profile or a sparse model."""
+def config_layers(config: Config) -> list[PlanLayer]:
+    """The layers of ``config``'s model, a :func:`plannable` one, built from the data set's
+    shape (no data made)."""
     w = config.workload
-    if w.profile is not None:
-        raise ValueError("workload.profile: a timing profile has no layer widths to plan "
-                         "stages and shards from")
-    if MODELS[w.model].sparse or MODELS[w.model].tabular:
-        raise ValueError(f"workload.model: {w.model!r} has no dense layers to split over ranks")
+    assert plannable(config), f"{w.model} (profile {w.profile}) has no dense layers to plan"
     _, features, classes, _ = dataset_shape(w.dataset, w.samples, w.features, w.classes)
     return plan_layers(make_model(w.model, features, classes, hidden=tuple(w.hidden)))
 
@@ -248,21 +245,19 @@ class Plan:
         return self.replicas * self.tensor * self.microbatches * per_microbatch
 
 
-def build_plan(config: Any, layers: Sequence[PlanLayer] | None = None,
+def build_plan(config: Config, layers: Sequence[PlanLayer] | None = None,
                itemsize: int = ITEMSIZE) -> Plan:
     """The plan of a resolved config (:class:`sim.config.Config`); ``layers`` default to
-    the config's model's (:func:`config_layers`). Raises ValueError naming the key: a
-    model with fewer layers than stages, ``stage_layers`` of the wrong length or sum, a
-    tensor count that does not divide a split layer's width or finds no pair to split,
-    microbatches that do not divide the batch."""
+    the config's model's (:func:`config_layers`). What a plan cannot place (fewer layers
+    than stages, ``stage_layers`` of the wrong length or sum, a tensor count that does not
+    divide a split layer's width or finds no pair to split, microbatches that do not divide
+    the batch) the validator refuses (:mod:`sim.training.validator`); here it is a bug."""
     par, cluster = config.parallel, config.cluster
     layers = list(config_layers(config) if layers is None else layers)
     p, t, m = par.pipeline, par.tensor, par.microbatches
-    counts = _stage_counts(par, layers, config.workload.model)
+    counts = stage_counts(par, layers)
     batch = config.workload.batch
-    if batch % m:
-        raise ValueError(f"parallel.microbatches: {m} does not divide workload.batch "
-                         f"({batch} rows per replica)")
+    assert batch % m == 0, f"{m} microbatches of {batch} rows"
     rows = batch // m
     momentum = config.workload.momentum > 0
     stages, first = [], 0
@@ -270,9 +265,8 @@ def build_plan(config: Any, layers: Sequence[PlanLayer] | None = None,
         stages.append(_stage(s, p, layers, first, first + count - 1, t, m, rows, par.schedule,
                              momentum, itemsize))
         first += count
-    if t > 1 and not any(x.role == "column" for st in stages for x in st.layers):
-        raise ValueError(f"parallel.tensor: {t} shards but no stage holds two consecutive "
-                         "dense layers to split as a column/row pair")
+    assert t == 1 or any(x.role == "column" for st in stages for x in st.layers), \
+        f"{t} shards, no column/row pair"
     replicas = cluster.workers
     hosts = list(cluster.rank_hosts)
     ranks = tuple(
@@ -282,24 +276,15 @@ def build_plan(config: Any, layers: Sequence[PlanLayer] | None = None,
     return Plan(replicas, p, t, m, par.schedule, rows, itemsize, tuple(stages), ranks)
 
 
-def _stage_counts(par: Any, layers: list[PlanLayer], model: str) -> list[int]:
-    n, p = len(layers), par.pipeline
-    if n < p:
-        raise ValueError(f"parallel.pipeline: {p} stages, but workload.model {model!r} has "
-                         f"{n} layer{'s' if n > 1 else ''} (a stage needs one)")
+def stage_counts(par: Parallel, layers: Sequence[PlanLayer]) -> list[int]:
+    """Layers of each stage, first stage first: ``parallel.stage_layers``, else balanced by
+    FLOPs (:func:`balance`)."""
     if not par.stage_layers:
-        return balance([x.forward_flops + x.backward_flops for x in layers], p)
-    counts = list(par.stage_layers)
-    if len(counts) != p:
-        raise ValueError(f"parallel.stage_layers: lists {len(counts)} stages, "
-                         f"parallel.pipeline is {p}")
-    if sum(counts) != n:
-        raise ValueError(f"parallel.stage_layers: places {sum(counts)} layers, "
-                         f"workload.model {model!r} has {n}")
-    return counts
+        return balance([x.forward_flops + x.backward_flops for x in layers], par.pipeline)
+    return list(par.stage_layers)
 
 
-def _roles(count: int, tensor: int) -> list[Role]:
+def shard_roles(count: int, tensor: int) -> list[Role]:
     """Column/row pairs of consecutive layers, an odd last one whole (all whole if t = 1)."""
     if tensor == 1:
         return ["whole"] * count
@@ -309,10 +294,7 @@ def _roles(count: int, tensor: int) -> list[Role]:
 
 def _shard(index: int, layer: PlanLayer, role: Role, t: int) -> ShardLayer:
     if role == "column":
-        if layer.outputs % t:
-            raise ValueError(f"parallel.tensor: {t} does not divide the {layer.outputs} "
-                             f"outputs of layer {layer.name} (column-parallel: its outputs "
-                             "are split over the shards)")
+        assert layer.outputs % t == 0, f"{t} shards of {layer.name}'s {layer.outputs} outputs"
         outputs = layer.outputs // t
         params = outputs * layer.inputs + (outputs if layer.bias else 0)
         return ShardLayer(index, role, params, layer.forward_flops / t,
@@ -328,7 +310,7 @@ def _shard(index: int, layer: PlanLayer, role: Role, t: int) -> ShardLayer:
 
 def _stage(s: int, p: int, layers: list[PlanLayer], first: int, last: int, t: int, m: int,
            rows: int, schedule: str, momentum: bool, itemsize: int) -> Stage:
-    roles = _roles(last - first + 1, t)
+    roles = shard_roles(last - first + 1, t)
     shards = tuple(_shard(first + j, layers[first + j], role, t) for j, role in enumerate(roles))
     forward = [TensorAllreduce(x.layer, "forward", rows * layers[x.layer].outputs * itemsize)
                for x in shards if x.role == "row"]
@@ -358,7 +340,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 'es' if noun.endswith('h') else 's'}"
 
 
-def layout_words(config: Any) -> str:
+def layout_words(config: Config) -> str:
     """A resolved config's ranks in words, as reports head a run: "1 replica x 3 stages x 1
     shard (3 ranks), 1f1b, 4 microbatches" for a split replica, "4 workers" otherwise."""
     cluster, par = config.cluster, config.parallel
@@ -370,7 +352,7 @@ def layout_words(config: Any) -> str:
             f"{_count(par.microbatches, 'microbatch')}")
 
 
-def split_key(config: Any) -> str | None:
+def split_key(config: Config) -> str | None:
     """The first [parallel] key of ``config`` that splits a replica over ranks or cuts its
     batch into microbatches (``pipeline``, ``tensor``, ``microbatches``); None if none does,
     and a run is plain data parallel."""
@@ -382,14 +364,14 @@ def split_key(config: Any) -> str | None:
     return None
 
 
-def splits(config: Any) -> bool:
+def splits(config: Config) -> bool:
     """Whether ``config``'s [parallel] splits a replica over stages or shards, or its batch
     into microbatches: what an executor (simulated or real) runs as a plan rather than as
     whole replicas."""
     return split_key(config) is not None
 
 
-def plannable(config: Any) -> bool:
+def plannable(config: Config) -> bool:
     """Whether a plan knows the config's layers: a dense model (with or without numerics),
     not timed by a profile; not a model with embedding tables (their rows are placed by
     [embeddings])."""

@@ -1,7 +1,7 @@
 """Bytes each rank of a run holds at its peak, for every run of a dense model: data parallel
 or split. One formula, the plan's (:mod:`sim.training.parallel_plan`), for the summary keys
 both executors report (:func:`memory_summary`) and for refusing a config that does not fit
-(``run.memory = "refuse"``, :mod:`sim.training.checks`).
+(``run.memory = "refuse"``, :mod:`sim.training.validator`).
 
 - A worker rank holds its stage's shard of the parameters, their gradients, the momentum
   buffer (when ``workload.momentum > 0``) and the stashed inputs of the microbatches in
@@ -19,10 +19,13 @@ Every rank is held against ``compute.device``'s memory, servers included.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.training.parallel_plan import Memory, Plan, build_plan, config_layers, plannable
 from sim.training.strategies import row_of
+
+if TYPE_CHECKING:
+    from sim.config import Config
 
 
 @dataclass(frozen=True)
@@ -51,11 +54,11 @@ def server_memory(params: int, servers: int, momentum: bool, itemsize: int) -> M
     return Memory(largest * itemsize, 0, largest * itemsize if momentum else 0, 0)
 
 
-def run_memory(config: Any, plan: Plan | None = None) -> RunMemory | None:
+def run_memory(config: Config, plan: Plan | None = None) -> RunMemory | None:
     """The ranks' memory of a resolved config (``plan``: its plan, built if not given);
     None for a config whose layers no plan knows (a timing profile, a sparse model:
-    :func:`~sim.training.parallel_plan.plannable`). Raises ValueError as
-    :func:`~sim.training.parallel_plan.build_plan` does."""
+    :func:`~sim.training.parallel_plan.plannable`). ``config`` passed the validator's
+    [parallel] checks (:mod:`sim.training.validator`), which it runs before this one."""
     if not plannable(config):
         return None
     layers = config_layers(config)
@@ -66,7 +69,7 @@ def run_memory(config: Any, plan: Plan | None = None) -> RunMemory | None:
     return RunMemory(tuple(stage.memory for stage in plan.stages), server)
 
 
-def memory_summary(config: Any, device_bytes: float | None,
+def memory_summary(config: Config, device_bytes: float | None,
                    plan: Plan | None = None) -> dict[str, Any]:
     """summary.json's memory keys (docs/reference/results.md): ``peak_memory_bytes``,
     ``memory_bytes_by_stage``, ``device_memory_bytes`` (``device_bytes``, None where not

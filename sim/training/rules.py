@@ -24,7 +24,7 @@ nothing branches on names.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from sim import kernels as K
 from sim.recorder import UpdateRecord
 from sim.training.row_optimizer import TableOptimizer
 from sim.training.workload import shaped_model
+
+if TYPE_CHECKING:
+    from sim.config import Config
 
 
 class ParameterStore(Protocol):
@@ -62,7 +65,7 @@ class SGD:
     embedding tables (wide-deep) are stepped by their own row optimizer instead
     (:class:`sim.training.row_optimizer.TableOptimizer`: sparse Adagrad or SGD)."""
 
-    def __init__(self, params: np.ndarray, config: Any) -> None:
+    def __init__(self, params: np.ndarray, config: Config) -> None:
         workload = config.workload
         self.params = params
         self.momentum, self.weight_decay = workload.momentum, workload.weight_decay
@@ -95,7 +98,7 @@ class SGD:
         self.params[rows] -= lr * step
 
 
-def table_layout(config: Any) -> list[Any]:
+def table_layout(config: Config) -> list[Any]:
     """The row-addressed tables of ``config``'s model (wide-deep's wide part and embedding
     tables), built from its shape alone; empty for every other model."""
     return list(shaped_model(config).tables) if config.workload.model == "wide-deep" else []
@@ -104,7 +107,7 @@ def table_layout(config: Any) -> list[Any]:
 class Rules:
     """The rules every strategy shares; subclasses override what differs."""
 
-    def __init__(self, config: Any, workers: int) -> None:
+    def __init__(self, config: Config, workers: int) -> None:
         self.config, self.n = config, workers
         self.base_lr = config.workload.lr
         self.batch = config.workload.batch

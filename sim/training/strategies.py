@@ -21,10 +21,13 @@ from typing import TYPE_CHECKING, Any
 from sim.names import unknown
 
 if TYPE_CHECKING:
+    from sim.config import Config
     from sim.training.rules import Rules
 
 #: every layer-wise pipelining mode (strategy.pipelining)
 PIPELINING = ("none", "wfbp", "bucket")
+#: the message paths of real runs (cluster.transport read by sim.training.real_checks)
+MPI, GRPC = "mpi", "grpc"
 
 
 def fmt(value: Any) -> str:
@@ -75,8 +78,8 @@ class RealProgram:
     # embeddings.placement values it runs; None: such models are simulated only
     tables: str | None = None
     table_placements: tuple[str, ...] = ()
-    # the message paths its programs take (cluster.transport, sim.real.executors.rank_transport)
-    transports: tuple[str, ...] = ("mpi",)
+    # the message paths its programs take (MPI, GRPC: sim.training.real_checks.real_transport)
+    transports: tuple[str, ...] = (MPI,)
 
 
 @dataclass(frozen=True)
@@ -111,17 +114,17 @@ class StrategyRow:
     # for bsp; empty: it does not train models with tables
     embedding_placements: tuple[str, ...] = ()
 
-    def server_ranks(self, config: Any) -> int:
+    def server_ranks(self, config: Config) -> int:
         """The parameter-server ranks it adds to ``config``'s cluster."""
         return config.cluster.servers if self.uses_servers else 0
 
-    def worker_ranks(self, config: Any) -> int:
+    def worker_ranks(self, config: Config) -> int:
         """The ranks that compute: cluster.workers replicas, each parallel.pipeline x
         parallel.tensor ranks (1 x 1 unless the strategy is model parallel)."""
         split = config.parallel.pipeline * config.parallel.tensor if self.model_parallel else 1
         return config.cluster.workers * split
 
-    def ranks(self, config: Any) -> int:
+    def ranks(self, config: Config) -> int:
         """Every rank of ``config``'s job: workers (replicas x stages x shards), then server
         shards."""
         return self.worker_ranks(config) + self.server_ranks(config)
@@ -132,13 +135,11 @@ class StrategyRow:
 
     def simulated_class(self, split: bool = False) -> type:
         """The SimPy strategy class (imported on first use, by the simulated executor);
-        ``split``: the one that runs a parallelism plan. Raises ValueError naming
-        parallel.pipeline if the strategy has none yet."""
+        ``split``: the one that runs a parallelism plan (the validator refuses a config that
+        splits for a row without one)."""
         if not split:
             return _load(self.simulated)
-        if self.simulated_model_parallel is None:
-            raise ValueError(f"parallel.pipeline: strategy {self.name!r} takes [parallel], but "
-                             "the simulator does not run its stages yet")
+        assert self.simulated_model_parallel is not None, f"{self.name} has no split class"
         return _load(self.simulated_model_parallel)
 
 
@@ -154,10 +155,10 @@ def _named(text: str, *params: str) -> StrategyName:
 
 
 # pushes and pulls over MPI, or over gRPC (sim.real.executors.ps_grpc)
-_REAL_PS = RealProgram("sim.real.executors.ps", transports=("mpi", "grpc"))
+_REAL_PS = RealProgram("sim.real.executors.ps", transports=(MPI, GRPC))
 # bsp-ps and asp also train a model whose tables are on sharded servers (sparse rows)
 _REAL_PS_TABLES = RealProgram("sim.real.executors.ps", tables="sim.real.executors.ps_tables",
-                              table_placements=("ps",), transports=("mpi", "grpc"))
+                              table_placements=("ps",), transports=(MPI, GRPC))
 # why a strategy does not take [parallel] (each completes "STRATEGY ...")
 _NO_MP_ASYNC = ("is asynchronous: every stage would have to keep the parameter version each "
                 "microbatch's forward used (PipeDream's weight stashing), which is not modelled")
@@ -226,11 +227,11 @@ def strategy_row(kind: str) -> StrategyRow:
     return STRATEGIES[kind]
 
 
-def row_of(config: Any) -> StrategyRow:
+def row_of(config: Config) -> StrategyRow:
     """The row of ``config.strategy.kind``."""
     return strategy_row(config.strategy.kind)
 
 
-def make_rules(config: Any, workers: int | None = None) -> Rules:
+def make_rules(config: Config, workers: int | None = None) -> Rules:
     """The rules of ``config.strategy.kind`` for ``workers`` workers (default: the config's)."""
     return row_of(config).rules_class()(config, workers or config.cluster.workers)

@@ -11,7 +11,7 @@ always give the same workload.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from sim.workloads.datasets import (
 )
 from sim.workloads.models import Model, make_model
 from sim.workloads.timing_profiles import get_profile
+
+if TYPE_CHECKING:
+    from sim.config import Config
 
 
 class Worker:
@@ -95,7 +98,7 @@ class Worker:
 class Workload:
     """Everything a run trains on; ``data`` and ``model`` are None for a timing profile."""
 
-    config: Any  # sim.config.Config
+    config: Config
     data: Dataset | None
     model: Model | None
     params: np.ndarray  # the initial parameters (empty for a timing profile)
@@ -113,7 +116,7 @@ class Workload:
         return self.model is not None
 
 
-def build_workload(config: Any) -> Workload:
+def build_workload(config: Config) -> Workload:
     """The workload of a resolved config (``sim.config.Config``)."""
     cluster, workload, run = config.cluster, config.workload, config.run
     streams = np.random.SeedSequence(run.seed).spawn(5)
@@ -139,7 +142,7 @@ def build_workload(config: Any) -> Workload:
     return Workload(config, data, model, params, workers, compute, layers)
 
 
-def shaped_model(config: Any) -> Model:
+def shaped_model(config: Config) -> Model:
     """``config``'s model built from its data set's shape, no data made: what a timing-only
     run of a model without a profile times (its layers' FLOPs and bytes)."""
     w = config.workload
@@ -147,7 +150,7 @@ def shaped_model(config: Any) -> Model:
     return make_model(w.model, features, classes, **model_options(config))
 
 
-def model_options(config: Any) -> dict[str, Any]:
+def model_options(config: Config) -> dict[str, Any]:
     """The model's keyword options from ``config`` (a click-through-rate data set's
     columns: Criteo's own for its files)."""
     w = config.workload
@@ -158,7 +161,7 @@ def model_options(config: Any) -> dict[str, Any]:
             "pooling": w.pooling, "ids_per_field": ids_per_field}
 
 
-def _data_and_model(config: Any, rng: np.random.Generator) -> tuple[Any, Any]:
+def _data_and_model(config: Config, rng: np.random.Generator) -> tuple[Any, Any]:
     """(data set, model), or (None, None) for a timing-only run."""
     workload = config.workload
     if not workload.numerics:

@@ -35,8 +35,8 @@ from sim.real.launch.launcher import RunFailed
 from sim.real.launch.other_load import OtherLoad, quietly, wait_for_quiet
 from sim.results import iteration_s
 from sim.rundir import write_atomic
-from sim.training.checks import validate
 from sim.training.strategies import row_of
+from sim.training.validator import RealRun, validate, validate_real
 
 if TYPE_CHECKING:
     from sim.calibration.sequence import Plan
@@ -252,13 +252,12 @@ def recovered_configs(matrix: Matrix, cases: list[Case]) -> list[Config]:
     """One config per distinct restart (workload, ranks) among the cases whose real runs
     restart from checkpoints."""
     from sim.calibration.recovery_profile import config_key
-    from sim.real.launch.relaunch import recovery_of
 
     found: dict[str, Config] = {}
     for case in cases:
         config = validate(apply_overrides(matrix.base, overrides_of(case)), str(matrix.path))
         try:
-            restarts = recovery_of(config, case.net) == "restart"
+            restarts = validate_real(config, case.net).recovery == "restart"
         except UserError:  # refused for real: the case fails on its own, saying why
             continue
         if restarts:
@@ -285,30 +284,28 @@ def device_drift(profiles: dict[str, Any], quiet: tuple[float, float],
 
 # ---- the run -----------------------------------------------------------------------------
 
-def run_repeats(config: Config, case: Case, ranks: int, real_dir: Path, repeat: int,
+def run_repeats(config: Config, case: Case, real: RealRun, real_dir: Path, repeat: int,
                 quiet: tuple[float, float], retries: int) -> dict[str, Any]:
     """The real repeats, each taken again (up to ``retries`` times) when other load took
     more than ``quiet[0]`` of the CPUs during it; the least disturbed attempt is kept.
     Under ``[faults]`` / ``[checkpoint]`` each attempt is restarted or carried on as by
     ``sim real``, its checkpoints in a directory of its own beside ``real_dir`` (removed)."""
     from sim.real.launch.real_run import RealOptions, network, run_faulty, run_once, write_repeats
-    from sim.real.launch.relaunch import recovery_of
 
     options = RealOptions(net=case.net, hang_s=120)
-    recovery = recovery_of(config, case.net)
     kept, loads, discarded = [], [], []
 
     def attempt(emulation: Any, i: int) -> dict[str, str]:
-        if recovery is None:
-            return run_once(config, ranks, options, emulation, i)
+        if real.recovery is None:
+            return run_once(config, real, options, emulation, i)
         real_dir.parent.mkdir(parents=True, exist_ok=True)
         place = Path(tempfile.mkdtemp(prefix=".checkpoints-", dir=real_dir.parent))
         try:
-            return run_faulty(config, ranks, options, emulation, i, recovery, place)
+            return run_faulty(config, real, options, emulation, i, place)
         finally:
             shutil.rmtree(place, ignore_errors=True)
 
-    with network(case.net, ranks) as emulation:
+    with network(case.net, real.ranks) as emulation:
         for i in range(repeat):
             attempts = []
             for _ in range(1 + retries):
@@ -330,17 +327,17 @@ def run_repeats(config: Config, case: Case, ranks: int, real_dir: Path, repeat: 
 def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, repeat: int,
              quiet: tuple[float, float], retries: int = 2) -> dict[str, Any]:
     """Simulate and run one case; its row for the README (with ``error`` if it failed)."""
-    from sim.real.executors.registry import check_supported
     from sim.validation.sim_vs_real import compare
 
     row: dict[str, Any] = {"case": case.name, "levels": case.levels}
     try:
         config = case_config(matrix, case, profiles)
-        row["ranks"] = check_supported(config).ranks(config)
+        real = validate_real(config, case.net)
+        row["ranks"] = real.ranks
         sim_dir, real_dir = out / case.name / "sim", out / case.name / "real"
         simulate_into(config, sim_dir)
         started = time.monotonic()
-        row |= run_repeats(config, case, row["ranks"], real_dir, repeat, quiet, retries)
+        row |= run_repeats(config, case, real, real_dir, repeat, quiet, retries)
         row["real_s"] = time.monotonic() - started
         row["report"] = compare(sim_dir, real_dir)
     except (UserError, RunFailed) as exc:

@@ -85,7 +85,7 @@ def predicted_interval(config: Config, seeds: int, sigma: float,
     from sim.config import apply_overrides, resolved
     from sim.results import iteration_s
     from sim.simulated.engine import simulate
-    from sim.training.checks import validate
+    from sim.training.validator import validate
 
     times = []
     with tempfile.TemporaryDirectory() as scratch:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from sim.faults.timeline import GAP_KINDS
 from sim.recorder import KINDS
 from sim.results import Run, load_repeats
 from sim.training.parallel_plan import layout_words
+
+if TYPE_CHECKING:
+    from sim.config import Config
 
 
 def relative_error(simulated: float | None, real: float | None) -> float | None:
@@ -224,7 +227,7 @@ def _pct(x: float | None) -> str:
 def _config(sim_dir: Path) -> Any:
     """The simulated run's resolved config (:class:`sim.config.Config`), None if its
     config.toml is missing or no longer valid."""
-    from sim.training.checks import validate
+    from sim.training.validator import validate
 
     try:
         return validate(tomllib.loads((sim_dir / "config.toml").read_text()), str(sim_dir))
@@ -232,7 +235,7 @@ def _config(sim_dir: Path) -> Any:
         return None
 
 
-def placement_note(config: Any, workers: int, real: dict[str, Any]) -> str | None:
+def placement_note(config: Config, workers: int, real: dict[str, Any]) -> str | None:
     """A warning when the simulation (its resolved ``config``, ``workers`` worker ranks) did
     not put the ranks where the real run had them (all on this machine's cores, with its
     host costs); None when it did."""

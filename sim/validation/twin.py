@@ -60,9 +60,9 @@ def stored(config: Config, net: str, place: Path) -> dict[str, Path]:
 
 def _restarts(config: Config, net: str) -> bool:
     """Whether the real run restarts from checkpoints (its twin needs the restart delay)."""
-    from sim.real.launch.relaunch import recovery_of
+    from sim.training.validator import validate_real
 
-    return recovery_of(config, net) == "restart"
+    return validate_real(config, net).recovery == "restart"
 
 
 def run_twin(config: Config, source: str, real_dir: Path, net: str, place: Path | None,

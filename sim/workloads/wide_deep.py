@@ -63,16 +63,13 @@ class SparseGrad:
 
 
 def vocab_list(vocab: int | list[int] | tuple[int, ...], fields: int) -> tuple[int, ...]:
-    """Rows of each field's table: one value for all, or one per field.
-
-    Raises ValueError when a list does not give one per field."""
+    """Rows of each field's table: one value for all, or one per field (a list of another
+    length the validator refuses: :mod:`sim.training.validator`)."""
     if isinstance(vocab, int):
         return (vocab,) * fields
     if len(vocab) == 1:
         return tuple(vocab) * fields
-    if len(vocab) != fields:
-        raise ValueError(f"workload.vocab: expected one value or {fields} (one per field), "
-                         f"got {len(vocab)}")
+    assert len(vocab) == fields, f"{len(vocab)} vocab sizes for {fields} fields"
     return tuple(int(v) for v in vocab)
 
 

@@ -9,7 +9,7 @@ import pytest
 from sim.cli import main
 from sim.config import Config, apply_overrides, dump_config, parse_override
 from sim.errors import UserError
-from sim.training.checks import load_config, validate
+from sim.training.validator import load_config, validate
 
 # (what is wrong, config table merged into the tiny config, the key the message must name)
 BAD = [
@@ -135,7 +135,7 @@ def test_readme_config_reference_is_generated_from_the_schema():
 
 
 def test_oversubscription_under_one_leaf_is_said_to_have_no_effect(tmp_path, capsys):
-    from sim.training.checks import config_warnings
+    from sim.training.validator import config_warnings
 
     def warnings(**cluster):
         return config_warnings(validate({"cluster": {"workers": 8, **cluster}}))

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from sim.cli import main
 from sim.config import Config
 from sim.errors import UserError
-from sim.training.checks import validate
 from sim.training.compute_model import DEVICES, load_device
 from sim.training.parallel_plan import build_plan
 from sim.training.strategies import STRATEGIES, StrategyRow
+from sim.training.validator import validate
 
 MLP = {"workload.model": "mlp", "workload.hidden": [64, 32, 16]}  # 8 -> 64 -> 32 -> 16 -> 2
 WIDTHS = [8, 64, 32, 16, 2]

@@ -15,7 +15,7 @@ import pytest
 from sim import quick
 from sim.cli import announce_quick, main
 from sim.errors import UserError
-from sim.training.checks import load_config
+from sim.training.validator import load_config
 
 CUT = "SGD_LAB_QUICK=1: run.iterations 60 -> 20, run.eval_every 30 -> 10"
 

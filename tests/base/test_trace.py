@@ -14,7 +14,7 @@ import pytest
 from sim.errors import UserError
 from sim.rundir import write_run
 from sim.simulated.engine import simulate
-from sim.training.checks import validate
+from sim.training.validator import validate
 from sim.training.workload import build_workload
 
 SMALL = {"model": "mlp", "dataset": "digits", "hidden": [32], "batch": 8}

@@ -11,8 +11,8 @@ import pytest
 
 from sim.simulated.engine import simulate
 from sim.trace import TraceNotes, chrome_trace
-from sim.training.checks import validate
 from sim.training.strategies import STRATEGIES
+from sim.training.validator import validate
 
 SMALL = {"model": "mlp", "dataset": "digits", "hidden": [32], "batch": 8}
 LINKS = 2  # the pid of the link tracks

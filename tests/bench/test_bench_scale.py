@@ -10,7 +10,7 @@ import numpy as np
 
 from sim.bench.scale_bench import GRADIENTS_PER_WORKER, KINDS, NETWORKS, QUICK_WORKERS, exponent
 from sim.cli import main
-from sim.training.checks import validate
+from sim.training.validator import validate
 from sim.training.workload import build_workload
 from sim.workloads.datasets import DatasetSpec, make_dataset
 

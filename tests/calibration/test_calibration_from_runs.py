@@ -13,8 +13,8 @@ from sim.calibration.from_runs import device_points, real_run_dirs, write_device
 from sim.cli import main
 from sim.config import dump_config
 from sim.errors import UserError
-from sim.training.checks import validate
 from sim.training.compute_model import load_device
+from sim.training.validator import validate
 from sim.training.workload import build_workload
 from sim.validation import cross_validation
 

@@ -23,8 +23,8 @@ from sim.calibration.fit_serving import (
 from sim.cli import main
 from sim.config import dump_config
 from sim.errors import UserError
-from sim.training.checks import validate
 from sim.training.host_costs import HOSTS, load_host, save_host_profile
+from sim.training.validator import validate
 
 TRUTH = {"serve_apply_s": 17e-6, "serve_push_s": 30e-6, "serve_step_s": 45e-6,
          "serve_pull_s": 20e-6}  # what the "real" servers' code took

@@ -78,7 +78,7 @@ def test_bad_arguments_exit_2_without_traceback():
 
 def test_time_limit_stops_every_strategy_at_the_same_simulated_time():
     from sim.simulated.engine import simulate
-    from sim.training.checks import validate
+    from sim.training.validator import validate
 
     for kind in ("bsp", "asp"):
         result = simulate(validate({"cluster": {"workers": 4}, "strategy": {"kind": kind},

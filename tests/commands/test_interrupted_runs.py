@@ -17,7 +17,7 @@ from sim.plots.figures import labelled
 from sim.progress import Progress, Stopped
 from sim.results import Run
 from sim.simulated.engine import simulate
-from sim.training.checks import load_config
+from sim.training.validator import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "experiments" / "sync-async-ssp.toml"

@@ -15,7 +15,7 @@ import pytest
 
 import sim.simulated.engine as engine
 from sim.recorder import KINDS, Recorder
-from sim.training.checks import validate
+from sim.training.validator import validate
 
 
 class ListRecorder(Recorder):

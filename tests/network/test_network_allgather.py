@@ -23,7 +23,7 @@ from sim.network.schedule import Schedule
 from sim.real.executors.rank_collectives import ScheduleAllreduce
 from sim.simulated.engine import build_simulation
 from sim.simulated.engine import simulate as train
-from sim.training.checks import config_warnings, load_config
+from sim.training.validator import config_warnings, load_config
 from tests.collective_cases import collective_json
 
 ALLGATHERS = ["ring-allgather", "recursive-doubling-allgather"]

@@ -21,8 +21,8 @@ from sim.network.network_builder import build_network
 from sim.network.transports import REGISTRY, get_transport, save_transport
 from sim.plots.transport_figures import plot_message_parts, plot_transports, transport_rows
 from sim.simulated.engine import simulate
-from sim.training.checks import load_config
 from sim.training.host_costs import HOSTS, cpu_costs, message_parts
+from sim.training.validator import load_config
 
 GRPC = get_transport("grpc")
 WIDE = dataclasses.replace(GRPC, window_bytes=math.inf)  # gRPC without flow control

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
-from sim.training.checks import load_config
+from sim.training.validator import load_config
 
 EXPERIMENTS = sorted((Path(__file__).resolve().parents[2] / "experiments").glob("*.toml"))
 REDUCED = ["--set", "run.iterations=3", "--set", "run.eval_every=3", "--set", "run.seeds=[1]",

@@ -10,7 +10,7 @@ import pytest
 from sim.real.executors import checkpoint as ckpt
 from sim.real.launch.launcher import RunFailed
 from sim.real.launch.relaunch import run_restarting
-from sim.training.checks import load_config
+from sim.training.validator import load_config
 from sim.training.workload import build_workload
 
 

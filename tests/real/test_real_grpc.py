@@ -21,8 +21,8 @@ from sim.errors import UserError
 from sim.network.transports import REGISTRY, save_transport
 from sim.real.executors.assemble import RankLog
 from sim.real.executors.ps_wire import HEADER, PARAMS, PULL, PUSH, from_bytes, to_bytes
-from sim.real.executors.rank_transport import real_transport
-from sim.training.checks import validate
+from sim.training.real_checks import real_transport
+from sim.training.validator import validate
 
 pytest.importorskip("mpi4py")
 pytest.importorskip("grpc")

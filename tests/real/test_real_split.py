@@ -21,8 +21,8 @@ from trace_cases import holder
 
 from sim.cli import main
 from sim.recorder import KINDS
-from sim.training.checks import load_config
 from sim.training.parallel_plan import build_plan
+from sim.training.validator import load_config
 
 pytest.importorskip("mpi4py")
 

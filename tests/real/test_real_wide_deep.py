@@ -17,8 +17,8 @@ from training_cases import rows
 from sim.cli import main
 from sim.real.executors.table_shards import ShardLayout
 from sim.simulated.engine import simulate
-from sim.training.checks import load_config
 from sim.training.embedding_shards import ShardMap, TableSpec
+from sim.training.validator import load_config
 from sim.training.workload import build_workload
 
 pytest.importorskip("mpi4py")

@@ -238,7 +238,7 @@ def test_any_fault_settings_load_or_are_refused_naming_their_table(keys):
     """Whatever the values, a config either loads or is refused with a UserError that
     names the [faults] or [checkpoint] key; never another exception."""
     from sim.errors import UserError
-    from sim.training.checks import validate
+    from sim.training.validator import validate
 
     nested: dict = {"run": {"iterations": 40}}
     for dotted, value in keys.items():

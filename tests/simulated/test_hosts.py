@@ -15,8 +15,8 @@ from sim.network.message_cost import alpha_s, beta_s
 from sim.recorder import KINDS
 from sim.simulated.engine import simulate
 from sim.simulated.hosts import Hosts
-from sim.training.checks import load_config
 from sim.training.host_costs import HOSTS, HostProfile, cpu_costs
+from sim.training.validator import load_config
 
 
 def costs(slice_s: float = 3e-3, **fields) -> HostProfile:

@@ -19,14 +19,13 @@ from trace_cases import holder
 
 from sim.cli import main
 from sim.errors import UserError
-from sim.real.executors.registry import check_supported
 from sim.recorder import KINDS
 from sim.simulated.engine import simulate
 from sim.simulated.strategies.model_parallel import MODEL_PARALLEL_KEYS
-from sim.training.checks import validate
 from sim.training.parallel_plan import PlanLayer, build_plan, rank_track
 from sim.training.stage_schedule import SCHEDULES, evaluate
 from sim.training.strategies import STRATEGIES
+from sim.training.validator import validate, validate_real
 from sim.workloads.models import make_model
 
 # the strategies that take [parallel] (bsp allreduces a stage's gradients, bsp-ps pushes them
@@ -338,7 +337,7 @@ def test_sim_run_runs_a_config_with_parallel_and_sim_real_accepts_it(
     assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["iterations"] == 3 and set(MODEL_PARALLEL_KEYS) <= set(summary)
-    check_supported(validate(data))  # real ranks run it too (tests/real/test_real_split.py)
+    validate_real(validate(data))  # real ranks run it too (tests/real/test_real_split.py)
 
 
 def test_a_model_parallel_strategy_without_a_simulated_class_exits_2(

@@ -8,7 +8,7 @@ import pytest
 from sim.network.fabrics import get_fabric
 from sim.network.message_cost import alpha_s
 from sim.simulated.engine import build_simulation, simulate
-from sim.training.checks import validate
+from sim.training.validator import validate
 from sim.workloads.timing_profiles import get_profile
 
 MLP = {"cluster": {"workers": 4, "fabric": "eth-10g"},

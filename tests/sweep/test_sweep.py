@@ -18,7 +18,7 @@ from sim.cli import main
 from sim.errors import UserError
 from sim.results import Sweep
 from sim.sweep import MAX_NAME, flatten, format_value, grid, load_sweep, point_names, run_sweep
-from sim.training.checks import validate
+from sim.training.validator import validate
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -37,7 +37,7 @@ def test_wide_deep_declares_the_ids_its_batch_reads(ids_per_field):
 def test_the_ids_a_batch_reads_are_counted_from_the_batch_itself():
     """The declared count equals the ids of an actual batch: its bags and crossed ids,
     plus the bias row each sample reads."""
-    from sim.training.checks import validate
+    from sim.training.validator import validate
     from sim.training.workload import build_workload
 
     config = validate({"workload": {"model": "wide-deep", "dataset": "ctr-synthetic",
@@ -187,8 +187,8 @@ def test_model_parallel_shards_move_their_own_inputs_and_outputs(tiny_config_dat
     """Tensor parallelism over 2: a column shard moves its whole input and half the
     output, a row shard half the input and the whole (partial) output."""
     from sim.simulated.stages import stage_works
-    from sim.training.checks import validate
     from sim.training.parallel_plan import build_plan
+    from sim.training.validator import validate
 
     data = tiny_config_data({"workload.model": "mlp", "workload.hidden": [8, 6],
                              "parallel.tensor": 2})

@@ -10,16 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.training.checks import validate
+from sim.errors import UserError
 from sim.training.parallel_plan import (
     PlanLayer,
     balance,
     build_plan,
-    config_layers,
     layout_words,
     plan_layers,
+    plannable,
     split_key,
 )
+from sim.training.validator import validate
 from sim.workloads.models import make_model
 
 B = 8  # bytes of a float64
@@ -190,11 +191,12 @@ def test_memory_per_rank_is_parameters_gradients_momentum_and_stash(tiny_config_
     assert plan.peak_memory_bytes == max(plan.memory_bytes_by_stage)
 
 
-def test_config_layers_need_a_dense_model(tiny_config_data):
-    sparse = validate(tiny_config_data(workload__model="sparse-logreg",
-                                       workload__dataset="sparse-powerlaw"))
-    with pytest.raises(ValueError, match="workload.model"):
-        config_layers(sparse)
+def test_a_plan_needs_a_dense_model(tiny_config_data):
+    """A sparse model has no layers to plan; the validator refuses splitting it."""
+    data = tiny_config_data(workload__model="sparse-logreg", workload__dataset="sparse-powerlaw")
+    assert not plannable(validate(data))
+    with pytest.raises(UserError, match="workload.model: 'sparse-logreg' has no dense layers"):
+        validate({**data, "parallel": {"tensor": 2}})
     assert split_key(config(tiny_config_data)) is None
     assert split_key(config(tiny_config_data, parallel__tensor=2)) == "tensor"
 

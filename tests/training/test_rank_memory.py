@@ -12,8 +12,8 @@ import pytest
 from sim.cli import main
 from sim.errors import UserError
 from sim.simulated.engine import simulate
-from sim.training.checks import validate
 from sim.training.parallel_plan import build_plan
+from sim.training.validator import validate
 
 FEATURES, HIDDEN, CLASSES, BATCH = 8, [16, 12], 3, 8
 WIDTHS = [FEATURES, *HIDDEN, CLASSES]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.training.checks import validate
 from sim.training.parallel_plan import build_plan
 from sim.training.stage_numerics import ShardRunner, lockstep, replica_loss_grad
+from sim.training.validator import validate
 from sim.workloads.models import make_model
 
 HIDDEN = [16, 12, 8, 6]  # 5 layers: 10 -> 16 -> 12 -> 8 -> 6 -> 3

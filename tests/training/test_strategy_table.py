@@ -13,8 +13,8 @@ from sim.analysis import load_runs, strategy_label
 from sim.cli import main
 from sim.plots.legends import run_labels
 from sim.results import Sweep
-from sim.training.checks import validate
 from sim.training.strategies import PIPELINING, STRATEGIES, StrategyName, make_rules, row_of
+from sim.training.validator import validate
 
 
 @pytest.fixture

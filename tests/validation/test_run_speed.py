@@ -13,9 +13,9 @@ import pytest
 
 from sim.results import iteration_s
 from sim.simulated.engine import simulate
-from sim.training.checks import validate
 from sim.training.compute_model import load_device, save_device_profile
 from sim.training.host_costs import HOSTS, load_host, save_host_profile
+from sim.training.validator import validate
 from sim.validation.resimulate import predicted_interval
 from sim.validation.run_speed import draw, run_sigma, scaled_host, slower_profiles
 

@@ -20,8 +20,8 @@ from sim.errors import UserError
 from sim.faults.storage import get_storage
 from sim.network.fabrics import Fabric, save_profile
 from sim.network.transports import get_transport, save_transport
-from sim.training.checks import validate
 from sim.training.compute_model import save_device_profile
+from sim.training.validator import validate
 from sim.validation.matrix import case_config, expand, load_matrix, toml_value
 
 pytest.importorskip("mpi4py")

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sim.config import Config
 from sim.real.executors.rank_clock import Heartbeat, Waiter
+from sim.real.executors.rank_spec import RankSpec
 from sim.training.rules import Rules
 from sim.training.workload import Workload
+
+if TYPE_CHECKING:
+    from sim.config import Config
 
 
 @dataclass
@@ -24,13 +27,23 @@ class RankContext:
     waiter: Waiter
     impl: str  # allreduce implementation: schedule or mpi
     heartbeat: Heartbeat
+    spec: RankSpec  # the launcher's: the validated config, the message path, faults, ...
     t0: float = 0.0  # perf_counter() at the common start (set by start_clock)
-    spec: dict[str, Any] = field(default_factory=dict)  # the launcher's spec (faults, ...)
-    workdir: Path = Path(".")  # shared with the launcher: markers, the runner's records
 
     @property
     def config(self) -> Config:
         return self.workload.config
+
+    @property
+    def workdir(self) -> Path:
+        """Shared with the launcher: markers, the runner's records."""
+        return self.spec.workdir
+
+    @property
+    def faults(self) -> dict[str, Any]:
+        """The spec's failures and checkpoints part (:mod:`sim.real.launch.relaunch`);
+        empty without [faults] and [checkpoint]."""
+        return self.spec.faults or {}
 
     @property
     def rank(self) -> int:
@@ -38,9 +51,9 @@ class RankContext:
 
     @property
     def transport(self) -> str:
-        """How the parameter-server programs move messages: "mpi" or "grpc" (the launcher
-        read it from cluster.transport: :mod:`sim.real.executors.rank_transport`)."""
-        return str(self.spec.get("transport", "mpi"))
+        """How the parameter-server programs move messages: "mpi" or "grpc" (the parent
+        read it from cluster.transport: :func:`sim.training.real_checks.real_transport`)."""
+        return self.spec.transport
 
     def now(self) -> float:
         """Seconds since the common start."""
@@ -51,10 +64,10 @@ class RankContext:
         (a job started again after a failure keeps the first job's: the spec's origin)."""
         self.comm.Barrier()
         self.t0 = self.comm.bcast(time.perf_counter(), root=0)
-        origin = (self.spec.get("faults") or {}).get("origin")
+        origin = self.faults.get("origin")
         if origin is not None:  # a job started again: one clock since the run's start
             self.t0 = float(origin)
-        if self.spec.get("faults") and self.rank == 0:  # for the runner: when this job began
+        if self.faults and self.rank == 0:  # for the runner: when this job began
             (self.workdir / "clock.json").write_text(json.dumps(
                 {"t0": self.t0, "start_s": self.now()}))
 

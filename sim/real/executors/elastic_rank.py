@@ -37,7 +37,7 @@ LOG_TAG = 78  # a worker's log to the server, after training
 
 def elastic(ctx: RankContext) -> bool:
     """Whether this run's workers may die (the spec says the launcher lets them)."""
-    return bool((ctx.spec.get("faults") or {}).get("elastic"))
+    return ctx.spec.elastic
 
 
 def worker_plan(ctx: RankContext) -> FaultPlan | None:

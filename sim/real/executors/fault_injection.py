@@ -21,10 +21,13 @@ import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.real.executors import checkpoint as ckpt
 from sim.real.executors.assemble import RankLog
+
+if TYPE_CHECKING:
+    from sim.config import Config
 
 CHECK_EVERY_S = 0.01  # a server looks at silent workers' pids this often
 
@@ -47,7 +50,7 @@ class FaultPlan:
     kills: list[Kill] = field(default_factory=list)
 
     @classmethod
-    def of(cls, config: Any, rank: int, workdir: Path, done: list[int]) -> FaultPlan:
+    def of(cls, config: Config, rank: int, workdir: Path, done: list[int]) -> FaultPlan:
         kills = [Kill(i, f.at_update, f.at_s) for i, f in enumerate(config.faults.failures)
                  if f.rank == rank and i not in done]
         return cls(rank, workdir, kills)

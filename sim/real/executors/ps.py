@@ -60,9 +60,9 @@ from sim.real.executors.ps_wire import (
 )
 from sim.real.executors.ps_wire import TAG as TAG  # the message layout's, re-exported
 from sim.real.executors.rank_compute import RealCompute
-from sim.real.executors.rank_transport import GRPC
 from sim.training.rules import Rules
 from sim.training.store import ParameterCache, ParameterStore
+from sim.training.strategies import GRPC
 from sim.training.workload import Workload
 
 
@@ -88,7 +88,7 @@ def server_link(ctx: RankContext, workers: int,
     """This server rank's link to workers ``0 .. workers - 1`` (``monitor``: MPI only, the
     gRPC path refuses failures), over the run's transport (a collective over gRPC)."""
     if ctx.transport == GRPC:
-        assert monitor is None  # rank_transport.check_transport refused failures
+        assert monitor is None  # the validator refused failures over gRPC (real_checks)
         link = GrpcServerLink(ctx, workers)
         exchange_ports(ctx, link.port)
         return link

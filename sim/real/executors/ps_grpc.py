@@ -26,7 +26,7 @@ receive buffer (a copy each way) is ``overhead``; blocking in a call is ``wire``
 grant times, as over MPI).
 
 Not over gRPC (refused with one line naming ``cluster.transport``,
-:func:`sim.real.executors.rank_transport.check_transport`): cancelling late gradients
+:func:`sim.training.real_checks.check_transport`): cancelling late gradients
 (``strategy.late_gradients = "cancel"`` needs a server-to-worker call during the gradient),
 failures and checkpoints, the emulated network (``--net emulate:RATE``: 127.0.0.1 is not
 shared by its namespaces), and the strategies that are not parameter-server ones.
@@ -136,7 +136,7 @@ class GrpcWorkerLink:
         return Replies(counts, got, self.ctx.now())
 
     def cancelled(self, version: float) -> bool:
-        return False  # cancels are refused over gRPC (rank_transport.check_transport)
+        return False  # cancels are refused over gRPC (real_checks.check_transport)
 
     def close(self) -> None:
         for channel in self.channels.values():

@@ -4,7 +4,7 @@
 the server's protocol and log time; a *link* only moves messages between a worker and its
 server ranks, over MPI (:mod:`sim.real.executors.ps_mpi`) or gRPC
 (:mod:`sim.real.executors.ps_grpc`), as the run's ``cluster.transport`` says
-(:mod:`sim.real.executors.rank_transport`). Both links carry the same bytes.
+(:func:`sim.training.real_checks.real_transport`). Both links carry the same bytes.
 
 A message is one float64 array: the 8-value header (:data:`HEADER`, 64 bytes: type,
 worker, version, loss, arrival_s, grant_s, a program's own value, held) then the payload.

@@ -1,7 +1,9 @@
 """The program every MPI rank runs: ``python -m sim.real.executors.rank --spec SPEC.json``.
 
-The spec (written by :mod:`sim.real.launch.real_run`) names the resolved config, the work directory
-shared with the launcher, the allreduce implementation and the wait mode. A rank leaves in
+The spec (a :class:`~sim.real.executors.rank_spec.RankSpec`, written by
+:mod:`sim.real.launch.real_run`) holds the config the parent validated, which the rank does
+not check again, the work directory shared with the launcher, the message path, the
+allreduce implementation and the wait mode. A rank leaves in
 the work directory ``rankR.pid`` (so the launcher can name a rank that died), touches
 ``rankR.beat`` while it makes progress and ``rankR.done`` when it has finished training;
 an exception is written to ``rankR.err`` and aborts every rank. Rank 0 gathers the logs and
@@ -18,10 +20,11 @@ import time
 import traceback
 from pathlib import Path
 
+from sim.real.executors.rank_spec import RankSpec
 from sim.rundir import write_atomic
 
 
-def train(comm: object, spec: dict, workdir: Path, started: float) -> None:
+def train(comm: object, spec: RankSpec, started: float) -> None:
     from mpi4py import MPI
 
     from sim.real.executors.assemble import assemble
@@ -29,21 +32,20 @@ def train(comm: object, spec: dict, workdir: Path, started: float) -> None:
     from sim.real.executors.elastic_rank import collect, elastic
     from sim.real.executors.rank_clock import Heartbeat, Waiter
     from sim.real.executors.registry import real_strategy
-    from sim.training.checks import load_config
     from sim.training.strategies import make_rules
     from sim.training.workload import build_workload
 
     rank = comm.Get_rank()
+    workdir = spec.workdir
     heartbeat = Heartbeat(workdir / f"rank{rank}.beat")
-    config = load_config(spec["config"])
+    config = spec.config
     workload = build_workload(config)
     rules = make_rules(config)
     strategy = real_strategy(config)
-    if comm.Get_size() != strategy.ranks(config):
+    if comm.Get_size() != strategy.ranks(config):  # the launcher's bug
         raise RuntimeError(f"{strategy.name} needs {strategy.ranks(config)} ranks, "
                            f"got {comm.Get_size()}")
-    ctx = RankContext(comm, workload, rules, Waiter(spec["wait"]), spec["impl"], heartbeat,
-                      spec=spec, workdir=workdir)
+    ctx = RankContext(comm, workload, rules, Waiter(spec.wait), spec.impl, heartbeat, spec)
     log = strategy.run(ctx)
     (workdir / f"rank{rank}.done").touch()
     if elastic(ctx):  # no collective: a worker may be dead; the server writes the files
@@ -52,12 +54,12 @@ def train(comm: object, spec: dict, workdir: Path, started: float) -> None:
         logs, writer = comm.gather(log, root=0), 0
     if rank == writer:
         strategy.combine(logs, workload)
-        extra = {"net": spec["net"], "transport": ctx.transport,
-                 "allreduce_impl": spec["impl"], "wait_mode": spec["wait"],
-                 "ranks": comm.Get_size(), "repeat": spec.get("repeat", 0),
+        extra = {"net": spec.net, "transport": spec.transport,
+                 "allreduce_impl": spec.impl, "wait_mode": spec.wait,
+                 "ranks": comm.Get_size(), "repeat": spec.repeat,
                  "mpi": MPI.Get_library_version().splitlines()[0].strip()}
         files = assemble(workload, rules, logs, time.perf_counter() - started, extra)
-        write_atomic(Path(spec["result"]), json.dumps(files))
+        write_atomic(spec.result, json.dumps(files))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.real.executors.rank")
     parser.add_argument("--spec", type=Path, required=True)
     args = parser.parse_args(argv)
-    spec = json.loads(args.spec.read_text())
-    workdir = Path(spec["workdir"])
+    spec = RankSpec.from_json(args.spec.read_text())
     from sim.real.executors.rank_clock import tighten_timer_slack
 
     tighten_timer_slack()
@@ -74,18 +75,17 @@ def main(argv: list[str] | None = None) -> int:
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    (workdir / f"rank{rank}.pid").write_text(f"{os.getpid()}\n")
-    elastic = bool((spec.get("faults") or {}).get("elastic"))
-    if elastic:  # the process manager tells the others of a planned death: carry on
+    (spec.workdir / f"rank{rank}.pid").write_text(f"{os.getpid()}\n")
+    if spec.elastic:  # the process manager tells the others of a planned death: carry on
         for sig in (signal.SIGINT, signal.SIGUSR1):
             signal.signal(sig, signal.SIG_IGN)
     try:
-        train(comm, spec, workdir, started)
+        train(comm, spec, started)
     except BaseException as exc:  # noqa: BLE001 - any failure must end every rank
-        (workdir / f"rank{rank}.err").write_text(
+        (spec.workdir / f"rank{rank}.err").write_text(
             f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
         comm.Abort(1)
-    if elastic:  # MPI_Finalize could wait for the dead rank
+    if spec.elastic:  # MPI_Finalize could wait for the dead rank
         os._exit(0)
     return 0
 

@@ -38,7 +38,7 @@ class RestartRecovery:
 
     def __init__(self, ctx: RankContext, replica: Replica) -> None:
         self.ctx, self.replica = ctx, replica
-        spec = ctx.spec.get("faults") or {}
+        spec = ctx.faults
         self.dir = Path(spec["checkpoints"]) if spec.get("checkpoints") else None
         self.resume_spec = spec.get("resume")
         self.plan = FaultPlan.of(ctx.config, ctx.rank, ctx.workdir, spec.get("done", []))

@@ -1,7 +1,10 @@
 """A real run from the parent's side: spec, network, launch, and the run directory.
 
-:func:`run_real` checks the config, sets up the network (shared memory, or an emulated
-one), launches the ranks once per repeat and writes what rank 0 returned with the result
+:func:`run_real` checks the command's options and asks the validator whether real runs
+support the config (:func:`sim.training.validator.validate_real`; the ranks never check it
+again), sets up the network (shared memory, or an emulated one), launches the ranks once
+per repeat with a :class:`~sim.real.executors.rank_spec.RankSpec` and writes what rank 0
+returned with the result
 contract of :mod:`sim.recorder`: ``OUT/`` is a run directory, or with ``repeat > 1`` holds
 ``r0/``, ``r1/``, ... (each a run directory), the resolved ``config.toml`` and
 ``repeats.json`` (iteration time of each repeat). Everything lands atomically.
@@ -25,14 +28,14 @@ from sim.config import Config, dump_config
 from sim.errors import UserError
 from sim.progress import handled
 from sim.real.executors.rank_clock import WAIT_MODES
-from sim.real.executors.rank_transport import check_transport_net, real_transport
-from sim.real.executors.registry import check_supported
+from sim.real.executors.rank_spec import RankSpec
 from sim.real.launch.emulate import Emulation, EmulationError, parse_rate
 from sim.real.launch.launcher import Job, launch
 from sim.real.launch.other_load import OtherLoad
-from sim.real.launch.relaunch import read_records, recovery_of, run_elastic, run_restarting
+from sim.real.launch.relaunch import read_records, run_elastic, run_restarting
 from sim.results import iteration_s
 from sim.rundir import atomic_dir, check_out_dir, write_run
+from sim.training.validator import RealRun, validate_real
 
 IMPLS = ("schedule", "mpi")
 
@@ -106,24 +109,24 @@ def terminated_cleanly() -> contextlib.AbstractContextManager[None]:
     return handled((signal.SIGTERM,), handler)
 
 
-def run_once(config: Config, ranks: int, options: RealOptions, emulation: Emulation | None,
-             repeat: int = 0, argv: list[str] | None = None,
+def run_once(config: Config, real: RealRun, options: RealOptions,
+             emulation: Emulation | None, repeat: int = 0, argv: list[str] | None = None,
              faults: dict[str, Any] | None = None,
              records: dict[str, Any] | None = None) -> dict[str, str]:
     """Launch the ranks once; the run's files (name -> text) as rank 0 wrote them.
 
+    ``real``: what :func:`~sim.training.validator.validate_real` said of ``config``;
     ``faults``: the spec's failure and checkpoint part (:mod:`sim.real.launch.relaunch`);
     ``records`` is filled with what the job left for the runner, also when it failed."""
+    ranks = real.ranks
     with tempfile.TemporaryDirectory(prefix="sgd-real-") as tmp:
         work = Path(tmp)
         os.chmod(work, 0o755)
-        (work / "config.toml").write_text(dump_config(config))
-        spec = {"config": str(work / "config.toml"), "workdir": str(work),
-                "result": str(work / "result.json"), "net": options.net,
-                "transport": real_transport(config), "impl": options.impl, "repeat": repeat,
-                "wait": wait_mode(options.wait, ranks, config.compute.time_s is None),
-                "faults": faults}
-        (work / "spec.json").write_text(json.dumps(spec))
+        spec = RankSpec(config, work, work / "result.json", options.net, real.transport,
+                        options.impl, wait_mode(options.wait, ranks,
+                                                config.compute.time_s is None),
+                        repeat, faults)
+        (work / "spec.json").write_text(spec.to_json())
         job = Job(argv or [sys.executable, "-m", "sim.real.executors.rank", "--spec",
                            str(work / "spec.json")], ranks, work,
                   env=emulation.env if emulation else {},
@@ -175,15 +178,15 @@ def checkpoint_root(out: Path) -> Path:
     return out.parent / f".{out.name}.checkpoints-{os.getpid()}"
 
 
-def run_faulty(config: Config, ranks: int, options: RealOptions,
-               emulation: Emulation | None, repeat: int, recovery: str,
-               directory: Path) -> dict[str, str]:
-    """One repeat under ``[faults]`` / ``[checkpoint]``: restarted or elastic."""
+def run_faulty(config: Config, real: RealRun, options: RealOptions,
+               emulation: Emulation | None, repeat: int, directory: Path) -> dict[str, str]:
+    """One repeat under ``[faults]`` / ``[checkpoint]``: restarted or elastic, as
+    ``real.recovery`` says."""
     def launch(faults: dict[str, Any], records: dict[str, Any]) -> dict[str, str]:
-        return run_once(config, ranks, options, emulation, repeat, faults=faults,
+        return run_once(config, real, options, emulation, repeat, faults=faults,
                         records=records)
 
-    if recovery == "restart":
+    if real.recovery == "restart":
         return run_restarting(config, directory, launch)
     return run_elastic(config, launch)
 
@@ -194,21 +197,18 @@ def run_real(config: Config, out: Path, options: RealOptions,
 
     Raises UserError (bad input, network not available) or RunFailed (a rank failed).
     """
-    strategy = check_supported(config)
     check_options(options)
-    check_transport_net(real_transport(config), options.net)
-    recovery = recovery_of(config, options.net)
+    real = validate_real(config, options.net)
     check_out_dir(out)
-    ranks = strategy.ranks(config)
     runs = []
-    root = checkpoint_root(out) if recovery == "restart" else None
+    root = checkpoint_root(out) if real.recovery == "restart" else None
     try:
-        with terminated_cleanly(), network(options.net, ranks) as emulation:
+        with terminated_cleanly(), network(options.net, real.ranks) as emulation:
             for repeat in range(options.repeat):
                 with OtherLoad() as load:
-                    files = run_once(config, ranks, options, emulation, repeat) \
-                        if recovery is None else run_faulty(
-                            config, ranks, options, emulation, repeat, recovery,
+                    files = run_once(config, real, options, emulation, repeat) \
+                        if real.recovery is None else run_faulty(
+                            config, real, options, emulation, repeat,
                             root / f"r{repeat}" if root else Path())
                 summary = json.loads(files["summary.json"])
                 summary["other_load"] = load.fraction  # CPU share other processes took

@@ -2,7 +2,8 @@
 ``[checkpoint]``).
 
 * What real runs do: the failures listed in ``faults.failures`` (random ones,
-  ``faults.mtbf_s``, are refused: simulated only); bsp restarts from checkpoints; asp, ssp
+  ``faults.mtbf_s``, are refused: simulated only, as the validator says:
+  :func:`sim.training.real_checks.check_recovery`); bsp restarts from checkpoints; asp, ssp
   and backup carry on without a worker that died (the server's rank is not killed).
 * bsp (:func:`run_restarting`): the job runs until the planned kill takes it down (the
   dead rank's marker tells a planned death from any other failure, which still fails the
@@ -22,49 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from sim.config import Config
-from sim.errors import UserError
 from sim.real.executors import checkpoint as ckpt
 from sim.real.executors.fault_injection import killed
 from sim.real.launch.launcher import RunFailed
-from sim.training.strategies import STRATEGIES, row_of
 
 Gap = tuple[str, float, float]  # kind, start_s, end_s on the run's clock
-
-
-def recovery_of(config: Config, net: str = "shm", source: str = "config") -> str | None:
-    """The recovery a real run of ``config`` uses ("restart", "elastic"), None without
-    ``[faults]`` and ``[checkpoint]``. Raises UserError naming the key real runs refuse."""
-    faults, cp, kind = config.faults, config.checkpoint, config.strategy.kind
-    if not (faults.enabled or cp.enabled):
-        return None
-    if faults.mtbf_s is not None:
-        raise UserError(f"{source}: faults.mtbf_s: real runs inject only the failures listed "
-                        "in faults.failures (random failures are simulated only)")
-    recovery = row_of(config).recovery
-    key = "faults.failures" if faults.failures else \
-        f"checkpoint.{'every_steps' if cp.every_steps is not None else 'every_s'}"
-    restarting = [name for name, row in STRATEGIES.items() if row.real and row.real.restarts]
-    if recovery == "restart" and (kind not in restarting or
-                                  config.strategy.pipelining != "none"):
-        raise UserError(f"{source}: {key}: real runs checkpoint and restart unpipelined "
-                        f"{', '.join(restarting)} only ({kind} with failures or checkpoints "
-                        "is simulated only)")
-    if recovery == "restart" and cp.enabled and cp.mode != "blocking":
-        raise UserError(f"{source}: checkpoint.mode {cp.mode!r}: real runs write "
-                        "checkpoints blocking")
-    if recovery == "elastic":
-        if cp.enabled:
-            raise UserError(f"{source}: {key}: real {kind} runs keep no server checkpoints "
-                            "(a server's failure is simulated only); drop [checkpoint]")
-        servers = [f.rank for f in faults.failures if f.rank >= config.cluster.workers]
-        if servers:
-            raise UserError(f"{source}: faults.failures: rank {servers[0]} is the parameter "
-                            f"server; real {kind} runs kill workers only (ranks 0.."
-                            f"{config.cluster.workers - 1})")
-        if faults.failures and net != "shm":
-            raise UserError(f"{source}: faults.failures: real {kind} runs with failures "
-                            "use shared memory only (--net shm)")
-    return recovery
 
 
 def read_records(work: Path) -> dict[str, Any]:

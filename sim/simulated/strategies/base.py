@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import simpy
@@ -30,13 +30,16 @@ from sim.training.strategies import row_of
 from sim.training.workload import Worker, Workload
 from sim.workloads.models import Model
 
+if TYPE_CHECKING:
+    from sim.config import Config
+
 
 @dataclass
 class Context:
     """Everything a strategy works with, built by :mod:`sim.simulated.engine`."""
 
     env: simpy.Environment
-    config: Any  # sim.config.Config
+    config: Config
     network: Any  # FlowNetwork or AnalyticalNetwork
     workload: Workload
     rules: Rules

@@ -1,15 +1,20 @@
-"""A config's cross-key checks and the loading that runs them.
+"""The one validator: a config file plus ``--set`` overrides in, a frozen, checked
+:class:`~sim.config.Config` out.
 
-:mod:`sim.config` is the schema alone; whether names exist (strategies, fabrics, models,
-collectives, devices, hosts, storage) and whether keys agree with each other is decided here,
-where the registries are in reach. :func:`load_config` and :func:`validate` return a
-:class:`~sim.config.Config` that passed every check, or raise :class:`sim.errors.UserError`
-naming the source, the dotted key and what was expected. :func:`config_warnings` words the
-valid settings that do nothing in a run.
+:mod:`sim.config` holds the schema (types, ranges, one table at a time); whether names exist
+(strategies, fabrics, models, collectives, devices, hosts, storage) and whether keys agree
+with each other is decided here, where the registries are in reach, or in the strategy's
+row (:mod:`sim.training.strategies`). :func:`load_config` and :func:`validate` return a
+:class:`~sim.config.Config` that passed every check; :func:`validate_real` says whether a
+real run supports it (the checks of :mod:`sim.training.real_checks`) and returns what the
+launcher needs. Each raises :class:`sim.errors.UserError` naming the source, the dotted key
+and what was expected. Real ranks receive a config that passed here and never validate it
+again. :func:`config_warnings` words the valid settings that do nothing in a run.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +39,17 @@ from sim.network.topology import TOPOLOGIES, topology_options
 from sim.network.transports import get_transport
 from sim.training.compute_model import DEVICES, load_device
 from sim.training.host_costs import load_host
-from sim.training.parallel_plan import build_plan, config_layers, plannable, splits
+from sim.training.parallel_plan import (
+    build_plan,
+    config_layers,
+    plannable,
+    shard_roles,
+    splits,
+    stage_counts,
+)
 from sim.training.rank_memory import run_memory
-from sim.training.strategies import STRATEGIES, row_of
+from sim.training.real_checks import check_recovery, check_supported, check_transport_net
+from sim.training.strategies import STRATEGIES, StrategyRow, row_of
 from sim.workloads.datasets import (
     DATASETS,
     ctr_columns,
@@ -45,7 +58,6 @@ from sim.workloads.datasets import (
     known_dataset,
 )
 from sim.workloads.models import MODELS
-from sim.workloads.wide_deep import vocab_list
 
 # ---- cross-key checks: each raises ValueError("dotted.key: message") -------------------
 
@@ -221,9 +233,49 @@ def _model_parallel() -> str:
     return " and ".join(name for name, row in STRATEGIES.items() if row.model_parallel)
 
 
+def _no_layers(c: Config) -> str:
+    """Why ``c``'s model has no layers a plan can split (it is not
+    :func:`~sim.training.parallel_plan.plannable`), naming the key."""
+    if c.workload.profile is not None:
+        return ("workload.profile: a timing profile has no layer widths to plan stages and "
+                "shards from")
+    return f"workload.model: {c.workload.model!r} has no dense layers to split over ranks"
+
+
+def _check_plan(c: Config) -> None:
+    """[parallel] against the model's dense layers: what a plan cannot place
+    (:func:`~sim.training.parallel_plan.build_plan` trusts these checks)."""
+    par, w = c.parallel, c.workload
+    layers = config_layers(c)
+    n, p, t, m = len(layers), par.pipeline, par.tensor, par.microbatches
+    if n < p:
+        raise ValueError(f"parallel.pipeline: {p} stages, but workload.model {w.model!r} has "
+                         f"{n} layer{'s' if n > 1 else ''} (a stage needs one)")
+    if par.stage_layers and len(par.stage_layers) != p:
+        raise ValueError(f"parallel.stage_layers: lists {len(par.stage_layers)} stages, "
+                         f"parallel.pipeline is {p}")
+    if par.stage_layers and sum(par.stage_layers) != n:
+        raise ValueError(f"parallel.stage_layers: places {sum(par.stage_layers)} layers, "
+                         f"workload.model {w.model!r} has {n}")
+    if w.batch % m:
+        raise ValueError(f"parallel.microbatches: {m} does not divide workload.batch "
+                         f"({w.batch} rows per replica)")
+    first, paired = 0, False
+    for count in stage_counts(par, layers):
+        for layer, role in zip(layers[first:first + count], shard_roles(count, t), strict=True):
+            if role == "column" and layer.outputs % t:
+                raise ValueError(f"parallel.tensor: {t} does not divide the {layer.outputs} "
+                                 f"outputs of layer {layer.name} (column-parallel: its outputs "
+                                 "are split over the shards)")
+            paired = paired or role == "column"
+        first += count
+    if t > 1 and not paired:
+        raise ValueError(f"parallel.tensor: {t} shards but no stage holds two consecutive "
+                         "dense layers to split as a column/row pair")
+
+
 def _check_parallel(c: Config) -> None:
-    """[parallel] against the strategy, the model and the batch; the plan itself refuses
-    what cannot be placed (:func:`sim.training.parallel_plan.build_plan`)."""
+    """[parallel] against the strategy, the model, the batch and the simulator."""
     par, row = c.parallel, row_of(c)
     changed = {"pipeline": par.pipeline > 1, "tensor": par.tensor > 1,
                "microbatches": par.microbatches > 1, "stage_layers": bool(par.stage_layers)}
@@ -246,13 +298,19 @@ def _check_parallel(c: Config) -> None:
         key = "faults.failures" if c.faults.failures else "faults.mtbf_s"
         raise ValueError(f"{key}: failures are not modelled with model parallelism yet "
                          "(a rank is one stage's shard, not a worker)")
-    if split or par.stage_layers:
-        config_layers(c)  # a timing profile or a sparse model: nothing to split
+    if (split or par.stage_layers) and not plannable(c):
+        raise ValueError(_no_layers(c))  # a timing profile or a sparse model: nothing to split
     if plannable(c):
-        build_plan(c)  # refuses stages, shards and microbatches it cannot place
+        _check_plan(c)
     elif c.workload.batch % par.microbatches:
         raise ValueError(f"parallel.microbatches: {par.microbatches} does not divide "
                          f"workload.batch ({c.workload.batch} rows per replica)")
+    elif splits(c):  # microbatches of a timing profile or a sparse model: no layers to plan
+        raise ValueError(f"{_no_layers(c)} (the simulator runs [parallel] on a plan of the "
+                         "model's dense layers)")
+    if splits(c) and row.simulated_model_parallel is None:
+        raise ValueError(f"parallel.pipeline: strategy {row.name!r} takes [parallel], but "
+                         "the simulator does not run its stages yet")
 
 
 def _placements() -> str:
@@ -266,8 +324,6 @@ def _check_embeddings(c: Config) -> None:
     [embeddings]; [embeddings] keys that need a placement."""
     w, e, row = c.workload, c.embeddings, row_of(c)
     tabular = MODELS[w.model].tabular
-    if tabular and e.placement is None and row.embedding_placements:  # in config.toml
-        e.placement = row.embedding_placements[0]
     if e.cache_rows and e.placement not in ("ps", None):
         raise ValueError(f"embeddings.cache_rows: a worker caches rows it pulls from the "
                          f"servers (placement \"ps\"), not with placement {e.placement!r}")
@@ -282,7 +338,9 @@ def _check_embeddings(c: Config) -> None:
         raise ValueError(f"embeddings.placement: strategy {c.strategy.kind!r} {where}, not "
                          f"{e.placement!r} ({_placements()})")
     fields, _, _ = ctr_columns(w.dataset, w.fields, w.ids_per_field, w.features)
-    vocab_list(w.vocab, fields)  # one per field, or one for all
+    if isinstance(w.vocab, list) and len(w.vocab) not in (1, fields):  # one per field, or all
+        raise ValueError(f"workload.vocab: expected one value or {fields} (one per field), "
+                         f"got {len(w.vocab)}")
     if not w.numerics:
         raise ValueError(f"workload.numerics: {w.model}'s messages follow the ids its "
                          "batches touch, which needs the data (numerics = true)")
@@ -393,10 +451,22 @@ def config_warnings(config: Config) -> list[str]:
 
 # ---- loading -------------------------------------------------------------------------
 
+def _derived(c: Config) -> Config:
+    """``c`` with the defaults that depend on the registries, written out so config.toml
+    shows them: a model with tables keeps them where its strategy's row first says
+    (embeddings.placement). Unknown names are left for :func:`_check_names`."""
+    model, row = MODELS.get(c.workload.model), STRATEGIES.get(c.strategy.kind)
+    if model is None or row is None or not model.tabular or c.embeddings.placement is not None \
+            or not row.embedding_placements:
+        return c
+    embeddings = c.embeddings.model_copy(update={"placement": row.embedding_placements[0]})
+    return c.model_copy(update={"embeddings": embeddings})
+
+
 def validate(data: dict[str, Any], source: str = "<config>") -> Config:
     """The resolved Config, checked across keys; UserError naming ``source``, the key and
     what was expected."""
-    config = parse(data, source)
+    config = _derived(parse(data, source))
     for check in CHECKS:
         try:
             check(config)
@@ -427,3 +497,25 @@ def validate_reduced(data: dict[str, Any], config: Config, source: str
     except UserError as exc:  # e.g. a planned failure after the last update left
         raise UserError(f"{exc} ({reduced['run']['reduced']}; unset "
                         f"{quick.VARIABLE} to run it as configured)") from None
+
+
+# ---- real runs -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RealRun:
+    """What the launcher needs of a config :func:`validate_real` accepted."""
+
+    row: StrategyRow  # the strategy's row; its ``real`` names the rank programs
+    ranks: int  # workers (replicas x stages x shards), then the server ranks
+    transport: str  # the message path: "mpi" or "grpc"
+    recovery: str | None  # "restart", "elastic", or None without [faults] and [checkpoint]
+
+
+def validate_real(config: Config, net: str = "shm", source: str = "config") -> RealRun:
+    """Whether a real run of ``config`` (already :func:`validate`'d) on ``net`` (``--net``:
+    shm or emulate:RATE) is supported, and what it is. Raises UserError naming ``source``
+    and the key that only the simulator runs (:mod:`sim.training.real_checks`)."""
+    row = row_of(config)
+    transport = check_supported(config, row, source)
+    check_transport_net(transport, net)
+    return RealRun(row, row.ranks(config), transport, check_recovery(config, net, source))
