@@ -175,8 +175,11 @@ class Parallel(Section):
     stage_layers: list[PositiveInt] = doc([], "layers of each stage, first stage first "
                                           "(empty: balanced by FLOPs)")
     tensor: PositiveInt = doc(1, "shards each dense layer pair is split over (Megatron-LM: "
-                              "column- then row-parallel, one allreduce forward and one "
-                              "backward per pair)")
+                              "column- then row-parallel; per pair and microbatch, one "
+                              "allreduce forward of microbatch x the row layer's outputs and "
+                              "one backward of microbatch x the column layer's inputs, none "
+                              "where the column layer is the model's first: its input needs "
+                              "no gradient)")
     microbatches: PositiveInt = doc(1, "microbatches each replica's batch (workload.batch) "
                                     "is cut into per step")
     schedule: Literal["gpipe", "1f1b"] = doc(
