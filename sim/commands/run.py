@@ -11,7 +11,8 @@ from sim.commands import add_set_option
 from sim.names import CONFIG_HELP, config_path
 from sim.progress import Progress, Stopped, shielded, stop_on_signals
 from sim.rundir import check_out_dir, write_run
-from sim.training.validator import config_warnings, load_config
+from sim.training.config_warnings import config_warnings
+from sim.training.validator import load_config
 
 SHOWN = ("sim_time_s", "iterations", "final_loss", "final_accuracy", "time_to_target_s",
          "samples_per_s", "staleness_mean", "staleness_max", "compute_s", "comm_s", "wait_s",

@@ -22,7 +22,8 @@ from sim.config import Config, apply_overrides, dump_config, read_toml
 from sim.errors import UserError
 from sim.names import close_match
 from sim.quick import reduce_seeds
-from sim.training.validator import config_warnings, validate, validate_reduced
+from sim.training.config_warnings import config_warnings
+from sim.training.validator import validate, validate_reduced
 
 FORMAT = "sgd-lab.sweep/1"
 MAX_NAME = 80  # characters of a run directory name before it is shortened with a hash

@@ -9,7 +9,8 @@ row (:mod:`sim.training.strategies`). :func:`load_config` and :func:`validate` r
 real run supports it (the checks of :mod:`sim.training.real_checks`) and returns what the
 launcher needs. Each raises :class:`sim.errors.UserError` naming the source, the dotted key
 and what was expected. Real ranks receive a config that passed here and never validate it
-again. :func:`config_warnings` words the valid settings that do nothing in a run.
+again. The valid settings that do nothing in a run are worded by
+:mod:`sim.training.config_warnings`.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from sim.calibrated import CALIBRATED
 from sim.config import (
     Cluster,
     Config,
-    Embeddings,
-    Strategy,
     apply_overrides,
     parse,
     read_toml,
@@ -393,60 +392,6 @@ def _check_memory(c: Config) -> None:
 CHECKS = [_check_names, _check_topology, _check_fabric, _check_transport, _check_hosts,
           _check_pipelining, _check_workload, _check_strategy, _check_faults,
           _check_embeddings, _check_parallel, _check_memory]
-
-
-# ---- warnings: valid settings that do nothing here (said before a run, never refused) ----
-
-def _one_leaf(c: Config) -> str | None:
-    cluster = c.cluster
-    hosts = cluster.workers + row_of(c).server_ranks(c)
-    if cluster.topology in ("leaf-spine", "fat-tree") and cluster.oversubscription != 1 \
-            and hosts <= cluster.hosts_per_leaf:
-        return (f"cluster.oversubscription = {cluster.oversubscription:g} has no effect: "
-                f"all {hosts} hosts sit under one leaf (cluster.hosts_per_leaf = "
-                f"{cluster.hosts_per_leaf}); lower hosts_per_leaf to spread them over leaves")
-    return None
-
-
-def _unused_allgather(c: Config) -> str | None:
-    s = c.strategy
-    gathering = [name for name, row in STRATEGIES.items() if row.gathers_compressed]
-    if s.allgather != Strategy().allgather and (not row_of(c).gathers_compressed
-                                                 or s.compression == "none"):
-        return (f"strategy.allgather = {s.allgather!r} has no effect: only "
-                f"{' and '.join(gathering)} with "
-                f"strategy.compression gathers compressed gradients (here {s.kind!r} with "
-                f"compression {s.compression!r})")
-    return None
-
-
-def _lone_host_link(c: Config) -> str | None:
-    cluster = c.cluster
-    if cluster.host_link == "none":
-        return None
-    ranks = row_of(c).ranks(c)
-    placed = list(cluster.rank_hosts) or [r // cluster.ranks_per_host for r in range(ranks)]
-    if len(set(placed)) == len(placed):
-        return (f"cluster.host_link = {cluster.host_link!r} has no effect: every rank is on "
-                "a host of its own (set cluster.ranks_per_host or cluster.rank_hosts)")
-    return None
-
-
-def _unused_embeddings(c: Config) -> str | None:
-    changed = [f"embeddings.{key}" for key, value in c.embeddings.model_dump().items()
-               if value != getattr(Embeddings(), key)]
-    if changed and not MODELS[c.workload.model].tabular:
-        return (f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: "
-                f"workload.model {c.workload.model!r} has no embedding tables (wide-deep has)")
-    return None
-
-
-WARNINGS = [_one_leaf, _unused_allgather, _lone_host_link, _unused_embeddings]
-
-
-def config_warnings(config: Config) -> list[str]:
-    """What in ``config`` is valid but has no effect, one line each."""
-    return [text for check in WARNINGS if (text := check(config))]
 
 
 # ---- loading -------------------------------------------------------------------------

@@ -135,7 +135,7 @@ def test_readme_config_reference_is_generated_from_the_schema():
 
 
 def test_oversubscription_under_one_leaf_is_said_to_have_no_effect(tmp_path, capsys):
-    from sim.training.validator import config_warnings
+    from sim.training.config_warnings import config_warnings
 
     def warnings(**cluster):
         return config_warnings(validate({"cluster": {"workers": 8, **cluster}}))

@@ -17,7 +17,8 @@ from sim.network.fabrics import Fabric, get_fabric
 from sim.network.host_links import REGISTRY, get_host_link
 from sim.network.message_cost import alpha_s, beta_s
 from sim.network.network_builder import build_network, with_host_link
-from sim.training.validator import config_warnings, validate
+from sim.training.config_warnings import config_warnings
+from sim.training.validator import validate
 
 B = 100.0  # bytes/s of the host link: round numbers make hand-computed times exact
 LINK = Fabric("link", 8 * B, latency_s=0.05, overhead_s=0.1)  # alpha = 2 o + 2 L = 0.3 s

@@ -23,7 +23,8 @@ from sim.network.schedule import Schedule
 from sim.real.executors.rank_collectives import ScheduleAllreduce
 from sim.simulated.engine import build_simulation
 from sim.simulated.engine import simulate as train
-from sim.training.validator import config_warnings, load_config
+from sim.training.config_warnings import config_warnings
+from sim.training.validator import load_config
 from tests.collective_cases import collective_json
 
 ALLGATHERS = ["ring-allgather", "recursive-doubling-allgather"]

@@ -210,7 +210,7 @@ def test_widedeep_layout_is_tables_then_dense():
 
 
 def test_embeddings_keys_without_tables_are_a_warning():
-    from sim.training.validator import config_warnings
+    from sim.training.config_warnings import config_warnings
 
     warned = config_warnings(make(embeddings__sharding="column"))
     assert any("embeddings.sharding" in line and "no effect" in line for line in warned)

@@ -1,0 +1,64 @@
+"""A config's warnings: settings that are valid but do nothing in this run.
+
+Said before a run (``sim run``, ``sim sweep``), never refused: the config passed the
+validator (:mod:`sim.training.validator`); each check here returns one line naming the key,
+why it has no effect and what would give it one, or None.
+"""
+
+from __future__ import annotations
+
+from sim.config import Config, Embeddings, Strategy
+from sim.training.strategies import STRATEGIES, row_of
+from sim.workloads.models import MODELS
+
+
+def _one_leaf(c: Config) -> str | None:
+    cluster = c.cluster
+    hosts = cluster.workers + row_of(c).server_ranks(c)
+    if cluster.topology in ("leaf-spine", "fat-tree") and cluster.oversubscription != 1 \
+            and hosts <= cluster.hosts_per_leaf:
+        return (f"cluster.oversubscription = {cluster.oversubscription:g} has no effect: "
+                f"all {hosts} hosts sit under one leaf (cluster.hosts_per_leaf = "
+                f"{cluster.hosts_per_leaf}); lower hosts_per_leaf to spread them over leaves")
+    return None
+
+
+def _unused_allgather(c: Config) -> str | None:
+    s = c.strategy
+    gathering = [name for name, row in STRATEGIES.items() if row.gathers_compressed]
+    if s.allgather != Strategy().allgather and (not row_of(c).gathers_compressed
+                                                 or s.compression == "none"):
+        return (f"strategy.allgather = {s.allgather!r} has no effect: only "
+                f"{' and '.join(gathering)} with "
+                f"strategy.compression gathers compressed gradients (here {s.kind!r} with "
+                f"compression {s.compression!r})")
+    return None
+
+
+def _lone_host_link(c: Config) -> str | None:
+    cluster = c.cluster
+    if cluster.host_link == "none":
+        return None
+    ranks = row_of(c).ranks(c)
+    placed = list(cluster.rank_hosts) or [r // cluster.ranks_per_host for r in range(ranks)]
+    if len(set(placed)) == len(placed):
+        return (f"cluster.host_link = {cluster.host_link!r} has no effect: every rank is on "
+                "a host of its own (set cluster.ranks_per_host or cluster.rank_hosts)")
+    return None
+
+
+def _unused_embeddings(c: Config) -> str | None:
+    changed = [f"embeddings.{key}" for key, value in c.embeddings.model_dump().items()
+               if value != getattr(Embeddings(), key)]
+    if changed and not MODELS[c.workload.model].tabular:
+        return (f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: "
+                f"workload.model {c.workload.model!r} has no embedding tables (wide-deep has)")
+    return None
+
+
+WARNINGS = [_one_leaf, _unused_allgather, _lone_host_link, _unused_embeddings]
+
+
+def config_warnings(config: Config) -> list[str]:
+    """What in ``config`` is valid but has no effect, one line each."""
+    return [text for check in WARNINGS if (text := check(config))]
