@@ -388,9 +388,6 @@ def test_local_sgd_matches_local_steps_then_averages_written_out():
     assert np.array_equal(strategy.model_of_record(), K.average(replicas, out=average))
 
 
-@pytest.mark.xfail(strict=True, reason="LocalSGD.local_step applies a step's numbers when "
-                   "its compute begins: a run that ends mid-period evaluates replicas holding "
-                   "the next, unrecorded local step of the workers that were not last")
 def test_local_sgd_ended_mid_period_holds_only_the_recorded_local_steps():
     period, steps = 3, 7  # the run ends after the first local step of the third period
     config = make(MODELS["logreg"], FIXED, cluster__workers=2, strategy__kind="local-sgd",

@@ -333,11 +333,13 @@ class LocalSGD(AllreduceMixin, Strategy):
     def model_of_record(self) -> np.ndarray:
         return self.ctx.rules.average(self.replicas, self.average)
 
-    def local_step(self, i: int) -> float:
-        w = self.ctx.workers[i]
-        loss = w.gradient(self.replicas[i])
-        self.sgd[i].step(w.grad, self.ctx.rules.lr(0))
-        return loss
+    def local_gradient(self, i: int) -> float:
+        """Worker ``i``'s gradient on its replica (left in ``w.grad``); its loss."""
+        return self.ctx.workers[i].gradient(self.replicas[i])
+
+    def local_step(self, i: int) -> None:
+        """The SGD step of worker ``i``'s last gradient, once its compute has ended."""
+        self.sgd[i].step(self.ctx.workers[i].grad, self.ctx.rules.lr(0))
 
     def run(self) -> Generator[simpy.Event, Any, None]:
         ctx, rec, env = self.ctx, self.ctx.recorder, self.ctx.env
@@ -361,8 +363,13 @@ class LocalSGD(AllreduceMixin, Strategy):
         the slowest worker; an update is recorded when every worker has taken step h."""
         ctx, rec = self.ctx, self.ctx.recorder
         for h in range(period):
-            self.losses[h, w.index] = self.local_step(w.index)
+            self.losses[h, w.index] = self.local_gradient(w.index)
             yield from compute(ctx, w)
+            if rec.finished:
+                return  # the run ended while this step computed: it is never taken
+            # applied when taken, not when started: the replicas evaluated at the end hold
+            # only the recorded steps
+            self.local_step(w.index)
             yield from cpu(ctx, w.index, "update", ctx.cpu.update_s(self.average.nbytes))
             w.clock += 1
             self.taken[h] += 1
