@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fake_mpi import run_ranks
-from real_rank_cases import real_config, run_program
+from real_rank_cases import real_config, run_program, sgd_reference
 
 from sim.kernels import NonFiniteError
 from sim.real.executors import split_log
@@ -184,20 +184,14 @@ def reference(config) -> list[np.ndarray]:
     """The split replicas' parameters after each update, in one process: each replica's
     gradient by stage_numerics' reference (its tensor sums in shard order), the replicas'
     summed in order, their mean stepped."""
-    workload, plan = build_workload(config), build_plan(config)
-    params, out = workload.params.copy(), [workload.params.copy()]
-    for _ in range(config.run.iterations):
-        grads = []
-        for worker in workload.workers:
-            grad = np.zeros_like(params)
-            replica_loss_grad(workload.model, plan, params, *worker.next_batch(), out=grad)
-            grads.append(grad)
-        total = grads[0].copy()
-        for g in grads[1:]:
-            total = total + g
-        params = params - config.workload.lr * (total * (1.0 / len(grads)))
-        out.append(params)
-    return out
+    plan = build_plan(config)
+
+    def split_gradient(model, params, X, y) -> np.ndarray:
+        grad = np.zeros_like(params)
+        replica_loss_grad(model, plan, params, X, y, out=grad)
+        return grad
+
+    return sgd_reference(config, split_gradient)
 
 
 @pytest.mark.parametrize("workers,parallel,impl", [

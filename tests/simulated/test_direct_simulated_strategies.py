@@ -145,21 +145,6 @@ def test_asp_lets_the_fast_worker_run_ahead_unbounded():
     assert clocks[0] - clocks[1] > 3
 
 
-def test_asp_one_worker_is_sequential_sgd_on_the_same_batches():
-    config = make(MODELS["mlp"], LATENCY_ONLY, FIXED, cluster__workers=1,
-                  strategy__kind="asp", workload__momentum=0.9, run__iterations=7)
-    _, asp, _ = run(config)
-    _, fresh, _ = build_simulation(config)
-    worker, params = fresh.workers[0], fresh.params.copy()
-    velocity = np.zeros_like(params)
-    w = config.workload
-    for _ in range(config.run.iterations):
-        worker.gradient(params)
-        K.sgd_update(params, worker.grad, velocity, fresh.rules.lr(0), w.momentum,
-                     w.weight_decay)
-    assert np.array_equal(asp.model_of_record(), params)
-
-
 # ---- ps_sync: bsp-ps and backup -----------------------------------------------------------
 
 def test_bsp_ps_two_workers_push_then_the_server_answers_each():
