@@ -17,8 +17,10 @@ FAIR_BLAS := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 run: $(NATIVE_LIB)
 	$(PY) -m sim sweep experiments/quickstart.toml --out runs/quickstart
 
+# On every core: files of tests/project/ each on one worker, tests that launch MPI ranks one
+# at a time (tests/conftest.py).
 test: $(NATIVE_LIB)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadgroup
 
 bench: $(NATIVE_LIB)
 	$(FAIR_BLAS) $(PY) -m sim bench kernels

@@ -155,3 +155,23 @@ def write_tiny_sweep(tiny_config_data: ConfigData, write_toml) -> Callable[..., 
         return write_toml(path, data, sweep)
 
     return write
+
+
+# ---- running in parallel (make test: pytest -n auto --dist loadgroup) ------------------------
+
+TESTS = Path(__file__).resolve().parent
+RANK_FOLDERS = {"real", "calibration", "validation"}  # most of their tests launch MPI ranks
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that launch MPI ranks (the folders above, or marked ``ranks``) run one at a
+    time on one worker: two jobs of spinning ranks on two cores would each run at half speed
+    past their time limits. Each file of tests/project/ stays on one worker, so that its
+    module-scoped set-up (a clone after ``make run``, a notebook kernel, two builds of the
+    kernels) is made once."""
+    for item in items:
+        folder = item.path.relative_to(TESTS).parts[0]
+        if folder in RANK_FOLDERS or item.get_closest_marker("ranks"):
+            item.add_marker(pytest.mark.xdist_group("ranks"))
+        elif folder == "project":
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))

@@ -87,6 +87,7 @@ def test_a_model_too_large_says_what_it_needs_and_how_to_run_it_anyway(mlp):
     assert validate(data).run.memory == "report"
 
 
+@pytest.mark.ranks
 def test_both_executors_run_a_pipelined_config(tmp_path, mlp, write_toml):
     """`sim run` simulates a split replica (tests/simulated/test_model_parallel_sim.py) and
     `sim real` runs it on MPI ranks (tests/real/test_real_split.py): neither refuses a [parallel]

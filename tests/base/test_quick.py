@@ -118,6 +118,7 @@ def test_a_sweep_takes_two_seeds_cuts_its_runs_and_is_never_reused_in_full(
     assert "SGD_LAB_QUICK" in capsys.readouterr().err
 
 
+@pytest.mark.ranks
 def test_a_real_run_is_cut_and_says_so(tmp_path, tiny_real_config_data, write_toml, quick_on):
     pytest.importorskip("mpi4py")
     path = write_toml(tmp_path / "real.toml", tiny_real_config_data({"run.iterations": 30}))

@@ -56,6 +56,7 @@ def test_no_slowdowns_no_stragglers(run):
     assert summary["stragglers"] == [] and summary["slowdowns"] == []
 
 
+@pytest.mark.ranks
 def test_a_real_run_says_its_times_are_wall_clock(run):
     pytest.importorskip("mpi4py")
     summary = run("real", slowdowns=[{"worker": 1, "factor": 2.0}])

@@ -53,6 +53,7 @@ def test_calibration_warns_about_other_load(capsys):
     assert "other processes used 50% of the CPUs while the compute" in capsys.readouterr().err
 
 
+@pytest.mark.ranks
 def test_a_real_run_records_the_other_load(tmp_path, capsys, two_rank_config_data,
                                            write_toml):
     pytest.importorskip("mpi4py")

@@ -115,6 +115,7 @@ real_points = st.fixed_dictionaries({key: st.sampled_from(values)
 
 @settings(max_examples=16, derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.ranks
 @given(point=real_points)
 def test_every_real_point_runs_or_is_refused_with_one_line(point, tmp_path_factory, capsys):
     """``sim real`` on 2 ranks: the same contract (refusals before anything is written)."""
