@@ -185,6 +185,7 @@ def test_sim_compare_reads_a_split_run(run, tmp_path, capsys):
     itself posing as the simulation, so the errors are known exactly;
     test_a_split_run_compares_with_its_simulation compares with a real simulation)."""
     real = run("p2-d2")
+    capsys.readouterr()  # what `sim real` printed, if this test made the run
     sim = tmp_path / "sim"
     shutil.copytree(real, sim)
     s = summary(sim)
