@@ -44,6 +44,14 @@ def describe_workload(config: Config) -> str:
     return f"{w.model} {shape} x{w.classes} batch {w.batch}"
 
 
+def timed_workloads(device: dict[str, Any]) -> list[str]:
+    """The workloads a device profile's points timed (:func:`describe_workload`'s names, its
+    fit's and the runs' it was fitted to), each once, in order: ``device`` is the profile's
+    JSON. None recorded: an empty list."""
+    return list(dict.fromkeys(str(p["workload"]) for p in device.get("points") or []
+                              if isinstance(p, dict) and "workload" in p))
+
+
 def time_kernels(configs: list[Config], min_time_s: float = 0.2) -> list[float]:
     """Median seconds of one gradient (worker 0 of each config)."""
     from sim.training.workload import build_workload

@@ -45,6 +45,11 @@ class BackpropOverlap:
     ``span`` also gets the :class:`~sim.trace.Facts` of the idle spans (the message
     awaited), and ``tag(message, overlapped)``, if given, is a context in which the spans
     recorded are that message's (a collective's, which the channel does not make itself).
+    A message's CPU work (its sends, receives and sums, the update) runs on the worker's
+    thread and is charged as the worker's time by its kind, in every mode: ``own(worker,
+    start, end)`` gives the parts of [start, end) the thread spent on none of it
+    (:meth:`sim.simulated.hosts.Hosts.own_parts`), and the worker's compute and idle spans
+    cover only those.
     """
 
     def __init__(self, env: simpy.Environment, workers: int, messages: list[Message],
@@ -55,6 +60,7 @@ class BackpropOverlap:
                  busy: Callable[[int, float], Generator[simpy.Event, Any, None]] | None = None,
                  prologue: Callable[[int], Generator[simpy.Event, Any, None]] | None = None,
                  tag: Callable[[Message, bool], AbstractContextManager] | None = None,
+                 own: Callable[[int, float, float], list[tuple[float, float]]] | None = None,
                  ) -> None:
         self.env, self.workers, self.messages, self.channel = env, workers, messages, channel
         self.costs, self.span, self.step_done = costs, span, step_done
@@ -64,6 +70,7 @@ class BackpropOverlap:
         self.busy = busy or self._delay
         self.prologue = prologue
         self.tag = tag or (lambda msg, overlapped: nullcontext())
+        self.own = own or (lambda w, start, end: [(start, end)])
         n_layers = messages[0].hi + 1 if messages else 0
         self.message_of = np.empty(n_layers, np.int64)
         for m, msg in enumerate(messages):
@@ -83,14 +90,21 @@ class BackpropOverlap:
     def _delay(self, w: int, seconds: float) -> Generator[simpy.Event, Any, None]:
         yield self.env.timeout(seconds)
 
+    def own_span(self, w: int, kind: str, start: float, end: float,
+                 facts: Facts | None = None) -> None:
+        """Worker ``w`` itself spent [start, end) on ``kind``, but for the CPU work of
+        messages its thread ran meanwhile (recorded as theirs)."""
+        for begun, ended in self.own(w, start, end):
+            self.span(w, kind, begun, ended, False, facts)
+
     def idle_spans(self, w: int, m: int, start: float, end: float) -> None:
         """Worker ``w`` sat idle in [start, end) for message ``m``: ``wait`` while the
         message waited for the other workers, ``wire`` (exposed communication) otherwise."""
         a, b = np.clip(self.blocked[w, m], start, end)
         facts = self.awaited(m)
-        self.span(w, "wire", start, a, False, facts)
-        self.span(w, "wait", a, b, False, facts)
-        self.span(w, "wire", b, end, False, facts)
+        self.own_span(w, "wire", start, a, facts)
+        self.own_span(w, "wait", a, b, facts)
+        self.own_span(w, "wire", b, end, facts)
 
     def awaited(self, m: int) -> Facts:
         """What a worker idle for message ``m`` waits for: its layers."""
@@ -122,17 +136,17 @@ class BackpropOverlap:
                     if self.overlapped:
                         self.idle_spans(w, m, start, env.now)
                     else:  # idle until it started moving; the channel spans the rest
-                        self.span(w, "wait", start, max(start, self.comm_start[w, m]), False,
-                                  self.awaited(m))
+                        self.own_span(w, "wait", start, max(start, self.comm_start[w, m]),
+                                      self.awaited(m))
                 if layer == 0 and self.prologue is not None:  # once the parameters it reads
                     yield from self.prologue(w)  # are in, as in the real runner
                 start = env.now
                 yield from self.busy(w, cost.forward_s[layer])
-                self.span(w, "compute", start, env.now, False)
+                self.own_span(w, "compute", start, env.now)
             for layer in range(len(self.message_of) - 1, -1, -1):
                 start = env.now
                 yield from self.busy(w, cost.backward_s[layer])
-                self.span(w, "compute", start, env.now, False)
+                self.own_span(w, "compute", start, env.now)
                 m = self.message_of[layer]
                 if self.messages[m].lo == layer:
                     self.delivered[w][m] = env.event()

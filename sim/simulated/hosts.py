@@ -62,6 +62,9 @@ class Hosts:
                            and not spin and self.poll_s > 0 and any(self.shared.values()))
         self.threads = [simpy.Resource(env, 1) for _ in self.rank_hosts]
         self.free_at = [0.0] * len(self.rank_hosts)  # when each rank's thread is next idle
+        # rank -> [start, end] of the work its thread runs beside its own process (run's
+        # beside), oldest first, until own_parts has passed it
+        self.besides: dict[int, list[list[float]]] = {}
         self.lingering: dict[int, Any] = {}  # rank -> the core it ran on until now
         # waiters take a share of the cores they share with work (:meth:`stretch`)
         self.wait_share = costs.spin_share if spin else costs.nap_share
@@ -77,22 +80,36 @@ class Hosts:
             self._rest(rank)
 
     def run(self, rank: int, seconds: float, woken: bool = False,
-            handshake_s: float = 0.0) -> Generator[simpy.Event, Any, float]:
+            handshake_s: float = 0.0,
+            beside: list[float] | None = None) -> Generator[simpy.Event, Any, float]:
         """Run ``seconds`` of CPU work on ``rank``'s thread (after its earlier tasks).
         ``woken``: the work is handling a message that just arrived, which an idle sleeping
         rank notices only when it next polls (:meth:`woken_at`). ``handshake_s``: the thread
         first waits this long in a receive (a rendezvous, :meth:`handshake_s`) on no core.
+        ``beside``: the task is work beside the rank's own process (a pipelined step's
+        messages, started by its channel while the rank computes or waits): it gets
+        [start, end] of the time the task holds the thread, each as soon as known
+        (inf until then), and :meth:`own_parts` leaves that time out of the rank's own.
         Returns the CPU seconds the task took: ``seconds`` and its reload after a gap."""
         if seconds <= 0 and handshake_s <= 0:
             return 0.0
+        if beside is not None:
+            self.besides.setdefault(rank, []).append(beside)
         if woken and (late := self.woken_at(rank) - self.env.now) > 0:
             self.free_at[rank] = self.env.now + late  # asleep until then: nothing else runs
             yield self.env.timeout(late)
         if not self.shared[self.rank_hosts[rank]]:
-            reload_s = yield from self._run_alone(rank, seconds + handshake_s)
+            reload_s = yield from self._run_alone(rank, seconds + handshake_s, beside)
             return seconds + reload_s
         with self.threads[rank].request() as thread:
-            yield thread
+            try:
+                yield thread
+            except simpy.Interrupt:
+                if beside is not None:  # never held the thread
+                    beside[:] = [self.env.now, self.env.now]
+                raise
+            if beside is not None:
+                beside[0] = self.env.now
             if handshake_s > 0:
                 yield self.env.timeout(handshake_s)
             host = self.rank_hosts[rank]
@@ -103,8 +120,32 @@ class Hosts:
             finally:
                 self._work(rank, host, False)
                 self._rest(rank)
+                if beside is not None:
+                    beside[1] = self.env.now
             self.free_at[rank] = self.env.now
         return seconds
+
+    def own_parts(self, rank: int, start: float, end: float) -> list[tuple[float, float]]:
+        """The parts of [start, end) (s) in which ``rank``'s thread ran none of the work
+        beside its own process (:meth:`run`'s ``beside``): what the rank itself did then, its
+        compute or its idle waits, in order. Forgets that work once it ended by ``end`` (the
+        rank's own spans come in time order)."""
+        log = self.besides.get(rank)
+        if not log:
+            return [(start, end)]
+        parts, at = [], start
+        for begun, ended in log:  # in the thread's (first come, first served) order
+            if begun >= end or at >= end:
+                break
+            if ended <= at:
+                continue
+            if begun > at:
+                parts.append((at, begun))
+            at = max(at, ended)
+        if at < end:
+            parts.append((at, end))
+        log[:] = [held for held in log if held[1] > end]
+        return parts
 
     def _spin(self, rank: int) -> None:
         """``rank`` spins from now on: it keeps its core, if not all its caches
@@ -206,15 +247,22 @@ class Hosts:
 
         give_up(2)
 
-    def _run_alone(self, rank: int, seconds: float) -> Generator[simpy.Event, Any, float]:
+    def _run_alone(self, rank: int, seconds: float,
+                   beside: list[float] | None = None) -> Generator[simpy.Event, Any, float]:
         """A core of its own: the thread is a FIFO queue, so the task ends ``seconds`` after
-        the rank's earlier tasks (one event, no slices). Returns its reload (s)."""
+        the rank's earlier tasks (one event, no slices). Returns its reload (s).
+        ``beside``: as :meth:`run`'s, filled in at once."""
         reload_s = self._task_starts(rank)
-        end = max(self.env.now, self.free_at[rank]) + seconds + reload_s
+        begin = max(self.env.now, self.free_at[rank])
+        end = begin + seconds + reload_s
         self.free_at[rank] = end
+        if beside is not None:
+            beside[:] = [begin, end]
         try:
             yield self.env.timeout(end - self.env.now)
         except simpy.Interrupt:
+            if beside is not None:
+                beside[1] = min(end, self.env.now)
             if self.free_at[rank] == end:  # cancelled last task: the thread is free now
                 self.free_at[rank] = self.env.now
                 self._rest(rank)

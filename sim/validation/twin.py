@@ -7,8 +7,10 @@ network, this machine's host costs and cores with every rank on it, and, under f
 checkpoints, the calibrated storage and restart delay. The profiles are measured after the
 real run (``OUT/profiles``; the device on the config's own workload), or read from an
 earlier calibration (``--profiles DIR``: a ``sim validate --out``'s ``profiles/``, or an
-earlier twin's). Files: ``OUT/twin/`` is the simulated run (config.toml, summary.json,
-metrics.csv, trace.json) and ``OUT/twin/comparison.json`` the report ``sim compare`` prints.
+earlier twin's), whose device must have timed the config's workload
+(:func:`check_device_fitted`: refused otherwise, never applied silently). Files:
+``OUT/twin/`` is the simulated run (config.toml, summary.json, metrics.csv, trace.json) and
+``OUT/twin/comparison.json`` the report ``sim compare`` prints.
 """
 
 from __future__ import annotations
@@ -55,7 +57,32 @@ def stored(config: Config, net: str, place: Path) -> dict[str, Path]:
         raise UserError(f"--profiles {place}: no {missing[0].relative_to(place)} (expected "
                         f"the profiles/ of `sim validate --out` or of an earlier --twin, "
                         f"calibrated for --net {net})")
+    check_device_fitted(config, needed[0], place)
     return profiles
+
+
+def check_device_fitted(config: Config, device_json: Path, place: Path) -> None:
+    """Refuse a device profile fitted on other workloads than ``config``'s (its points, by
+    :func:`~sim.calibration.measure_device.describe_workload`'s names): its rate would be
+    applied to a workload it never timed (logistic regression's fit, applied to an MLP, put
+    the twin's compute 181% off). A modelled compute time (``compute.time_s``) uses no
+    device. Raises UserError in one line: the profile, what it timed, the config's workload
+    and what to do."""
+    from sim.calibration.measure_device import describe_workload, timed_workloads
+
+    if config.compute.time_s is not None:
+        return
+    mine = describe_workload(config)
+    try:
+        fitted = timed_workloads(json.loads(device_json.read_text()))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--profiles {place}: cannot read {device_json}: {exc}") from None
+    if mine not in fitted:
+        raise UserError(
+            f"--profiles {place}: its device ({device_json.relative_to(place)}) was fitted on "
+            f"{'; '.join(fitted) if fitted else 'no recorded workload'}, not on this config's "
+            f"workload ({mine}); drop --profiles to time it after the run, or use profiles "
+            f"calibrated with it")
 
 
 def _restarts(config: Config, net: str) -> bool:

@@ -7,6 +7,7 @@ is its rules' (:mod:`sim.training.rules`), which the real executor follows too.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
@@ -148,11 +149,27 @@ class Strategy(ABC):
 def cpu(ctx: Context, rank: int, kind: str, seconds: float,
         overlapped: bool = False) -> Generator[simpy.Event, Any, None]:
     """``seconds`` of CPU work on worker ``rank``'s core, recorded as ``kind``
-    (``overlapped``: beside the worker's compute, as pipelined communication)."""
+    (``overlapped``: for pipelined communication, which runs beside the worker's compute).
+
+    Overlapped communication's CPU still runs on the rank's one thread, so it is the rank's
+    time, charged as ``kind`` like any other's (not as communication beside its compute):
+    over the interval it held the thread, which :meth:`sim.simulated.hosts.Hosts.own_parts`
+    leaves out of the worker's own compute and waits."""
     if seconds <= 0:  # nothing to run (the ideal host): no span either, it would be empty
         return
-    with ctx.recorder.span(rank, kind, overlapped):
-        yield from ctx.hosts.run(rank, seconds)
+    if not overlapped:
+        with ctx.recorder.span(rank, kind):
+            yield from ctx.hosts.run(rank, seconds)
+        return
+    tag = ctx.recorder.notes.tag  # the message's, for the trace (a collective's)
+    facts = tag[0] if tag is not None and tag[1] else None
+    held = [math.inf, math.inf]  # [start, end] on the thread, filled in by run
+    try:
+        yield from ctx.hosts.run(rank, seconds, beside=held)
+    finally:  # interrupted: up to now (nothing if it never held the thread)
+        held[1] = min(held[1], ctx.env.now)
+        held[0] = min(held[0], held[1])
+        ctx.recorder.add_span(rank, kind, held[0], held[1], facts=facts)
 
 
 def everyone(ctx: Context, kind: str, seconds: float,

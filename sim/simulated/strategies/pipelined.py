@@ -66,7 +66,8 @@ class PipelinedStrategy(Strategy):
         self.overlap = BackpropOverlap(ctx.env, ctx.n, self.messages, channel, self.costs,
                              ctx.recorder.add_span, self.step_done,
                              busy=ctx.hosts.run if on_core else ctx.hosts.sleep,
-                             prologue=self.prologue if charged else None, tag=self.tag)
+                             prologue=self.prologue if charged else None, tag=self.tag,
+                             own=ctx.hosts.own_parts)
         if ctx.numerics:
             self.compute_gradients()
         self.overlap.start(UNBOUNDED)
