@@ -41,6 +41,8 @@ each owner looked up. Blocked time in a collective before the slowest rank enter
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from sim import kernels as K
@@ -185,8 +187,49 @@ class Owner:
             out.append((b, rows[mine].astype(np.int64) + start, grads[mine]))
         return out
 
+class Blocks:
+    """The all-to-all's buffers of one rank. Forward, this rank sends every rank i a block
+    (batch, width[rank]) of its columns and receives from every owner j a block
+    (batch, width[j]); backward is the transpose, into the same buffers."""
+
+    def __init__(self, comm: Any, width: np.ndarray, rank: int, batch: int) -> None:
+        n = len(width)
+        self.comm, self.batch = comm, batch
+        self.send = np.zeros(n * batch * int(width[rank]))
+        self.recv = np.zeros(batch * int(width.sum()))
+        self.send_counts = np.full(n, batch * int(width[rank]))
+        self.recv_counts = batch * width
+        self.send_displs = np.arange(n) * batch * int(width[rank])
+        self.recv_displs = np.concatenate([[0], np.cumsum(self.recv_counts)[:-1]])
+        # what one direction moves between ranks (bytes): the blocks from other owners
+        self.off_rank_bytes = float((self.recv_counts * (np.arange(n) != rank)).sum()) \
+            * VALUE_BYTES
+
+    def _exchange(self, send: tuple, recv: tuple) -> None:
+        from mpi4py import MPI
+
+        self.comm.Alltoallv([send[0], send[1:], MPI.DOUBLE], [recv[0], recv[1:], MPI.DOUBLE])
+
+    def forward(self) -> None:
+        self._exchange((self.send, self.send_counts, self.send_displs),
+                       (self.recv, self.recv_counts, self.recv_displs))
+
+    def backward(self) -> None:
+        self._exchange((self.recv, self.recv_counts, self.recv_displs),
+                       (self.send, self.send_counts, self.send_displs))
+
+    def sent(self, i: int) -> np.ndarray:
+        """The block for (forward) or from (backward) rank ``i``: (batch, own width)."""
+        start = self.send_displs[i]
+        return self.send[start:start + self.send_counts[i]].reshape(self.batch, -1)
+
+    def received(self) -> list[np.ndarray]:
+        """Every owner's block, (batch, its width), in owner order."""
+        return [self.recv[d:d + c].reshape(self.batch, -1)
+                for d, c in zip(self.recv_displs, self.recv_counts, strict=True)]
+
+
 def run(ctx: RankContext) -> RankLog:
-    from mpi4py import MPI
 
     comm, workload, rank, config = ctx.comm, ctx.workload, ctx.rank, ctx.config
     n, model, rules = workload.n, workload.model, ctx.rules
@@ -200,25 +243,10 @@ def run(ctx: RankContext) -> RankLog:
     allreduce = make_allreduce(ctx.impl, comm, config.strategy.collective, dense_grad.size,
                                ctx.waiter)
     batch = config.workload.batch
-    width = owner.width
-    # forward: this rank sends every rank i a block (batch, width[rank]) and receives from
-    # every owner j a block (batch, width[j]); backward: the transpose
-    send_fwd = np.zeros(n * batch * int(width[rank]))
-    recv_fwd = np.zeros(batch * int(width.sum()))
-    fwd_send_counts = np.full(n, batch * int(width[rank]))
-    fwd_recv_counts = batch * width
-    fwd_send_displs = np.arange(n) * batch * int(width[rank])
-    fwd_recv_displs = np.concatenate([[0], np.cumsum(fwd_recv_counts)[:-1]])
-
-    def exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs) -> None:
-        comm.Alltoallv([send, (send_counts, send_displs), MPI.DOUBLE],
-                       [recv, (recv_counts, recv_displs), MPI.DOUBLE])
-
+    blocks_of = Blocks(comm, owner.width, rank, batch)
     ctx.warm_kernels(workload.params)
-    exchange(send_fwd, fwd_send_counts, fwd_send_displs, recv_fwd, fwd_recv_counts,
-             fwd_recv_displs)  # warm-up: both directions, and the allreduce
-    exchange(recv_fwd, fwd_recv_counts, fwd_recv_displs, send_fwd, fwd_send_counts,
-             fwd_send_displs)
+    blocks_of.forward()  # warm-up: both directions, and the allreduce
+    blocks_of.backward()
     allreduce(np.zeros_like(dense_grad))
     log = RankLog(rank)
     log.reserve(params.size, rules, config.run.iterations)  # every rank snapshots its rows
@@ -229,7 +257,6 @@ def run(ctx: RankContext) -> RankLog:
     looked = 0
     trained = []  # this rank's batches: their distinct rows are counted after the run
     pulled = pushed = 0.0
-    off_rank = (np.arange(n) != rank)
 
     for update in range(1, config.run.iterations + 1):
         parts: list[Part] = []
@@ -239,18 +266,14 @@ def run(ctx: RankContext) -> RankLog:
         drawn = ctx.now()
         parts.append(("data", began, drawn))
         for i, (Xi, _) in enumerate(batches):
-            looked += owner.partial(params, Xi, send_fwd[fwd_send_displs[i]:fwd_send_displs[i]
-                                                         + fwd_send_counts[i]]
-                                    .reshape(batch, -1))
+            looked += owner.partial(params, Xi, blocks_of.sent(i))
         entered = [ctx.now()]
         parts.append(("compute", drawn, entered[0]))
-        exchange(send_fwd, fwd_send_counts, fwd_send_displs, recv_fwd, fwd_recv_counts,
-                 fwd_recv_displs)
+        blocks_of.forward()
         done = ctx.now()
         parts.append((FORWARD, entered[0], done))
-        blocks = [recv_fwd[fwd_recv_displs[j]:fwd_recv_displs[j] + fwd_recv_counts[j]]
-                  .reshape(batch, -1) for j in range(n)]
-        pulled += float((fwd_recv_counts * off_rank).sum()) * VALUE_BYTES
+        blocks = blocks_of.received()
+        pulled += blocks_of.off_rank_bytes
         x, wide = owner.pooled(blocks, X)
         try:
             loss, dz, grad, delta = model.head_loss_grad(params, x, wide, y)
@@ -263,15 +286,11 @@ def run(ctx: RankContext) -> RankLog:
             owner.gradient_block(j, dz, delta, blocks[j])  # forward's receive buffer
         entered.append(ctx.now())
         parts.append(("compute", done, entered[1]))
-        exchange(recv_fwd, fwd_recv_counts, fwd_recv_displs, send_fwd, fwd_send_counts,
-                 fwd_send_displs)
+        blocks_of.backward()
         done = ctx.now()
         parts.append((BACKWARD, entered[1], done))
-        pushed += float((fwd_recv_counts * off_rank).sum()) * VALUE_BYTES \
-            + dense_grad.nbytes
-        grads = [owner.row_grads(Xi, send_fwd[fwd_send_displs[i]:fwd_send_displs[i]
-                                              + fwd_send_counts[i]].reshape(batch, -1))
-                 for i, (Xi, _) in enumerate(batches)]
+        pushed += blocks_of.off_rank_bytes + dense_grad.nbytes
+        grads = [owner.row_grads(Xi, blocks_of.sent(i)) for i, (Xi, _) in enumerate(batches)]
         entered.append(ctx.now())
         parts.append(("compute", done, entered[2]))
         allreduce(dense_grad)  # the sum, in place
