@@ -135,6 +135,48 @@ class SparseCompute(RealCompute):
         return loss, dropped
 
 
+def _pushes(layout: ShardLayout, outbox: list[np.ndarray], ids: list[np.ndarray],
+            grad: np.ndarray, versions: np.ndarray, loss: float, w: int,
+            n: int) -> list[tuple[int, np.ndarray]]:
+    """Worker ``w``'s push to each shard (rank n + s): the header, the rows' ids, their
+    gradient values and the shard's dense range, packed into its outbox."""
+    parcels = []
+    for s, message in enumerate(outbox):
+        k = len(ids[s])
+        message[:HEADER] = 0
+        message[0], message[1], message[2], message[3], message[6] = PUSH, w, versions[s], \
+            loss, k
+        message[HEADER:HEADER + k].view(np.int64)[:] = ids[s]
+        at = HEADER + k + layout.read(grad, ids[s], message[HEADER + k:])
+        lo, hi = layout.dense[s]
+        message[at:at + hi - lo] = grad[lo:hi]
+        parcels.append((n + s, message[:at + hi - lo]))
+    return parcels
+
+
+def _pulls(outbox: list[np.ndarray], ids: list[np.ndarray], w: int,
+           n: int) -> list[tuple[int, np.ndarray]]:
+    """Worker ``w``'s pull request to each shard (rank n + s): the ids of the rows it wants."""
+    parcels = []
+    for s, message in enumerate(outbox):
+        k = len(ids[s])
+        message[:HEADER] = 0
+        message[0], message[1] = PULL, w
+        message[HEADER:HEADER + k].view(np.int64)[:] = ids[s]
+        parcels.append((n + s, message[:HEADER + k]))
+    return parcels
+
+
+def _read_replies(layout: ShardLayout, inbox: list[np.ndarray], ids: list[np.ndarray],
+                  replica: np.ndarray) -> None:
+    """Each shard's reply into the worker's replica: the pulled rows, then the dense range."""
+    for s, message in enumerate(inbox):
+        at = HEADER + layout.values(ids[s])
+        layout.write(replica, ids[s], message[HEADER:at])
+        lo, hi = layout.dense[s]
+        replica[lo:hi] = message[at:at + hi - lo]
+
+
 def work(ctx: RankContext) -> RankLog:
     w, workload = ctx.rank, ctx.workload
     n, model, worker = workload.n, workload.model, workload.workers[ctx.rank]
@@ -168,18 +210,9 @@ def work(ctx: RankContext) -> RankLog:
         packing = ctx.now()
         if ids is None:  # the first batch, read without a pull
             ids = layout.split(model.touched(worker.last_batch[0]))
-        parcels = []
-        for s in shards:
-            message, k = outbox[s], len(ids[s])
-            message[:HEADER] = 0
-            message[0], message[1], message[2], message[3], message[6] = PUSH, w, \
-                versions[s], loss, k
-            message[HEADER:HEADER + k].view(np.int64)[:] = ids[s]
-            at = HEADER + k + layout.read(compute.grad, ids[s], message[HEADER + k:])
-            lo, hi = layout.dense[s]
-            message[at:at + hi - lo] = compute.grad[lo:hi]
-            parcels.append((n + s, message[:at + hi - lo]))
-            push_bytes += 8 * (at + hi - lo) - HEADER_BYTES
+        parcels = _pushes(layout, outbox, ids, compute.grad, versions, loss, w, n)
+        for _, message in parcels:
+            push_bytes += 8 * message.size - HEADER_BYTES
         log.span(w, "overhead", packing, ctx.now())
         link.send(parcels)  # posting (serialising) is overhead, blocking wire
         pushes += 1
@@ -191,13 +224,7 @@ def work(ctx: RankContext) -> RankLog:
         drawn = ctx.now()
         log.span(w, "data", began, drawn)
         ids = layout.split(touched)
-        parcels = []
-        for s in shards:
-            message, k = outbox[s], len(ids[s])
-            message[:HEADER] = 0
-            message[0], message[1] = PULL, w
-            message[HEADER:HEADER + k].view(np.int64)[:] = ids[s]
-            parcels.append((n + s, message[:HEADER + k]))
+        parcels = _pulls(outbox, ids, w, n)
         log.span(w, "overhead", drawn, ctx.now())
         asked = link.ask(parcels, inbox)
         replies_in = link.collect()
@@ -222,11 +249,7 @@ def work(ctx: RankContext) -> RankLog:
             # they answered: tell them it is over (after the last update: not on the clock)
             link.send([(n + int(s), bye) for s in np.flatnonzero(~stopped)])
             break
-        for s in shards:
-            at = HEADER + layout.values(ids[s])
-            layout.write(replica, ids[s], inbox[s][HEADER:at])
-            lo, hi = layout.dense[s]
-            replica[lo:hi] = inbox[s][at:at + hi - lo]
+        _read_replies(layout, inbox, ids, replica)
         versions = replies[:, 2].copy()
         log.span(w, "overhead", got, ctx.now())
     link.close()
