@@ -27,7 +27,12 @@ from sim.names import unknown
 class LayerProfile:
     name: str
     params: int            # parameters (the gradient has as many entries)
-    forward_flops: float   # per sample
+    forward_flops: float   # per sample: GEMM-class FLOPs (matrix products, convolutions)
+    # per sample: elements the layer's other ops (norms, nonlinearities, softmax, pooling,
+    # dropout, residual adds) read and write in the forward; memory-bound, so charged by bytes
+    other_elements: float = 0.0
+    # per sample: elements the forward stashes for the backward (activation memory)
+    activation_elements: float = 0.0
 
 
 @dataclass(frozen=True)
