@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import COMMANDS, main
-from sim.recorder import SUMMARY_KEYS
+from sim.result_schema import SUMMARY_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "experiments" / "quickstart.toml"
