@@ -62,11 +62,15 @@ def eval_curve(run: Run, x: str) -> tuple[np.ndarray, np.ndarray]:
     return xs[keep], ys[keep]
 
 
-def mean_band(curves: list[tuple[np.ndarray, np.ndarray]]
+def mean_band(curves: list[tuple[np.ndarray, np.ndarray]], floor: float = 0.0
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """x, mean, low, high of the 95% interval of several runs' curves, at every x of theirs
-    inside the span all of them cover (linear interpolation between evaluations); None if
-    that span holds fewer than two points."""
+    """x, mean, low, high of the 95% t interval of several runs' curves, at every x of
+    theirs inside the span all of them cover (linear interpolation between evaluations),
+    clipped below at ``floor`` (a loss is never negative, so a wide interval of a few
+    repeats is not drawn where no loss can be); None if that span holds fewer than two
+    points or there are fewer than two curves (one run has no interval)."""
+    if len(curves) < 2:
+        return None
     lo = max(xs[0] for xs, _ in curves)
     hi = min(xs[-1] for xs, _ in curves)
     grid = np.unique(np.concatenate([xs for xs, _ in curves]))
@@ -75,8 +79,8 @@ def mean_band(curves: list[tuple[np.ndarray, np.ndarray]]
         return None
     values = np.array([np.interp(grid, xs, ys) for xs, ys in curves])
     cis = [mean_ci(column) for column in values.T]
-    return (grid, np.array([c.mean for c in cis]), np.array([c.low for c in cis]),
-            np.array([c.high for c in cis]))
+    return (grid, np.array([c.mean for c in cis]),
+            np.maximum(np.array([c.low for c in cis]), floor), np.array([c.high for c in cis]))
 
 
 def has_loss(runs: list[Run]) -> bool:
