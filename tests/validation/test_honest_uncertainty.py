@@ -34,7 +34,8 @@ def sim_and_real(tmp_path: Path, write_tiny_run) -> tuple[Path, Path]:
     write_tiny_run(sim, **{"run.iterations": 20, "run.eval_every": 5})
     shutil.copytree(sim, real / "r0")
     summary = json.loads((real / "r0" / "summary.json").read_text())
-    (real / "r0" / "summary.json").write_text(json.dumps({**summary, "clock": "wall", "kind": "real"}))
+    posed = {**summary, "clock": "wall", "kind": "real"}
+    (real / "r0" / "summary.json").write_text(json.dumps(posed))
     return sim, real
 
 
