@@ -184,16 +184,16 @@ def resnet(name: str, depth: int, source: str, stride_on_3x3: bool = False) -> P
 
 
 def resnet50() -> Profile:
-    return resnet("resnet50", 50, "He et al. 2016, Table 1 (ResNet-50 v1)")
+    return resnet("resnet50", 50, "He et al. 2016, Table 1: ResNet-50 v1")
 
 
 def resnet101() -> Profile:
-    return resnet("resnet101", 101, "He et al. 2016, Table 1 (ResNet-101 v1)")
+    return resnet("resnet101", 101, "He et al. 2016, Table 1: ResNet-101 v1")
 
 
 def resnet50_v15() -> Profile:
-    return resnet("resnet50-v1.5", 50, "Goyal et al. 2017, Sec. 5.1 (ResNet-50 with the stride "
-                  "on the 3x3, from fb.resnet.torch)", stride_on_3x3=True)
+    return resnet("resnet50-v1.5", 50, "Goyal et al. 2017, Sec. 5.1: ResNet-50 with the stride "
+                  "on the 3x3s, from fb.resnet.torch", stride_on_3x3=True)
 
 
 # ---- VGG -----------------------------------------------------------------------------
@@ -334,8 +334,8 @@ def inception_v3(aux: bool = False) -> Profile:
     net.add(_fc("fc", 2048, IMAGENET_CLASSES))
     net.loss()
     return net.profile("inception-v3" + "-aux" * aux,
-                       "Szegedy et al. 2016, Table 1 (Inception V3, 299x299, "
-                       + ("with" if aux else "no") + " auxiliary classifier)")
+                       "Szegedy et al. 2016, Table 1: Inception V3 at 299x299, "
+                       + ("with" if aux else "no") + " auxiliary classifier")
 
 
 BUILDERS = {
