@@ -59,7 +59,7 @@ class _Elements:
         return _Elements(self.other + more.other, self.stash + more.stash)
 
 
-NONE = _Elements()
+_NOTHING = _Elements()
 
 
 def _max_pool(channels: int, in_hw: int, out_hw: int) -> _Elements:
@@ -142,14 +142,14 @@ class _Net:
     def add(self, *layers: LayerProfile) -> None:
         for layer in layers:
             self.layers.append(_with(layer, self.pending))
-            self.pending = NONE
+            self.pending = _NOTHING
 
     def loss(self, classes: int = IMAGENET_CLASSES) -> None:
         """The softmax of a loss on the last layer's ``classes`` logits."""
         self.layers.append(_with(self.layers.pop(), _softmax_loss(classes)))
 
     def profile(self, name: str, source: str) -> Profile:
-        assert self.pending == NONE, f"{name}: ops after the last layer"
+        assert self.pending == _NOTHING, f"{name}: ops after the last layer"
         return Profile(name, tuple(self.layers), source)
 
 
@@ -228,11 +228,11 @@ class _Branch(NamedTuple):
     cin: int
     cout: int
     hw: int = 0
-    reads: _Elements = NONE
+    reads: _Elements = _NOTHING
 
 
 def _block(net: _Net, name: str, hw: int, convs: list[_Branch], joined: int,
-           beside: _Elements = NONE) -> None:
+           beside: _Elements = _NOTHING) -> None:
     """An Inception block with output size ``hw``: its branches' convolutions, then one
     concatenation of ``joined`` channels (with ``beside``, a pooling branch without
     convolutions, which only the concatenation reads)."""
@@ -310,7 +310,8 @@ def _inception_e(net: _Net, name: str, cin: int) -> None:
 
 
 def inception_v3(aux: bool = False) -> Profile:
-    """Inception V3 at 299x299 (Table 1), with the auxiliary classifier (Sec. 7) if ``aux``."""
+    """Inception V3 at 299x299 (Table 1), with the auxiliary classifier (Sec. 4, Fig. 8) if
+    ``aux``."""
     net = _Net(3, 299)
     net.add(_conv("Conv2d_1a_3x3", 3, 3, 32, 149), _conv("Conv2d_2a_3x3", 3, 32, 32, 147),
             _conv("Conv2d_2b_3x3", 3, 32, 64, 147))
