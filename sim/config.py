@@ -121,9 +121,9 @@ class Workload(Section):
     test_fraction: float = doc(0.2, "held-out share of the rows", gt=0, lt=1)
     shard: Literal["contiguous", "shuffled"] = doc(
         "shuffled", "how training rows are split over workers")
-    profile: Literal["resnet50", "vgg16", "bert-base"] | None = doc(
-        None, "charge each step the per-layer FLOPs and gradient sizes (float32) of a real "
-        "network; bsp and bsp-ps only")
+    profile: str | None = doc(
+        None, "a timing profile (`python -m sim list profiles`): charge each step the "
+        "per-layer FLOPs and gradient sizes (float32) of a real network; bsp and bsp-ps only")
     numerics: bool = doc(True, "false: timing only (a profile's layers, or the model's from the "
                          "data set's shape; no data, no loss)")
 

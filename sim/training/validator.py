@@ -57,6 +57,7 @@ from sim.workloads.datasets import (
     known_dataset,
 )
 from sim.workloads.models import MODELS
+from sim.workloads.timing_profiles import PROFILES
 
 # ---- cross-key checks: each raises ValueError("dotted.key: message") -------------------
 
@@ -68,6 +69,8 @@ def _known(key: str, value: str, names: list[str]) -> None:
 def _check_names(c: Config) -> None:
     _known("strategy.kind", c.strategy.kind, list(STRATEGIES))
     _known("workload.model", c.workload.model, list(MODELS))
+    if c.workload.profile is not None:
+        _known("workload.profile", c.workload.profile, list(PROFILES))
     if not known_dataset(c.workload.dataset):
         _known("workload.dataset", c.workload.dataset, [*DATASETS, "criteo:PATH"])
     _known("cluster.topology", c.cluster.topology, list(TOPOLOGIES))
