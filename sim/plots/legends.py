@@ -53,7 +53,7 @@ def strategy_name(flat: Mapping[str, Any]) -> str:
 
 
 def _plural(noun: str) -> Callable[[Any], str]:
-    return lambda v: f"{fmt(v)} {noun}{'' if v == 1 else 's'}"
+    return lambda v: f"{fmt(v)} {noun}{'' if fmt(v) == '1' else 's'}"
 
 
 _ENG_BYTES = EngFormatter(unit="B", sep=" ")
@@ -237,7 +237,7 @@ def context(configs: Sequence[Mapping[str, Any]]) -> str:
     kind = fmt(flat.get(KIND))
     shown = {KIND, *(STRATEGIES[kind].label.params if kind in STRATEGIES else ())}
     parts = [" on ".join(p for p in (model, data) if p),
-             f"{workers} workers" if workers else "",
+             _plural("worker")(workers) if workers else "",
              fabric_name(fabric) if fabric else "",
              strategy_name(flat) if KIND in flat and not shown & differ else ""]
     return ", ".join(p for p in parts if p)

@@ -63,13 +63,17 @@ _CYCLE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e3
 _DASHES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 BAND_ALPHA = 0.2  # the shaded 95% confidence band around a mean over seeds
-SPAN_RATIO = 30  # series whose x spans differ by more than this share a log x axis
+SPAN_RATIO = 10  # series whose x spans differ by more than a decade share a log x axis
 
 
 def line_style(colour: int, dash: int = 0) -> dict[str, Any]:
     """Colour and dash pattern by index (see :func:`sim.plots.legends.style_indices`)."""
     return {"color": _CYCLE[colour % len(_CYCLE)],
             "linestyle": _DASHES[(dash + colour // len(_CYCLE)) % len(_DASHES)]}
+
+
+def dash(index: int) -> str:
+    return _DASHES[index % len(_DASHES)]
 
 
 def colour(index: int) -> str:
