@@ -158,34 +158,39 @@ class PlanRanks(AllreduceMixin):
         """One pass: wait for its input (not on the stage that starts it), compute its
         layers with their tensor allreduces, send its output on (not from the stage that
         ends it)."""
-        plan = self.plan
+        plan, c = self.plan, op.chunk
         forward = op.kind == "F"
-        source = plan.prev_rank(rank) if forward else plan.next_rank(rank)
+        source = plan.prev_rank(rank, c) if forward else plan.next_rank(rank, c)
         letter = None
         if source is not None:
             letter = yield from self.mail.receive(  # what the neighbour sends this way
-                rank, (step, op, rank), work.gradient_bytes if forward else work.activation_bytes)
+                rank, (step, op, rank),
+                work.chunk_gradient_bytes[c] if forward else work.chunk_activation_bytes[c])
         start = self.ctx.env.now
         first, last = yield from self.compute_layers(rank, work, step, op, layer_s)
         place = plan.ranks[rank]
         self.bubble.passed(step, place.replica, place.shard, start, self.ctx.env.now)
         if letter is not None and letter.sender_span is not None and first is not None:
             self.ctx.recorder.notes.handoff(letter.sender_span, first)
-        target = plan.next_rank(rank) if forward else plan.prev_rank(rank)
+        target = plan.next_rank(rank, c) if forward else plan.prev_rank(rank, c)
         if target is not None:
-            nbytes = work.activation_bytes if forward else work.gradient_bytes
-            yield from self.mail.post(rank, target, (step, op, target), nbytes,
-                                      _CARRIES[op.kind], last)
+            nbytes = work.chunk_activation_bytes[c] if forward else work.chunk_gradient_bytes[c]
+            # the letter of the pass it feeds: virtual stage u + 1 (forward) or u - 1
+            u = c * plan.pipeline + plan.ranks[rank].stage + (1 if forward else -1)
+            yield from self.mail.post(rank, target,
+                                      (step, Op(op.kind, op.microbatch, u // plan.pipeline),
+                                       target), nbytes, _CARRIES[op.kind], last)
 
     def compute_layers(self, rank: int, work: StageWork, step: int, op: Op,
                        layer_s: np.ndarray) -> Generator[simpy.Event, Any,
                                                          tuple[int | None, int | None]]:
-        """The pass's layers (backward: last first), each a compute span named after the
-        pass ("F3"), each followed by its tensor allreduce if it has one. Returns the
-        first and last compute spans' numbers."""
+        """The pass's layers (its chunk's; backward: last first), each a compute span named
+        after the pass ("F3", "F3.1" for chunk 1), each followed by its tensor allreduce if
+        it has one. Returns the first and last compute spans' numbers."""
         ctx, rec = self.ctx, self.ctx.recorder
         forward = op.kind == "F"
-        order = range(len(work.layers)) if forward else range(len(work.layers) - 1, -1, -1)
+        lo, hi = work.chunks[op.chunk]
+        order = range(lo, hi) if forward else range(hi - 1, lo - 1, -1)
         allreduces = work.forward_allreduces if forward else work.backward_allreduces
         first = last = None
         for i in order:
@@ -273,7 +278,8 @@ class PlanRanks(AllreduceMixin):
                 "activation_bytes_per_step": plan.activation_bytes_per_step,
                 "pipeline_p2p_s": float(self.mail.spent_s.mean()),
                 "tensor_allreduce_s": float(self.tensor_s.mean()),
-                "stage_layers": [stage.last - stage.first + 1 for stage in plan.stages]}
+                "stage_layers": [len(plan.virtual_stage(u).layers)
+                                 for u in range(plan.pipeline * plan.chunks)]}
 
 
 class ModelParallelBSP(PlanRanks, BSP):
