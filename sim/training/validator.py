@@ -310,6 +310,10 @@ def _check_dp_overlap(c: Config) -> None:
         takes = " and ".join(name for name, row in STRATEGIES.items() if row.dp_overlap)
         raise ValueError(f"parallel.dp_overlap: runs with {takes} only, not "
                          f"{c.strategy.kind!r}")
+    if par.dp_overlap and c.cluster.host != "ideal":
+        raise ValueError(f"parallel.dp_overlap: runs on cluster.host = \"ideal\" only, not "
+                         f"{c.cluster.host!r} (the overlapped allreduces' CPU work is not "
+                         "charged to a stage's ranks yet)")
     if par.dp_overlap and pipelining == "none":
         raise ValueError("parallel.dp_overlap: needs strategy.pipelining \"wfbp\" or "
                          "\"bucket\" to cut each stage's gradient into messages")
