@@ -159,7 +159,9 @@ class Memory:
 
 @dataclass(frozen=True)
 class Stage:
-    """Layers first..last of the model on every rank of one stage (per shard)."""
+    """Layers first..last of the model on every rank of one stage (per shard); with the
+    interleaved schedule, its chunks' layers (``chunks``), first of chunk 0 to last of the
+    last chunk."""
 
     index: int
     first: int

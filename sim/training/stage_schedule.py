@@ -210,8 +210,9 @@ def _ready(end: dict[tuple[int, Op], float], s: int, op: Op, p: int, v: int,
     """When ``op``'s inputs on stage ``s`` are there, or None while one has not run."""
     k, u = op.microbatch, virtual_stage(op, p, s)
 
-    def at(w: int, kind: str) -> tuple[int, Op, float]:  # virtual stage w's pass, its delay
-        return (w % p, Op(kind, k, w // p), send_s if w % p != s else 0.0)  # type: ignore
+    def at(w: int, kind: Literal["F", "B"]) -> tuple[int, Op, float]:
+        """Virtual stage w's pass of microbatch k: its stage, the op, the message's delay."""
+        return w % p, Op(kind, k, w // p), send_s if w % p != s else 0.0
 
     if op.kind == "F":
         needs = [at(u - 1, "F")] if u > 0 else []
