@@ -182,9 +182,19 @@ class Parallel(Section):
                               "no gradient)")
     microbatches: PositiveInt = doc(1, "microbatches each replica's batch (workload.batch) "
                                     "is cut into per step")
-    schedule: Literal["gpipe", "1f1b"] = doc(
+    schedule: Literal["gpipe", "1f1b", "interleaved"] = doc(
         "1f1b", "gpipe: all forwards, then all backwards (Huang et al. 2019); 1f1b: "
-        "PipeDream-Flush, one forward one backward (Narayanan et al. 2021)")
+        "PipeDream-Flush, one forward one backward (Narayanan et al. 2021); interleaved: "
+        "1F1B over virtual_stages model chunks per stage (Narayanan et al. 2021, Sec. 2.2.2; "
+        "microbatches a multiple of pipeline)")
+    virtual_stages: PositiveInt = doc(
+        1, "interleaved: model chunks per stage (v); stage s holds virtual stages c x "
+        "pipeline + s of pipeline x v contiguous layer groups (stage_layers then lists p x v)")
+    dp_overlap: bool = doc(
+        False, "bsp: each stage's data-parallel allreduce of its gradient overlapped with "
+        "the backward of its last microbatch, layer by layer as strategy.pipelining "
+        "(wfbp or bucket, Megatron-LM's overlap_grad_reduce, PyTorch DDP) groups them; "
+        "false: once the stage's last backward is done")
 
 
 class Embeddings(Section):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from sim.config import Config
 from sim.errors import UserError
 from sim.network.transports import get_transport
-from sim.training.parallel_plan import split_key
+from sim.training.parallel_plan import chunks_of, split_key
 from sim.training.rules import table_layout
 from sim.training.strategies import (
     GRPC,
@@ -143,6 +143,9 @@ def check_split(config: Config, row: StrategyRow, source: str = "config") -> Non
         raise UserError(f"{source}: strategy.pipelining {config.strategy.pipelining!r}: a "
                         "split replica's data-parallel allreduce runs after the pipeline's "
                         "flush on real ranks, not overlapped with backward (use \"none\")")
+    if chunks_of(config.parallel) > 1:
+        raise UserError(f"{source}: parallel.virtual_stages: real ranks run one chunk per "
+                        "stage (the interleaved schedule with more is simulated only)")
     for name, used in _MODELLED_COMPUTE:
         if used(config.compute):
             raise UserError(f"{source}: {name}: a split replica's passes run their real "

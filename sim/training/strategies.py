@@ -108,6 +108,9 @@ class StrategyRow:
     # "module:Class" of its SimPy processes for a config with [parallel] (stages, shards or
     # microbatches: sim.training.parallel_plan.splits); None: the simulator refuses one
     simulated_model_parallel: str | None = None
+    # overlaps a split replica's data-parallel exchange with its stages' last backward
+    # (parallel.dp_overlap)
+    dp_overlap: bool = False
     no_model_parallel: str = "does not split a replica over ranks"  # why not (model_parallel off)
     # where it can keep wide-deep's embedding tables (embeddings.placement): "ps" for the
     # parameter-server strategies (sparse pulls and pushes), "replicated" and "alltoall"
@@ -180,6 +183,7 @@ STRATEGIES: dict[str, StrategyRow] = {row.name: row for row in (
                 pipelining=PIPELINING, gathers_compressed=True, synchronous=True,
                 model_parallel=True,
                 simulated_model_parallel=f"{_SIM}.model_parallel:ModelParallelBSP",
+                dp_overlap=True,
                 embedding_placements=("replicated", "alltoall")),
     StrategyRow("bsp-ps", f"{_RULES}:BSPPS", f"{_SIM}.ps_sync:BSPPS", _named("BSP (PS)"),
                 _named("bsp-ps"),

@@ -40,6 +40,7 @@ from sim.training.compute_model import DEVICES, load_device
 from sim.training.host_costs import load_host
 from sim.training.parallel_plan import (
     build_plan,
+    chunks_of,
     config_layers,
     plannable,
     shard_roles,
@@ -249,13 +250,17 @@ def _check_plan(c: Config) -> None:
     (:func:`~sim.training.parallel_plan.build_plan` trusts these checks)."""
     par, w = c.parallel, c.workload
     layers = config_layers(c)
-    n, p, t, m = len(layers), par.pipeline, par.tensor, par.microbatches
+    n, p, t, m, v = len(layers), par.pipeline, par.tensor, par.microbatches, chunks_of(par)
     if n < p:
         raise ValueError(f"parallel.pipeline: {p} stages, but workload.model {w.model!r} has "
                          f"{n} layer{'s' if n > 1 else ''} (a stage needs one)")
-    if par.stage_layers and len(par.stage_layers) != p:
+    if n < p * v:
+        raise ValueError(f"parallel.virtual_stages: {p} x {v} virtual stages, but "
+                         f"workload.model {w.model!r} has {n} layers (a chunk needs one)")
+    if par.stage_layers and len(par.stage_layers) != p * v:
+        what = "parallel.pipeline is" if v == 1 else "parallel.pipeline x virtual_stages is"
         raise ValueError(f"parallel.stage_layers: lists {len(par.stage_layers)} stages, "
-                         f"parallel.pipeline is {p}")
+                         f"{what} {p * v}")
     if par.stage_layers and sum(par.stage_layers) != n:
         raise ValueError(f"parallel.stage_layers: places {sum(par.stage_layers)} layers, "
                          f"workload.model {w.model!r} has {n}")
@@ -276,11 +281,58 @@ def _check_plan(c: Config) -> None:
                          "dense layers to split as a column/row pair")
 
 
+def _check_interleaving(c: Config) -> None:
+    """parallel.virtual_stages against the schedule, the stages and the microbatches
+    (Megatron-LM's interleaved schedule: :mod:`sim.training.stage_schedule`)."""
+    par = c.parallel
+    if par.virtual_stages > 1 and par.schedule != "interleaved":
+        raise ValueError(f"parallel.virtual_stages: {par.virtual_stages} chunks per stage run "
+                         f"with parallel.schedule = \"interleaved\" only, not {par.schedule!r}")
+    if chunks_of(par) == 1:
+        return
+    if par.pipeline < 2:
+        raise ValueError("parallel.virtual_stages: interleaving chunks needs parallel.pipeline "
+                         ">= 2 stages")
+    if par.microbatches % par.pipeline:
+        raise ValueError(f"parallel.microbatches: {par.microbatches} is not a multiple of "
+                         f"parallel.pipeline ({par.pipeline}), as the interleaved schedule "
+                         "needs (Megatron-LM)")
+
+
+def _check_dp_overlap(c: Config) -> None:
+    """parallel.dp_overlap and strategy.pipelining on a split replica: the stages' gradient
+    messages overlap their last backward only with dp_overlap, under bsp."""
+    par, pipelining = c.parallel, c.strategy.pipelining
+    if not splits(c):
+        if par.dp_overlap:
+            raise ValueError("parallel.dp_overlap: overlaps a split replica's stages' "
+                             "allreduces (plain data parallelism overlaps with "
+                             "strategy.pipelining)")
+        return
+    if par.dp_overlap and not row_of(c).dp_overlap:
+        takes = " and ".join(name for name, row in STRATEGIES.items() if row.dp_overlap)
+        raise ValueError(f"parallel.dp_overlap: runs with {takes} only, not "
+                         f"{c.strategy.kind!r}")
+    if par.dp_overlap and c.cluster.host != "ideal":
+        raise ValueError(f"parallel.dp_overlap: runs on cluster.host = \"ideal\" only, not "
+                         f"{c.cluster.host!r} (the overlapped allreduces' CPU work is not "
+                         "charged to a stage's ranks yet)")
+    if par.dp_overlap and pipelining == "none":
+        raise ValueError("parallel.dp_overlap: needs strategy.pipelining \"wfbp\" or "
+                         "\"bucket\" to cut each stage's gradient into messages")
+    if not par.dp_overlap and pipelining != "none":
+        raise ValueError(f"strategy.pipelining: {pipelining!r} runs with [parallel] stages, "
+                         "shards or microbatches only with parallel.dp_overlap = true "
+                         "(otherwise each stage allreduces its gradients once its last "
+                         "backward pass is done)")
+
+
 def _check_parallel(c: Config) -> None:
     """[parallel] against the strategy, the model, the batch and the simulator."""
     par, row = c.parallel, row_of(c)
     changed = {"pipeline": par.pipeline > 1, "tensor": par.tensor > 1,
-               "microbatches": par.microbatches > 1, "stage_layers": bool(par.stage_layers)}
+               "microbatches": par.microbatches > 1, "stage_layers": bool(par.stage_layers),
+               "virtual_stages": par.virtual_stages > 1, "dp_overlap": par.dp_overlap}
     if not row.model_parallel:
         key = next((k for k, v in changed.items() if v), None)
         if key is not None:
@@ -289,10 +341,8 @@ def _check_parallel(c: Config) -> None:
                              f"{_model_parallel()}")
         return
     split = par.pipeline * par.tensor > 1
-    if splits(c) and c.strategy.pipelining != "none":
-        raise ValueError(f"strategy.pipelining: {c.strategy.pipelining!r} is not run with "
-                         "[parallel] stages, shards or microbatches yet (each stage allreduces "
-                         "its gradients once its last backward pass is done)")
+    _check_interleaving(c)
+    _check_dp_overlap(c)
     if split and c.strategy.compression != "none":
         raise ValueError("strategy.compression: not combined with model parallelism (each "
                          "stage and shard would need its own codec)")
