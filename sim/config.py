@@ -139,7 +139,12 @@ class Strategy(Section):
         "its gradient is dropped on arrival and it then pulls (drop: Chen et al. 2016, "
         "TensorFlow's SyncReplicasOptimizer) or it stops at once and pulls (cancel)")
     collective: str = doc("ring", "bsp / local-sgd allreduce: ring, rabenseifner, "
-                          "recursive-doubling or tree")
+                          "recursive-doubling, tree, or two-level over cluster.ranks_per_host: "
+                          "hierarchical (reduce in each host, allreduce across, broadcast: "
+                          "Goyal et al. 2017) or hierarchical-rs (reduce-scatter, allreduce "
+                          "of each local rank's piece across hosts, allgather: Horovod)")
+    inter_collective: str = doc("ring", "hierarchical collectives: the allreduce across hosts "
+                                "(ring, rabenseifner, recursive-doubling or tree)")
     allgather: str = doc("ring-allgather", "bsp with compression: the allgather of every "
                          "worker's compressed gradient (their sum would not stay compressed): "
                          "ring-allgather or recursive-doubling-allgather")

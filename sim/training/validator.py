@@ -16,6 +16,7 @@ again. The valid settings that do nothing in a run are worded by
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from sim.config import (
 from sim.errors import UserError
 from sim.faults.storage import get_storage
 from sim.names import unknown
+from sim.network.collectives import INTER_ALLREDUCES, configured
 from sim.network.collectives import REGISTRY as COLLECTIVES
 from sim.network.fabrics import get_fabric
 from sim.network.host_links import get_host_link
@@ -80,6 +82,7 @@ def _check_names(c: Config) -> None:
                          "compressed ones")
     _known("strategy.collective", c.strategy.collective, allreduce)
     _known("strategy.allgather", c.strategy.allgather, gathers)
+    _known("strategy.inter_collective", c.strategy.inter_collective, list(INTER_ALLREDUCES))
     if not c.compute.device.startswith(CALIBRATED):
         _known("compute.device", c.compute.device, list(DEVICES))
     else:
@@ -87,6 +90,25 @@ def _check_names(c: Config) -> None:
             load_device(c.compute.device)
         except ValueError as exc:
             raise ValueError(f"compute.device: {exc}") from None
+
+
+def _check_collective(c: Config) -> None:
+    """A collective that groups ranks by host (its ``takes`` names cluster.ranks_per_host)
+    groups consecutive ranks, every rank of the run: not cluster.rank_hosts' placement nor
+    [parallel]'s sub-groups."""
+    name = c.strategy.collective
+    if "cluster.ranks_per_host" not in COLLECTIVES[name].takes.values():
+        return
+    if c.cluster.rank_hosts:
+        raise ValueError(f"cluster.rank_hosts: strategy.collective {name!r} groups "
+                         "consecutive ranks by cluster.ranks_per_host, not a listed placement")
+    if splits(c):
+        raise ValueError(f"strategy.collective: {name!r} groups all workers by host; the "
+                         "sub-groups of [parallel] are not placed that way")
+    try:
+        configured(name, lambda key: attrgetter(key)(c)).check_ranks(c.cluster.workers)
+    except ValueError as exc:
+        raise ValueError(f"cluster.ranks_per_host: {exc}") from None
 
 
 def _check_topology(c: Config) -> None:
@@ -389,8 +411,8 @@ def _check_memory(c: Config) -> None:
         f"{holds}")
 
 
-CHECKS = [_check_names, _check_topology, _check_fabric, _check_transport, _check_hosts,
-          _check_pipelining, _check_workload, _check_strategy, _check_faults,
+CHECKS = [_check_names, _check_collective, _check_topology, _check_fabric, _check_transport,
+          _check_hosts, _check_pipelining, _check_workload, _check_strategy, _check_faults,
           _check_embeddings, _check_parallel, _check_memory]
 
 
