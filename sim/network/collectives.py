@@ -430,11 +430,11 @@ class BruckAlltoall(Alltoall):
 
 class Hierarchical(Collective):
     """Reduce inside each host to its local rank 0, allreduce across hosts among those,
-    broadcast inside each host (Goyal et al. 2017, sec. 4; see
-    :mod:`sim.network.hierarchical`).
+    broadcast inside each host (Goyal et al. 2017, sec. 4).
 
-    ``ranks_per_host`` g: consecutive ranks share a host; ``inter``: the allreduce across
-    hosts (any allreduce of the registry but ``ps`` and the hierarchical ones).
+    The rounds and the closed form: :mod:`sim.network.hierarchical`. ``ranks_per_host``
+    g: consecutive ranks share a host; ``inter``: the allreduce across hosts (one of
+    :data:`INTER_ALLREDUCES`).
     :meth:`closed_form_s` is for one alpha and beta on both levels (no host link: a rank's
     messages to a rank beside it take the fabric too); :meth:`two_level_s` for two.
     """
@@ -475,9 +475,11 @@ class Hierarchical(Collective):
 
 class HierarchicalRS(Hierarchical):
     """Reduce-scatter inside each host, local rank i allreduces its 1/g of the vector with
-    local rank i of every other host (g allreduces at once, on g NICs), allgather inside
-    each host (Horovod's NCCLHierarchicalAllreduce; see :mod:`sim.network.hierarchical`).
-    Needs g ranks on every host (ValueError otherwise)."""
+    local rank i of every other host (on g NICs at once), allgather inside each host
+    (Horovod's NCCLHierarchicalAllreduce).
+
+    The rounds and the closed form: :mod:`sim.network.hierarchical`. Needs g ranks on every
+    host (ValueError otherwise)."""
 
     name = "hierarchical-rs"
     leaders_only = False

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from sim.config import Config
 from sim.errors import UserError
 from sim.network.transports import get_transport
+from sim.training.messages import MODES as PIPELINING_MODES
 from sim.training.parallel_plan import split_key
 from sim.training.rules import table_layout
 from sim.training.strategies import (
@@ -46,6 +47,10 @@ def check_supported(config: Config, row: StrategyRow, source: str = "config") ->
     if config.strategy.compression != "none":
         raise UserError(f"{source}: strategy.compression {config.strategy.compression!r}: "
                         "real runs send dense gradients only (use \"none\")")
+    if not PIPELINING_MODES[config.strategy.pipelining].real:
+        raise UserError(f"{source}: strategy.pipelining {config.strategy.pipelining!r}: "
+                        "simulated only (real ranks have no coordinator to agree on each "
+                        "cycle's buffers)")
     if config.strategy.pipelining != "none" and row.real.pipelined is None:
         raise UserError(f"{source}: strategy.pipelining {config.strategy.pipelining!r}: "
                         f"real runs pipeline {_real_names(lambda r: bool(r.real.pipelined))} "

@@ -200,14 +200,19 @@ def _check_strategy(c: Config) -> None:
                              f"start_s ({slow.start_s})")
 
 
-def _pipelined() -> str:
-    """The strategies that take layer-wise pipelining, as a sentence names them."""
-    return " and ".join(name for name, row in STRATEGIES.items() if len(row.pipelining) > 1)
+def _pipelined(mode: str | None = None) -> str:
+    """The strategies that take layer-wise pipelining (``mode``, if given), as a sentence
+    names them."""
+    return " and ".join(name for name, row in STRATEGIES.items()
+                        if len(row.pipelining) > 1 and mode in (None, *row.pipelining))
 
 
 def _check_pipelining(c: Config) -> None:
     s, w = c.strategy, c.workload
     modes = row_of(c).pipelining
+    if s.pipelining not in modes and len(modes) > 1:
+        raise ValueError(f"strategy.pipelining: {s.pipelining!r} applies to "
+                         f"{_pipelined(s.pipelining)}, not {s.kind!r}")
     if s.pipelining not in modes or (s.priority and len(modes) == 1):
         raise ValueError(f"strategy.pipelining: layer-wise pipelining applies to "
                          f"{_pipelined()}, not {s.kind!r}")
