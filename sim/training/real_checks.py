@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from sim.config import Config
 from sim.errors import UserError
+from sim.network.collectives import REGISTRY as COLLECTIVES
 from sim.network.transports import get_transport
 from sim.training.messages import MODES as PIPELINING_MODES
 from sim.training.parallel_plan import split_key
@@ -60,6 +61,9 @@ def check_supported(config: Config, row: StrategyRow, source: str = "config") ->
             raise UserError(f"{source}: run.{key}: real runs stop after run.iterations "
                             f"updates; drop run.{key} (--set run.{key}=none) and "
                             f"set run.iterations (now {config.run.iterations})")
+    if COLLECTIVES[config.strategy.collective].takes:
+        raise UserError(f"{source}: strategy.collective {config.strategy.collective!r}: "
+                        "simulated only (the real ranks run the flat allreduces)")
     if config.strategy.priority:
         raise UserError(f"{source}: strategy.priority: not run for real (the ranks would "
                         "have to agree which ready message goes next)")

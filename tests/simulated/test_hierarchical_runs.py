@@ -59,3 +59,11 @@ def test_the_validator_refuses_what_the_grouping_cannot_place(change, message) -
         data[table] = {**data.get(table, {}), **values}
     with pytest.raises(UserError, match=message):
         validate(data)
+
+
+def test_real_runs_refuse_it() -> None:
+    from sim.training.validator import validate_real
+    data = {"cluster": {"workers": 4, "ranks_per_host": 2},
+            "strategy": {"kind": "bsp", "collective": "hierarchical"}}
+    with pytest.raises(UserError, match="strategy.collective 'hierarchical': simulated only"):
+        validate_real(validate(data))
