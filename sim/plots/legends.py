@@ -99,7 +99,7 @@ KEYS: dict[str, Callable[[Any], str]] = {
     "strategy.topk_ratio": lambda v: f"top {v:.3g}" if isinstance(v, float) else fmt(v),
     "strategy.qsgd_levels": lambda v: f"{fmt(v)} levels",
     "strategy.pipelining": _choice({"none": "no pipelining", "wfbp": "WFBP",
-                                    "bucket": "buckets"}, fmt),
+                                    "bucket": "buckets", "fusion": "Tensor Fusion"}, fmt),
     "strategy.bucket_bytes": lambda v: f"{_ENG_BYTES(v)} buckets"
     if isinstance(v, int | float) else fmt(v),
     "strategy.priority": _choice({True: "priority", False: "no priority"}, fmt),

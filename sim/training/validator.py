@@ -16,6 +16,7 @@ again. The valid settings that do nothing in a run are worded by
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from sim.config import (
 from sim.errors import UserError
 from sim.faults.storage import get_storage
 from sim.names import unknown
+from sim.network.collectives import INTER_ALLREDUCES, configured
 from sim.network.collectives import REGISTRY as COLLECTIVES
 from sim.network.fabrics import get_fabric
 from sim.network.host_links import get_host_link
@@ -84,6 +86,7 @@ def _check_names(c: Config) -> None:
                          "compressed ones")
     _known("strategy.collective", c.strategy.collective, allreduce)
     _known("strategy.allgather", c.strategy.allgather, gathers)
+    _known("strategy.inter_collective", c.strategy.inter_collective, list(INTER_ALLREDUCES))
     if not c.compute.device.startswith(CALIBRATED):
         _known("compute.device", c.compute.device, list(DEVICES))
     else:
@@ -91,6 +94,25 @@ def _check_names(c: Config) -> None:
             load_device(c.compute.device)
         except ValueError as exc:
             raise ValueError(f"compute.device: {exc}") from None
+
+
+def _check_collective(c: Config) -> None:
+    """A collective that groups ranks by host (its ``takes`` names cluster.ranks_per_host)
+    groups consecutive ranks, every rank of the run: not cluster.rank_hosts' placement nor
+    [parallel]'s sub-groups."""
+    name = c.strategy.collective
+    if "cluster.ranks_per_host" not in COLLECTIVES[name].takes.values():
+        return
+    if c.cluster.rank_hosts:
+        raise ValueError(f"cluster.rank_hosts: strategy.collective {name!r} groups "
+                         "consecutive ranks by cluster.ranks_per_host, not a listed placement")
+    if splits(c):
+        raise ValueError(f"strategy.collective: {name!r} groups all workers by host; the "
+                         "sub-groups of [parallel] are not placed that way")
+    try:
+        configured(name, lambda key: attrgetter(key)(c)).check_ranks(c.cluster.workers)
+    except ValueError as exc:
+        raise ValueError(f"cluster.ranks_per_host: {exc}") from None
 
 
 def _check_topology(c: Config) -> None:
@@ -182,14 +204,19 @@ def _check_strategy(c: Config) -> None:
                              f"start_s ({slow.start_s})")
 
 
-def _pipelined() -> str:
-    """The strategies that take layer-wise pipelining, as a sentence names them."""
-    return " and ".join(name for name, row in STRATEGIES.items() if len(row.pipelining) > 1)
+def _pipelined(mode: str | None = None) -> str:
+    """The strategies that take layer-wise pipelining (``mode``, if given), as a sentence
+    names them."""
+    return " and ".join(name for name, row in STRATEGIES.items()
+                        if len(row.pipelining) > 1 and mode in (None, *row.pipelining))
 
 
 def _check_pipelining(c: Config) -> None:
     s, w = c.strategy, c.workload
     modes = row_of(c).pipelining
+    if s.pipelining not in modes and len(modes) > 1:
+        raise ValueError(f"strategy.pipelining: {s.pipelining!r} applies to "
+                         f"{_pipelined(s.pipelining)}, not {s.kind!r}")
     if s.pipelining not in modes or (s.priority and len(modes) == 1):
         raise ValueError(f"strategy.pipelining: layer-wise pipelining applies to "
                          f"{_pipelined()}, not {s.kind!r}")
@@ -442,8 +469,8 @@ def _check_memory(c: Config) -> None:
         f"{holds}")
 
 
-CHECKS = [_check_names, _check_topology, _check_fabric, _check_transport, _check_hosts,
-          _check_pipelining, _check_workload, _check_strategy, _check_faults,
+CHECKS = [_check_names, _check_collective, _check_topology, _check_fabric, _check_transport,
+          _check_hosts, _check_pipelining, _check_workload, _check_strategy, _check_faults,
           _check_embeddings, _check_parallel, _check_memory]
 
 
