@@ -226,6 +226,18 @@ class Compute(Section):
     device: str = doc("cpu-core", "a preset (`python -m sim list devices`) or "
                       "`calibrated:PATH`")
     time_s: Positive | None = doc(None, "fixed seconds per gradient instead of FLOPs / rate")
+    precision: str | None = doc(
+        None, "fp64, fp32, fp16 or bf16: the bytes of gradients, activations and pipeline "
+        "and tensor messages, and the device peak GEMM-class layers run at, times "
+        "gemm_efficiency (none: the workload's own dtype, fp64 for the lab's models, fp32 "
+        "for a profile, at the device's flops_per_s, other ops not charged)")
+    gemm_efficiency: float = doc(1.0, "with precision: the achieved fraction of the device's "
+                                 "peak on GEMM-class FLOPs (matrix products, convolutions)",
+                                 gt=0, le=1, allow_inf_nan=False)
+    other_efficiency: float = doc(1.0, "with precision: the achieved fraction of the memory "
+                                  "bandwidth the other ops (norms, nonlinearities, softmax, "
+                                  "pooling, residual adds) read and write their elements at",
+                                  gt=0, le=1, allow_inf_nan=False)
     distribution: Literal["constant", "exponential", "shifted-exponential", "lognormal"] = doc(
         "constant", "noise factor on each gradient's time, mean 1")
     sigma: Positive = doc(0.5, "lognormal: shape")

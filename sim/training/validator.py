@@ -36,7 +36,7 @@ from sim.network.fabrics import get_fabric
 from sim.network.host_links import get_host_link
 from sim.network.topology import TOPOLOGIES, topology_options
 from sim.network.transports import get_transport
-from sim.training.compute_model import DEVICES, load_device
+from sim.training.compute_model import DEVICES, load_device, run_device
 from sim.training.host_costs import load_host
 from sim.training.parallel_plan import (
     build_plan,
@@ -57,6 +57,7 @@ from sim.workloads.datasets import (
     known_dataset,
 )
 from sim.workloads.models import MODELS
+from sim.workloads.precision import ITEMSIZE
 
 # ---- cross-key checks: each raises ValueError("dotted.key: message") -------------------
 
@@ -87,6 +88,24 @@ def _check_names(c: Config) -> None:
             load_device(c.compute.device)
         except ValueError as exc:
             raise ValueError(f"compute.device: {exc}") from None
+    _check_precision(c)
+
+
+def _check_precision(c: Config) -> None:
+    """A precision the lab knows and the device has a peak for; efficiencies only with it
+    (without a precision the device runs at its flops_per_s, not at a peak's fraction)."""
+    compute = c.compute
+    if compute.precision is None:
+        for key in ("gemm_efficiency", "other_efficiency"):
+            if getattr(compute, key) != 1.0:
+                raise ValueError(f"compute.{key}: a fraction of a device's peak at a "
+                                 "precision; set compute.precision too")
+        return
+    _known("compute.precision", compute.precision, list(ITEMSIZE))
+    try:
+        run_device(compute)
+    except ValueError as exc:
+        raise ValueError(f"compute.precision: {exc}") from None
 
 
 def _check_topology(c: Config) -> None:

@@ -55,7 +55,9 @@ class PipelinedStrategy(Strategy):
             lookups=None if layers.lookups_per_sample is None
             else batch * layers.lookups_per_sample,
             activations=None if layers.activations_per_sample is None
-            else batch * layers.activations_per_sample)
+            else batch * layers.activations_per_sample,
+            other=None if layers.other_per_sample is None
+            else batch * layers.other_per_sample)
         self.messages = plan_messages(self.layers.grad_bytes, strategy.pipelining,
                                       strategy.bucket_bytes)
         self.slowest_compute_s = 0.0  # sum over steps of the slowest worker's compute
