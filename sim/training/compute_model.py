@@ -260,9 +260,10 @@ def run_device(cfg: Any) -> Device:
     ``compute.precision`` with its two efficiencies when a precision is set
     (:meth:`Device.at`). Raises ValueError (the validator names the key)."""
     device = load_device(cfg.device)
-    if cfg.precision is None:
+    precision = getattr(cfg, "precision", None)  # a bare table without the key: none
+    if precision is None:
         return device
-    return device.at(cfg.precision, cfg.gemm_efficiency, cfg.other_efficiency)
+    return device.at(precision, cfg.gemm_efficiency, cfg.other_efficiency)
 
 
 # name -> factor(rng, compute config), each of mean 1
