@@ -78,6 +78,14 @@ class Cluster(Section):
                          "(`python -m sim list host-links`: NVLink, PCIe): their messages "
                          "take it instead of the fabric; none: every rank its own NIC on "
                          "the fabric, also to a rank beside it")
+    nics_per_host: PositiveInt | None = doc(
+        None, "NICs on each host, its ranks spread over them in order (rank i of a host of "
+        "g ranks uses NIC i k // g; ranks sharing a NIC share its bandwidth to the switch); "
+        "none: every rank its own NIC on the fabric")
+    preset: str | None = doc(
+        None, "a cluster of a published run (`python -m sim list clusters`): fills "
+        "ranks_per_host, host_link, fabric, nics_per_host and compute.device where the "
+        "config does not set them")
     wait: Literal["auto", "sleep", "spin"] = doc(
         "auto", "how a waiting rank waits: sleep frees its core, spin (MPI busy polling) "
         "holds it; auto spins only where every rank has a core")

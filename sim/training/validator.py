@@ -36,6 +36,7 @@ from sim.network.fabrics import get_fabric
 from sim.network.host_links import get_host_link
 from sim.network.topology import TOPOLOGIES, topology_options
 from sim.network.transports import get_transport
+from sim.training.clusters import with_preset
 from sim.training.compute_model import DEVICES, load_device, run_device
 from sim.training.host_costs import load_host
 from sim.training.parallel_plan import (
@@ -115,6 +116,13 @@ def _check_topology(c: Config) -> None:
         if key not in accepted and getattr(c.cluster, key) != getattr(defaults, key):
             raise ValueError(f"cluster.{key}: not an option of topology "
                              f"{c.cluster.topology!r} (only of leaf-spine / fat-tree)")
+    if c.cluster.nics_per_host is not None:
+        if "ports" not in accepted:
+            raise ValueError(f"cluster.nics_per_host: topology {c.cluster.topology!r} has no "
+                             "NIC ports to share (star, leaf-spine or fat-tree have)")
+        if c.cluster.placement != "block":
+            raise ValueError("cluster.nics_per_host: ranks share a host's NICs in rank order, "
+                             "which needs cluster.placement = \"block\"")
 
 
 def _check_fabric(c: Config) -> None:
@@ -430,6 +438,10 @@ def _derived(c: Config) -> Config:
 def validate(data: dict[str, Any], source: str = "<config>") -> Config:
     """The resolved Config, checked across keys; UserError naming ``source``, the key and
     what was expected."""
+    try:
+        data = with_preset(data)
+    except ValueError as exc:
+        raise UserError(f"{source}: cluster.preset: {exc}") from None
     config = _derived(parse(data, source))
     for check in CHECKS:
         try:
