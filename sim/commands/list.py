@@ -6,8 +6,8 @@ import argparse
 import inspect
 import textwrap
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from sim import names
 from sim.errors import UserError
