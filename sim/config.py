@@ -237,8 +237,9 @@ class Compute(Section):
     precision: str | None = doc(
         None, "fp64, fp32, fp16 or bf16: the bytes of gradients, activations and pipeline "
         "and tensor messages, and the device peak GEMM-class layers run at, times "
-        "gemm_efficiency (none: the workload's own dtype, fp64 for the lab's models, fp32 "
-        "for a profile, at the device's flops_per_s, other ops not charged)")
+        "gemm_efficiency; other than fp64 timing only (workload.numerics = false). none: "
+        "the workload's own dtype (fp64 for the lab's models, fp32 for a profile) at the "
+        "device's flops_per_s, other ops not charged")
     gemm_efficiency: float = doc(1.0, "with precision: the achieved fraction of the device's "
                                  "peak on GEMM-class FLOPs (matrix products, convolutions)",
                                  gt=0, le=1, allow_inf_nan=False)

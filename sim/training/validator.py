@@ -58,7 +58,7 @@ from sim.workloads.datasets import (
     known_dataset,
 )
 from sim.workloads.models import MODELS
-from sim.workloads.precision import ITEMSIZE
+from sim.workloads.precision import ITEMSIZE, MODEL_PRECISION, itemsize
 
 # ---- cross-key checks: each raises ValueError("dotted.key: message") -------------------
 
@@ -103,6 +103,11 @@ def _check_precision(c: Config) -> None:
                                  "precision; set compute.precision too")
         return
     _known("compute.precision", compute.precision, list(ITEMSIZE))
+    if c.workload.numerics and itemsize(compute.precision) != itemsize(MODEL_PRECISION):
+        # the kernels compute and the strategies send the gradients' own float64 arrays
+        raise ValueError(f"compute.precision: a run with numerics trains in its kernels' "
+                         f"{MODEL_PRECISION}; {compute.precision!r} is timed only (set "
+                         "workload.numerics = false)")
     try:
         run_device(compute)
     except ValueError as exc:

@@ -35,7 +35,8 @@ def test_a_runs_itemsize_is_its_precision_or_its_workloads_own() -> None:
     assert run_itemsize(validate({})) == 8  # the lab's models: float64
     assert run_itemsize(validate({"workload": {"profile": "resnet50",
                                                "numerics": False}})) == 4  # a profile: fp32
-    assert run_itemsize(validate({"compute": {"precision": "fp16", "device": "v100"}})) == 2
+    assert run_itemsize(validate({"compute": {"precision": "fp16", "device": "v100"},
+                                  "workload": {"numerics": False}})) == 2
     assert run_itemsize(validate({"workload": {"profile": "resnet50", "numerics": False},
                                   "compute": {"precision": "bf16", "device": "a100"}})) == 2
 
@@ -52,8 +53,8 @@ def test_a_profiles_gradients_take_the_runs_itemsize(precision, size) -> None:
 
 def test_a_plans_messages_and_memory_scale_with_the_itemsize(tiny_config_data) -> None:
     keys = {"workload.model": "mlp", "workload.hidden": [64, 32, 16],
-            "parallel.pipeline": 2, "parallel.tensor": 2, "parallel.microbatches": 2,
-            "workload.batch": 8}
+            "workload.numerics": False, "parallel.pipeline": 2, "parallel.tensor": 2,
+            "parallel.microbatches": 2, "workload.batch": 8}
     wide = build_plan(validate(tiny_config_data(keys)))
     half = build_plan(validate(tiny_config_data({**keys, "compute.precision": "fp32",
                                                  "compute.device": "v100"})))
@@ -122,8 +123,8 @@ def test_a_plans_stages_charge_their_layers_other_bytes(tiny_config_data) -> Non
     layers = [PlanLayer(f"l{i}", 16, 16, True, 512.0, 1024.0, i > 0, other_elements=100.0)
               for i in range(4)]
     c = validate(tiny_config_data({"workload.model": "mlp", "workload.hidden": [16, 16, 16],
-                                   "parallel.tensor": 2, "compute.precision": "fp16",
-                                   "compute.device": "v100"}))
+                                   "workload.numerics": False, "parallel.tensor": 2,
+                                   "compute.precision": "fp16", "compute.device": "v100"}))
     work = stage_works(build_plan(c, layers))[0]
     # column layers split their outputs' ops over the 2 shards, row layers keep them whole
     assert work.other.tolist() == [100.0 * 2 / 2, 100.0 * 2] * 2
@@ -131,6 +132,8 @@ def test_a_plans_stages_charge_their_layers_other_bytes(tiny_config_data) -> Non
 
 
 @pytest.mark.parametrize("keys, message", [
+    ({"precision": "fp16", "device": "v100", "numerics": True},
+     "compute.precision: a run with numerics trains in its kernels' fp64"),
     ({"precision": "fp8"}, "compute.precision: unknown precision 'fp8'"),
     ({"precision": "bf16", "device": "v100"}, "compute.precision: device 'v100' has no bf16"),
     ({"precision": "fp16"}, "compute.precision: device 'cpu-core' has no fp16"),
@@ -142,5 +145,12 @@ def test_a_plans_stages_charge_their_layers_other_bytes(tiny_config_data) -> Non
      "compute.other_efficiency"),
 ])
 def test_the_validator_names_the_precision_keys(keys, message) -> None:
+    numerics = keys.pop("numerics", False)
     with pytest.raises(UserError, match=message):
-        validate({"compute": keys})
+        validate({"compute": keys, "workload": {"numerics": numerics}})
+
+
+def test_a_run_with_numerics_may_name_its_own_precision() -> None:
+    c = validate({"compute": {"precision": "fp64", "device": "v100"}})
+    assert run_itemsize(c) == 8 and run_device(c.compute).flops_per_s == 7.8e12
+
