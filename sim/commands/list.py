@@ -60,6 +60,21 @@ def models() -> list[str]:
     return [f"{name:<14} {_first_line(cls)}" for name, cls in MODELS.items()]
 
 
+def profiles() -> list[str]:
+    """Each timing profile's parameters and GEMM FLOPs per sample (forward, and forward +
+    backward) and its source."""
+    from sim.workloads.timing_profiles import PROFILES
+
+    lines = []
+    for name, build in PROFILES.items():
+        p = build()
+        step = p.forward_flops + sum(p.backward_flops(i) for i in range(len(p.layers)))
+        lines.append(f"{name:<14} {p.params / 1e6:7.2f} M params  {p.forward_flops / 1e9:6.2f} "
+                     f"GFLOP forward, {step / 1e9:6.2f} forward+backward per sample "
+                     f"({p.source})")
+    return lines
+
+
 def _first_sentence(obj: object) -> str:
     """The docstring's first sentence (up to the first full stop before a space)."""
     line = _first_line(obj)
@@ -158,7 +173,7 @@ def experiments() -> list[str]:
 
 LISTS: dict[str, Callable[[], list[str]]] = {
     "fabrics": fabrics, "transports": transports, "host-links": host_links,
-    "strategies": strategies, "models": models,
+    "strategies": strategies, "models": models, "profiles": profiles,
     "datasets": datasets,
     "collectives": collectives, "topologies": topologies, "devices": devices,
     "clusters": clusters,

@@ -52,6 +52,12 @@ class StageWork:
     # per layer of ``layers``: bytes of the shard's inputs and outputs a step's passes move
     # per sample (sim.training.messages.activation_traffic)
     activations: np.ndarray
+    # per chunk (one but for the interleaved schedule): its positions [lo, hi) in
+    # ``layers``, and the bytes it sends to the next and previous virtual stage per
+    # microbatch
+    chunks: tuple[tuple[int, int], ...] = ((0, 0),)
+    chunk_activation_bytes: tuple[int, ...] = (0,)
+    chunk_gradient_bytes: tuple[int, ...] = (0,)
     # per layer of ``layers``: bytes the shard's other ops read and write in one forward per
     # sample (the backward: sim.training.messages.OTHER_PASSES)
     other: np.ndarray | None = None
@@ -95,11 +101,15 @@ def stage_work(stage: Stage, itemsize: int) -> StageWork:
     backward = np.array([x.backward_flops for x in stage.layers], float)
     widths = np.array([x.stash_width + x.output_width for x in stage.layers], float)
     other = np.array([x.other_elements * itemsize for x in stage.layers], float)
+    ends = np.cumsum([0] + [len(c.layers) for c in stage.pieces])
     return StageWork(stage.index, layers, forward, backward,
                      allreduces["forward"], allreduces["backward"], stage.ops,
                      stage.activation_bytes, stage.gradient_bytes, stage.params * itemsize,
                      np.array([x.params * itemsize for x in stage.layers], float),
                      activation_traffic(forward, backward, widths, itemsize),
+                     tuple(zip(ends[:-1].tolist(), ends[1:].tolist(), strict=True)),
+                     tuple(c.activation_bytes for c in stage.pieces),
+                     tuple(c.gradient_bytes for c in stage.pieces),
                      other if other.any() else None)
 
 
