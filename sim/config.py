@@ -78,6 +78,14 @@ class Cluster(Section):
                          "(`python -m sim list host-links`: NVLink, PCIe): their messages "
                          "take it instead of the fabric; none: every rank its own NIC on "
                          "the fabric, also to a rank beside it")
+    nics_per_host: PositiveInt | None = doc(
+        None, "NICs on each host, its ranks spread over them in order (rank i of a host of "
+        "g ranks uses NIC i k // g; ranks sharing a NIC share its bandwidth to the switch); "
+        "none: every rank its own NIC on the fabric")
+    preset: str | None = doc(
+        None, "a cluster of a published run (`python -m sim list clusters`): fills "
+        "ranks_per_host, host_link, fabric, nics_per_host and compute.device where the "
+        "config does not set them")
     wait: Literal["auto", "sleep", "spin"] = doc(
         "auto", "how a waiting rank waits: sleep frees its core, spin (MPI busy polling) "
         "holds it; auto spins only where every rank has a core")
@@ -252,6 +260,19 @@ class Compute(Section):
     device: str = doc("cpu-core", "a preset (`python -m sim list devices`) or "
                       "`calibrated:PATH`")
     time_s: Positive | None = doc(None, "fixed seconds per gradient instead of FLOPs / rate")
+    precision: str | None = doc(
+        None, "fp64, fp32, fp16 or bf16: the bytes of gradients, activations and pipeline "
+        "and tensor messages, and the device peak GEMM-class layers run at, times "
+        "gemm_efficiency; other than fp64 timing only (workload.numerics = false). none: "
+        "the workload's own dtype (fp64 for the lab's models, fp32 for a profile) at the "
+        "device's flops_per_s, other ops not charged")
+    gemm_efficiency: float = doc(1.0, "with precision: the achieved fraction of the device's "
+                                 "peak on GEMM-class FLOPs (matrix products, convolutions)",
+                                 gt=0, le=1, allow_inf_nan=False)
+    other_efficiency: float = doc(1.0, "with precision: the achieved fraction of the memory "
+                                  "bandwidth the other ops (norms, nonlinearities, softmax, "
+                                  "pooling, residual adds) read and write their elements at",
+                                  gt=0, le=1, allow_inf_nan=False)
     distribution: Literal["constant", "exponential", "shifted-exponential", "lognormal"] = doc(
         "constant", "noise factor on each gradient's time, mean 1")
     sigma: Positive = doc(0.5, "lognormal: shape")

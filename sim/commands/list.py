@@ -7,6 +7,7 @@ import inspect
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sim import names
 from sim.errors import UserError
@@ -106,11 +107,23 @@ def topologies() -> list[str]:
 
 def devices() -> list[str]:
     from sim.training.compute_model import DEVICES
+    from sim.workloads.precision import ITEMSIZE
+
+    def peaks(d: Any) -> str:
+        known = [f"{p} {d.peak(p) / 1e12:g}" for p in ITEMSIZE if d.peak(p) is not None]
+        return f"  peaks {', '.join(known)} TFLOP/s" if known else ""
 
     return [f"{name:<9} {d.flops_per_s / 1e12:8.3f} TFLOP/s  +{d.overhead_s * 1e6:.1f} us/step"
             + (f"  {d.memory_bytes / 2**30:g} GiB" if d.memory_bytes else "")
             + (f"  {d.memory_Bps / 1e9:g} GB/s" if d.memory_Bps else "")
-            + f" ({d.source})" for name, d in DEVICES.items()]
+            + peaks(d) + f" ({d.source})" for name, d in DEVICES.items()]
+
+
+def clusters() -> list[str]:
+    from sim.training.clusters import CLUSTERS
+
+    return [f"{name:<20} {c.ranks_per_host:>2} x {c.device:<10} {c.host_link:<13} "
+            f"{c.nics_per_host} x {c.fabric:<8} ({c.source})" for name, c in CLUSTERS.items()]
 
 
 def _rate(bps: float, infinite: str, digits: str = ".1f") -> str:
@@ -163,6 +176,7 @@ LISTS: dict[str, Callable[[], list[str]]] = {
     "strategies": strategies, "models": models, "profiles": profiles,
     "datasets": datasets,
     "collectives": collectives, "topologies": topologies, "devices": devices,
+    "clusters": clusters,
     "hosts": hosts, "storage": storage, "experiments": experiments,
 }
 

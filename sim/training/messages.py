@@ -32,6 +32,12 @@ from typing import Any
 
 import numpy as np
 
+# bytes of a layer's other ops (not GEMM-class) moved by its forward and by its backward, in
+# units of the forward's: an elementwise op's backward reads its output's gradient and what
+# the forward stashed and writes its input's gradient, about twice the forward's one read
+# and one write (the same 1 : 2 as a matrix product's FLOPs)
+OTHER_PASSES = (1, 2)
+
 
 @dataclass(frozen=True)
 class Message:
@@ -172,6 +178,9 @@ class LayerCosts:
     # per layer: bytes of its inputs and outputs a step's passes move per sample
     # (activation_traffic); None: none known (a published network's profile)
     activations_per_sample: np.ndarray | None = None
+    # per layer: bytes its other ops (norms, nonlinearities, softmax, pooling, dropout,
+    # residual adds) read and write in one forward per sample; None: none known
+    other_per_sample: np.ndarray | None = None
 
     @classmethod
     def from_model(cls, model: Any, itemsize: int = 8) -> LayerCosts:
@@ -190,12 +199,15 @@ class LayerCosts:
 
     @classmethod
     def from_profile(cls, profile: Any, itemsize: int = 4) -> LayerCosts:
-        """A published network's layers; gradients in float32, as such networks train."""
+        """A published network's layers; gradients and other ops' elements of ``itemsize``
+        bytes (float32, as such networks train, unless the run's precision says)."""
         n = len(profile.layers)
         grad_bytes = np.array([layer.params * itemsize for layer in profile.layers], np.int64)
+        other = np.array([layer.other_elements * itemsize for layer in profile.layers], float)
         return cls(np.array([layer.forward_flops for layer in profile.layers], float),
                    np.array([profile.backward_flops(i) for i in range(n)], float),
-                   grad_bytes, f"profile:{profile.name}", grad_bytes.astype(float))
+                   grad_bytes, f"profile:{profile.name}", grad_bytes.astype(float),
+                   other_per_sample=other if other.any() else None)
 
     def flops(self, batch: int) -> float:
         """Forward + backward FLOPs of one mini-batch."""
@@ -209,6 +221,11 @@ class LayerCosts:
         """Bytes of layers' inputs and outputs one mini-batch's passes move."""
         return 0.0 if self.activations_per_sample is None else \
             batch * float(self.activations_per_sample.sum())
+
+    def other(self, batch: int) -> float:
+        """Bytes the other ops of one mini-batch's forward and backward read and write."""
+        return 0.0 if self.other_per_sample is None else \
+            batch * float(self.other_per_sample.sum()) * sum(OTHER_PASSES)
 
     def lookups(self, batch: int) -> float:
         """Ids one mini-batch reads by index (and scatters back), over every layer."""

@@ -40,11 +40,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from sim.training.stage_schedule import Op, peak_in_flight, peak_stash, stage_ops
 from sim.workloads.datasets import dataset_shape
 from sim.workloads.models import MODELS, make_model
+from sim.workloads.precision import run_itemsize
 
 if TYPE_CHECKING:
     from sim.config import Config, Parallel
-
-ITEMSIZE = 8  # bytes of a float64, the dtype of the lab's kernels
 
 
 @dataclass(frozen=True)
@@ -59,6 +58,9 @@ class PlanLayer:
     forward_flops: float
     backward_flops: float
     input_grad: bool = True
+    # per sample: elements its other ops (not GEMM-class) read and write in the forward
+    # (sim.workloads.timing_profiles.LayerProfile's; 0 for the lab's dense layers)
+    other_elements: float = 0.0
 
     @property
     def params(self) -> int:
@@ -130,6 +132,7 @@ class ShardLayer:
     backward_flops: float
     stash_width: int  # floats of the layer's input this shard keeps for backward
     output_width: int  # floats of the layer's output this shard computes (partial sums too)
+    other_elements: float = 0.0  # per sample: what this shard's other ops read and write
 
 
 @dataclass(frozen=True)
@@ -280,15 +283,18 @@ class Plan:
 
 
 def build_plan(config: Config, layers: Sequence[PlanLayer] | None = None,
-               itemsize: int = ITEMSIZE) -> Plan:
+               itemsize: int | None = None) -> Plan:
     """The plan of a resolved config (:class:`sim.config.Config`); ``layers`` default to
-    the config's model's (:func:`config_layers`). What a plan cannot place (fewer layers
+    the config's model's (:func:`config_layers`), ``itemsize`` (bytes per element of its
+    messages and memory) to the run's precision's
+    (:func:`sim.workloads.precision.run_itemsize`). What a plan cannot place (fewer layers
     than stages, ``stage_layers`` of the wrong length or sum, a tensor count that does not
     divide a split layer's width or finds no pair to split, microbatches that do not divide
     the batch) the validator refuses (:mod:`sim.training.validator`); here it is a bug."""
     par, cluster = config.parallel, config.cluster
     layers = list(config_layers(config) if layers is None else layers)
     p, t, m, v = par.pipeline, par.tensor, par.microbatches, chunks_of(par)
+    itemsize = run_itemsize(config) if itemsize is None else itemsize
     counts = stage_counts(par, layers)
     batch = config.workload.batch
     assert batch % m == 0, f"{m} microbatches of {batch} rows"
@@ -341,15 +347,20 @@ def _shard(index: int, layer: PlanLayer, role: Role, t: int) -> ShardLayer:
         assert layer.outputs % t == 0, f"{t} shards of {layer.name}'s {layer.outputs} outputs"
         outputs = layer.outputs // t
         params = outputs * layer.inputs + (outputs if layer.bias else 0)
+        # its outputs are split, and so are the elementwise ops on them
         return ShardLayer(index, role, params, layer.forward_flops / t,
-                          layer.backward_flops / t, layer.inputs, outputs)
+                          layer.backward_flops / t, layer.inputs, outputs,
+                          layer.other_elements / t)
     if role == "row":  # its input is the column layer's split output; the bias stays whole
         inputs = layer.inputs // t
         params = layer.outputs * inputs + (layer.outputs if layer.bias else 0)
+        # the summed output is whole on every shard, and so are the ops after the allreduce
+        # (Megatron-LM repeats dropout and residual adds on each: Shoeybi et al. 2019, Fig. 3)
         return ShardLayer(index, role, params, layer.forward_flops / t,
-                          layer.backward_flops / t, inputs, layer.outputs)
+                          layer.backward_flops / t, inputs, layer.outputs,
+                          layer.other_elements)
     return ShardLayer(index, role, layer.params, layer.forward_flops, layer.backward_flops,
-                      layer.inputs, layer.outputs)
+                      layer.inputs, layer.outputs, layer.other_elements)
 
 
 def _stage(s: int, p: int, layers: list[PlanLayer], first: int, last: int, t: int,

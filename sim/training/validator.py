@@ -38,7 +38,8 @@ from sim.network.fabrics import get_fabric
 from sim.network.host_links import get_host_link
 from sim.network.topology import TOPOLOGIES, topology_options
 from sim.network.transports import get_transport
-from sim.training.compute_model import DEVICES, load_device
+from sim.training.clusters import with_preset
+from sim.training.compute_model import DEVICES, load_device, run_device
 from sim.training.host_costs import load_host
 from sim.training.parallel_plan import (
     build_plan,
@@ -60,6 +61,7 @@ from sim.workloads.datasets import (
     known_dataset,
 )
 from sim.workloads.models import MODELS
+from sim.workloads.precision import ITEMSIZE, MODEL_PRECISION, itemsize
 from sim.workloads.timing_profiles import PROFILES
 
 # ---- cross-key checks: each raises ValueError("dotted.key: message") -------------------
@@ -94,6 +96,29 @@ def _check_names(c: Config) -> None:
             load_device(c.compute.device)
         except ValueError as exc:
             raise ValueError(f"compute.device: {exc}") from None
+    _check_precision(c)
+
+
+def _check_precision(c: Config) -> None:
+    """A precision the lab knows and the device has a peak for; efficiencies only with it
+    (without a precision the device runs at its flops_per_s, not at a peak's fraction)."""
+    compute = c.compute
+    if compute.precision is None:
+        for key in ("gemm_efficiency", "other_efficiency"):
+            if getattr(compute, key) != 1.0:
+                raise ValueError(f"compute.{key}: a fraction of a device's peak at a "
+                                 "precision; set compute.precision too")
+        return
+    _known("compute.precision", compute.precision, list(ITEMSIZE))
+    if c.workload.numerics and itemsize(compute.precision) != itemsize(MODEL_PRECISION):
+        # the kernels compute and the strategies send the gradients' own float64 arrays
+        raise ValueError(f"compute.precision: a run with numerics trains in its kernels' "
+                         f"{MODEL_PRECISION}; {compute.precision!r} is timed only (set "
+                         "workload.numerics = false)")
+    try:
+        run_device(compute)
+    except ValueError as exc:
+        raise ValueError(f"compute.precision: {exc}") from None
 
 
 def _check_collective(c: Config) -> None:
@@ -122,6 +147,13 @@ def _check_topology(c: Config) -> None:
         if key not in accepted and getattr(c.cluster, key) != getattr(defaults, key):
             raise ValueError(f"cluster.{key}: not an option of topology "
                              f"{c.cluster.topology!r} (only of leaf-spine / fat-tree)")
+    if c.cluster.nics_per_host is not None:
+        if "ports" not in accepted:
+            raise ValueError(f"cluster.nics_per_host: topology {c.cluster.topology!r} has no "
+                             "NIC ports to share (star, leaf-spine or fat-tree have)")
+        if c.cluster.placement != "block":
+            raise ValueError("cluster.nics_per_host: ranks share a host's NICs in rank order, "
+                             "which needs cluster.placement = \"block\"")
 
 
 def _check_fabric(c: Config) -> None:
@@ -491,6 +523,10 @@ def _derived(c: Config) -> Config:
 def validate(data: dict[str, Any], source: str = "<config>") -> Config:
     """The resolved Config, checked across keys; UserError naming ``source``, the key and
     what was expected."""
+    try:
+        data = with_preset(data)
+    except ValueError as exc:
+        raise UserError(f"{source}: cluster.preset: {exc}") from None
     config = _derived(parse(data, source))
     for check in CHECKS:
         try:

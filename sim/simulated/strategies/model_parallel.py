@@ -82,7 +82,8 @@ class PlanRanks(AllreduceMixin):
         batch, m = ctx.config.workload.batch, plan.microbatches
         self.shares = [ctx.compute.layer_shares(  # each stage's step over its passes
             (batch * w.forward_flops, batch * w.backward_flops), w.weight_bytes, m,
-            activations=batch * w.activations) for w in self.works]
+            activations=batch * w.activations,
+            other=None if w.other is None else batch * w.other) for w in self.works]
         ranks = len(plan.ranks)
         self.placed = placed = np.asarray(ctx.placed[:ranks])
         self.data_groups = [self._group(plan.data_group(r), placed) for r in range(ranks)]
@@ -138,7 +139,8 @@ class PlanRanks(AllreduceMixin):
         batch = ctx.config.workload.batch
         seconds = ctx.compute.part_duration(rank, ctx.env.now, batch * work.flops,
                                             work.traffic(self.plan.microbatches),
-                                            batch * float(work.activations.sum()))
+                                            batch * float(work.activations.sum()),
+                                            batch * work.other_bytes)
         self.step_compute.setdefault(step, np.zeros(len(self.plan.ranks)))[rank] = seconds
         return seconds
 

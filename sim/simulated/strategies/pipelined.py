@@ -55,7 +55,9 @@ class PipelinedStrategy(Strategy):
             lookups=None if layers.lookups_per_sample is None
             else batch * layers.lookups_per_sample,
             activations=None if layers.activations_per_sample is None
-            else batch * layers.activations_per_sample)
+            else batch * layers.activations_per_sample,
+            other=None if layers.other_per_sample is None
+            else batch * layers.other_per_sample)
         mode = MODES[strategy.pipelining]
         # when backward produces each layer in a step of the nominal compute time (no
         # noise): what Horovod's fusion packs by
