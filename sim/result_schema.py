@@ -100,19 +100,21 @@ def check_metrics(header: list[str] | None, rows: list[dict[str, Any]],
 def check_metrics_end(rows: list[dict[str, Any]], summary: Mapping[str, Any],
                       path: Path | str) -> None:
     """Raise UserError if metrics.csv does not end where the summary says the run ended:
-    its last update is not the summary's last one, or its last evaluation's loss is not
-    the summary's final loss (the file was cut, or belongs to another run)."""
+    its last update is not the summary's last one, or its last evaluation's loss and
+    accuracy are not the summary's final ones (the file was cut, or belongs to another
+    run)."""
     updates = [row for row in rows if row["kind"] == "update"]
     last = int(float(updates[-1]["iteration"])) if updates else 0
     if last != summary["iterations"]:
         raise UserError(f"{path}: its last update is {last}, summary.json records "
                         f"{summary['iterations']} (a truncated or mismatched file)")
-    final = summary["final_loss"]
     evals = [row for row in rows if row["kind"] == "eval"]
-    if final is not None and (not evals or not _same(evals[-1]["loss"], final)):
-        seen = evals[-1]["loss"] if evals else "none"
-        raise UserError(f"{path}: its last evaluation's loss is {seen}, summary.json's final "
-                        f"loss {final} (a truncated or mismatched file)")
+    for column, key in (("loss", "final_loss"), ("accuracy", "final_accuracy")):
+        final = summary[key]
+        if final is not None and (not evals or not _same(evals[-1][column], final)):
+            seen = evals[-1][column] if evals else "none"
+            raise UserError(f"{path}: its last evaluation's {column} is {seen}, "
+                            f"summary.json's {key} {final} (a truncated or mismatched file)")
 
 
 def _same(text: str, value: float) -> bool:

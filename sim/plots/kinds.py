@@ -56,6 +56,27 @@ SWEEP_PLOTS = {"pipelining": (MODE, plot_pipelining), "buckets": (BUCKET, plot_b
                "placements": (PLACEMENT, plot_placements),
                "transports": (TRANSPORT, plot_transports)}
 KINDS = (*RUN_PLOTS, "scaling", *SWEEP_PLOTS)
+# what each kind draws, one line each (`sim plot --help`)
+KIND_LINES: dict[str, str] = {
+    "loss-time": "held-out loss against simulated (or a real run's wall-clock) time",
+    "loss-updates": "held-out loss against updates applied",
+    "staleness": "histogram of the applied updates' staleness",
+    "gantt": "each worker's timeline: compute, communication, waiting",
+    "breakdown": "where each run's time goes, by activity",
+    "schedule": "a pipeline's forward and backward passes per stage (runs with [parallel])",
+    "scaling": "throughput and speedup against workers (a sweep of cluster.workers)",
+    "pipelining": "step time and exposed communication per pipelining mode (a sweep of "
+                  "strategy.pipelining)",
+    "buckets": "step time against the bucket size (a sweep of strategy.bucket_bytes)",
+    "checkpoint-interval": "wall time against the checkpoint interval, with Young and "
+                           "Daly's optimum (a sweep of checkpoint.every_steps)",
+    "bubble": "pipeline bubble against microbatches, with the closed form (a sweep of "
+              "parallel.schedule)",
+    "memory-time": "time per sample against each rank's memory per layout (a sweep of "
+                   "parallel.tensor)",
+    "placements": "embedding placements' bytes and time (a sweep of embeddings.placement)",
+    "transports": "time per update by transport (a sweep of cluster.transport)",
+}
 NO_LOSS = ("no loss plots: no run evaluated the held-out loss (timing-only runs, "
            "workload.numerics = false)")
 

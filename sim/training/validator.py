@@ -541,8 +541,24 @@ def load_config(path: str | Path, overrides: list[str] | None = None,
     """Read, override and validate a config file; ``quick``: in the reduced form of
     :mod:`sim.quick` (the command line's ``SGD_LAB_QUICK=1``). Raises UserError."""
     data = apply_overrides(read_toml(path), overrides or [])
-    config = validate(data, str(path))
+    try:
+        config = validate(data, str(path))
+    except UserError as exc:
+        raise blamed(exc, str(path), overrides or []) from None
     return validate_reduced(data, config, str(path))[1] if quick else config
+
+
+def blamed(exc: UserError, source: str, overrides: list[str]) -> UserError:
+    """``exc`` naming the ``--set`` override whose key it is about (the last one given),
+    not only the file, when an override caused it."""
+    text = str(exc)
+    for override in reversed(overrides):
+        key = override.partition("=")[0].strip()
+        if text.startswith(f"{source}: {key}") and text[len(source) + 2 + len(key):][:1] in (
+                ":", " ", ""):
+            return UserError(f"{source} with --set {override.strip()}: "
+                             f"{text[len(source) + 2:]}")
+    return exc
 
 
 def validate_reduced(data: dict[str, Any], config: Config, source: str
