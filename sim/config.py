@@ -121,9 +121,10 @@ class Workload(Section):
     test_fraction: float = doc(0.2, "held-out share of the rows", gt=0, lt=1)
     shard: Literal["contiguous", "shuffled"] = doc(
         "shuffled", "how training rows are split over workers")
-    profile: Literal["resnet50", "vgg16", "bert-base"] | None = doc(
+    profile: str | None = doc(
         None, "charge each step the per-layer FLOPs and gradient sizes (float32) of a real "
-        "network; bsp and bsp-ps only")
+        "network (sim.workloads.timing_profiles.PROFILES; a transformer's with [parallel] "
+        "too, timing only); bsp and bsp-ps only")
     numerics: bool = doc(True, "false: timing only (a profile's layers, or the model's from the "
                          "data set's shape; no data, no loss)")
 
@@ -185,6 +186,11 @@ class Parallel(Section):
     schedule: Literal["gpipe", "1f1b"] = doc(
         "1f1b", "gpipe: all forwards, then all backwards (Huang et al. 2019); 1f1b: "
         "PipeDream-Flush, one forward one backward (Narayanan et al. 2021)")
+    recompute: Literal["none", "selective", "full"] = doc(
+        "none", "activation recomputation (Korthikanti et al. 2022): full: each layer's "
+        "forward again before its backward, stashing only each transformer layer's input (an "
+        "MLP stage's input); selective: a transformer attention's scores, softmax and "
+        "dropout again (for an MLP, no attention: as none); a plan's time and memory only")
 
 
 class Embeddings(Section):

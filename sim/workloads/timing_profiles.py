@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sim.names import unknown
+from sim.workloads.transformer import TRANSFORMERS
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,8 @@ PROFILES: dict[str, Callable[[], Profile]] = {
     "resnet50": resnet50,
     "vgg16": vgg16,
     "bert-base": bert_base,
+    # GPT and BERT stacks from their published shapes (sim.workloads.transformer)
+    **{name: spec.profile for name, spec in TRANSFORMERS.items()},
 }
 
 
