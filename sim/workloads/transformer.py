@@ -21,9 +21,9 @@ transform too). Counts, per sample:
   GeLU 2 s f, dropout 2 s h, residual add 3 s h.
 - stashed activations (Korthikanti et al. 2022, Sec. 4.1, at 2 bytes per value and 1 byte
   per dropout mask: s h (34 + 5 a s / h) bytes per layer): values are stored at the run's
-  precision (``activation_elements``), dropout masks as 1 byte each (:meth:`Part.
-  stash_bytes` adds them). Attention: its layer norm's input, the QKV input, Q, K, V, the
-  softmax output, the dropout output, the projection input (6 s h + 2 a s^2 values) and
+  precision (the ``activation_elements`` of its timing profile), dropout masks as 1 byte
+  each (:meth:`Part.stash_bytes` adds them). Attention: its layer norm's input, the QKV
+  input, Q, K, V, the softmax output, the dropout output, the projection input (6 s h + 2 a s^2 values) and
   masks a s^2 + s h; MLP: layer norm input, FFN input, GeLU input, second FFN input
   (2 s h + 2 s f values) and mask s h. With t tensor shards (no sequence parallelism),
   what sits outside the column/row pairs (layer norm inputs, the pairs' inputs, the
@@ -40,12 +40,9 @@ its softmax and dropout elements). The embedding and the head are never recomput
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from sim.names import unknown
-
-if TYPE_CHECKING:
-    from sim.workloads.timing_profiles import Profile
 
 Kind = Literal["embedding", "attention", "mlp", "head"]
 Recompute = Literal["none", "selective", "full"]
@@ -209,16 +206,6 @@ class Transformer:
     @property
     def params(self) -> int:
         return sum(part.params_on() for part in self.parts())
-
-    def profile(self) -> Profile:
-        """The stack as a timing profile: one LayerProfile per part (values stashed, masks
-        not: :meth:`Part.stash_bytes` adds them)."""
-        # imported here: timing_profiles registers these presets (it imports this module)
-        from sim.workloads.timing_profiles import LayerProfile, Profile
-
-        layers = tuple(LayerProfile(p.name, p.params_on(), p.flops, p.other_on(),
-                                    float(p.stash_values())) for p in self.parts())
-        return Profile(self.name, layers, self.source)
 
     def layer_activation_bytes(self, itemsize: int = 2, tensor: int = 1,
                                recompute: Recompute = "none") -> int:
