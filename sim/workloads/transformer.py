@@ -23,12 +23,12 @@ transform too). Counts, per sample:
   per dropout mask: s h (34 + 5 a s / h) bytes per layer): values are stored at the run's
   precision (the ``activation_elements`` of its timing profile), dropout masks as 1 byte
   each (:meth:`Part.stash_bytes` adds them). Attention: its layer norm's input, the QKV
-  input, Q, K, V, the softmax output, the dropout output, the projection input
-  (6 s h + 2 a s^2 values) and masks a s^2 + s h; MLP: layer norm input, FFN input, GeLU
-  input, second FFN input (2 s h + 2 s f values) and mask s h. With t tensor shards (no sequence parallelism),
-  what sits outside the column/row pairs (layer norm inputs, the pairs' inputs, the
-  hidden dropout masks) stays whole on every shard and the rest is split: s h (10 + 24/t +
-  5 a s / (h t)) bytes at 16 bits (Korthikanti et al. 2022, eq. 3).
+  input, Q, K, V, the softmax output, the dropout output, the projection input (6 s h + 2 a
+  s^2 values) and masks a s^2 + s h; MLP: layer norm input, FFN input, GeLU input, second
+  FFN input (2 s h + 2 s f values) and mask s h. With t tensor shards (no sequence
+  parallelism), what sits outside the column/row pairs (layer norm inputs, the pairs'
+  inputs, the hidden dropout masks) stays whole on every shard and the rest is split: s h
+  (10 + 24/t + 5 a s / (h t)) bytes at 16 bits (Korthikanti et al. 2022, eq. 3).
 
 Recomputation (``recompute``, Korthikanti et al. 2022, Sec. 5): "full" keeps only each
 layer's input (s h values: 2 s h bytes at 16 bits) and recomputes the layer's forward
