@@ -45,8 +45,8 @@ def test_parameters_are_narayanans_formula_plus_the_final_layer_norm(name):
     """P = 12 l h^2 (1 + 13 / (12 h) + (V + s) / (12 l h)) (Narayanan et al. 2021, Sec.
     5.1), and GPT's final layer norm's 2 h."""
     t = get_transformer(name)
-    h, l, s, v = t.hidden, t.layers, t.seq, t.vocab
-    formula = 12 * l * h * h * (1 + 13 / (12 * h) + (v + s) / (12 * l * h))
+    h, n, s, v = t.hidden, t.layers, t.seq, t.vocab
+    formula = 12 * n * h * h * (1 + 13 / (12 * h) + (v + s) / (12 * n * h))
     assert get_profile(name).params == pytest.approx(formula + 2 * h, rel=1e-12)
 
 
@@ -57,11 +57,11 @@ def test_flops_per_iteration_are_72_b_s_l_h2(name, batch):
     72 B s l h^2 (1 + s / (6 h) + V / (12 l h)), Narayanan et al. 2021, Sec. 5.1's 96 ...
     with the forward counted three times instead of four."""
     t, profile = get_transformer(name), get_profile(name)
-    h, l, s, v = t.hidden, t.layers, t.seq, t.vocab
+    h, n, s, v = t.hidden, t.layers, t.seq, t.vocab
     total = batch * sum(layer.forward_flops + profile.backward_flops(i)
                         for i, layer in enumerate(profile.layers))
-    assert total == pytest.approx(72 * batch * s * l * h * h
-                                  * (1 + s / (6 * h) + v / (12 * l * h)), rel=1e-12)
+    assert total == pytest.approx(72 * batch * s * n * h * h
+                                  * (1 + s / (6 * h) + v / (12 * n * h)), rel=1e-12)
 
 
 @pytest.mark.parametrize("name", ["megatron-8.3b", "gpt-145b", "gpt-1t", "bert-large"])
