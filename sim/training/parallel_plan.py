@@ -29,6 +29,10 @@ the last. Each layer's attention and MLP block is one column/row pair of its own
 "part"): one allreduce forward and one backward of microbatch x s x h elements each; the
 vocab-parallel embedding allreduces forward, the head backward. A part stashes what
 :meth:`~sim.workloads.transformer.Part.stash_bytes` says (dropout masks at one byte).
+The head's logits reuse the first stage's word embedding: with p > 1 Megatron-LM keeps a
+copy on the last stage and allreduces its gradient with the first stage's; neither the copy
+nor that allreduce is counted. The parts' non-GEMM elements (``ShardLayer.other_elements``)
+are carried for a device that charges them; the step's time here is by FLOPs.
 
 ``parallel.recompute`` (Korthikanti et al. 2022): "full" recomputes each layer's forward
 before its backward (a shard layer's backward FLOPs include it) and stashes only what the

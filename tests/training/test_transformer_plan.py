@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from sim.errors import UserError
+from sim.training.config_warnings import config_warnings
 from sim.training.parallel_plan import build_plan, plan_itemsize, split_key
 from sim.training.real_checks import check_split
 from sim.training.strategies import row_of
@@ -196,3 +197,9 @@ def test_real_ranks_refuse_recomputation(tiny_config_data):
     config = mlp(tiny_config_data, parallel__pipeline=2, parallel__recompute="full")
     with pytest.raises(UserError, match="parallel.recompute 'full': real ranks keep every"):
         check_split(config, row_of(config))
+
+
+def test_selective_recomputation_of_an_mlp_is_worded_as_doing_nothing(tiny_config_data):
+    warnings = config_warnings(mlp(tiny_config_data, parallel__recompute="selective"))
+    assert any(w.startswith("parallel.recompute = \"selective\" has no effect") for w in warnings)
+    assert not config_warnings(gpt(parallel__recompute="selective"))
