@@ -182,3 +182,15 @@ def test_a_misspelled_config_path_names_the_file_beside_it(tmp_path, capsys, mon
     assert main(["run", "experiments/quickstrat.toml"]) == 2
     assert ("experiments/quickstrat.toml: no such config file (did you mean "
             "experiments/quickstart.toml?)") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["bsp", "bsp-ps", "asp", "ssp"])
+def test_every_quickstart_run_reaches_its_target(kind):
+    """The README's tour points at time_to_target_s: quickstart sets a target every one of
+    its strategies reaches, so the figure has a value in every run (issue 47)."""
+    from sim.simulated.engine import simulate
+    from sim.training.validator import load_config
+
+    config = load_config(Path(__file__).resolve().parents[2] / "experiments" /
+                         "quickstart.toml", [f"strategy.kind={kind}"])
+    assert simulate(config).summary["time_to_target_s"] is not None

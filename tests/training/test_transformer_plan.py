@@ -11,10 +11,11 @@ import pytest
 
 from sim.errors import UserError
 from sim.training.config_warnings import config_warnings
-from sim.training.parallel_plan import build_plan, plan_itemsize, split_key
+from sim.training.parallel_plan import build_plan, split_key
 from sim.training.real_checks import check_split
 from sim.training.strategies import row_of
 from sim.training.validator import validate
+from sim.workloads.precision import run_itemsize
 from sim.workloads.transformer import get_transformer
 
 NAME = "megatron-1.2b"  # h 1536, a 16, l 40, s 1024, V 51,200
@@ -50,7 +51,7 @@ def per_layer(t: int, mode: str) -> int:
 
 
 def test_a_transformer_profile_is_planned_by_fp32_elements():
-    assert plan_itemsize(gpt()) == FP32
+    assert run_itemsize(gpt()) == FP32
 
 
 @pytest.mark.parametrize("p, stage_layers, counts", [
@@ -203,3 +204,14 @@ def test_selective_recomputation_of_an_mlp_is_worded_as_doing_nothing(tiny_confi
     warnings = config_warnings(mlp(tiny_config_data, parallel__recompute="selective"))
     assert any(w.startswith("parallel.recompute = \"selective\" has no effect") for w in warnings)
     assert not config_warnings(gpt(parallel__recompute="selective"))
+
+
+def test_interleaved_chunks_are_whole_layers_with_the_embedding_and_head_at_the_ends():
+    """p = 2 stages of v = 2 chunks: virtual stages of 10 layers each, virtual stage 0
+    (stage 0's chunk 0) with the embedding and virtual stage 3 (stage 1's chunk 1) with
+    the head (Narayanan et al. 2021, Sec. 2.2.2)."""
+    plan = build_plan(gpt(parallel__pipeline=2, parallel__schedule="interleaved",
+                          parallel__virtual_stages=2, parallel__microbatches=4))
+    spans = [[(c.index, c.last - c.first + 1) for c in st.pieces] for st in plan.stages]
+    assert spans == [[(0, 21), (2, 20)], [(1, 20), (3, 21)]]
+    assert plan.virtual_stage(3).last == len(get_transformer(NAME).parts()) - 1
