@@ -56,7 +56,16 @@ def _unused_embeddings(c: Config) -> str | None:
     return None
 
 
-WARNINGS = [_one_leaf, _unused_allgather, _lone_host_link, _unused_embeddings]
+def _selective_without_attention(c: Config) -> str | None:
+    if c.parallel.recompute == "selective" and c.workload.profile is None:
+        return (f"parallel.recompute = \"selective\" has no effect: {c.workload.model!r} has "
+                "no attention to recompute (a transformer profile has; \"full\" recomputes "
+                "an MLP's stages)")
+    return None
+
+
+WARNINGS = [_one_leaf, _unused_allgather, _lone_host_link, _unused_embeddings,
+            _selective_without_attention]
 
 
 def config_warnings(config: Config) -> list[str]:
