@@ -396,7 +396,7 @@ def _steady_refusals(c: Config) -> list[tuple[bool, str]]:
     ranks differ, or that would put a tensor allreduce on a link other traffic uses."""
     cl, par, comp = c.cluster, c.parallel, c.compute
     costs = cpu_costs(load_host(cl.host), get_fabric(cl.fabric), get_transport(cl.transport))
-    alone = cl.host_link is not None and cl.ranks_per_host == par.tensor \
+    alone = get_host_link(cl.host_link) is not None and cl.ranks_per_host == par.tensor \
         and not cl.rank_hosts
     return [
         (c.strategy.kind != "bsp" or not splits(c),
@@ -434,7 +434,8 @@ def _check_engine(c: Config) -> None:
 
 CHECKS = [_check_names, _check_topology, _check_fabric, _check_transport, _check_hosts,
           _check_pipelining, _check_workload, _check_strategy, _check_faults,
-          _check_embeddings, _check_parallel, _check_memory, _check_engine]
+          _check_embeddings, _check_parallel, _check_memory,
+          _check_engine]
 
 
 # ---- loading -------------------------------------------------------------------------

@@ -1,0 +1,129 @@
+"""run.engine = "steady" (sim/simulated/steady_state.py) against the event engine on small
+plans: sim_time_s, every activity (mean and per rank), the plan's keys and metrics.csv's
+times agree to 1e-6 relative, with far fewer events; what it does not cover, the validator
+refuses with one line naming run.engine."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from sim.errors import UserError
+from sim.recorder import KINDS
+from sim.simulated.engine import simulate
+from sim.training.validator import validate
+
+REL = 1e-6
+
+
+def config(**keys):
+    """2 replicas of an 8-layer MLP of width 512 (timing only) on A100s, IB HDR between
+    hosts, NVLink 3 inside; ``keys`` (``__`` = ``.``) on top."""
+    data = {
+        "cluster": {"workers": 2, "fabric": "ib-hdr", "ranks_per_host": 2,
+                    "host_link": "nvlink3-a100"},
+        "workload": {"model": "mlp", "dataset": "gaussian", "features": 512, "classes": 8,
+                     "samples": 4096, "hidden": [512] * 7, "batch": 64, "numerics": False},
+        "strategy": {"kind": "bsp", "collective": "ring"},
+        "parallel": {"pipeline": 4, "tensor": 2, "microbatches": 8, "schedule": "1f1b"},
+        "compute": {"device": "a100"},
+        "run": {"iterations": 2, "eval_every": 2, "memory": "report"},
+    }
+    for key, value in keys.items():
+        section, name = key.split("__")
+        data[section][name] = value
+    return data
+
+
+def both(data):
+    events = simulate(validate(data))
+    steady = simulate(validate({**data, "run": {**data["run"], "engine": "steady"}}))
+    return events, steady
+
+
+def close(a: float, b: float) -> bool:
+    return abs(a - b) <= REL * max(abs(a), abs(b)) or a == b
+
+
+CASES = {
+    "1f1b, tensor groups on a host, pipeline over IB": {},
+    "gpipe": {"parallel__schedule": "gpipe"},
+    "4 shards a host": {"parallel__tensor": 4, "cluster__ranks_per_host": 4},
+    "ring of 3 replicas, rabenseifner": {"cluster__workers": 3,
+                                         "strategy__collective": "rabenseifner"},
+    # no shards: stages 0-3 of a replica share a host, messages over NVLink
+    "pipeline inside a host": {"parallel__tensor": 1, "cluster__ranks_per_host": 4},
+    # both replicas on one host: the data groups' allreduces share its NVSwitch
+    "data groups inside a host": {"parallel__tensor": 1, "cluster__ranks_per_host": 8,
+                                  "parallel__schedule": "gpipe"},
+    "eth-100g, 16 microbatches": {"cluster__fabric": "eth-100g",
+                                  "parallel__microbatches": 16},
+}
+
+
+@pytest.mark.parametrize("keys", CASES.values(), ids=CASES.keys())
+def test_steady_agrees_with_events(keys):
+    events, steady = both(config(**keys))
+    a, b = events.summary, steady.summary
+    assert a["complete"] and b["complete"]
+    for key in ("sim_time_s", "bubble_fraction", "pipeline_p2p_s", "tensor_allreduce_s",
+                "comm_s", "iter_s", *(f"{kind}_s" for kind in KINDS)):
+        assert close(a[key], b[key]), (key, a[key], b[key])
+    for x, y in zip(a["stage_compute_s"], b["stage_compute_s"], strict=True):
+        assert close(x, y)
+    for row_a, row_b in zip(a["workers"], b["workers"], strict=True):  # every rank's
+        assert all(close(row_a[kind], row_b[kind]) for kind in KINDS), (row_a, row_b)
+    rows_a = list(csv.DictReader(io.StringIO(events.metrics_csv)))
+    rows_b = list(csv.DictReader(io.StringIO(steady.metrics_csv)))
+    assert [r["kind"] for r in rows_a] == [r["kind"] for r in rows_b]
+    assert all(close(float(x["time_s"]), float(y["time_s"]))
+               for x, y in zip(rows_a, rows_b, strict=True))
+    same = set(a) - {"events", "wall_s", "workers", "sim_time_s", "bubble_fraction",
+                      "stage_compute_s"}
+    assert set(a) == set(b)  # the same keys
+    assert {k for k in same if not isinstance(a[k], float) and a[k] != b[k]} == set()
+    assert b["events"] <= a["events"]  # the same with one shard
+
+
+def test_steady_is_far_cheaper_with_shards():
+    """8 shards: the tensor allreduces' rounds were nearly all the events."""
+    events, steady = both(config(parallel__tensor=8, cluster__ranks_per_host=8,
+                                 run__iterations=1, run__eval_every=1))
+    assert close(events.summary["sim_time_s"], steady.summary["sim_time_s"])
+    assert steady.summary["events"] * 10 < events.summary["events"]
+
+
+def test_trace_has_the_timed_shard():
+    _, steady = both(config(run__iterations=1, run__eval_every=1))
+    names = {e["args"]["name"] for e in steady.trace["traceEvents"]
+             if e.get("name") == "thread_name"}
+    assert any("shard 0" in n for n in names)
+    spans = [e for e in steady.trace["traceEvents"] if e.get("ph") == "X"]
+    assert spans
+
+
+REFUSED = {
+    "bsp-ps": {"strategy__kind": "bsp-ps"},
+    "no plan": {"parallel__pipeline": 1, "parallel__tensor": 1, "parallel__microbatches": 1},
+    "numerics": {"workload__numerics": True},
+    "noise": {"compute__distribution": "exponential"},
+    "stragglers": {"compute__straggler_fraction": 0.5, "compute__straggler_slowdown": 2.0},
+    "a host with CPU costs": {"cluster__host": "epyc-core"},
+    "leaf-spine": {"cluster__topology": "leaf-spine"},
+    # two stages on a host: their messages would share NVLink ports with tensor allreduces
+    "tensor group beside other traffic": {"cluster__ranks_per_host": 4},
+    "no host link": {"cluster__host_link": "none"},
+}
+
+
+@pytest.mark.parametrize("keys", REFUSED.values(), ids=REFUSED.keys())
+def test_validator_refuses_what_steady_does_not_cover(keys):
+    data = config(run__engine="steady", **keys)
+    with pytest.raises(UserError, match="run.engine: 'steady'"):
+        validate(data)
+
+
+def test_events_is_the_default():
+    assert validate(config()).run.engine == "events"
