@@ -131,10 +131,7 @@ def build_simulation(config: Config, plan: Plan | None = None) -> Simulation:
     workload = build_workload(config)
     rules = make_rules(config)
     row = row_of(config)
-    strategy_cls = row.simulated_class(split)
-    if run.engine == "steady":  # the validator admits it for bsp on a plan only
-        from sim.simulated.steady_state import SteadyBSP  # it builds on this module's probes
-        strategy_cls = SteadyBSP
+    strategy_cls = row.simulated_class(split, run.engine)
     workers = row.worker_ranks(config)  # the ranks that compute: replicas x stages x shards
     servers = row.server_ranks(config)
     env = CountingEnvironment()

@@ -389,6 +389,11 @@ def _check_memory(c: Config) -> None:
         f"{holds}")
 
 
+def _steady() -> str:
+    """The strategies run.engine = "steady" runs, as a sentence names them."""
+    return " and ".join(name for name, row in STRATEGIES.items() if row.simulated_steady)
+
+
 def _steady_refusals(c: Config) -> list[tuple[bool, str]]:
     """(refused, the one line) for what run.engine = "steady" does not cover
     (:mod:`sim.simulated.steady_state`): it runs one tensor shard of a bsp plan with constant
@@ -399,8 +404,8 @@ def _steady_refusals(c: Config) -> list[tuple[bool, str]]:
     alone = get_host_link(cl.host_link) is not None and cl.ranks_per_host == par.tensor \
         and not cl.rank_hosts
     return [
-        (c.strategy.kind != "bsp" or not splits(c),
-         f"runs bsp on a [parallel] plan (strategy {c.strategy.kind!r}"
+        (row_of(c).simulated_steady is None or not splits(c),
+         f"runs {_steady()} on a [parallel] plan (strategy {c.strategy.kind!r}"
          + ("" if splits(c) else ", no stages, shards or microbatches") + ")"),
         (c.workload.numerics, "is timing only: set workload.numerics = false"),
         (comp.distribution != "constant",
