@@ -39,45 +39,115 @@ import numpy as np
 import simpy
 
 from sim.simulated.stages import BubbleTally, StageWork
+from sim.simulated.strategies.base import together
 from sim.simulated.strategies.model_parallel import ModelParallelBSP
 from sim.training.stage_schedule import Op
 
 
-class ShardsAlike(BubbleTally):
-    """A bubble tally whose shard-0 passes stand for every shard's."""
+class RanksAlike(BubbleTally):
+    """A bubble tally whose timed pipeline's passes stand for its shards', and with
+    ``replicas`` also for every replica's."""
+
+    def __init__(self, replicas: int, shards: int, stages: int, alike: bool) -> None:
+        super().__init__(replicas, shards, stages)
+        self.alike = alike
 
     def passed(self, step: int, replica: int, shard: int, start: float, end: float) -> None:
-        for k in range(self.shape[1]):
-            super().passed(step, replica, k, start, end)
+        at = self.steps.get(step)
+        if at is None:
+            at = self.steps[step] = np.zeros((3, *self.shape))
+            at[0] = np.inf
+            at[1] = -np.inf
+        rows = slice(None) if self.alike else slice(replica, replica + 1)
+        at[0, rows] = np.minimum(at[0, rows], start)
+        at[1, rows] = np.maximum(at[1, rows], end)
+        at[2, rows] += end - start
+
+
+class Mirrored:
+    """The network as the timed pipeline's mailbox sees it: a message sent between two of
+    its ranks is sent between the same ranks of every other replica too, at the same
+    instant, so that the data-parallel allreduces meet the traffic they meet in the event
+    engine. Returns the timed message's delivery."""
+
+    def __init__(self, network: Any, mirrors: dict[int, list[int]]) -> None:
+        self.network, self.mirrors = network, mirrors
+
+    @property
+    def sent(self) -> int:
+        return self.network.sent
+
+    def send(self, src: int, dst: int, nbytes: float) -> simpy.Event:
+        delivered = self.network.send(src, dst, nbytes)
+        for a, b in zip(self.mirrors[src], self.mirrors[dst], strict=True):
+            self.network.send(a, b, nbytes)
+        return delivered
 
 
 class SteadyBSP(ModelParallelBSP):
-    """bsp on a plan, shard 0 of each replica simulated, the other shards copied (module
-    docstring)."""
+    """bsp on a plan: shard 0 of replica 0 simulated, its messages mirrored in every replica,
+    the data groups' allreduces on the live network, every other rank's times copied
+    (module docstring)."""
 
     def start(self) -> None:
         self.setup_replicas()
         self.replays = False  # every data-parallel allreduce on the live network
         self.build_ranks()
-        plan = self.plan
-        self.bubble = ShardsAlike(plan.replicas, plan.tensor, plan.pipeline)
-        self.alone: dict[tuple[int, int], float] = {}  # (stage, bytes) -> allreduce alone, s
-        self.probe = AloneProbe(self.ctx.config)
-        self.timed = [place.rank for place in plan.ranks if place.shard == 0]
-        if self.ctx.numerics:
-            raise AssertionError("the validator admits steady only timing only")
-        self.loops = [self.ctx.env.process(self.rank_loop(r)) for r in self.timed]
+        plan, ctx = self.plan, self.ctx
+        if ctx.numerics:
+            raise AssertionError("the validator admits steady timing only")
+        self.alone: dict[int, float] = {}  # bytes -> a tensor group's allreduce alone, s
+        self.probe = AloneProbe(ctx.config)
+        # replica 0 stands for the others where their data groups' collective treats every
+        # member alike; else each replica runs (shard 0 still stands for its shards)
+        self.mirror = all(balanced(self.collective.schedule(plan.replicas,
+                                                            self.sent_bytes(work)))
+                          for work in self.works)
+        self.bubble = RanksAlike(plan.replicas, plan.tensor, plan.pipeline, self.mirror)
+        replicas = range(1) if self.mirror else range(plan.replicas)
+        self.timed = [plan.rank_of(d, s, 0) for d in replicas for s in range(plan.pipeline)]
+        self.stands_for = {r: [plan.rank_of(d, plan.ranks[r].stage, k)
+                               for d in (range(plan.replicas) if self.mirror
+                                         else [plan.ranks[r].replica])
+                               for k in range(plan.tensor)]
+                           for r in self.timed}
+        if self.mirror:
+            placed = self.placed
+            self.mail.network = Mirrored(ctx.network, {
+                int(placed[r]): [int(placed[plan.rank_of(d, plan.ranks[r].stage, 0)])
+                                 for d in range(1, plan.replicas)] for r in self.timed})
+        self.loops = [ctx.env.process(self.rank_loop(r)) for r in self.timed]
 
-    # ---- what stands for the other shards ---------------------------------------------
+    # ---- what stands for the other ranks ----------------------------------------------
 
     def draw(self, rank: int, work: StageWork, step: int) -> float:
         seconds = super().draw(rank, work, step)
-        t = self.plan.tensor
-        self.step_compute[step][rank:rank + t] = seconds  # its shards draw the same
+        self.step_compute[step][self.stands_for[rank]] = seconds  # they draw the same
         return seconds
 
+    def data_parallel(self, rank: int, work: StageWork,
+                      step: int) -> Generator[simpy.Event, Any, None]:
+        """The timed rank's data group (its stage's shard 0 in every replica; mirrored,
+        they all arrive now): their allreduce on the live network and update, as the event
+        engine's (:meth:`ModelParallelBSP.data_parallel`)."""
+        if not self.mirror:  # every replica's shard 0 meets, as in the event engine
+            yield from super().data_parallel(rank, work, step)
+            return
+        group = self.data_groups[rank]
+        costs = self.ctx.cpu
+        nbytes = work.grad_bytes
+
+        def reduce() -> Generator[simpy.Event, Any, None]:
+            yield from self.allreduce(self.sent_bytes(work), group=group)
+            yield from together(self.ctx, group.ranks, "update",
+                                costs.reduce_s(nbytes) + costs.update_s(nbytes))
+
+        yield from self.meetings.join(("data", step, rank), rank, (rank,), reduce,
+                                      lambda: self.group_updated(step))
+
     def group_updated(self, step: int) -> None:
-        """Shard 0's data group of a stage has updated: so have its other shards'."""
+        """A timed data group has updated: so have those it stands for (its stage's other
+        shards' groups)."""
         for _ in range(self.plan.tensor):
             super().group_updated(step)
 
@@ -86,10 +156,9 @@ class SteadyBSP(ModelParallelBSP):
         """The tensor group's allreduce of ``nbytes``: its time alone, as the event engine's
         would take it (the shards arrive together; the host link is theirs)."""
         env = self.ctx.env
-        stage = self.plan.ranks[rank].stage
-        seconds = self.alone.get((stage, nbytes))
+        seconds = self.alone.get(nbytes)
         if seconds is None:
-            seconds = self.alone[(stage, nbytes)] = self.probe.allreduce_s(
+            seconds = self.alone[nbytes] = self.probe.allreduce_s(
                 self.tensor_groups[rank].ranks, nbytes)
         start = env.now
         yield env.timeout(seconds)
@@ -97,15 +166,31 @@ class SteadyBSP(ModelParallelBSP):
         self.tensor_s[rank] += env.now - start
 
     def summary_extra(self) -> dict[str, Any]:
-        """The event engine's keys, with each shard-0 rank's times written for its shards."""
-        t = self.plan.tensor
+        """The event engine's keys, with each timed rank's times written for the ranks it
+        stands for."""
         recorder = self.ctx.recorder
-        for rank in self.timed:
-            for k in range(1, t):
-                recorder.copy_time(rank, rank + k)
-            self.mail.spent_s[rank + 1:rank + t] = self.mail.spent_s[rank]
-            self.tensor_s[rank + 1:rank + t] = self.tensor_s[rank]
+        for rank, others in self.stands_for.items():
+            for other in others:
+                if other != rank:
+                    recorder.copy_time(rank, other)
+            self.mail.spent_s[others] = self.mail.spent_s[rank]
+            self.tensor_s[others] = self.tensor_s[rank]
         return super().summary_extra()
+
+
+def balanced(schedule: Any) -> bool:
+    """Whether every round of a collective's ``schedule`` (:class:`sim.network.schedule.
+    Schedule`) has each endpoint send one message and receive one, all of one size: the
+    ring, recursive halving and doubling on a power of two. Its members then meet the same
+    traffic in the same way, and one replica's times are every replica's."""
+    n = schedule.n_endpoints
+    for r in range(schedule.n_rounds):
+        rnd = schedule.round(r)
+        if len(rnd.src) != n or len(set(rnd.count.tolist())) > 1 \
+                or sorted(rnd.src.tolist()) != list(range(n)) \
+                or sorted(rnd.dst.tolist()) != list(range(n)):
+            return False
+    return True
 
 
 class AloneProbe:
@@ -121,9 +206,11 @@ class AloneProbe:
         """Seconds of an allreduce of ``nbytes`` among ``group`` (ranks of the plan)."""
         from sim.simulated.engine import build_simulation  # the engine builds on this module
 
-        if self.sim is None:
-            events = self.config.model_copy(update={"run": self.config.run.model_copy(
-                update={"engine": "events"})})
+        if self.sim is None:  # one replica: a tensor group's host is the same in each
+            config = self.config
+            events = config.model_copy(update={
+                "run": config.run.model_copy(update={"engine": "events"}),
+                "cluster": config.cluster.model_copy(update={"workers": 1})})
             self.sim = build_simulation(events)
             self.sim.strategy.setup_replicas()
         env, ctx, strategy = self.sim
