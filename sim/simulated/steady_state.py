@@ -180,13 +180,14 @@ class SteadyBSP(ModelParallelBSP):
 
 def balanced(schedule: Any) -> bool:
     """Whether every round of a collective's ``schedule`` (:class:`sim.network.schedule.
-    Schedule`) has each endpoint send one message and receive one, all of one size: the
-    ring, recursive halving and doubling on a power of two. Its members then meet the same
-    traffic in the same way, and one replica's times are every replica's."""
+    Schedule`) has each endpoint send one message and receive one, all of one size (to one
+    element: a buffer cut into p chunks): the ring, recursive halving and doubling on a
+    power of two. Its members then meet the same traffic in the same way, and one replica's
+    times are every replica's (to one element's time on the wire)."""
     n = schedule.n_endpoints
     for r in range(schedule.n_rounds):
         rnd = schedule.round(r)
-        if len(rnd.src) != n or len(set(rnd.count.tolist())) > 1 \
+        if len(rnd.src) != n or int(rnd.count.max() - rnd.count.min()) > 1 \
                 or sorted(rnd.src.tolist()) != list(range(n)) \
                 or sorted(rnd.dst.tolist()) != list(range(n)):
             return False

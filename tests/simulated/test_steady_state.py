@@ -51,7 +51,11 @@ CASES = {
     "1f1b, tensor groups on a host, pipeline over IB": {},
     "gpipe": {"parallel__schedule": "gpipe"},
     "4 shards a host": {"parallel__tensor": 4, "cluster__ranks_per_host": 4},
-    "ring of 3 replicas, rabenseifner": {"cluster__workers": 3,
+    "ring of 3 replicas (chunks a byte apart), mirrored": {"cluster__workers": 3},
+    "recursive doubling on 4 replicas, mirrored": {"cluster__workers": 4,
+                                                   "strategy__collective":
+                                                   "recursive-doubling"},
+    "rabenseifner on 3 replicas, each run": {"cluster__workers": 3,
                                          "strategy__collective": "rabenseifner"},
     # no shards: stages 0-3 of a replica share a host, messages over NVLink
     "pipeline inside a host": {"parallel__tensor": 1, "cluster__ranks_per_host": 4},
@@ -127,3 +131,20 @@ def test_validator_refuses_what_steady_does_not_cover(keys):
 
 def test_events_is_the_default():
     assert validate(config()).run.engine == "events"
+
+
+@pytest.mark.parametrize(("collective", "replicas", "mirrored"), [
+    ("ring", 3, True), ("recursive-doubling", 4, True), ("rabenseifner", 3, False)])
+def test_replica_zero_stands_for_all_where_the_collective_is_balanced(collective, replicas,
+                                                                      mirrored):
+    """A ring (or recursive doubling on a power of two) treats every member alike: replica
+    0 runs and its messages are mirrored; Rabenseifner's on 3 folds one member in first, so
+    every replica runs. Both agree with the event engine (above)."""
+    from sim.simulated.engine import build_simulation
+
+    data = config(cluster__workers=replicas, strategy__collective=collective,
+                  run__engine="steady")
+    _, _, strategy = build_simulation(validate(data))
+    strategy.start()
+    assert strategy.mirror is mirrored
+    assert len(strategy.timed) == 4 * (1 if mirrored else replicas)
