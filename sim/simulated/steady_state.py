@@ -3,31 +3,43 @@ engine's results.
 
 The event engine (:class:`~sim.simulated.strategies.model_parallel.ModelParallelBSP`) runs
 every rank of replicas x stages x shards as a SimPy process and every tensor allreduce flow
-by flow: a 384-rank plan took 35 million events (issue 46), nearly all of them the tensor
-groups' rounds. Where the validator admits ``steady`` (:func:`sim.training.validator.
-_steady_refusals`: bsp, constant compute, no stragglers, slowdowns, faults or checkpoints,
-CPU-free messages, a non-blocking star, and every tensor group alone on its host's link)
-the shards of a stage are alike in everything they do:
+by flow: issue 46's 384-rank plan took 17.5 million events for one step, nearly all of them
+the tensor groups' rounds. Where the validator admits ``steady``
+(:func:`sim.training.validator._steady_refusals`: bsp on a plan, timing only, constant
+compute, no stragglers, slowdowns, faults or checkpoints, CPU-free messages, a non-blocking
+star, every tensor group alone on its host's link) ranks that the plan places alike do
+alike:
 
-- each shard computes the same FLOPs in the same order (the plan's :class:`~sim.training.
-  parallel_plan.ShardLayer` s of a stage are equal), so they reach each tensor allreduce at
-  the same instant, and the group's meeting waits for nobody;
-- a tensor group is one host's ranks (``cluster.ranks_per_host = parallel.tensor``) and its
-  allreduce runs on that host's link, which nothing else uses (neighbouring stages and
-  replicas sit on other hosts: their messages cross the fabric), so every allreduce of a
-  size takes the time it takes alone (:mod:`sim.network.two_tier`: the host link and the
-  fabric share no link);
-- shard k's pipeline messages and data-parallel allreduce use only shard k's NIC ports, and
-  on a star no two ports share a link, so shard k's traffic runs exactly as shard 0's.
+- a stage's shards compute the same FLOPs in the same order (the plan's shard layers of a
+  stage are equal), so they reach each tensor allreduce at the same instant and its meeting
+  waits for nobody; the group is one host's ranks (``cluster.ranks_per_host =
+  parallel.tensor``) and its allreduce runs on that host's link, which nothing else uses
+  (neighbouring stages and replicas sit on other hosts; :mod:`sim.network.two_tier`: the
+  host link and the fabric share no link), so each allreduce of a size takes its time
+  alone, measured once per size by the strategy's own allreduce in a probe simulation of
+  one replica (:class:`AloneProbe`);
+- shard k's pipeline messages and data-parallel allreduces use only shard k's NIC ports,
+  and on a star no two ports share a link: shard k's traffic runs exactly as shard 0's;
+- replicas differ only where their data groups' collective treats members unalike. Where
+  it is :func:`balanced` (every round, every member sends one message and receives one of
+  one size: the ring, recursive doubling on a power of two), replica 0 runs, each message
+  it sends is sent between the same ranks of every other replica at the same instant
+  (:class:`Mirrored`: the data-parallel allreduces meet the same traffic as in the event
+  engine), and each data group's allreduce starts when replica 0's member arrives
+  (:class:`DataGroupsMirrored`). Otherwise (Rabenseifner's on 3 folds one member in
+  first) every replica's shard 0 runs.
 
-So :class:`SteadyBSP` runs the event engine's own rank code (the same ``rank_loop``, mail,
-meetings, data-parallel allreduce on the live flow network, step closing and summary) for
-shard 0 of every replica only, with each tensor allreduce a timeout of its duration alone
-(measured once per size, in a probe simulation of the same cluster, by the strategy's own
-allreduce), and writes shard 0's times for the other shards. Results (summary.json,
-metrics.csv, trace.json: the shard-0 ranks' spans) equal the event engine's to rounding:
-tests/simulated/test_steady_state.py checks 1e-6 relative on sim_time_s and every activity.
-``events`` is what this engine processed.
+So :class:`SteadyBSP` runs the event engine's own rank code (``rank_loop``, the mailbox,
+the meetings, the data-parallel allreduces on the live flow network, the step's close and
+the summary) for the timed ranks only, with each tensor allreduce a timeout of its time
+alone, and writes each timed rank's activity times, message and tensor seconds and bubble
+for the ranks it stands for. summary.json and metrics.csv carry the event engine's keys and
+values (``events``: what this engine processed); trace.json has the timed ranks' spans.
+tests/simulated/test_steady_state.py checks sim_time_s, every rank's activities and the
+plan's keys against the event engine to 1e-6 relative; on the 384-rank plan sim_time_s
+agrees to 1e-15 and every rank's activities to 5e-7 (the event engine's tensor allreduces
+took ~6e-13 s, 1e-7 relative, from their time alone on average; the cause was not
+isolated).
 """
 
 from __future__ import annotations
@@ -38,8 +50,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.simulated.stages import BubbleTally, StageWork
-from sim.simulated.strategies.base import together
+from sim.simulated.stages import BubbleTally, Meetings, StageWork
 from sim.simulated.strategies.model_parallel import ModelParallelBSP
 from sim.training.stage_schedule import Op
 
@@ -84,6 +95,17 @@ class Mirrored:
         return delivered
 
 
+class DataGroupsMirrored(Meetings):
+    """Meetings where a data group's timed rank (replica 0's) is the only member that
+    arrives: the others are its mirror images and arrive with it. Its work (the group's
+    allreduce over every member's host) then starts as the event engine's does."""
+
+    def join(self, key: tuple, rank: int, members: tuple[int, ...], *args: Any,
+             **kwargs: Any) -> Generator[simpy.Event, Any, None]:
+        return super().join(key, rank, (rank,) if key[0] == "data" else members, *args,
+                            **kwargs)
+
+
 class SteadyBSP(ModelParallelBSP):
     """bsp on a plan: shard 0 of replica 0 simulated, its messages mirrored in every replica,
     the data groups' allreduces on the live network, every other rank's times copied
@@ -112,6 +134,7 @@ class SteadyBSP(ModelParallelBSP):
                                for k in range(plan.tensor)]
                            for r in self.timed}
         if self.mirror:
+            self.meetings = DataGroupsMirrored(ctx.env, ctx.recorder)
             placed = self.placed
             self.mail.network = Mirrored(ctx.network, {
                 int(placed[r]): [int(placed[plan.rank_of(d, plan.ranks[r].stage, 0)])
@@ -124,26 +147,6 @@ class SteadyBSP(ModelParallelBSP):
         seconds = super().draw(rank, work, step)
         self.step_compute[step][self.stands_for[rank]] = seconds  # they draw the same
         return seconds
-
-    def data_parallel(self, rank: int, work: StageWork,
-                      step: int) -> Generator[simpy.Event, Any, None]:
-        """The timed rank's data group (its stage's shard 0 in every replica; mirrored,
-        they all arrive now): their allreduce on the live network and update, as the event
-        engine's (:meth:`ModelParallelBSP.data_parallel`)."""
-        if not self.mirror:  # every replica's shard 0 meets, as in the event engine
-            yield from super().data_parallel(rank, work, step)
-            return
-        group = self.data_groups[rank]
-        costs = self.ctx.cpu
-        nbytes = work.grad_bytes
-
-        def reduce() -> Generator[simpy.Event, Any, None]:
-            yield from self.allreduce(self.sent_bytes(work), group=group)
-            yield from together(self.ctx, group.ranks, "update",
-                                costs.reduce_s(nbytes) + costs.update_s(nbytes))
-
-        yield from self.meetings.join(("data", step, rank), rank, (rank,), reduce,
-                                      lambda: self.group_updated(step))
 
     def group_updated(self, step: int) -> None:
         """A timed data group has updated: so have those it stands for (its stage's other
