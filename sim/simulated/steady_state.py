@@ -34,7 +34,10 @@ the meetings, the data-parallel allreduces on the live flow network, the step's 
 the summary) for the timed ranks only, with each tensor allreduce a timeout of its time
 alone, and writes each timed rank's activity times, message and tensor seconds and bubble
 for the ranks it stands for. summary.json and metrics.csv carry the event engine's keys and
-values (``events``: what this engine processed); trace.json has the timed ranks' spans.
+values (``events``: what this engine processed); trace.json has the timed ranks' spans (a
+tensor allreduce is one span, where the event engine draws one per round; so a run cut by
+run.time_limit_s mid-step would count a part-done allreduce differently, and the validator
+refuses the limit).
 tests/simulated/test_steady_state.py checks sim_time_s, every rank's activities and the
 plan's keys against the event engine to 1e-6 relative; on the 384-rank plan sim_time_s
 agrees to 1e-15 and every rank's activities to 5e-7 (the event engine's tensor allreduces

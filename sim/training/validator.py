@@ -417,6 +417,9 @@ def _steady_refusals(c: Config) -> list[tuple[bool, str]]:
          "does not model checkpoints (checkpoint.every_steps, checkpoint.every_s)"),
         (costs.charged, f"needs CPU-free messages: cluster.host = 'ideal' and a transport "
                         f"that charges no CPU (host {cl.host!r}, transport {cl.transport!r})"),
+        (c.run.time_limit_s is not None,
+         "does not stop at run.time_limit_s (a tensor allreduce is one span there, its "
+         "rounds in the event engine: a step cut mid-way would count differently)"),
         (cl.topology != "star",
          f"needs cluster.topology = 'star' (non-blocking: the shards' traffic shares no link; "
          f"got {cl.topology!r})"),

@@ -71,7 +71,7 @@ CASES = {
 def test_steady_agrees_with_events(keys):
     events, steady = both(config(**keys))
     a, b = events.summary, steady.summary
-    assert a["complete"] and b["complete"]
+    assert a["complete"] and b["complete"] and a["iterations"] == b["iterations"]
     for key in ("sim_time_s", "bubble_fraction", "pipeline_p2p_s", "tensor_allreduce_s",
                 "comm_s", "iter_s", *(f"{kind}_s" for kind in KINDS)):
         assert close(a[key], b[key]), (key, a[key], b[key])
@@ -116,6 +116,8 @@ REFUSED = {
     "stragglers": {"compute__straggler_fraction": 0.5, "compute__straggler_slowdown": 2.0},
     "a host with CPU costs": {"cluster__host": "epyc-core"},
     "leaf-spine": {"cluster__topology": "leaf-spine"},
+    # a step cut mid-way: the event engine counts a tensor allreduce's finished rounds
+    "a time limit": {"run__time_limit_s": 3e-4},
     # two stages on a host: their messages would share NVLink ports with tensor allreduces
     "tensor group beside other traffic": {"cluster__ranks_per_host": 4},
     "no host link": {"cluster__host_link": "none"},
@@ -148,3 +150,24 @@ def test_replica_zero_stands_for_all_where_the_collective_is_balanced(collective
     strategy.start()
     assert strategy.mirror is mirrored
     assert len(strategy.timed) == 4 * (1 if mirrored else replicas)
+
+
+def test_the_shipped_3072_gpu_config_is_megatrons_layout():
+    """experiments/scale/3072-gpus.toml: t = 8, p = 64, d = 6 (3,072 ranks), global batch
+    3072 of microbatch 1 (m = 512), 128 layers of width 25,600 (Narayanan et al. 2021,
+    Table 1's 1008 B row), on the steady engine; the plan's tensor groups are hosts."""
+    from pathlib import Path
+
+    from sim.training.parallel_plan import build_plan
+    from sim.training.validator import load_config
+
+    path = Path(__file__).resolve().parents[2] / "experiments" / "scale" / "3072-gpus.toml"
+    c = load_config(path)
+    assert c.run.engine == "steady" and c.run.iterations == 1
+    assert (c.cluster.workers, c.parallel.pipeline, c.parallel.tensor) == (6, 64, 8)
+    assert c.cluster.workers * c.workload.batch == 3072 and c.parallel.microbatches == 512
+    assert len(c.workload.hidden) + 1 == 128 and set(c.workload.hidden) == {25600}
+    plan = build_plan(c)
+    assert len(plan.ranks) == 3072 and plan.microbatch_rows == 1
+    assert all(plan.ranks[r].host == plan.ranks[g].host
+               for r in range(0, 3072, 8) for g in plan.tensor_group(r))
