@@ -82,17 +82,21 @@ class Mirrored:
     """The network as the timed pipeline's mailbox sees it: a message sent between two of
     its ranks is sent between the same ranks of every other replica too, at the same
     instant, so that the data-parallel allreduces meet the traffic they meet in the event
-    engine. Returns the timed message's delivery."""
+    engine. Returns the timed message's delivery; :attr:`sent` read after a send counts its
+    flows only (the trace's arrows link the timed message's own flows)."""
 
     def __init__(self, network: Any, mirrors: dict[int, list[int]]) -> None:
         self.network, self.mirrors = network, mirrors
+        self.timed_end: int | None = None  # flows sent up to the last timed message's
 
     @property
     def sent(self) -> int:
-        return self.network.sent
+        end, self.timed_end = self.timed_end, None
+        return self.network.sent if end is None else end
 
     def send(self, src: int, dst: int, nbytes: float) -> simpy.Event:
         delivered = self.network.send(src, dst, nbytes)
+        self.timed_end = self.network.sent
         for a, b in zip(self.mirrors[src], self.mirrors[dst], strict=True):
             self.network.send(a, b, nbytes)
         return delivered
