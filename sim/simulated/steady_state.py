@@ -122,6 +122,7 @@ class SteadyBSP(ModelParallelBSP):
         self.setup_replicas()
         self.replays = False  # every data-parallel allreduce on the live network
         self.build_ranks()
+        self.overlaps = None  # the validator refuses parallel.dp_overlap
         plan, ctx = self.plan, self.ctx
         if ctx.numerics:
             raise AssertionError("the validator admits steady timing only")

@@ -21,6 +21,14 @@ skips a tensor that does not require one).
 Activations go from each shard of stage s to the same shard of stage s + 1 (each holds the
 whole activation after its last allreduce), and their gradients back; no scatter/gather
 across the shards (Narayanan et al. 2021, Sec. 4.1, is not modelled).
+
+With the interleaved schedule and v = ``parallel.virtual_stages`` chunks per stage, the
+layers are cut into p v contiguous virtual stages (balanced by FLOPs, or
+``parallel.stage_layers`` with p v counts) and stage s holds virtual stages c p + s, c =
+0..v-1 (Narayanan et al. 2021, Sec. 2.2.2): each is planned as a stage of its own (its
+shards, tensor allreduces, messages to virtual stages u - 1 and u + 1, the last of stage
+p - 1's chunks sending on to stage 0's next), and the rank's :class:`Stage` holds them as
+its ``chunks``.
 """
 
 from __future__ import annotations
@@ -29,14 +37,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from sim.training.stage_schedule import Op, peak_in_flight, stage_ops
+from sim.training.stage_schedule import Op, peak_in_flight, peak_stash, stage_ops
 from sim.workloads.datasets import dataset_shape
 from sim.workloads.models import MODELS, make_model
+from sim.workloads.precision import run_itemsize
 
 if TYPE_CHECKING:
     from sim.config import Config, Parallel
-
-ITEMSIZE = 8  # bytes of a float64, the dtype of the lab's kernels
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,9 @@ class PlanLayer:
     forward_flops: float
     backward_flops: float
     input_grad: bool = True
+    # per sample: elements its other ops (not GEMM-class) read and write in the forward
+    # (sim.workloads.timing_profiles.LayerProfile's; 0 for the lab's dense layers)
+    other_elements: float = 0.0
 
     @property
     def params(self) -> int:
@@ -122,6 +132,7 @@ class ShardLayer:
     backward_flops: float
     stash_width: int  # floats of the layer's input this shard keeps for backward
     output_width: int  # floats of the layer's output this shard computes (partial sums too)
+    other_elements: float = 0.0  # per sample: what this shard's other ops read and write
 
 
 @dataclass(frozen=True)
@@ -151,18 +162,29 @@ class Memory:
 
 @dataclass(frozen=True)
 class Stage:
-    """Layers first..last of the model on every rank of one stage (per shard)."""
+    """Layers first..last of the model on every rank of one stage (per shard); with the
+    interleaved schedule, its chunks' layers (``chunks``), first of chunk 0 to last of the
+    last chunk."""
 
     index: int
     first: int
     last: int
     layers: tuple[ShardLayer, ...]
     ops: tuple[Op, ...]  # this stage's passes in one step, in order
-    peak_in_flight: int  # microbatches stashed at once
+    peak_in_flight: int  # microbatches stashed at once ((microbatch, chunk) pairs)
     tensor_allreduces: tuple[TensorAllreduce, ...]  # per microbatch: forward's, then backward's
     activation_bytes: int  # sent to the next stage per microbatch (0 on the last)
     gradient_bytes: int  # sent to the previous stage per microbatch (0 on the first)
     memory: Memory
+    # interleaved: the virtual stages this stage holds, chunk 0 first, each planned as a
+    # stage (index: its virtual stage c p + s); the fields above sum theirs (layers and
+    # tensor allreduces in chunk order, bytes per microbatch over the chunks). Empty: one
+    chunks: tuple[Stage, ...] = ()
+
+    @property
+    def pieces(self) -> tuple[Stage, ...]:
+        """The stage's chunks, or the stage itself with one."""
+        return self.chunks or (self,)
 
     @property
     def forward_flops(self) -> float:
@@ -202,6 +224,15 @@ class Plan:
     stages: tuple[Stage, ...]
     ranks: tuple[RankPlace, ...]
 
+    @property
+    def chunks(self) -> int:
+        """Model chunks per stage (v; 1 but for the interleaved schedule)."""
+        return len(self.stages[0].pieces)
+
+    def virtual_stage(self, u: int) -> Stage:
+        """Virtual stage u (chunk u // p of stage u % p); stage u with one chunk."""
+        return self.stages[u % self.pipeline].pieces[u // self.pipeline]
+
     def rank_of(self, replica: int, stage: int, shard: int) -> int:
         return (replica * self.pipeline + stage) * self.tensor + shard
 
@@ -216,16 +247,22 @@ class Plan:
         at = self.ranks[rank]
         return tuple(self.rank_of(d, at.stage, at.shard) for d in range(self.replicas))
 
-    def next_rank(self, rank: int) -> int | None:
-        """Where ``rank`` sends its activations (None on the last stage)."""
-        at = self.ranks[rank]
-        return None if at.stage == self.pipeline - 1 else self.rank_of(at.replica, at.stage + 1,
-                                                                       at.shard)
+    def next_rank(self, rank: int, chunk: int = 0) -> int | None:
+        """Where ``rank`` sends its ``chunk``'s activations: the rank of the next virtual
+        stage (None from the last)."""
+        return self._neighbour(rank, chunk, 1)
 
-    def prev_rank(self, rank: int) -> int | None:
-        """Where ``rank`` sends its input's gradients (None on the first stage)."""
+    def prev_rank(self, rank: int, chunk: int = 0) -> int | None:
+        """Where ``rank`` sends its ``chunk``'s input's gradients: the rank of the previous
+        virtual stage (None from the first)."""
+        return self._neighbour(rank, chunk, -1)
+
+    def _neighbour(self, rank: int, chunk: int, step: int) -> int | None:
         at = self.ranks[rank]
-        return None if at.stage == 0 else self.rank_of(at.replica, at.stage - 1, at.shard)
+        u = chunk * self.pipeline + at.stage + step
+        if not 0 <= u < self.pipeline * self.chunks:
+            return None
+        return self.rank_of(at.replica, u % self.pipeline, at.shard)
 
     @property
     def memory_bytes_by_stage(self) -> list[int]:
@@ -246,25 +283,31 @@ class Plan:
 
 
 def build_plan(config: Config, layers: Sequence[PlanLayer] | None = None,
-               itemsize: int = ITEMSIZE) -> Plan:
+               itemsize: int | None = None) -> Plan:
     """The plan of a resolved config (:class:`sim.config.Config`); ``layers`` default to
-    the config's model's (:func:`config_layers`). What a plan cannot place (fewer layers
+    the config's model's (:func:`config_layers`), ``itemsize`` (bytes per element of its
+    messages and memory) to the run's precision's
+    (:func:`sim.workloads.precision.run_itemsize`). What a plan cannot place (fewer layers
     than stages, ``stage_layers`` of the wrong length or sum, a tensor count that does not
     divide a split layer's width or finds no pair to split, microbatches that do not divide
     the batch) the validator refuses (:mod:`sim.training.validator`); here it is a bug."""
     par, cluster = config.parallel, config.cluster
     layers = list(config_layers(config) if layers is None else layers)
-    p, t, m = par.pipeline, par.tensor, par.microbatches
+    p, t, m, v = par.pipeline, par.tensor, par.microbatches, chunks_of(par)
+    itemsize = run_itemsize(config) if itemsize is None else itemsize
     counts = stage_counts(par, layers)
     batch = config.workload.batch
     assert batch % m == 0, f"{m} microbatches of {batch} rows"
     rows = batch // m
     momentum = config.workload.momentum > 0
-    stages, first = [], 0
-    for s, count in enumerate(counts):
-        stages.append(_stage(s, p, layers, first, first + count - 1, t, m, rows, par.schedule,
-                             momentum, itemsize))
+    ops = [stage_ops(par.schedule, p, s, m, v) for s in range(p)]
+    pieces, first = [], 0
+    for u, count in enumerate(counts):  # virtual stage u: chunk u // p of stage u % p
+        pieces.append(_stage(u, p * v, layers, first, first + count - 1, t, rows,
+                             ops[u % p], u // p, momentum, itemsize))
         first += count
+    stages = pieces if v == 1 else [_chunked(s, pieces[s::p], ops[s], momentum, itemsize)
+                                    for s in range(p)]
     assert t == 1 or any(x.role == "column" for st in stages for x in st.layers), \
         f"{t} shards, no column/row pair"
     replicas = cluster.workers
@@ -276,11 +319,18 @@ def build_plan(config: Config, layers: Sequence[PlanLayer] | None = None,
     return Plan(replicas, p, t, m, par.schedule, rows, itemsize, tuple(stages), ranks)
 
 
+def chunks_of(par: Parallel) -> int:
+    """Model chunks per stage: ``parallel.virtual_stages`` under the interleaved schedule,
+    else 1."""
+    return par.virtual_stages if par.schedule == "interleaved" else 1
+
+
 def stage_counts(par: Parallel, layers: Sequence[PlanLayer]) -> list[int]:
-    """Layers of each stage, first stage first: ``parallel.stage_layers``, else balanced by
-    FLOPs (:func:`balance`)."""
+    """Layers of each virtual stage (p x v of them; a stage each with one chunk), first
+    first: ``parallel.stage_layers``, else balanced by FLOPs (:func:`balance`)."""
     if not par.stage_layers:
-        return balance([x.forward_flops + x.backward_flops for x in layers], par.pipeline)
+        return balance([x.forward_flops + x.backward_flops for x in layers],
+                       par.pipeline * chunks_of(par))
     return list(par.stage_layers)
 
 
@@ -297,27 +347,33 @@ def _shard(index: int, layer: PlanLayer, role: Role, t: int) -> ShardLayer:
         assert layer.outputs % t == 0, f"{t} shards of {layer.name}'s {layer.outputs} outputs"
         outputs = layer.outputs // t
         params = outputs * layer.inputs + (outputs if layer.bias else 0)
+        # its outputs are split, and so are the elementwise ops on them
         return ShardLayer(index, role, params, layer.forward_flops / t,
-                          layer.backward_flops / t, layer.inputs, outputs)
+                          layer.backward_flops / t, layer.inputs, outputs,
+                          layer.other_elements / t)
     if role == "row":  # its input is the column layer's split output; the bias stays whole
         inputs = layer.inputs // t
         params = layer.outputs * inputs + (layer.outputs if layer.bias else 0)
+        # the summed output is whole on every shard, and so are the ops after the allreduce
+        # (Megatron-LM repeats dropout and residual adds on each: Shoeybi et al. 2019, Fig. 3)
         return ShardLayer(index, role, params, layer.forward_flops / t,
-                          layer.backward_flops / t, inputs, layer.outputs)
+                          layer.backward_flops / t, inputs, layer.outputs,
+                          layer.other_elements)
     return ShardLayer(index, role, layer.params, layer.forward_flops, layer.backward_flops,
-                      layer.inputs, layer.outputs)
+                      layer.inputs, layer.outputs, layer.other_elements)
 
 
-def _stage(s: int, p: int, layers: list[PlanLayer], first: int, last: int, t: int, m: int,
-           rows: int, schedule: str, momentum: bool, itemsize: int) -> Stage:
+def _stage(s: int, p: int, layers: list[PlanLayer], first: int, last: int, t: int,
+           rows: int, ops: tuple[Op, ...], chunk: int, momentum: bool, itemsize: int) -> Stage:
+    """Stage (or virtual stage) ``s`` of ``p``, layers first..last, its rank running ``ops``
+    (its ``chunk``'s passes are this stage's)."""
     roles = shard_roles(last - first + 1, t)
     shards = tuple(_shard(first + j, layers[first + j], role, t) for j, role in enumerate(roles))
     forward = [TensorAllreduce(x.layer, "forward", rows * layers[x.layer].outputs * itemsize)
                for x in shards if x.role == "row"]
     backward = [TensorAllreduce(x.layer, "backward", rows * layers[x.layer].inputs * itemsize)
                 for x in reversed(shards) if x.role == "column" and layers[x.layer].input_grad]
-    ops = stage_ops(schedule, p, s, m)
-    in_flight = peak_in_flight(ops)
+    in_flight = peak_in_flight([op for op in ops if op.chunk == chunk])
     # backward keeps every layer's input, and the last stage the logits its loss differentiates
     stash = sum(x.stash_width for x in shards) + (layers[last].outputs if s == p - 1 else 0)
     params = sum(x.params for x in shards)
@@ -327,6 +383,23 @@ def _stage(s: int, p: int, layers: list[PlanLayer], first: int, last: int, t: in
     boundary_in = rows * layers[first].inputs * itemsize if s > 0 else 0
     return Stage(s, first, last, shards, ops, in_flight, tuple(forward + backward),
                  boundary_out, boundary_in, memory)
+
+
+def _chunked(s: int, chunks: list[Stage], ops: tuple[Op, ...], momentum: bool,
+             itemsize: int) -> Stage:
+    """Stage ``s`` holding ``chunks`` (its virtual stages, chunk 0 first): their layers,
+    allreduces and bytes; its stash at its peak, each chunk's microbatches counted at their
+    own size (:func:`~sim.training.stage_schedule.peak_stash`)."""
+    params = sum(c.params for c in chunks)
+    # a chunk stashes the same bytes per microbatch, and has one in flight at least
+    per_microbatch = [c.memory.activations_bytes // c.peak_in_flight for c in chunks]
+    memory = Memory(params * itemsize, params * itemsize, params * itemsize if momentum else 0,
+                    round(peak_stash(ops, lambda c: per_microbatch[c])))
+    return Stage(s, chunks[0].first, chunks[-1].last,
+                 tuple(x for c in chunks for x in c.layers), ops, peak_in_flight(ops),
+                 tuple(a for c in chunks for a in c.tensor_allreduces),
+                 sum(c.activation_bytes for c in chunks), sum(c.gradient_bytes for c in chunks),
+                 memory, tuple(chunks))
 
 
 def rank_track(place: RankPlace) -> str:
@@ -347,8 +420,10 @@ def layout_words(config: Config) -> str:
     if not splits(config):
         return _count(cluster.workers, "worker")
     ranks = cluster.workers * par.pipeline * par.tensor
+    chunks = chunks_of(par)
+    schedule = par.schedule + (f" ({chunks} chunks per stage)" if chunks > 1 else "")
     return (f"{_count(cluster.workers, 'replica')} x {_count(par.pipeline, 'stage')} x "
-            f"{_count(par.tensor, 'shard')} ({_count(ranks, 'rank')}), {par.schedule}, "
+            f"{_count(par.tensor, 'shard')} ({_count(ranks, 'rank')}), {schedule}, "
             f"{_count(par.microbatches, 'microbatch')}")
 
 

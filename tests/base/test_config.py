@@ -29,6 +29,7 @@ BAD = [
     ("unknown cluster key", {"cluster": {"nodes": 4}}, "cluster.nodes"),
     ("unknown model", {"workload": {"model": "resnet"}}, "workload.model"),
     ("unknown dataset", {"workload": {"dataset": "mnist"}}, "workload.dataset"),
+    ("unknown timing profile", {"workload": {"profile": "resnet152"}}, "workload.profile"),
     ("batch larger than a shard", {"workload": {"batch": 10_000}}, "workload.batch"),
     ("negative lr", {"workload": {"lr": -0.1}}, "workload.lr"),
     ("nan lr", {"workload": {"lr": float("nan")}}, "workload.lr"),
@@ -82,6 +83,15 @@ def test_bad_config_exits_2_naming_file_and_key(tmp_path, capsys, tiny, write_to
     assert err.count("\n") == 0, "one line, no traceback"
     assert str(path) in err and key in err
     assert not out.exists(), "no run directory left behind"
+
+
+def test_every_registered_timing_profile_is_a_valid_workload_profile():
+    """The schema takes any name; the validator accepts exactly the registry's."""
+    from sim.workloads.timing_profiles import PROFILES
+
+    for name in PROFILES:
+        assert validate({"workload": {"profile": name, "numerics": False}}).workload.profile \
+            == name
 
 
 def test_bad_table_has_at_least_20_cases():

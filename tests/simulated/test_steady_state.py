@@ -62,6 +62,10 @@ CASES = {
     # both replicas on one host: the data groups' allreduces share its NVSwitch
     "data groups inside a host": {"parallel__tensor": 1, "cluster__ranks_per_host": 8,
                                   "parallel__schedule": "gpipe"},
+    "interleaved, 2 chunks a stage": {"parallel__schedule": "interleaved",
+                                      "parallel__virtual_stages": 2,
+                                      "workload__hidden": [512] * 15},
+    "bf16 messages": {"compute__precision": "bf16"},
     "eth-100g, 16 microbatches": {"cluster__fabric": "eth-100g",
                                   "parallel__microbatches": 16},
 }
@@ -116,6 +120,9 @@ REFUSED = {
     "stragglers": {"compute__straggler_fraction": 0.5, "compute__straggler_slowdown": 2.0},
     "a host with CPU costs": {"cluster__host": "epyc-core"},
     "leaf-spine": {"cluster__topology": "leaf-spine"},
+    "overlapped data-parallel allreduce": {"parallel__dp_overlap": True,
+                                           "strategy__pipelining": "wfbp"},
+    "ranks sharing a NIC": {"cluster__nics_per_host": 1},
     # a step cut mid-way: the event engine counts a tensor allreduce's finished rounds
     "a time limit": {"run__time_limit_s": 3e-4},
     # two stages on a host: their messages would share NVLink ports with tensor allreduces
