@@ -131,7 +131,8 @@ class Workload(Section):
         "shuffled", "how training rows are split over workers")
     profile: str | None = doc(
         None, "a timing profile (`python -m sim list profiles`): charge each step the "
-        "per-layer FLOPs and gradient sizes (float32) of a real network; bsp and bsp-ps only")
+        "per-layer FLOPs and gradient sizes (float32) of a real network (a transformer's with "
+        "[parallel] too, timing only); bsp and bsp-ps only")
     numerics: bool = doc(True, "false: timing only (a profile's layers, or the model's from the "
                          "data set's shape; no data, no loss)")
 
@@ -219,6 +220,11 @@ class Parallel(Section):
         "the backward of its last microbatch, layer by layer as strategy.pipelining "
         "(wfbp or bucket, Megatron-LM's overlap_grad_reduce, PyTorch DDP) groups them; "
         "false: once the stage's last backward is done")
+    recompute: Literal["none", "selective", "full"] = doc(
+        "none", "activation recomputation (Korthikanti et al. 2022): full: each layer's "
+        "forward again before its backward, stashing only each transformer layer's input (an "
+        "MLP stage's input); selective: a transformer attention's scores, softmax and "
+        "dropout again (for an MLP, no attention: as none); a plan's time and memory only")
 
 
 class Embeddings(Section):

@@ -41,11 +41,12 @@ def edit_distance(a: str, b: str) -> int:
 
 def close_match(name: str, known: Iterable[str]) -> str | None:
     """The known name closest to ``name`` (difflib's ratio at least 0.6) if it is also a
-    typo away: at most a third of ``name``'s characters to change (at least 2). None
-    otherwise, so an unrelated name is never suggested (``missing.toml`` is not a
-    misspelt ``syntax.toml``)."""
+    typo away (at most a third of ``name``'s characters to change, at least 2) or its
+    start (``nvlink2`` of ``nvlink2-v100``). None otherwise, so an unrelated name is never
+    suggested (``missing.toml`` is not a misspelt ``syntax.toml``)."""
     matches = difflib.get_close_matches(name, list(known), n=3)
-    near = [m for m in matches if edit_distance(name, m) <= max(2, len(name) // 3)]
+    near = [m for m in matches if m.startswith(name)
+            or edit_distance(name, m) <= max(2, len(name) // 3)]
     return near[0] if near else None
 
 

@@ -148,6 +148,9 @@ def check_split(config: Config, row: StrategyRow, source: str = "config") -> Non
     if not (isinstance(model, type) and issubclass(model, MLP)):
         raise UserError(f"{source}: workload.model {config.workload.model!r}: a split "
                         "replica runs an MLP's dense layers on real ranks (model = \"mlp\")")
+    if config.parallel.recompute != "none":
+        raise UserError(f"{source}: parallel.recompute {config.parallel.recompute!r}: real "
+                        "ranks keep every activation (recomputation is simulated only)")
     if config.strategy.pipelining != "none":
         raise UserError(f"{source}: strategy.pipelining {config.strategy.pipelining!r}: a "
                         "split replica's data-parallel allreduce runs after the pipeline's "

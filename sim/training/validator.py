@@ -49,6 +49,7 @@ from sim.training.parallel_plan import (
     shard_roles,
     splits,
     stage_counts,
+    stage_units,
 )
 from sim.training.rank_memory import run_memory
 from sim.training.real_checks import check_recovery, check_supported, check_transport_net
@@ -63,6 +64,7 @@ from sim.workloads.datasets import (
 from sim.workloads.models import MODELS
 from sim.workloads.precision import ITEMSIZE, MODEL_PRECISION, itemsize
 from sim.workloads.timing_profiles import PROFILES
+from sim.workloads.transformer import TRANSFORMERS
 
 # ---- cross-key checks: each raises ValueError("dotted.key: message") -------------------
 
@@ -299,8 +301,8 @@ def _no_layers(c: Config) -> str:
     """Why ``c``'s model has no layers a plan can split (it is not
     :func:`~sim.training.parallel_plan.plannable`), naming the key."""
     if c.workload.profile is not None:
-        return ("workload.profile: a timing profile has no layer widths to plan stages and "
-                "shards from")
+        return (f"workload.profile: {c.workload.profile!r} has no layer widths to plan stages "
+                f"and shards from (transformer profiles do: {', '.join(TRANSFORMERS)})")
     return f"workload.model: {c.workload.model!r} has no dense layers to split over ranks"
 
 
@@ -309,23 +311,29 @@ def _check_plan(c: Config) -> None:
     (:func:`~sim.training.parallel_plan.build_plan` trusts these checks)."""
     par, w = c.parallel, c.workload
     layers = config_layers(c)
-    n, p, t, m, v = len(layers), par.pipeline, par.tensor, par.microbatches, chunks_of(par)
+    n, p, t, m, v = (len(stage_units(layers)), par.pipeline, par.tensor, par.microbatches,
+                     chunks_of(par))
+    what = f"workload.model {w.model!r}" if w.profile is None else \
+        f"workload.profile {w.profile!r}"
     if n < p:
-        raise ValueError(f"parallel.pipeline: {p} stages, but workload.model {w.model!r} has "
+        raise ValueError(f"parallel.pipeline: {p} stages, but {what} has "
                          f"{n} layer{'s' if n > 1 else ''} (a stage needs one)")
     if n < p * v:
         raise ValueError(f"parallel.virtual_stages: {p} x {v} virtual stages, but "
-                         f"workload.model {w.model!r} has {n} layers (a chunk needs one)")
+                         f"{what} has {n} layers (a chunk needs one)")
     if par.stage_layers and len(par.stage_layers) != p * v:
-        what = "parallel.pipeline is" if v == 1 else "parallel.pipeline x virtual_stages is"
+        stages = "parallel.pipeline is" if v == 1 else "parallel.pipeline x virtual_stages is"
         raise ValueError(f"parallel.stage_layers: lists {len(par.stage_layers)} stages, "
-                         f"{what} {p * v}")
+                         f"{stages} {p * v}")
     if par.stage_layers and sum(par.stage_layers) != n:
         raise ValueError(f"parallel.stage_layers: places {sum(par.stage_layers)} layers, "
-                         f"workload.model {w.model!r} has {n}")
+                         f"{what} has {n}")
     if w.batch % m:
         raise ValueError(f"parallel.microbatches: {m} does not divide workload.batch "
                          f"({w.batch} rows per replica)")
+    if w.profile is not None:
+        _check_transformer(c)
+        return
     first, paired = 0, False
     for count in stage_counts(par, layers):
         for layer, role in zip(layers[first:first + count], shard_roles(count, t), strict=True):
@@ -338,6 +346,19 @@ def _check_plan(c: Config) -> None:
     if t > 1 and not paired:
         raise ValueError(f"parallel.tensor: {t} shards but no stage holds two consecutive "
                          "dense layers to split as a column/row pair")
+
+
+def _check_transformer(c: Config) -> None:
+    """A transformer profile's plan: timing only, and t dividing what its shards split."""
+    spec, t = TRANSFORMERS[c.workload.profile or ""], c.parallel.tensor
+    if c.workload.numerics and splits(c):
+        raise ValueError(f"workload.numerics: a plan of transformer {spec.name!r} is timed "
+                         "only (set workload.numerics = false)")
+    for name, size in (("heads", spec.heads), ("FFN width", spec.f),
+                       ("vocabulary", spec.vocab)):
+        if size % t:
+            raise ValueError(f"parallel.tensor: {t} does not divide the {size} {name} of "
+                             f"{spec.name!r} (Megatron-LM splits them over the shards)")
 
 
 def _check_interleaving(c: Config) -> None:

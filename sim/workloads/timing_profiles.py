@@ -12,10 +12,12 @@ in :mod:`sim.workloads.profile_base`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from sim.names import unknown
 from sim.workloads import cnn
 from sim.workloads.profile_base import LayerProfile, Profile
+from sim.workloads.transformer import TRANSFORMERS
 
 __all__ = ["PROFILES", "LayerProfile", "Profile", "bert_base", "get_profile"]
 
@@ -45,9 +47,20 @@ def bert_base(seq: int = 128, hidden: int = 768, ffn: int = 3072, blocks: int = 
                    f"Devlin et al. 2019 (BERT-base), sequence length {seq}")
 
 
+def transformer(name: str) -> Profile:
+    """A transformer preset (:mod:`sim.workloads.transformer`): one layer per part, its
+    stashed values as activation elements (its dropout masks, at a byte each, are not)."""
+    spec = TRANSFORMERS[name]
+    return Profile(name, tuple(LayerProfile(p.name, p.params_on(), p.flops, p.other_on(),
+                                            float(p.stash_values())) for p in spec.parts()),
+                   spec.source)
+
+
 PROFILES: dict[str, Callable[[], Profile]] = {
     **cnn.BUILDERS,
     "bert-base": bert_base,
+    # GPT and BERT stacks from their published shapes (sim.workloads.transformer)
+    **{name: partial(transformer, name) for name in TRANSFORMERS},
 }
 
 

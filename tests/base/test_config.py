@@ -174,3 +174,23 @@ def test_set_none_removes_an_optional_key_and_only_an_optional_one(tmp_path):
     assert main(["run", str(config), "--out", str(tmp_path / "r"), "--set", "run.iterations=4",
                  "--set", "run.time_limit_s=none"]) == 0
     assert "time_limit_s" not in (tmp_path / "r" / "config.toml").read_text()
+
+
+def test_a_setting_some_sweep_points_use_is_not_warned_about(tmp_path, capsys):
+    """The transports experiment sets wide-deep's embedding placement and sweeps the model:
+    the placement is used at its wide-deep points, so neither the sweep nor `sim run` of its
+    base point (logistic regression) warns; a placement no point uses is warned about
+    (issue 47)."""
+    from sim.sweep.grid import load_sweep
+
+    config = tmp_path / "c.toml"
+    base = ('[embeddings]\nplacement = "ps"\n[run]\niterations = 2\n'
+            '[strategy]\nkind = "bsp-ps"\n[workload]\nfields = 2\nvocab = 20\n')
+    config.write_text(base + '[sweep]\n"workload.model,workload.dataset" = '
+                      '[["logreg", "gaussian"], ["wide-deep", "ctr-synthetic"]]\n')
+    assert load_sweep(config).warnings == []
+    assert main(["run", str(config), "--out", str(tmp_path / "run")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    config.write_text(base + '[sweep]\n"cluster.workers" = [2, 4]\n')
+    (line,) = load_sweep(config).warnings
+    assert line.startswith("embeddings.placement has no effect")
