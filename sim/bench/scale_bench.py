@@ -21,8 +21,9 @@ Then parallelism plans (timing only, A100s 8 to a host on NVLink 3, IB HDR, 1F1B
 ``"steady"`` (:mod:`sim.simulated.steady_state`), with their simulated step (which must
 agree), SimPy events, wall time of the whole simulation (build, run, results; and the CPU
 seconds, which other processes on the machine do not inflate) and peak memory, and the
-ratios. The largest is experiments/scale-3072.toml's layout (Narayanan et al. 2021's 1 T
-run: 6 x 64 x 8 = 3,072 GPUs, 512 microbatches), steady only.
+ratios. The largest is experiments/scale/3072-gpus.toml's layout (Narayanan et al. 2021's
+1 T run: 6 x 64 x 8 = 3,072 GPUs, 512 microbatches; an MLP of 128 layers of width 25,600
+where the experiment plans the gpt-1t profile), steady only.
 """
 
 from __future__ import annotations
@@ -156,7 +157,8 @@ def render(result: dict[str, Any]) -> str:
 PLANS = (
     (2, 4, 4, 16, 16, 4096, 256, ("events", "steady")),
     (6, 8, 8, 64, 64, 4096, 512, ("events", "steady")),  # issue 46's 384 ranks
-    (6, 64, 8, 512, 128, 25600, 512, ("steady",)),  # experiments/scale-3072.toml
+    # experiments/scale/3072-gpus.toml's layout, with an MLP of that model's widths
+    (6, 64, 8, 512, 128, 25600, 512, ("steady",)),
 )
 QUICK_PLANS = ((2, 4, 2, 8, 8, 512, 64, ("events", "steady")),
                (2, 4, 4, 8, 8, 1024, 64, ("events", "steady")))
@@ -165,7 +167,7 @@ QUICK_PLANS = ((2, 4, 2, 8, 8, 512, 64, ("events", "steady")),
 def plan_config(replicas: int, stages: int, shards: int, microbatches: int, layers: int,
                 width: int, batch: int, engine: str) -> Any:
     """One step of an MLP of ``layers`` dense layers of ``width``, timing only, on DGX
-    A100-like hosts (a tensor group a host), as experiments/scale-3072.toml."""
+    A100-like hosts (a tensor group a host), as experiments/scale/3072-gpus.toml's."""
     return validate({
         "cluster": {"workers": replicas, "fabric": "ib-hdr", "ranks_per_host": shards,
                     "host_link": "nvlink3-a100"},

@@ -160,9 +160,9 @@ def test_replica_zero_stands_for_all_where_the_collective_is_balanced(collective
 
 
 def test_the_shipped_3072_gpu_config_is_megatrons_layout():
-    """experiments/scale/3072-gpus.toml: t = 8, p = 64, d = 6 (3,072 ranks), global batch
-    3072 of microbatch 1 (m = 512), 128 layers of width 25,600 (Narayanan et al. 2021,
-    Table 1's 1008 B row), on the steady engine; the plan's tensor groups are hosts."""
+    """experiments/scale/3072-gpus.toml: the gpt-1t profile (Narayanan et al. 2021, Table
+    1's 1008 B row) at t = 8, p = 64, d = 6 (3,072 ranks), global batch 3072 of microbatch 1
+    (m = 512), on the steady engine; the plan's tensor groups are hosts."""
     from pathlib import Path
 
     from sim.training.parallel_plan import build_plan
@@ -171,9 +171,9 @@ def test_the_shipped_3072_gpu_config_is_megatrons_layout():
     path = Path(__file__).resolve().parents[2] / "experiments" / "scale" / "3072-gpus.toml"
     c = load_config(path)
     assert c.run.engine == "steady" and c.run.iterations == 1
+    assert c.workload.profile == "gpt-1t"
     assert (c.cluster.workers, c.parallel.pipeline, c.parallel.tensor) == (6, 64, 8)
     assert c.cluster.workers * c.workload.batch == 3072 and c.parallel.microbatches == 512
-    assert len(c.workload.hidden) + 1 == 128 and set(c.workload.hidden) == {25600}
     plan = build_plan(c)
     assert len(plan.ranks) == 3072 and plan.microbatch_rows == 1
     assert all(plan.ranks[r].host == plan.ranks[g].host
