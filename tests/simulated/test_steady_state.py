@@ -65,6 +65,7 @@ CASES = {
     "interleaved, 2 chunks a stage": {"parallel__schedule": "interleaved",
                                       "parallel__virtual_stages": 2,
                                       "workload__hidden": [512] * 15},
+    "one replica": {"cluster__workers": 1},
     "bf16 messages": {"compute__precision": "bf16"},
     "eth-100g, 16 microbatches": {"cluster__fabric": "eth-100g",
                                   "parallel__microbatches": 16},
@@ -178,3 +179,20 @@ def test_the_shipped_3072_gpu_config_is_megatrons_layout():
     assert len(plan.ranks) == 3072 and plan.microbatch_rows == 1
     assert all(plan.ranks[r].host == plan.ranks[g].host
                for r in range(0, 3072, 8) for g in plan.tensor_group(r))
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_steady_agrees_on_a_transformer_plan(recompute):
+    """Megatron-LM 2019's 1.2 B GPT (its profile's layers: attention and MLP blocks, each
+    with its tensor allreduces) on 2 replicas x 2 stages x 2 shards, 4 microbatches."""
+    data = config(parallel__pipeline=2, parallel__microbatches=4, parallel__recompute=recompute,
+                  run__iterations=1, run__eval_every=1)
+    data["workload"] = {"profile": "megatron-1.2b", "numerics": False, "batch": 4}
+    events, steady = both(data)
+    a, b = events.summary, steady.summary
+    for key in ("sim_time_s", "bubble_fraction", "tensor_allreduce_s", "pipeline_p2p_s",
+                *(f"{kind}_s" for kind in KINDS)):
+        assert close(a[key], b[key]), (key, a[key], b[key])
+    for row_a, row_b in zip(a["workers"], b["workers"], strict=True):
+        assert all(close(row_a[kind], row_b[kind]) for kind in KINDS)
+    assert b["events"] * 5 < a["events"]
