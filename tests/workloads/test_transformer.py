@@ -127,3 +127,14 @@ def test_every_transformer_is_a_profile():
     assert set(TRANSFORMERS) <= set(PROFILES)
     with pytest.raises(KeyError, match="megatron-1.2b"):
         get_transformer("gpt-2")
+
+
+def test_gpipe_transformer_layers_match_gpipe_table_1():
+    """GPipe's Transformer-L (Huang et al. 2019, Table 1): 103 layers hold 5.3 B parameters
+    and 415 hold 21.0 B, so a layer holds (21.0 - 5.3) B / 312 = 50.3 M, the 4 d^2 + 2 d f
+    (+ biases, norms) of d 2048 and f 8192."""
+    from sim.workloads.transformer import TRANSFORMERS
+
+    big, small = TRANSFORMERS["gpipe-transformer-48"], TRANSFORMERS["gpipe-transformer-24"]
+    per_layer = (big.params - small.params) / (big.layers - small.layers)
+    assert per_layer == pytest.approx((21.0e9 - 5.3e9) / (415 - 103), rel=0.01)
