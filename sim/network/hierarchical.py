@@ -42,7 +42,7 @@ sharing the leader's port: alpha + (g - 1)/g n beta.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -56,6 +56,28 @@ def host_sizes(p: int, g: int) -> list[int]:
     """Ranks on each host: consecutive ranks, g a host, the last host the rest."""
     hosts = math.ceil(p / g)
     return [min(g, p - h * g) for h in range(hosts)]
+
+
+def block_size(hosts: Sequence[int]) -> int:
+    """The g of a group whose i-th member sits on ``hosts[i]`` (a parallelism plan's data or
+    tensor group, from its rank-to-host map): its members in equal consecutive blocks, one
+    host a block and no host in two, as :func:`host_sizes` places g a host. Raises
+    ValueError for any other placement (blocks of unequal size, a host's members apart)."""
+    hosts = list(hosts)
+    if not hosts:
+        raise ValueError("a group needs at least one member")
+    starts = [i for i in range(len(hosts)) if i == 0 or hosts[i] != hosts[i - 1]]
+    g = starts[1] if len(starts) > 1 else len(hosts)
+    blocks = [hosts[i] for i in starts]
+    if len(hosts) % g or starts != list(range(0, len(hosts), g)) \
+            or len(set(blocks)) != len(blocks):
+        raise ValueError(f"members on hosts {_short(hosts)} are not in equal consecutive "
+                         f"blocks, one host a block")
+    return g
+
+
+def _short(hosts: list[int]) -> str:
+    return str(hosts) if len(hosts) <= 12 else f"[{', '.join(map(str, hosts[:12]))}, ...]"
 
 
 def two_level_schedule(p: int, count: int, g: int, ring: ScheduleOf, inter: ScheduleOf,

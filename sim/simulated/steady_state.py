@@ -130,9 +130,8 @@ class SteadyBSP(ModelParallelBSP):
         self.probe = AloneProbe(ctx.config)
         # replica 0 stands for the others where their data groups' collective treats every
         # member alike; else each replica runs (shard 0 still stands for its shards)
-        self.mirror = all(balanced(self.collective.schedule(plan.replicas,
-                                                            self.sent_bytes(work)))
-                          for work in self.works)
+        self.mirror = all(balanced(self.data_collective(work).schedule(
+            plan.replicas, self.sent_bytes(work))) for work in self.works)
         self.bubble = RanksAlike(plan.replicas, plan.tensor, plan.pipeline, self.mirror)
         replicas = range(1) if self.mirror else range(plan.replicas)
         self.timed = [plan.rank_of(d, s, 0) for d in replicas for s in range(plan.pipeline)]
@@ -148,6 +147,11 @@ class SteadyBSP(ModelParallelBSP):
                 int(placed[r]): [int(placed[plan.rank_of(d, plan.ranks[r].stage, 0)])
                                  for d in range(1, plan.replicas)] for r in self.timed})
         self.loops = [ctx.env.process(self.rank_loop(r)) for r in self.timed]
+
+    def data_collective(self, work: StageWork) -> Any:
+        """The collective of ``work``'s stage's data groups (shard 0's stands for all)."""
+        group = self.data_groups[self.plan.rank_of(0, work.index, 0)]
+        return group.collective or self.collective
 
     # ---- what stands for the other ranks ----------------------------------------------
 

@@ -35,6 +35,7 @@ from sim.names import unknown
 from sim.network.collectives import INTER_ALLREDUCES, configured
 from sim.network.collectives import REGISTRY as COLLECTIVES
 from sim.network.fabrics import get_fabric
+from sim.network.hierarchical import block_size
 from sim.network.host_links import get_host_link
 from sim.network.topology import TOPOLOGIES, topology_options
 from sim.network.transports import get_transport
@@ -123,23 +124,52 @@ def _check_precision(c: Config) -> None:
         raise ValueError(f"compute.precision: {exc}") from None
 
 
+def _groups_by_host(c: Config) -> bool:
+    """Whether strategy.collective groups ranks by host (its ``takes`` names
+    cluster.ranks_per_host: the hierarchical allreduces)."""
+    return "cluster.ranks_per_host" in COLLECTIVES[c.strategy.collective].takes.values()
+
+
 def _check_collective(c: Config) -> None:
-    """A collective that groups ranks by host (its ``takes`` names cluster.ranks_per_host)
-    groups consecutive ranks, every rank of the run: not cluster.rank_hosts' placement nor
-    [parallel]'s sub-groups."""
+    """A collective that groups ranks by host groups consecutive ranks, every rank of the
+    run: not cluster.rank_hosts' placement. A plan's groups are checked one by one
+    (:func:`_check_plan_groups`)."""
     name = c.strategy.collective
-    if "cluster.ranks_per_host" not in COLLECTIVES[name].takes.values():
+    if not _groups_by_host(c) or splits(c):
         return
     if c.cluster.rank_hosts:
         raise ValueError(f"cluster.rank_hosts: strategy.collective {name!r} groups "
                          "consecutive ranks by cluster.ranks_per_host, not a listed placement")
-    if splits(c):
-        raise ValueError(f"strategy.collective: {name!r} groups all workers by host; the "
-                         "sub-groups of [parallel] are not placed that way")
     try:
         configured(name, lambda key: attrgetter(key)(c)).check_ranks(c.cluster.workers)
     except ValueError as exc:
         raise ValueError(f"cluster.ranks_per_host: {exc}") from None
+
+
+def _check_plan_groups(c: Config) -> None:
+    """Under a collective that groups ranks by host, each data and tensor group of a plan
+    runs it with its own members a host (:meth:`sim.simulated.strategies.model_parallel.
+    PlanRanks.group_collective`): they must sit in equal consecutive blocks, one host a
+    block (:func:`sim.network.hierarchical.block_size`)."""
+    if not (_groups_by_host(c) and splits(c)):
+        return
+    plan = build_plan(c)
+    seen: set[tuple[int, ...]] = set()
+    for kind, group_of in (("data", plan.data_group), ("tensor", plan.tensor_group)):
+        for rank in range(len(plan.ranks)):
+            group = group_of(rank)
+            if group in seen:
+                continue
+            seen.add(group)
+            try:
+                block_size([plan.ranks[r].host for r in group])
+            except ValueError as exc:
+                raise ValueError(f"strategy.collective: {c.strategy.collective!r} on the "
+                                 f"{kind} group of ranks {_ranks(group)}: {exc}") from None
+
+
+def _ranks(group: tuple[int, ...]) -> str:
+    return str(list(group)) if len(group) <= 8 else f"{group[0]}, {group[1]}, ..., {group[-1]}"
 
 
 def _check_topology(c: Config) -> None:
@@ -555,9 +585,12 @@ def _steady_refusals(c: Config) -> list[tuple[bool, str]]:
          "rounds in the event engine: a step cut mid-way would count differently)"),
         (par.dp_overlap, "does not overlap the data-parallel allreduce with backward "
                          "(parallel.dp_overlap)"),
-        (cl.nics_per_host is not None and cl.nics_per_host < cl.ranks_per_host,
-         f"needs every rank its own NIC (cluster.nics_per_host = {cl.nics_per_host} for "
-         f"{cl.ranks_per_host} ranks a host: the shards' messages would share one)"),
+        # one shard: every rank's messages are sent (mirrored or run), NICs shared as they are
+        (par.tensor > 1 and cl.nics_per_host is not None
+         and cl.nics_per_host < cl.ranks_per_host,
+         f"with parallel.tensor = {par.tensor} needs every rank its own NIC "
+         f"(cluster.nics_per_host = {cl.nics_per_host} for {cl.ranks_per_host} ranks a host: "
+         "the shards' messages would share one)"),
         (cl.topology != "star",
          f"needs cluster.topology = 'star' (non-blocking: the shards' traffic shares no link; "
          f"got {cl.topology!r})"),
@@ -580,7 +613,8 @@ def _check_engine(c: Config) -> None:
 
 CHECKS = [_check_names, _check_collective, _check_topology, _check_fabric, _check_transport,
           _check_hosts, _check_pipelining, _check_workload, _check_strategy, _check_faults,
-          _check_embeddings, _check_parallel, _check_memory, _check_engine]
+          _check_embeddings, _check_parallel, _check_plan_groups, _check_memory,
+          _check_engine]
 
 
 # ---- loading -------------------------------------------------------------------------

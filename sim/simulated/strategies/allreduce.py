@@ -26,7 +26,7 @@ import simpy
 
 from sim import kernels as K
 from sim.network.collective_alone import run_alone
-from sim.network.collectives import configured
+from sim.network.collectives import Collective, configured
 from sim.simulated.backprop_overlap import AllreduceChannel
 from sim.simulated.strategies.base import Strategy, block, compute, cpu, everyone, together
 from sim.simulated.strategies.pipelined import PipelinedStrategy
@@ -50,10 +50,13 @@ class RankStep(NamedTuple):
 
 class Group(NamedTuple):
     """Ranks that run a collective together (the recorder's and the cores' rank numbers),
-    and the network host of each, in the collective's endpoint order."""
+    the network host of each, in the collective's endpoint order, and the collective they
+    run (None: the strategy's, :attr:`AllreduceMixin.collective`; a plan's group under a
+    hierarchical allreduce has its own, built for its members a host)."""
 
     ranks: tuple[int, ...]
     hosts: np.ndarray
+    collective: Collective | None = None
 
     @property
     def size(self) -> int:
@@ -78,24 +81,30 @@ class AllreduceMixin:
                                      lambda key: attrgetter(key)(config))
         self.hosts = np.array([w.host for w in self.ctx.workers])
         self.all_workers = Group(tuple(w.index for w in self.ctx.workers), self.hosts)
+        # a plan's groups' own hierarchical collectives, by members a host (built as needed)
+        self.group_collectives: dict[int, Collective] = {}
         # whether a collective of every worker starts on an idle network, so that its
         # duration can be replayed (allreduce_time); not where other traffic runs beside it
         self.replays = True
         self.elapsed_s: dict[int, float] = {}  # message bytes -> simulated allreduce time
-        self.cpu_s: dict[tuple[int, int], float] = {}  # (ranks, bytes) -> CPU, busiest path
-        # (ranks, bytes) -> each rank's part of each round, transfers per round
-        self.plans: dict[tuple[tuple[int, ...], int],
+        # (ranks, bytes, collective's id) -> CPU, busiest path
+        self.cpu_s: dict[tuple[int, int, int], float] = {}
+        # (ranks, bytes, collective's id) -> each rank's part of each round, transfers a round
+        self.plans: dict[tuple[tuple[int, ...], int, int],
                          tuple[list[list[RankStep]], list[int]]] = {}
         # CPU s of a rank after the collective, decoding and adding what it received (an
         # allgather's p - 1 messages); an allreduce's sums are in its rounds already
         self.decode_s = 0.0
 
-    def allreduce_cpu_s(self, nbytes: int, size: int | None = None) -> float:
+    def allreduce_cpu_s(self, nbytes: int, size: int | None = None,
+                        collective: Collective | None = None) -> float:
         """CPU seconds of one allreduce of ``nbytes`` among ``size`` ranks (default every
-        worker) on a rank (its busiest path, then the decoding)."""
-        key = (size or self.ctx.n, nbytes)
+        worker) with ``collective`` (default the strategy's) on a rank (its busiest path,
+        then the decoding)."""
+        collective = collective or self.collective
+        key = (size or self.ctx.n, nbytes, id(collective))
         if key not in self.cpu_s:
-            schedule = self.collective.schedule(key[0], int(nbytes))
+            schedule = collective.schedule(key[0], int(nbytes))
             self.cpu_s[key] = self.ctx.cpu.collective_s(schedule, 1.0)
         return self.cpu_s[key] + self.decode_s
 
@@ -114,7 +123,8 @@ class AllreduceMixin:
             yield from self.allreduce_by_rounds(nbytes, overlapped, group)
             return
         yield from together(self.ctx, group.ranks, "overhead",
-                            self.allreduce_cpu_s(nbytes, group.size), overlapped)
+                            self.allreduce_cpu_s(nbytes, group.size, group.collective),
+                            overlapped)
         start = self.ctx.env.now
         yield from self.allreduce_time(nbytes, group)
         for rank in group.ranks:
@@ -172,11 +182,12 @@ class AllreduceMixin:
         (default every worker; in its order), and the number of transfers in each round
         (remembered per group and size)."""
         group = group or self.all_workers
-        key = (group.ranks, nbytes)
+        collective = group.collective or self.collective
+        key = (group.ranks, nbytes, id(collective))
         if key in self.plans:
             return self.plans[key]
         ctx = self.ctx
-        schedule = self.collective.schedule(group.size, nbytes)
+        schedule = collective.schedule(group.size, nbytes)
         plans: list[list[RankStep]] = [[] for _ in range(group.size)]
         ranks = np.asarray(group.ranks)
         for r in range(schedule.n_rounds):
@@ -214,10 +225,10 @@ class AllreduceMixin:
         """
         group = group or self.all_workers
         if not (self.replays and group.ranks == self.all_workers.ranks):
-            return (yield from self.collective.run(self.ctx.network, p=group.size,
-                                                   nbytes=nbytes, hosts=group.hosts))
+            return (yield from (group.collective or self.collective).run(
+                self.ctx.network, p=group.size, nbytes=nbytes, hosts=group.hosts))
         if nbytes not in self.elapsed_s:
-            self.elapsed_s[nbytes] = yield from self.collective.run(
+            self.elapsed_s[nbytes] = yield from (group.collective or self.collective).run(
                 self.ctx.network, p=self.ctx.n, nbytes=nbytes, hosts=self.hosts)
         else:
             yield self.ctx.env.timeout(self.elapsed_s[nbytes])
@@ -296,14 +307,19 @@ class BSP(AllreduceMixin, PipelinedStrategy):
         extra = super().summary_extra()
         return extra if self.tables is None else {**extra, **self.tables.summary()}
 
-    def alone_bytes_s(self, nbytes: int) -> float:
-        """An allreduce of ``nbytes`` among every worker alone on an idle network, with its
-        CPU."""
+    def alone_bytes_s(self, nbytes: int, group: Group | None = None) -> float:
+        """An allreduce of ``nbytes`` among every worker (or ``group``'s ranks: where they
+        sit, their NICs shared as in the run) alone on an idle network, with its CPU."""
+        collective = self.collective if group is None else group.collective or self.collective
         if nbytes not in self.elapsed_s:
+            options = self.ctx.network_options
+            if group is not None:
+                options = {**options, **_group_options(options, group.ranks)}
             self.elapsed_s[nbytes], _ = run_alone(
-                self.collective, p=self.ctx.n, nbytes=nbytes, fabric=self.ctx.network.fabric,
-                **self.ctx.network_options)
-        return self.elapsed_s[nbytes] + self.allreduce_cpu_s(nbytes)
+                collective, p=self.ctx.n if group is None else group.size, nbytes=nbytes,
+                fabric=self.ctx.network.fabric, **options)
+        return self.elapsed_s[nbytes] + self.allreduce_cpu_s(
+            nbytes, None if group is None else group.size, collective)
 
     def sum_gradients(self) -> int:
         """Sum the workers' gradients as received (decoded) into :attr:`total`, in rank order
@@ -388,3 +404,17 @@ class LocalSGD(AllreduceMixin, Strategy):
             return
         with rec.span(w.index, "wait"):
             yield self.barrier
+
+
+def _group_options(options: dict[str, Any], ranks: tuple[int, ...]) -> dict[str, Any]:
+    """The run's network options for ``ranks`` alone: their machines, and their NIC ports
+    (endpoint i's is the first member on the same NIC, as
+    :func:`sim.network.network_builder.nic_ports` numbers them)."""
+    picked = list(ranks)
+    out: dict[str, Any] = {}
+    if options.get("machines"):
+        out["machines"] = [options["machines"][r] for r in picked]
+    if "ports" in options:
+        ports = [options["ports"][r] for r in picked]
+        out["ports"] = [ports.index(port) for port in ports]
+    return out

@@ -42,11 +42,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
 import simpy
 
+from sim.network.collectives import Collective, configured
+from sim.network.hierarchical import block_size
 from sim.recorder import KINDS
 from sim.simulated.stage_overlap import GroupOverlap, final_backwards, stage_messages
 from sim.simulated.stages import BubbleTally, Mailbox, Meetings, StageWork, stage_works
@@ -109,9 +112,26 @@ class PlanRanks(AllreduceMixin):
         self.loops = [self.ctx.env.process(self.rank_loop(r))
                       for r in range(len(self.plan.ranks))]
 
-    @staticmethod
-    def _group(ranks: tuple[int, ...], placed: np.ndarray) -> Group:
-        return Group(ranks, placed[list(ranks)])
+    def _group(self, ranks: tuple[int, ...], placed: np.ndarray) -> Group:
+        return Group(ranks, placed[list(ranks)], self.group_collective(ranks))
+
+    def group_collective(self, ranks: tuple[int, ...]) -> Collective | None:
+        """The collective of the plan's group ``ranks``: None (the strategy's) unless it
+        groups ranks by host (``hierarchical``, ``hierarchical-rs``); then the same one
+        built for the group's members a host, g, from the plan's rank-to-host map (equal
+        consecutive blocks: :func:`sim.network.hierarchical.block_size`; the validator
+        refuses other placements). A group on one host runs the ring inside it, one member
+        a host the inter-host allreduce; the data and tensor groups each get theirs."""
+        collective = self.collective
+        if "ranks_per_host" not in collective.takes:
+            return None
+        g = block_size([self.ctx.plan.ranks[r].host for r in ranks])
+        built = self.group_collectives
+        if g not in built:
+            config = self.ctx.config
+            built[g] = configured(collective.name, lambda key: g if key ==
+                                  "cluster.ranks_per_host" else attrgetter(key)(config))
+        return built[g]
 
     # ---- one rank ---------------------------------------------------------------------
 
@@ -356,9 +376,12 @@ class ModelParallelBSP(PlanRanks, BSP):
                                       reduce, lambda: self.group_updated(step))
 
     def alone_per_step_s(self) -> float:
-        """The largest shard's data-parallel allreduce alone (the groups run at once)."""
+        """The largest shard's data-parallel allreduce alone (the groups run at once); a
+        hierarchical one among its data group's own ranks, where they sit."""
         largest = max(self.works, key=lambda work: work.grad_bytes)
-        return self.alone_bytes_s(self.sent_bytes(largest))
+        group = self.data_groups[self.plan.rank_of(0, largest.index, 0)]
+        return self.alone_bytes_s(self.sent_bytes(largest),
+                                  group if group.collective is not None else None)
 
 
 class ModelParallelBSPPS(PlanRanks, BSPPS):
