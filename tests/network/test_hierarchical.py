@@ -10,7 +10,9 @@ import pytest
 from sim.network.collective_alone import run_alone, simulate
 from sim.network.collectives import REGISTRY, get_collective
 from sim.network.fabrics import Fabric
+from sim.network.hierarchical import block_size
 from sim.network.message_cost import alpha_s, beta_s
+from sim.network.network_builder import nic_ports
 
 LINK = Fabric("link", 8 * 100.0, latency_s=0.05, overhead_s=0.1)  # 100 B/s, alpha 0.3 s
 FABRIC = Fabric("slow", 8 * 10.0, latency_s=0.5, overhead_s=1.0)  # 10 B/s, alpha 3 s
@@ -105,3 +107,32 @@ def test_bad_parameters_are_refused() -> None:
         get_collective("hierarchical-rs", ranks_per_host=0)
     assert REGISTRY["hierarchical"].takes == {"ranks_per_host": "cluster.ranks_per_host",
                                               "inter": "strategy.inter_collective"}
+
+
+@pytest.mark.parametrize("inter", INTERS)
+@pytest.mark.parametrize("nics", [1, 2, 4])
+def test_shared_nics_scale_the_inter_beta(inter: str, nics: int) -> None:
+    """Hosts of g = 4 ranks on k NICs (rank i on NIC i k // g): hierarchical-rs's g
+    inter-host allreduces run at once, g / k of them on each NIC, so each sees the fabric's
+    bandwidth over g / k: the closed form with the inter beta times g / k."""
+    p, g = 16, 4
+    machines = [r // g for r in range(p)]
+    algo = get_collective("hierarchical-rs", ranks_per_host=g, inter=inter)
+    time_s, _ = run_alone(algo, p=p, nbytes=NBYTES, fabric=FABRIC, host_link=LINK,
+                          machines=machines, ports=nic_ports(machines, nics).tolist())
+    want = algo.two_level_s(p, NBYTES, (alpha_s(LINK), beta_s(LINK)),
+                            (alpha_s(FABRIC), g / nics * beta_s(FABRIC)))
+    assert time_s == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("hosts, g", [([0, 0, 1, 1], 2), ([3, 1, 2], 1), ([5, 5, 5], 3),
+                                      ([7], 1), ([2, 2, 0, 0, 1, 1], 2)])
+def test_block_size_is_the_members_a_host(hosts: list[int], g: int) -> None:
+    assert block_size(hosts) == g
+
+
+@pytest.mark.parametrize("hosts", [[0, 0, 1], [0, 1, 0, 1], [0, 0, 1, 1, 0, 0], [0, 1, 1],
+                                   []])
+def test_block_size_refuses_other_placements(hosts: list[int]) -> None:
+    with pytest.raises(ValueError):
+        block_size(hosts)

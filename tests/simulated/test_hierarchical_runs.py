@@ -51,7 +51,7 @@ def test_the_inter_collective_is_the_configured_one() -> None:
     ({"cluster": {"ranks_per_host": 3}},
      "cluster.ranks_per_host: hierarchical-rs: every host needs g = 3 ranks"),
     ({"strategy": {"inter_collective": "ps"}}, "strategy.inter_collective: unknown"),
-    ({"parallel": {"pipeline": 2}}, "strategy.collective: 'hierarchical-rs' groups all workers"),
+    # a plan's groups are checked one by one (tests/simulated/test_plan_hierarchical.py)
 ])
 def test_the_validator_refuses_what_the_grouping_cannot_place(change, message) -> None:
     data = run_data("hierarchical-rs")

@@ -47,6 +47,8 @@ def close(a: float, b: float) -> bool:
     return abs(a - b) <= REL * max(abs(a), abs(b)) or a == b
 
 
+HIERARCHICAL = {"cluster__workers": 4, "parallel__tensor": 1, "cluster__ranks_per_host": 8,
+                "strategy__collective": "hierarchical-rs"}
 CASES = {
     "1f1b, tensor groups on a host, pipeline over IB": {},
     "gpipe": {"parallel__schedule": "gpipe"},
@@ -69,6 +71,18 @@ CASES = {
     "bf16 messages": {"compute__precision": "bf16"},
     "eth-100g, 16 microbatches": {"cluster__fabric": "eth-100g",
                                   "parallel__microbatches": 16},
+    # 2 replicas a host: each data group is 2 members on each of 2 hosts (g = 2), its
+    # reduce-scatter on NVLink beside the stages' messages, its slices on IB (balanced:
+    # replica 0 runs and is mirrored)
+    "hierarchical-rs on the data groups, mirrored": HIERARCHICAL,
+    # 8 ranks on 2 NICs: the 2 slices of a data group's host leave on NICs 0 and 1, each
+    # NIC shared with the other stages' ranks' messages
+    "hierarchical-rs, ranks sharing NICs": {**HIERARCHICAL, "cluster__nics_per_host": 2},
+    "hierarchical-rs, tree across hosts": {**HIERARCHICAL,
+                                           "strategy__inter_collective": "tree"},
+    # only the leaders cross hosts: not balanced, every replica runs
+    "hierarchical on the data groups, each run": {**HIERARCHICAL,
+                                                  "strategy__collective": "hierarchical"},
 }
 
 
@@ -123,7 +137,7 @@ REFUSED = {
     "leaf-spine": {"cluster__topology": "leaf-spine"},
     "overlapped data-parallel allreduce": {"parallel__dp_overlap": True,
                                            "strategy__pipelining": "wfbp"},
-    "ranks sharing a NIC": {"cluster__nics_per_host": 1},
+    "shards sharing a NIC": {"cluster__nics_per_host": 1},
     # a step cut mid-way: the event engine counts a tensor allreduce's finished rounds
     "a time limit": {"run__time_limit_s": 3e-4},
     # two stages on a host: their messages would share NVLink ports with tensor allreduces
@@ -158,6 +172,22 @@ def test_replica_zero_stands_for_all_where_the_collective_is_balanced(collective
     strategy.start()
     assert strategy.mirror is mirrored
     assert len(strategy.timed) == 4 * (1 if mirrored else replicas)
+
+
+@pytest.mark.parametrize(("collective", "mirrored"), [("hierarchical-rs", True),
+                                                     ("hierarchical", False)])
+def test_hierarchical_rs_data_groups_are_balanced(collective, mirrored):
+    """hierarchical-rs's rounds (the ring inside each host, g ring slices across hosts) give
+    every member one message in and one out: replica 0 stands for all; the leaders-only
+    variant leaves the others idle across hosts, so every replica runs."""
+    from sim.simulated.engine import build_simulation
+
+    data = config(**{**HIERARCHICAL, "strategy__collective": collective},
+                  run__engine="steady")
+    _, _, strategy = build_simulation(validate(data))
+    strategy.start()
+    assert strategy.data_groups[0].collective.ranks_per_host == 2
+    assert strategy.mirror is mirrored
 
 
 def test_the_shipped_3072_gpu_config_is_megatrons_layout():
