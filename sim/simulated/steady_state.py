@@ -22,12 +22,18 @@ alike:
   and on a star no two ports share a link: shard k's traffic runs exactly as shard 0's;
 - replicas differ only where their data groups' collective treats members unalike. Where
   it is :func:`balanced` (every round, every member sends one message and receives one of
-  one size: the ring, recursive doubling on a power of two), replica 0 runs, each message
+  one size: the ring, recursive doubling on a power of two, hierarchical-rs) and
+  :func:`one_link` (each round inside hosts or across them for every member: not a ring
+  with two members a host), replica 0 runs, each message
   it sends is sent between the same ranks of every other replica at the same instant
   (:class:`Mirrored`: the data-parallel allreduces meet the same traffic as in the event
   engine), and each data group's allreduce starts when replica 0's member arrives
   (:class:`DataGroupsMirrored`). Otherwise (Rabenseifner's on 3 folds one member in
-  first) every replica's shard 0 runs.
+  first; the leaders-only hierarchical sends across hosts from one member a host) every
+  replica's shard 0 runs. A plan's data groups run strategy.collective built for their
+  members a host (:meth:`~sim.simulated.strategies.model_parallel.PlanRanks.
+  group_collective`); with one shard, ranks may share NICs (every rank's messages are then
+  sent, mirrored or run).
 
 So :class:`SteadyBSP` runs the event engine's own rank code (``rank_loop``, the mailbox,
 the meetings, the data-parallel allreduces on the live flow network, the step's close and
@@ -130,8 +136,7 @@ class SteadyBSP(ModelParallelBSP):
         self.probe = AloneProbe(ctx.config)
         # replica 0 stands for the others where their data groups' collective treats every
         # member alike; else each replica runs (shard 0 still stands for its shards)
-        self.mirror = all(balanced(self.data_collective(work).schedule(
-            plan.replicas, self.sent_bytes(work))) for work in self.works)
+        self.mirror = all(self.mirrors(work) for work in self.works)
         self.bubble = RanksAlike(plan.replicas, plan.tensor, plan.pipeline, self.mirror)
         replicas = range(1) if self.mirror else range(plan.replicas)
         self.timed = [plan.rank_of(d, s, 0) for d in replicas for s in range(plan.pipeline)]
@@ -148,10 +153,15 @@ class SteadyBSP(ModelParallelBSP):
                                  for d in range(1, plan.replicas)] for r in self.timed})
         self.loops = [ctx.env.process(self.rank_loop(r)) for r in self.timed]
 
-    def data_collective(self, work: StageWork) -> Any:
-        """The collective of ``work``'s stage's data groups (shard 0's stands for all)."""
+    def mirrors(self, work: StageWork) -> bool:
+        """Whether replica 0 stands for every replica in ``work``'s stage's data groups
+        (shard 0's stands for all): their collective is :func:`balanced` and each of its
+        rounds stays inside hosts or crosses them for every member (:func:`one_link`)."""
         group = self.data_groups[self.plan.rank_of(0, work.index, 0)]
-        return group.collective or self.collective
+        schedule = (group.collective or self.collective).schedule(self.plan.replicas,
+                                                                  self.sent_bytes(work))
+        machines = [self.plan.ranks[r].host for r in group.ranks]
+        return balanced(schedule) and one_link(schedule, machines)
 
     # ---- what stands for the other ranks ----------------------------------------------
 
@@ -205,6 +215,20 @@ def balanced(schedule: Any) -> bool:
         if len(rnd.src) != n or int(rnd.count.max() - rnd.count.min()) > 1 \
                 or sorted(rnd.src.tolist()) != list(range(n)) \
                 or sorted(rnd.dst.tolist()) != list(range(n)):
+            return False
+    return True
+
+
+def one_link(schedule: Any, machines: list[int]) -> bool:
+    """Whether every round of ``schedule`` has all its messages between ranks of one machine
+    (``machines[e]``: endpoint e's), or all between machines: each member's messages then
+    take the same kind of link (a ring with two members a host does not: half its hops
+    are on the host link, half on the fabric, and its members wait unalike)."""
+    where = np.asarray(machines)
+    for r in range(schedule.n_rounds):
+        rnd = schedule.round(r)
+        inside = where[rnd.src] == where[rnd.dst]
+        if inside.any() and not inside.all():
             return False
     return True
 

@@ -80,6 +80,11 @@ CASES = {
     "hierarchical-rs, ranks sharing NICs": {**HIERARCHICAL, "cluster__nics_per_host": 2},
     "hierarchical-rs, tree across hosts": {**HIERARCHICAL,
                                            "strategy__inter_collective": "tree"},
+    # a ring with 2 members a host: half its hops on NVLink, half on IB, members wait
+    # unalike (one_link): every replica runs
+    "ring with 2 members a host, each run": {**HIERARCHICAL, "strategy__collective": "ring"},
+    "ring, ranks sharing NICs": {**HIERARCHICAL, "strategy__collective": "ring",
+                                 "cluster__nics_per_host": 2},
     # only the leaders cross hosts: not balanced, every replica runs
     "hierarchical on the data groups, each run": {**HIERARCHICAL,
                                                   "strategy__collective": "hierarchical"},
@@ -175,18 +180,21 @@ def test_replica_zero_stands_for_all_where_the_collective_is_balanced(collective
 
 
 @pytest.mark.parametrize(("collective", "mirrored"), [("hierarchical-rs", True),
-                                                     ("hierarchical", False)])
+                                                     ("hierarchical", False), ("ring", False)])
 def test_hierarchical_rs_data_groups_are_balanced(collective, mirrored):
     """hierarchical-rs's rounds (the ring inside each host, g ring slices across hosts) give
-    every member one message in and one out: replica 0 stands for all; the leaders-only
-    variant leaves the others idle across hosts, so every replica runs."""
+    every member one message in and one out, all on one kind of link: replica 0 stands for
+    all; the leaders-only variant leaves the others idle across hosts, and a flat ring's
+    rounds mix NVLink and IB hops, so every replica runs."""
     from sim.simulated.engine import build_simulation
 
     data = config(**{**HIERARCHICAL, "strategy__collective": collective},
                   run__engine="steady")
     _, _, strategy = build_simulation(validate(data))
     strategy.start()
-    assert strategy.data_groups[0].collective.ranks_per_host == 2
+    group = strategy.data_groups[0]
+    assert group.collective is None if collective == "ring" else \
+        group.collective.ranks_per_host == 2
     assert strategy.mirror is mirrored
 
 
