@@ -151,7 +151,9 @@ class Strategy(Section):
                           "recursive-doubling, tree, or two-level over cluster.ranks_per_host: "
                           "hierarchical (reduce in each host, allreduce across, broadcast: "
                           "Goyal et al. 2017) or hierarchical-rs (reduce-scatter, allreduce "
-                          "of each local rank's piece across hosts, allgather: Horovod)")
+                          "of each local rank's piece across hosts, allgather: Horovod); on a "
+                          "[parallel] plan each data and tensor group runs it over its own "
+                          "members a host (a group on one host: the ring)")
     inter_collective: str = doc("ring", "hierarchical collectives: the allreduce across hosts "
                                 "(ring, rabenseifner, recursive-doubling or tree)")
     allgather: str = doc("ring-allgather", "bsp with compression: the allgather of every "
