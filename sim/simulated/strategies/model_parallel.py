@@ -25,6 +25,11 @@ order (:func:`sim.training.stage_schedule.stage_ops`) each step:
   push has the servers average and step the range, and each pulls it back (bsp-ps's
   costs). The step closes, and its update is recorded, when every data group has updated;
   a rank starts its next step once its own group has.
+- a hierarchical strategy.collective (``hierarchical``, ``hierarchical-rs``) runs on each
+  data and tensor group over the group's own members a host (:meth:`PlanRanks.
+  group_collective`): 64 replicas of one rank on DGX-2H hosts of 16 give data groups of 16
+  a host, whose slices leave on the host's 8 NICs; 8 shards a replica give data groups of
+  2 a host. A tensor group inside one host runs the ring (hierarchy gains nothing there).
 
 Numerics are the split replica's (:mod:`sim.training.stage_numerics`): once per step, at the
 parameters of record, each replica's batch goes through its stages' and shards' layers
