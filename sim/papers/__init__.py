@@ -1,0 +1,27 @@
+"""The reproduction suite: published figures, the lab's value for each, and the error.
+
+One TOML file per paper in ``experiments/papers/``. Its tables, top to bottom:
+
+``[paper]``
+    ``title``, ``authors``, ``year``, ``where`` (arXiv id or venue): who measured.
+``[base]``
+    An experiment config in the lab's own keys (``[base.cluster]``, ``[base.workload]``,
+    ...), timing only (``workload.numerics = false``). Every row starts from it.
+``[calibration]`` (optional)
+    ``parameter``: the one config key fitted (e.g. ``compute.gemm_efficiency``); ``row``:
+    the figure row whose published value it is fitted to, which must be the paper's own
+    single-device or single-node baseline; ``bracket = [lo, hi]``: the interval the root
+    finder searches; ``source``: where the baseline value is printed. The parameter is solved
+    (Brent's method) so that the lab's value of that one row equals its published value; no
+    other row is used. Without the table nothing is fitted (papers that print only ratios).
+``[[figure]]`` (one per published value)
+    ``id`` (unique in the file), ``quantity`` (:data:`sim.papers.quantities.QUANTITIES`),
+    ``published`` (the paper's value, in the quantity's unit: seconds, a fraction, a ratio),
+    ``source`` (table or figure; "read from Fig. N, +-x" for a value read off a plot),
+    ``set = {"cluster.workers" = 64, ...}`` (dotted keys over ``[base]``: this row's
+    config), ``relative_to`` (the id of the row a ratio is taken against; required by ratio
+    quantities, refused by the others) and ``note`` (optional, e.g. a measured explanation).
+
+The error of a row is lab / published - 1. The calibration row is shown but left out of the
+median and worst |error| (it is 0 by construction).
+"""

@@ -1,0 +1,193 @@
+"""A paper's figures reproduced: calibrate, run every row, compare, and write the results.
+
+:func:`reproduce` runs one paper file; :func:`summarise` gives the median and worst |error|
+over rows that are predictions (the calibration row is left out: it matches by
+construction); :func:`write_results` writes ``results.csv`` and ``results.json``;
+:func:`markdown_table` is the table ``docs/measurements/papers.md`` holds.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sim.errors import UserError
+from sim.papers.paper_calibration import Calibrated, calibrate
+from sim.papers.paper_file import Figure, Paper
+from sim.papers.quantities import QUANTITIES, Measure, relative_error
+from sim.papers.row_run import row_config, run_row
+from sim.rundir import write_atomic
+
+
+@dataclass(frozen=True)
+class RowResult:
+    paper: str
+    id: str
+    quantity: str
+    source: str
+    published: float
+    lab: float | None        # None when the row could not run
+    error: float | None      # lab / published - 1
+    wall_s: float            # the simulator's wall time for this row (0 if it did not run)
+    calibration: bool        # the row the parameter was fitted to
+    failure: str = ""        # one line: why the row did not run
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class PaperResult:
+    paper: Paper
+    calibrated: Calibrated | None
+    rows: tuple[RowResult, ...]
+
+
+def _failed(paper: Paper, figure: Figure, why: str, is_cal: bool) -> RowResult:
+    return RowResult(paper.name, figure.id, figure.quantity, figure.source, figure.published,
+                     None, None, 0.0, is_cal, why, figure.note)
+
+
+def reproduce(paper: Paper, run: Callable = run_row,
+              report: Callable[[RowResult], None] = lambda row: None,
+              report_calibration: Callable[[Calibrated], None] = lambda c: None
+              ) -> PaperResult:
+    """Every row of ``paper``; ``report`` is called with each row as it finishes. A row that
+    cannot run (an unknown key, a failed reference row) is kept with its reason."""
+    cal_row = paper.calibration.row if paper.calibration else None
+    fitted: dict[str, Any] = {}
+    calibrated = None
+    if paper.calibration is not None:
+        try:
+            calibrated = calibrate(paper, run)
+        except UserError as exc:
+            why = f"calibration failed: {exc}"
+            rows = tuple(_failed(paper, f, why, f.id == cal_row) for f in paper.figures)
+            for row in rows:
+                report(row)
+            return PaperResult(paper, None, rows)
+        report_calibration(calibrated)
+        fitted = {calibrated.parameter: calibrated.value}
+    measures: dict[str, Measure | str] = {}  # id -> its run, or why it failed
+    walls: dict[str, float] = {}
+
+    def measure_of(figure: Figure) -> Measure | str:
+        if figure.id not in measures:
+            try:
+                config = row_config(paper.base, {**figure.overrides, **fitted},
+                                    f"{paper.path.name}: figure {figure.id}")
+                done = run(config)
+                measures[figure.id], walls[figure.id] = done.measure, done.wall_s
+            except UserError as exc:
+                measures[figure.id] = str(exc)
+        return measures[figure.id]
+
+    rows = []
+    for figure in paper.figures:
+        is_cal = figure.id == cal_row
+        mine = measure_of(figure)
+        ref = measure_of(paper.figure(figure.relative_to)) if figure.relative_to else None
+        if isinstance(mine, str) or isinstance(ref, str):
+            why = mine if isinstance(mine, str) else f"its reference row failed: {ref}"
+            row = _failed(paper, figure, why, is_cal)
+        else:
+            try:
+                lab = QUANTITIES[figure.quantity].value(mine, ref)
+            except UserError as exc:
+                row = _failed(paper, figure, f"{paper.path.name}: figure {figure.id}: {exc}",
+                              is_cal)
+            else:
+                row = RowResult(paper.name, figure.id, figure.quantity, figure.source,
+                                figure.published, lab, relative_error(lab, figure.published),
+                                walls[figure.id], is_cal, "", figure.note)
+        rows.append(row)
+        report(row)
+    return PaperResult(paper, calibrated, tuple(rows))
+
+
+def summarise(rows: list[RowResult]) -> dict[str, Any]:
+    """Median and worst |error| over the predicted rows that ran; counts of the rest."""
+    predicted = [r for r in rows if not r.calibration and r.error is not None]
+    errors = [abs(r.error) for r in predicted]
+    worst = max(predicted, key=lambda r: abs(r.error), default=None)
+    return {"predicted": len(predicted),
+            "failed": sum(r.error is None for r in rows),
+            "median_abs_error": statistics.median(errors) if errors else None,
+            "worst_abs_error": abs(worst.error) if worst else None,
+            "worst_row": f"{worst.paper}/{worst.id}" if worst else None,
+            "within_15": sum(e <= 0.15 for e in errors),
+            "within_5": sum(e <= 0.05 for e in errors)}
+
+
+FIELDS = ("paper", "id", "quantity", "source", "published", "lab", "error", "wall_s",
+          "calibration", "failure", "note")
+
+
+def write_results(out: Path, results: list[PaperResult]) -> None:
+    """``out/results.csv`` (a row per figure) and ``out/results.json`` (rows, calibrations,
+    summary)."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [row for result in results for row in result.rows]
+    text = io.StringIO()
+    writer = csv.DictWriter(text, FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(asdict(row))
+    write_atomic(out / "results.csv", text.getvalue())
+    data = {"papers": [{"paper": r.paper.name, **r.paper.meta,
+                        "calibrated": asdict(r.calibrated) if r.calibrated else None}
+                       for r in results],
+            "rows": [asdict(row) for row in rows],
+            "summary": summarise(rows)}
+    write_atomic(out / "results.json", json.dumps(data, indent=2) + "\n")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def markdown_table(results: list[PaperResult]) -> str:
+    """The table of every row, then the calibrations and the summary line."""
+    lines = ["| paper | figure | source | quantity | published | lab | error | wall (s) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for result in results:
+        for r in result.rows:
+            lab = "-" if r.lab is None else f"{r.lab:.4g}"
+            error = (f"{_pct(r.error)} (calibration)" if r.calibration and r.error is not None
+                     else _pct(r.error) if r.error is not None else f"not run: {r.failure}")
+            lines.append(f"| {r.paper} | {r.id} | {r.source} | {r.quantity} | "
+                         f"{r.published:.4g} | {lab} | {error.replace('|', '/')} | "
+                         f"{r.wall_s:.1f} |")
+    lines.append("")
+    for result in results:
+        c = result.calibrated
+        if c:
+            lines.append(f"- {result.paper.name}: `{c.parameter}` = {c.value:.6g}, fitted to "
+                         f"row {c.row} ({c.published:g}; {c.source}) in {c.runs} runs")
+    s = summarise([row for result in results for row in result.rows])
+    if s["median_abs_error"] is not None:
+        lines.append(f"- over {s['predicted']} predicted figures: median |error| "
+                     f"{s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} "
+                     f"({s['worst_row']}); {s['within_15']} within 15%, {s['within_5']} "
+                     f"within 5%; {s['failed']} not run")
+    return "\n".join(lines) + "\n"
+
+
+START, END = "<!-- papers table: start -->", "<!-- papers table: end -->"
+
+
+def write_markdown(path: Path, table: str) -> None:
+    """The table into ``path`` between the START and END markers if it has them (the rest of
+    the page kept), else ``path`` holding the table alone."""
+    text = path.read_text() if path.exists() else ""
+    if START in text and END in text:
+        head, rest = text.split(START, 1)
+        tail = rest.split(END, 1)[1]
+        text = f"{head}{START}\n{table}{END}{tail}"
+    else:
+        text = table
+    write_atomic(path, text)

@@ -1,0 +1,90 @@
+"""Calibration uses the baseline row alone and reproduces it; the suite end to end on the
+tiny paper file; a row with a key this build lacks fails in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+from sim.papers.paper_calibration import calibrate
+from sim.papers.paper_file import load_paper
+from sim.papers.reproduce import END, START, reproduce
+from sim.papers.row_run import run_row
+
+TINY = Path(__file__).parent / "data" / "tiny-2024.toml"
+
+
+def test_calibration_reproduces_the_baseline_from_its_row_alone():
+    paper = load_paper(TINY)
+    seen = []
+
+    def run(config):
+        seen.append(config.cluster.workers)
+        return run_row(config)
+
+    fitted = calibrate(paper, run)
+    assert fitted.parameter == "compute.time_s"
+    assert fitted.row == "one-gpu"
+    assert fitted.lab == pytest.approx(0.05, rel=1e-6)
+    assert fitted.runs == len(seen) >= 3
+    assert set(seen) == {1}  # only the baseline row's config (1 worker) was ever run
+    # one GPU, no messages: a step is its gradient's compute.time_s, the closed form
+    assert fitted.value == pytest.approx(0.05, rel=1e-6)
+
+
+def test_a_published_baseline_out_of_reach_is_a_user_error(tmp_path):
+    path = tmp_path / "far-2024.toml"
+    path.write_text(TINY.read_text().replace("published = 0.05", "published = 50.0", 1))
+    result = reproduce(load_paper(path))
+    assert result.calibrated is None
+    assert all(r.error is None and "outside what compute.time_s" in r.failure
+               for r in result.rows)
+
+
+def test_the_suite_end_to_end(tmp_path, capsys):
+    page = tmp_path / "papers.md"
+    page.write_text(f"# Page\n\nbefore\n{START}\nold table\n{END}\nafter\n")
+    assert main(["papers", str(TINY), "--out", str(tmp_path / "out"),
+                 "--markdown", str(page)]) == 0
+    printed = capsys.readouterr().out
+    assert "calibrated compute.time_s = " in printed
+    assert "3 predicted figures" not in printed and "2 predicted figures" in printed
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    rows = {row["id"]: row for row in data["rows"]}
+    assert rows["one-gpu"]["calibration"] and rows["one-gpu"]["error"] == pytest.approx(0, abs=1e-6)
+    for row in data["rows"]:
+        assert row["error"] == pytest.approx(row["lab"] / row["published"] - 1)
+        assert row["wall_s"] > 0
+    # 4 GPUs do the 1-GPU work per GPU, plus an allreduce: below 100%
+    assert 0 < rows["four-gpus-efficiency"]["lab"] < 1
+    assert data["papers"][0]["calibrated"]["value"] > 0
+    assert (tmp_path / "out" / "results.csv").read_text().startswith("paper,id,quantity")
+    text = page.read_text()
+    assert text.startswith("# Page\n\nbefore\n") and text.endswith(f"{END}\nafter\n")
+    assert "old table" not in text and "| tiny-2024 | four-gpus-efficiency |" in text
+
+
+def test_a_row_with_an_unknown_key_fails_in_one_line(tmp_path, capsys):
+    path = tmp_path / "future-2024.toml"
+    path.write_text(TINY.read_text().replace(
+        'published = 0.06', 'published = 0.06\nset = { "compute.gemm_efficiency" = 0.5 }', 1))
+    assert main(["papers", str(path)]) == 1  # a row did not run
+    printed = capsys.readouterr().out
+    failure = next(line for line in printed.splitlines() if "not run:" in line)
+    assert "compute.gemm_efficiency: unknown key" in failure
+    assert "figure two-gpus" in failure
+    assert "predicted figures" in printed  # the other rows still ran
+
+
+def test_list_runs_nothing(capsys):
+    assert main(["papers", str(TINY), "--list"]) == 0
+    printed = capsys.readouterr().out
+    assert "four-gpus-efficiency" in printed and "vs one-gpu" in printed
+
+
+def test_an_unknown_paper_name_exits_2(capsys):
+    assert main(["papers", "no-such-paper-1999"]) == 2
+    assert "no such paper file" in capsys.readouterr().err
