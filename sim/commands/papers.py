@@ -7,8 +7,12 @@ import argparse
 from pathlib import Path
 
 from sim.errors import UserError
+from sim.names import CHECKOUT_EXPERIMENTS, PACKAGED_EXPERIMENTS
 
-PAPERS = Path("experiments") / "papers"
+# ./experiments/papers, else the checkout's, else an installed package's copy
+PAPERS = next((folder / "papers" for folder in (Path("experiments"), CHECKOUT_EXPERIMENTS,
+                                                  PACKAGED_EXPERIMENTS)
+               if (folder / "papers").is_dir()), Path("experiments") / "papers")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,8 +44,8 @@ def paper_paths(names: list[str]) -> list[Path]:
     return paths
 
 
-def _published(value: float) -> str:
-    return f"{value:.4g}"
+def _published(value: float | None) -> str:
+    return "ref" if value is None else f"{value:.4g}"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -67,14 +71,19 @@ def main(args: argparse.Namespace) -> int:
     print(f"{'paper':<18} {'figure':<24} {'published':>10} {'lab':>10} {'error':>8} "
           f"{'wall s':>7}  source")
 
+    last_failure = [""]
+
     def report(row) -> None:
         lab = "-" if row.lab is None else f"{row.lab:.4g}"
         error = "-" if row.error is None else f"{row.error:+.1%}"
-        mark = " (calibration)" if row.calibration else ""
+        mark = (" (calibration)" if row.calibration else
+                " (reference row)" if row.published is None else "")
         print(f"{row.paper:<18} {row.id:<24} {_published(row.published):>10} {lab:>10} "
-              f"{error:>8} {row.wall_s:>7.1f}  {row.source}{mark}", flush=True)
-        if row.failure:
-            print(f"  not run: {row.failure}", flush=True)
+              f"{error:>8} {row.wall_s:>7.2f}  {row.source}{mark}", flush=True)
+        if row.failure:  # a failed calibration fails every row: said once
+            same = row.failure == last_failure[0]
+            print(f"  not run: {'as above' if same else row.failure}", flush=True)
+        last_failure[0] = row.failure
 
     def report_calibration(c) -> None:
         print(f"calibrated {c.parameter} = {c.value:.6g} on row {c.row} (published "

@@ -16,7 +16,9 @@ One TOML file per paper in ``experiments/papers/``. Its tables, top to bottom:
     other row is used. Without the table nothing is fitted (papers that print only ratios).
 ``[[figure]]`` (one per published value)
     ``id`` (unique in the file), ``quantity`` (:data:`sim.papers.quantities.QUANTITIES`),
-    ``published`` (the paper's value, in the quantity's unit: seconds, a fraction, a ratio),
+    ``published`` (the paper's value, in the quantity's unit: seconds, a fraction, a ratio;
+    left out for a reference row, one that ratios are taken against but that the paper does
+    not print, e.g. the 1 of a normalised table or a 1-GPU run read only as a base),
     ``source`` (table or figure; "read from Fig. N, +-x" for a value read off a plot),
     ``set = {"cluster.workers" = 64, ...}`` (dotted keys over ``[base]``: this row's
     config), ``relative_to`` (the id of the row a ratio is taken against; required by ratio

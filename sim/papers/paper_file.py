@@ -34,7 +34,7 @@ class Calibration:
 class Figure:
     id: str
     quantity: str
-    published: float
+    published: float | None     # None: a reference row (ratios use it; it has no error)
     source: str
     overrides: dict[str, Any] = field(default_factory=dict)  # dotted key -> value
     relative_to: str | None = None
@@ -87,9 +87,11 @@ def _figure(table: Any, where: str) -> Figure:
     if quantity not in QUANTITIES:
         raise UserError(f"{where}.quantity: unknown {quantity!r}; known: "
                         f"{', '.join(QUANTITIES)}")
-    published = float(_need(table, "published", NUMBER, where))
-    if published <= 0:
-        raise UserError(f"{where}.published: expected a positive value, got {published}")
+    published = None  # a reference row only: what ratios are taken against, no error
+    if "published" in table:
+        published = float(_need(table, "published", NUMBER, where))
+        if published <= 0:
+            raise UserError(f"{where}.published: expected a positive value, got {published}")
     relative_to = table.get("relative_to")
     if QUANTITIES[quantity].ratio and not isinstance(relative_to, str):
         raise UserError(f"{where}.relative_to: {quantity} is a ratio and needs the id of "
@@ -137,7 +139,10 @@ def _parse(path: Path, data: dict[str, Any]) -> Paper:
                                    "calibration")
         if calibration.row not in ids:
             raise UserError(f"calibration.row: no row {calibration.row!r}")
-        if QUANTITIES[figures[ids.index(calibration.row)].quantity].ratio:
+        baseline = figures[ids.index(calibration.row)]
+        if baseline.published is None:
+            raise UserError(f"calibration.row: {calibration.row!r} has no published value")
+        if QUANTITIES[baseline.quantity].ratio:
             raise UserError(f"calibration.row: {calibration.row!r} is a ratio; a baseline row "
                             f"must be an absolute value")
     return Paper(path.stem, path, dict(meta), base, calibration, figures)

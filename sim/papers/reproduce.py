@@ -31,9 +31,9 @@ class RowResult:
     id: str
     quantity: str
     source: str
-    published: float
+    published: float | None  # None: a reference row
     lab: float | None        # None when the row could not run
-    error: float | None      # lab / published - 1
+    error: float | None      # lab / published - 1; None for a reference row or a failure
     wall_s: float            # the simulator's wall time for this row (0 if it did not run)
     calibration: bool        # the row the parameter was fitted to
     failure: str = ""        # one line: why the row did not run
@@ -101,8 +101,10 @@ def reproduce(paper: Paper, run: Callable = run_row,
                 row = _failed(paper, figure, f"{paper.path.name}: figure {figure.id}: {exc}",
                               is_cal)
             else:
+                error = (None if figure.published is None
+                         else relative_error(lab, figure.published))
                 row = RowResult(paper.name, figure.id, figure.quantity, figure.source,
-                                figure.published, lab, relative_error(lab, figure.published),
+                                figure.published, lab, error,
                                 walls[figure.id], is_cal, "", figure.note)
         rows.append(row)
         report(row)
@@ -115,7 +117,7 @@ def summarise(rows: list[RowResult]) -> dict[str, Any]:
     errors = [abs(r.error) for r in predicted]
     worst = max(predicted, key=lambda r: abs(r.error), default=None)
     return {"predicted": len(predicted),
-            "failed": sum(r.error is None for r in rows),
+            "failed": sum(bool(r.failure) for r in rows),
             "median_abs_error": statistics.median(errors) if errors else None,
             "worst_abs_error": abs(worst.error) if worst else None,
             "worst_row": f"{worst.paper}/{worst.id}" if worst else None,
@@ -157,11 +159,13 @@ def markdown_table(results: list[PaperResult]) -> str:
     for result in results:
         for r in result.rows:
             lab = "-" if r.lab is None else f"{r.lab:.4g}"
-            error = (f"{_pct(r.error)} (calibration)" if r.calibration and r.error is not None
-                     else _pct(r.error) if r.error is not None else f"not run: {r.failure}")
+            error = (f"not run: {r.failure}" if r.failure
+                     else f"{_pct(r.error)} (calibration)" if r.calibration
+                     else "reference" if r.error is None else _pct(r.error))
+            published = "-" if r.published is None else f"{r.published:.4g}"
             lines.append(f"| {r.paper} | {r.id} | {r.source} | {r.quantity} | "
-                         f"{r.published:.4g} | {lab} | {error.replace('|', '/')} | "
-                         f"{r.wall_s:.1f} |")
+                         f"{published} | {lab} | {error.replace('|', '/')} | "
+                         f"{r.wall_s:.2f} |")
     lines.append("")
     for result in results:
         c = result.calibrated

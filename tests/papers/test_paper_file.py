@@ -65,3 +65,13 @@ def test_each_mistake_names_the_file_and_the_key(tmp_path, old, new, message):
 def test_a_missing_file_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="no such config file"):
         load_paper(tmp_path / "nope.toml")
+
+
+def test_a_row_without_published_is_a_reference_row(tmp_path):
+    paper = load_paper(_broken(tmp_path, "published = 0.06\n", ""))
+    assert paper.figure("two-gpus").published is None
+
+
+def test_the_calibration_row_must_have_a_published_value(tmp_path):
+    with pytest.raises(UserError, match="calibration.row: 'one-gpu' has no published value"):
+        load_paper(_broken(tmp_path, "published = 0.05\n", ""))

@@ -88,3 +88,11 @@ def test_list_runs_nothing(capsys):
 def test_an_unknown_paper_name_exits_2(capsys):
     assert main(["papers", "no-such-paper-1999"]) == 2
     assert "no such paper file" in capsys.readouterr().err
+
+
+def test_a_reference_row_has_a_value_but_no_error(tmp_path):
+    path = tmp_path / "ref-2024.toml"
+    path.write_text(TINY.read_text().replace("published = 0.06\n", "", 1))
+    rows = {r.id: r for r in reproduce(load_paper(path)).rows}
+    assert rows["two-gpus"].lab > 0
+    assert rows["two-gpus"].error is None and rows["two-gpus"].failure == ""
