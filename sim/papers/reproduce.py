@@ -52,6 +52,10 @@ def _failed(paper: Paper, figure: Figure, why: str, is_cal: bool) -> RowResult:
                      None, None, 0.0, is_cal, why, figure.note)
 
 
+def _keys(figure: Figure) -> str:
+    return json.dumps(figure.overrides, sort_keys=True)
+
+
 def reproduce(paper: Paper, run: Callable = run_row,
               report: Callable[[RowResult], None] = lambda row: None,
               report_calibration: Callable[[Calibrated], None] = lambda c: None
@@ -72,19 +76,21 @@ def reproduce(paper: Paper, run: Callable = run_row,
             return PaperResult(paper, None, rows)
         report_calibration(calibrated)
         fitted = {calibrated.parameter: calibrated.value}
-    measures: dict[str, Measure | str] = {}  # id -> its run, or why it failed
+    # rows with the same keys (a step time and a ratio of it) share one run
+    measures: dict[str, Measure | str] = {}  # the row's keys -> its run, or why it failed
     walls: dict[str, float] = {}
 
     def measure_of(figure: Figure) -> Measure | str:
-        if figure.id not in measures:
+        key = _keys(figure)
+        if key not in measures:
             try:
                 config = row_config(paper.base, {**figure.overrides, **fitted},
                                     f"{paper.path.name}: figure {figure.id}")
                 done = run(config)
-                measures[figure.id], walls[figure.id] = done.measure, done.wall_s
+                measures[key], walls[key] = done.measure, done.wall_s
             except UserError as exc:
-                measures[figure.id] = str(exc)
-        return measures[figure.id]
+                measures[key] = str(exc)
+        return measures[key]
 
     rows = []
     for figure in paper.figures:
@@ -105,7 +111,7 @@ def reproduce(paper: Paper, run: Callable = run_row,
                          else relative_error(lab, figure.published))
                 row = RowResult(paper.name, figure.id, figure.quantity, figure.source,
                                 figure.published, lab, error,
-                                walls[figure.id], is_cal, "", figure.note)
+                                walls[_keys(figure)], is_cal, "", figure.note)
         rows.append(row)
         report(row)
     return PaperResult(paper, calibrated, tuple(rows))

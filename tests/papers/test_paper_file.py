@@ -17,7 +17,8 @@ PAPERS = Path(__file__).resolve().parents[2] / "experiments" / "papers"
 def test_the_tiny_file_loads():
     paper = load_paper(TINY)
     assert paper.name == "tiny-2024"
-    assert [f.id for f in paper.figures] == ["one-gpu", "two-gpus", "four-gpus-efficiency"]
+    assert [f.id for f in paper.figures] == ["one-gpu", "two-gpus", "two-vs-one",
+                                             "four-gpus-efficiency"]
     assert paper.calibration.parameter == "compute.time_s"
     assert paper.calibration.bracket == (0.001, 1.0)
     assert paper.figure("four-gpus-efficiency").relative_to == "one-gpu"
@@ -45,7 +46,7 @@ def _broken(tmp_path: Path, old: str, new: str) -> Path:
     ('quantity = "step_s"', 'quantity = "stepp_s"', "figure[0].quantity: unknown 'stepp_s'"),
     ('published = 0.05', 'published = -1', "figure[0].published: expected a positive"),
     ('relative_to = "one-gpu"', 'relative_to = "nine-gpus"', "figure[2].relative_to: no row"),
-    ('relative_to = "one-gpu"\n', '', "figure[2].relative_to: scaling_efficiency is a ratio"),
+    ('relative_to = "one-gpu"\n', '', "figure[2].relative_to: step_ratio is a ratio"),
     ('id = "two-gpus"', 'id = "one-gpu"', "figure[1].id: 'one-gpu' repeats figure[0]"),
     ('row = "one-gpu"', 'row = "none"', "calibration.row: no row 'none'"),
     ('row = "one-gpu"', 'row = "four-gpus-efficiency"', "calibration.row: "),
