@@ -165,7 +165,7 @@ def markdown_table(results: list[PaperResult]) -> str:
     for result in results:
         for r in result.rows:
             lab = "-" if r.lab is None else f"{r.lab:.4g}"
-            error = (f"not run: {r.failure}" if r.failure
+            error = (f"not run: {r.failure.split('; ')[0]}" if r.failure  # no key list
                      else f"{_pct(r.error)} (calibration)" if r.calibration
                      else "reference" if r.error is None else _pct(r.error))
             published = "-" if r.published is None else f"{r.published:.4g}"
