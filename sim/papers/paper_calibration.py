@@ -35,7 +35,7 @@ class Calibrated:
     wall_s: float
 
 
-def calibrate(paper: Paper, run: Callable = run_row) -> Calibrated:
+def fit_baseline(paper: Paper, run: Callable = run_row) -> Calibrated:
     """The calibrated parameter of ``paper`` (which must have a ``[calibration]``). Raises
     UserError if a run fails or the published baseline is out of the bracket's reach."""
     cal = paper.calibration

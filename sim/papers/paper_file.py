@@ -101,6 +101,8 @@ def _figure(table: Any, where: str) -> Figure:
     overrides = table.get("set", {})
     if not isinstance(overrides, dict):
         raise UserError(f"{where}.set: expected a table of dotted keys")
+    if "workload.numerics" in overrides:
+        raise UserError(f"{where}.set: rows are timing only; numerics cannot be set")
     return Figure(_need(table, "id", str, where), quantity, published,
                   _need(table, "source", str, where), dict(overrides), relative_to,
                   table.get("note", ""))
@@ -122,6 +124,8 @@ def _parse(path: Path, data: dict[str, Any]) -> Paper:
     for key in PAPER_KEYS:
         _need(meta, key, int if key == "year" else str, "paper")
     base = _need(data, "base", dict, "paper file")
+    if not isinstance(base.get("workload"), dict) or base["workload"].get("numerics") is not False:
+        raise UserError("base.workload.numerics: must be false (the suite times runs only)")
     figures = tuple(_figure(t, f"figure[{i}]")
                     for i, t in enumerate(_need(data, "figure", list, "paper file")))
     ids = [f.id for f in figures]

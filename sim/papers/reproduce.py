@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import UserError
-from sim.papers.paper_calibration import Calibrated, calibrate
+from sim.papers.paper_calibration import Calibrated, fit_baseline
 from sim.papers.paper_file import Figure, Paper
 from sim.papers.quantities import QUANTITIES, Measure, relative_error
 from sim.papers.row_run import row_config, run_row
@@ -67,7 +67,7 @@ def reproduce(paper: Paper, run: Callable = run_row,
     calibrated = None
     if paper.calibration is not None:
         try:
-            calibrated = calibrate(paper, run)
+            calibrated = fit_baseline(paper, run)
         except UserError as exc:
             why = f"calibration failed: {exc}"
             rows = tuple(_failed(paper, f, why, f.id == cal_row) for f in paper.figures)

@@ -53,6 +53,9 @@ def _broken(tmp_path: Path, old: str, new: str) -> Path:
     ('bracket = [0.001, 1.0]', 'bracket = [1.0, 0.001]', "calibration.bracket: expected"),
     ('source = "Table 0"', 'sorce = "Table 0"', "figure[0].sorce: unknown key"),
     ('[base.cluster]', '[bass.cluster]', "a paper file.bass: unknown key"),
+    ('numerics = false', 'numerics = true', "base.workload.numerics: must be false"),
+    ('set = { "cluster.workers" = 1 }', 'set = { "workload.numerics" = true }',
+     "figure[0].set: rows are timing only"),
 ])
 def test_each_mistake_names_the_file_and_the_key(tmp_path, old, new, message):
     with pytest.raises(UserError) as caught:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
-from sim.papers.paper_calibration import calibrate
+from sim.papers.paper_calibration import fit_baseline
 from sim.papers.paper_file import load_paper
 from sim.papers.reproduce import END, START, reproduce
 from sim.papers.row_run import run_row
@@ -25,7 +25,7 @@ def test_calibration_reproduces_the_baseline_from_its_row_alone():
         seen.append(config.cluster.workers)
         return run_row(config)
 
-    fitted = calibrate(paper, run)
+    fitted = fit_baseline(paper, run)
     assert fitted.parameter == "compute.time_s"
     assert fitted.row == "one-gpu"
     assert fitted.lab == pytest.approx(0.05, rel=1e-6)
