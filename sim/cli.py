@@ -1,4 +1,5 @@
-"""The command line: parses, calls the library, prints.
+"""The command line: parses, calls the library, prints (:data:`DESCRIPTION` and
+:data:`EPILOG` are what users read in ``--help``).
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
 ``main(args) -> int``. Only the chosen command's module is imported, so one
@@ -14,12 +15,26 @@ import sys
 from sim import quick
 from sim.errors import UserError
 
+DESCRIPTION = """\
+sgd-lab: distributed SGD on a simulated cluster (Infiniband or Ethernet, parameter servers or
+allreduce, sync, async or bounded staleness, data, pipeline and tensor parallelism), with real
+loss curves under simulated time; the same config also runs as real MPI ranks on this
+machine, and `compare` says how far the simulation was from them."""
+EPILOG = """\
+start here:
+  python -m sim list experiments                      the shipped experiment configs
+  python -m sim run experiments/quickstart.toml       one run: summary.json, metrics.csv, ...
+  python -m sim sweep experiments/quickstart.toml     its [sweep] grid, with comparison plots
+  python -m sim COMMAND --help                        a command's options"""
+
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("sim.commands.run", "run one experiment config"),
     "sweep": ("sim.commands.sweep", "run an experiment's [sweep] grid (resumable)"),
     "plot": ("sim.commands.plot", "figures from result directories"),
-    "list": ("sim.commands.list", "fabrics, strategies, models, experiments"),
+    "list": ("sim.commands.list", "what the lab knows: fabrics, transports, host-links, "
+             "strategies, models, profiles, datasets, collectives, topologies, devices, "
+             "clusters, hosts, storage, experiments"),
     "bench": ("sim.commands.bench", "benchmarks that print ratios measured side by side"),
     "collective": ("sim.commands.collective",
                    "time collectives on simulated fabrics: one, or swept like nccl-tests"),
@@ -34,7 +49,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def build_parser(chosen: str | None) -> argparse.ArgumentParser:
     """The parser, with full arguments for the ``chosen`` command only."""
-    parser = argparse.ArgumentParser(prog="python -m sim", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m sim", description=DESCRIPTION,
+                                     epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)

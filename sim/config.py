@@ -78,6 +78,14 @@ class Cluster(Section):
                          "(`python -m sim list host-links`: NVLink, PCIe): their messages "
                          "take it instead of the fabric; none: every rank its own NIC on "
                          "the fabric, also to a rank beside it")
+    nics_per_host: PositiveInt | None = doc(
+        None, "NICs on each host, its ranks spread over them in order (rank i of a host of "
+        "g ranks uses NIC i k // g; ranks sharing a NIC share its bandwidth to the switch); "
+        "none: every rank its own NIC on the fabric")
+    preset: str | None = doc(
+        None, "a cluster of a published run (`python -m sim list clusters`): fills "
+        "ranks_per_host, host_link, fabric, nics_per_host and compute.device where the "
+        "config does not set them")
     wait: Literal["auto", "sleep", "spin"] = doc(
         "auto", "how a waiting rank waits: sleep frees its core, spin (MPI busy polling) "
         "holds it; auto spins only where every rank has a core")
@@ -121,9 +129,10 @@ class Workload(Section):
     test_fraction: float = doc(0.2, "held-out share of the rows", gt=0, lt=1)
     shard: Literal["contiguous", "shuffled"] = doc(
         "shuffled", "how training rows are split over workers")
-    profile: Literal["resnet50", "vgg16", "bert-base"] | None = doc(
-        None, "charge each step the per-layer FLOPs and gradient sizes (float32) of a real "
-        "network; bsp and bsp-ps only")
+    profile: str | None = doc(
+        None, "a timing profile (`python -m sim list profiles`): charge each step the "
+        "per-layer FLOPs and gradient sizes (float32) of a real network (a transformer's with "
+        "[parallel] too, timing only); bsp and bsp-ps only")
     numerics: bool = doc(True, "false: timing only (a profile's layers, or the model's from the "
                          "data set's shape; no data, no loss)")
 
@@ -139,7 +148,12 @@ class Strategy(Section):
         "its gradient is dropped on arrival and it then pulls (drop: Chen et al. 2016, "
         "TensorFlow's SyncReplicasOptimizer) or it stops at once and pulls (cancel)")
     collective: str = doc("ring", "bsp / local-sgd allreduce: ring, rabenseifner, "
-                          "recursive-doubling or tree")
+                          "recursive-doubling, tree, or two-level over cluster.ranks_per_host: "
+                          "hierarchical (reduce in each host, allreduce across, broadcast: "
+                          "Goyal et al. 2017) or hierarchical-rs (reduce-scatter, allreduce "
+                          "of each local rank's piece across hosts, allgather: Horovod)")
+    inter_collective: str = doc("ring", "hierarchical collectives: the allreduce across hosts "
+                                "(ring, rabenseifner, recursive-doubling or tree)")
     allgather: str = doc("ring-allgather", "bsp with compression: the allgather of every "
                          "worker's compressed gradient (their sum would not stay compressed): "
                          "ring-allgather or recursive-doubling-allgather")
@@ -160,10 +174,21 @@ class Strategy(Section):
                                    gt=0, le=1)
     sparse_comm: bool = doc(True, "sparse-logreg under asp / ssp: pull and push only the "
                             "features a batch touches (false: whole vectors)")
-    pipelining: Literal["none", "wfbp", "bucket"] = doc(
-        "none", "bsp / bsp-ps: send each layer (wfbp) or bucket as backprop produces it")
+    pipelining: Literal["none", "wfbp", "bucket", "fusion"] = doc(
+        "none", "bsp / bsp-ps: send each layer (wfbp) or bucket as backprop produces it; "
+        "bsp: fusion, Horovod's Tensor Fusion (every cycle_s, the layers ready so far packed "
+        "into buffers of at most fusion_bytes)")
     bucket_bytes: Positive = doc(25e6, "bucket: a bucket closes once it holds this many bytes "
                                  "(PyTorch DDP's default 25 MB)")
+    # Horovod's defaults until v0.21 (horovod/common/operations.cc; v0.21 made them 128 MiB
+    # and 1 ms, Horovod's changelog, PR #2468)
+    fusion_bytes: NonNegative = doc(64 * 2**20, "fusion: a buffer's threshold; a layer that "
+                                    "would overflow it opens the next (Horovod's "
+                                    "HOROVOD_FUSION_THRESHOLD, 64 MiB; 0: every layer alone)")
+    cycle_s: NonNegative = doc(0.005, "fusion: the coordinator's cycle (Horovod's "
+                               "HOROVOD_CYCLE_TIME, 5 ms); a buffer leaves on the first tick "
+                               "after its layers are produced, ticks counted from the start of "
+                               "each backward pass")
     priority: bool = doc(False, "send ready messages lowest layer first (P3, ByteScheduler)")
 
 
@@ -182,9 +207,24 @@ class Parallel(Section):
                               "no gradient)")
     microbatches: PositiveInt = doc(1, "microbatches each replica's batch (workload.batch) "
                                     "is cut into per step")
-    schedule: Literal["gpipe", "1f1b"] = doc(
+    schedule: Literal["gpipe", "1f1b", "interleaved"] = doc(
         "1f1b", "gpipe: all forwards, then all backwards (Huang et al. 2019); 1f1b: "
-        "PipeDream-Flush, one forward one backward (Narayanan et al. 2021)")
+        "PipeDream-Flush, one forward one backward (Narayanan et al. 2021); interleaved: "
+        "1F1B over virtual_stages model chunks per stage (Narayanan et al. 2021, Sec. 2.2.2; "
+        "microbatches a multiple of pipeline)")
+    virtual_stages: PositiveInt = doc(
+        1, "interleaved: model chunks per stage (v); stage s holds virtual stages c x "
+        "pipeline + s of pipeline x v contiguous layer groups (stage_layers then lists p x v)")
+    dp_overlap: bool = doc(
+        False, "bsp: each stage's data-parallel allreduce of its gradient overlapped with "
+        "the backward of its last microbatch, layer by layer as strategy.pipelining "
+        "(wfbp or bucket, Megatron-LM's overlap_grad_reduce, PyTorch DDP) groups them; "
+        "false: once the stage's last backward is done")
+    recompute: Literal["none", "selective", "full"] = doc(
+        "none", "activation recomputation (Korthikanti et al. 2022): full: each layer's "
+        "forward again before its backward, stashing only each transformer layer's input (an "
+        "MLP stage's input); selective: a transformer attention's scores, softmax and "
+        "dropout again (for an MLP, no attention: as none); a plan's time and memory only")
 
 
 class Embeddings(Section):
@@ -226,6 +266,19 @@ class Compute(Section):
     device: str = doc("cpu-core", "a preset (`python -m sim list devices`) or "
                       "`calibrated:PATH`")
     time_s: Positive | None = doc(None, "fixed seconds per gradient instead of FLOPs / rate")
+    precision: str | None = doc(
+        None, "fp64, fp32, fp16 or bf16: the bytes of gradients, activations and pipeline "
+        "and tensor messages, and the device peak GEMM-class layers run at, times "
+        "gemm_efficiency; other than fp64 timing only (workload.numerics = false). none: "
+        "the workload's own dtype (fp64 for the lab's models, fp32 for a profile) at the "
+        "device's flops_per_s, other ops not charged")
+    gemm_efficiency: float = doc(1.0, "with precision: the achieved fraction of the device's "
+                                 "peak on GEMM-class FLOPs (matrix products, convolutions)",
+                                 gt=0, le=1, allow_inf_nan=False)
+    other_efficiency: float = doc(1.0, "with precision: the achieved fraction of the memory "
+                                  "bandwidth the other ops (norms, nonlinearities, softmax, "
+                                  "pooling, residual adds) read and write their elements at",
+                                  gt=0, le=1, allow_inf_nan=False)
     distribution: Literal["constant", "exponential", "shifted-exponential", "lognormal"] = doc(
         "constant", "noise factor on each gradient's time, mean 1")
     sigma: Positive = doc(0.5, "lognormal: shape")

@@ -27,10 +27,27 @@ CONFIG_HELP = ("experiment config: a TOML file, or an experiment's name "
                "(`python -m sim list experiments`)")
 
 
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein's distance: the fewest insertions, deletions and substitutions that
+    turn ``a`` into ``b``."""
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, start=1):
+        current = [i]
+        for j, y in enumerate(b, start=1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1]
+
+
 def close_match(name: str, known: Iterable[str]) -> str | None:
-    """The known name closest to ``name`` (difflib's ratio at least 0.6), or None."""
-    matches = difflib.get_close_matches(name, list(known), n=1)
-    return matches[0] if matches else None
+    """The known name closest to ``name`` (difflib's ratio at least 0.6) if it is also a
+    typo away (at most a third of ``name``'s characters to change, at least 2) or its
+    start (``nvlink2`` of ``nvlink2-v100``). None otherwise, so an unrelated name is never
+    suggested (``missing.toml`` is not a misspelt ``syntax.toml``)."""
+    matches = difflib.get_close_matches(name, list(known), n=3)
+    near = [m for m in matches if m.startswith(name)
+            or edit_distance(name, m) <= max(2, len(name) // 3)]
+    return near[0] if near else None
 
 
 def unknown(what: str, name: str, known: Iterable[str]) -> str:

@@ -109,13 +109,24 @@ class Progress:
         return min(1.0, done)
 
     def line(self, updates: int, sim_time_s: float, now: float, samples: int = 0) -> str:
+        """The report, counted in the unit of the limit that ends the run first: updates of
+        run.iterations, simulated seconds of run.time_limit_s, or samples of run.samples
+        (the others in parentheses)."""
         fraction = self.fraction(updates, sim_time_s, samples)
         elapsed = now - self.started
-        limit = f" of {self.time_limit_s:.4g} s" if self.time_limit_s else ""
         left = (f", about {_duration(elapsed * (1 - fraction) / fraction)} left"
                 if fraction > 0 else "")
-        return (f"progress: {fraction:6.1%}  {updates}/{self.iterations} updates, "
-                f"simulated {sim_time_s:.4g} s{limit}, {_duration(elapsed)} elapsed{left}")
+        by_updates = updates / self.iterations if self.iterations else 0.0
+        by_time = sim_time_s / self.time_limit_s if self.time_limit_s else -1.0
+        by_samples = samples / self.samples if self.samples else -1.0
+        if by_time >= max(by_updates, by_samples):
+            count = (f"simulated {sim_time_s:.4g} of {self.time_limit_s:.4g} s "
+                     f"({updates} updates)")
+        elif by_samples >= by_updates:
+            count = f"{samples}/{self.samples} samples ({updates} updates)"
+        else:
+            count = f"{updates}/{self.iterations} updates, simulated {sim_time_s:.4g} s"
+        return (f"progress: {fraction:6.1%}  {count}, {_duration(elapsed)} elapsed{left}")
 
     def __call__(self, updates: int, sim_time_s: float, samples: int = 0) -> None:
         """Report (throttled); raises Stopped when a signal asked the run to stop."""

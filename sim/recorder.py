@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.result_schema import METRIC_COLUMNS, Summary
 from sim.trace import Facts, TraceNotes, chrome_trace, worker_track
 from sim.trace import link_flows_note as link_flows_note  # (its home was here)
 
@@ -30,12 +31,6 @@ from sim.trace import link_flows_note as link_flows_note  # (its home was here)
 # failures (sim.faults) also writing checkpoints, restarting, and recomputing lost work.
 KINDS = ("compute", "data", "update", "overhead", "wire", "wait", "checkpoint", "restart",
          "recompute")
-METRIC_COLUMNS = ("kind", "time_s", "iteration", "worker", "clock", "version_read",
-                  "staleness", "clock_gap", "loss", "accuracy")
-SUMMARY_KEYS = ("sim_time_s", "iterations", "final_loss", "final_accuracy", "time_to_target_s",
-                "samples_per_s", "staleness_mean", "staleness_max", "compute_s", "comm_s",
-                "wait_s", "events", "wall_s", "seed", "data_s", "update_s", "overhead_s",
-                "wire_s", "complete", "clock")
 
 
 @dataclass(frozen=True)
@@ -322,6 +317,7 @@ class Recorder:
         if replaced:
             raise ValueError(f"summary extras would replace the common keys {replaced}")
         result.update(extra)
+        Summary.model_validate(result)  # the contract its readers check (sim.result_schema)
         return result
 
     def metrics_csv(self) -> str:

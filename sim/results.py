@@ -13,6 +13,7 @@ import csv
 import json
 import math
 import re
+import sys
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import numpy as np
 
 from sim.errors import UserError
 from sim.recorder import KINDS
+from sim.result_schema import check_metrics, check_metrics_end, check_summary
 from sim.rundir import RUN_FILES, is_run_dir
 
 RESULTS = "results.csv"  # what makes a directory a sweep directory
@@ -91,6 +93,17 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         raise UserError(f"{path}: not valid CSV: {exc}") from None
 
 
+def read_csv_checked(path: Path) -> tuple[list[str] | None, list[dict[str, Any]]]:
+    """A CSV's header and rows; a row cut short has None values, one running long a None
+    key (csv.DictReader's), for the caller's checks."""
+    try:
+        reader = csv.DictReader(_read_text(path).splitlines())
+        rows = list(reader)
+        return reader.fieldnames, rows
+    except csv.Error as exc:
+        raise UserError(f"{path}: not valid CSV: {exc}") from None
+
+
 def iteration_s(summary: Mapping[str, Any]) -> float | None:
     """Mean time per update (s): ``sim_time_s / iterations`` (per step for synchronous
     strategies, per gradient for asynchronous ones); None for a run with no updates."""
@@ -128,17 +141,17 @@ class Run:
 
     @cached_property
     def summary(self) -> dict[str, Any]:
-        summary = read_json(self.path / "summary.json")
-        if not isinstance(summary, dict):
-            raise UserError(f"{self.path / 'summary.json'}: expected a JSON object")
-        return summary
+        """summary.json, checked against the contract (:mod:`sim.result_schema`)."""
+        path = self.path / "summary.json"
+        return check_summary(read_json(path), path)
 
     @cached_property
     def metrics(self) -> list[dict[str, str]]:
-        rows = read_csv(self.path / "metrics.csv")
-        if rows and not {"kind", "time_s", "iteration"} <= rows[0].keys():
-            raise UserError(f"{self.path / 'metrics.csv'}: expected columns kind, time_s, "
-                            "iteration, ...")
+        """metrics.csv's rows, checked whole and ending at the summary's last update."""
+        path = self.path / "metrics.csv"
+        header, rows = read_csv_checked(path)
+        check_metrics(header, rows, path)
+        check_metrics_end(rows, self.summary, path)
         return rows
 
     def column(self, kind: str, name: str) -> list[float]:
@@ -193,7 +206,12 @@ class Sweep:
             raise UserError(f"{self.path}: no such sweep directory")
         if not is_sweep_dir(self.path):
             raise UserError(f"{self.path}: not a sweep directory (no {RESULTS})")
-        raw = read_csv(self.path / RESULTS)
+        header, raw = read_csv_checked(self.path / RESULTS)
+        for line, row in enumerate(raw, start=2):
+            if None in row or any(value is None for value in row.values()):
+                raise UserError(f"{self.path / RESULTS}: line {line} does not have the "
+                                f"header's {len(header or [])} fields (a truncated or "
+                                "appended-to file)")
         rows = [{k: cell(v or "") for k, v in row.items() if k} for row in raw]
         self.failed = {str(r["run"]): str(r["error"]) for r in rows if r.get("error")}
         self.rows = [{k: v for k, v in r.items() if k != "error"} for r in rows
@@ -219,16 +237,24 @@ class Sweep:
 
 
 def load_repeats(path: Path) -> list[Run]:
-    """A run directory, or every ``r*/`` run directory inside ``path`` (the repeats of
-    ``sim real --repeat N``), in order. Raises UserError if there is neither."""
+    """A run directory, or every ``r<K>/`` run directory inside ``path`` (the repeats of
+    ``sim real --repeat N``), in order. Warns on stderr, naming them, about repeats that are
+    missing (a gap in r0, r1, ...) or incomplete (no summary.json). Raises UserError if there
+    is no run at all."""
     path = Path(path)
     if is_run_dir(path):
         return [Run(path)]
-    repeats = sorted((p for p in path.glob("r*") if p.is_dir() and is_run_dir(p)),
-                     key=lambda p: (len(p.name), p.name))
+    numbered = {int(p.name[1:]): p for p in path.glob("r*")
+                if p.is_dir() and p.name[1:].isdigit()}
+    repeats = [numbered[k] for k in sorted(numbered) if is_run_dir(numbered[k])]
     if not repeats:
         raise UserError(f"{path}: no config.toml and summary.json there, nor in r0/, r1/, ... "
                         "(expected the output of `sim run` or `sim real`)")
+    lost = [f"r{k}" for k in range(max(numbered) + 1)
+            if k not in numbered or not is_run_dir(numbered[k])]
+    if lost:
+        print(f"warning: {path}: repeats {', '.join(lost)} missing or incomplete (no "
+              f"summary.json); using the {len(repeats)} complete ones", file=sys.stderr)
     return [Run(p) for p in repeats]
 
 

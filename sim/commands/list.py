@@ -7,6 +7,7 @@ import inspect
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sim import names
 from sim.errors import UserError
@@ -59,6 +60,21 @@ def models() -> list[str]:
     return [f"{name:<14} {_first_line(cls)}" for name, cls in MODELS.items()]
 
 
+def profiles() -> list[str]:
+    """Each timing profile's parameters and GEMM FLOPs per sample (forward, and forward +
+    backward) and its source."""
+    from sim.workloads.timing_profiles import PROFILES
+
+    lines = []
+    for name, build in PROFILES.items():
+        p = build()
+        step = p.forward_flops + sum(p.backward_flops(i) for i in range(len(p.layers)))
+        lines.append(f"{name:<14} {p.params / 1e6:7.2f} M params  {p.forward_flops / 1e9:6.2f} "
+                     f"GFLOP forward, {step / 1e9:6.2f} forward+backward per sample "
+                     f"({p.source})")
+    return lines
+
+
 def _first_sentence(obj: object) -> str:
     """The docstring's first sentence (up to the first full stop before a space)."""
     line = _first_line(obj)
@@ -91,11 +107,23 @@ def topologies() -> list[str]:
 
 def devices() -> list[str]:
     from sim.training.compute_model import DEVICES
+    from sim.workloads.precision import ITEMSIZE
+
+    def peaks(d: Any) -> str:
+        known = [f"{p} {d.peak(p) / 1e12:g}" for p in ITEMSIZE if d.peak(p) is not None]
+        return f"  peaks {', '.join(known)} TFLOP/s" if known else ""
 
     return [f"{name:<9} {d.flops_per_s / 1e12:8.3f} TFLOP/s  +{d.overhead_s * 1e6:.1f} us/step"
             + (f"  {d.memory_bytes / 2**30:g} GiB" if d.memory_bytes else "")
             + (f"  {d.memory_Bps / 1e9:g} GB/s" if d.memory_Bps else "")
-            + f" ({d.source})" for name, d in DEVICES.items()]
+            + peaks(d) + f" ({d.source})" for name, d in DEVICES.items()]
+
+
+def clusters() -> list[str]:
+    from sim.training.clusters import CLUSTERS
+
+    return [f"{name:<20} {c.ranks_per_host:>2} x {c.device:<10} {c.host_link:<13} "
+            f"{c.nics_per_host} x {c.fabric:<8} ({c.source})" for name, c in CLUSTERS.items()]
 
 
 def _rate(bps: float, infinite: str, digits: str = ".1f") -> str:
@@ -145,9 +173,10 @@ def experiments() -> list[str]:
 
 LISTS: dict[str, Callable[[], list[str]]] = {
     "fabrics": fabrics, "transports": transports, "host-links": host_links,
-    "strategies": strategies, "models": models,
+    "strategies": strategies, "models": models, "profiles": profiles,
     "datasets": datasets,
     "collectives": collectives, "topologies": topologies, "devices": devices,
+    "clusters": clusters,
     "hosts": hosts, "storage": storage, "experiments": experiments,
 }
 

@@ -12,11 +12,21 @@ from pathlib import Path
 
 from sim.errors import UserError
 
-KIND_HELP = ("comma-separated plot kinds: loss-time, loss-updates, staleness, gantt, "
-             "breakdown, scaling, pipelining, buckets, or all (default: all)")
+KIND_HELP = "comma-separated plot kinds (listed below) or all (default: all)"
+
+
+def kinds_epilog() -> str:
+    """Every plot kind with its one line, for the help's epilog."""
+    from sim.plots.kinds import KIND_LINES
+
+    width = max(map(len, KIND_LINES))
+    return "plot kinds:\n" + "\n".join(f"  {kind:<{width}}  {line}"
+                                        for kind, line in KIND_LINES.items())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = kinds_epilog()
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("dirs", type=Path, nargs="+", metavar="DIR",
                         help="run directory or sweep directory (has results.csv)")
     parser.add_argument("--out", type=Path,
@@ -28,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: as long as each worker has at most 40 slices)")
     parser.add_argument("--logx", action="store_true", default=None,
                         help="loss plots: a logarithmic x axis (default: chosen when the "
-                             "runs' time spans differ by more than 30x)")
+                             "runs' time spans differ by more than 10x)")
     parser.add_argument("--xlim", metavar="LO,HI",
                         help="loss-time: the x range in seconds, e.g. 0,0.005 (either side "
                              "may be left empty; a negative LO needs '=': --xlim=-1e-3,5e-3)")

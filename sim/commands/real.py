@@ -54,8 +54,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "nothing without --twin)")
 
 
+def format_repeats(summaries: list[dict]) -> str:
+    """The repeats' figures, labelled as wall-clock: each shown key's mean over the repeats,
+    with their min .. max when there are several (sim_time_s is the run's wall-clock time
+    here, so it is shown as run_time_s)."""
+    from sim.commands.run import SHOWN, format_summary
+    from sim.stats import mean_ci
+
+    n = len(summaries)
+    mean = dict(summaries[-1])
+    spread: dict[str, str] = {}
+    for key in SHOWN:
+        values = [s.get(key) for s in summaries]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            mean[key] = mean_ci(values).mean
+            if n > 1:
+                spread[key] = f"  ({min(values):.6g} .. {max(values):.6g})"
+    lines = format_summary(mean).replace("  sim_time_s ", "  run_time_s ").splitlines()
+    shown = [line + spread.get(line.split()[0].replace("run_time_s", "sim_time_s"), "")
+             for line in lines]
+    what = f"mean of {n} repeats (min .. max)" if n > 1 else "one run"
+    return "\n".join([f"  wall-clock seconds, {what}:", *shown])
+
+
 def main(args: argparse.Namespace) -> int:
-    from sim.commands.run import format_summary
     from sim.errors import UserError
     from sim.real.launch.launcher import RunFailed
     from sim.real.launch.real_run import RealOptions, run_real
@@ -85,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
         return 1
     print(f"{config.strategy.kind} on {placement(config, summaries[-1])} ({args.net}), "
           f"{config.workload.model}/{config.workload.dataset}:")
-    print(format_summary(summaries[-1]))
+    print(format_repeats(summaries))
     shown = "r0 ... " if args.repeat > 1 else ""
     print(f"results: {out}/ {shown}(config.toml, summary.json, metrics.csv, trace.json)")
     for line in load_warnings(summaries):

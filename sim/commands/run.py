@@ -8,6 +8,8 @@ from pathlib import Path
 
 from sim import quick
 from sim.commands import add_set_option
+from sim.config import Config
+from sim.errors import UserError
 from sim.names import CONFIG_HELP, config_path
 from sim.progress import Progress, Stopped, shielded, stop_on_signals
 from sim.rundir import check_out_dir, write_run
@@ -56,6 +58,20 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def run_warnings(path: Path, overrides: list[str], config: Config) -> list[str]:
+    """What in the run's config has no effect; for an experiment with a [sweep], only what
+    has none at any of its points (its settings serve the sweep, not only the base point
+    run here)."""
+    if not config.sweep:
+        return config_warnings(config)
+    from sim.sweep.grid import load_sweep
+
+    try:
+        return load_sweep(path, overrides).warnings
+    except UserError:  # the grid's own problems are the sweep command's to report
+        return config_warnings(config)
+
+
 def main(args: argparse.Namespace) -> int:
     """Run it; Ctrl-C or SIGTERM stops it and keeps what it reached (``complete: false``),
     exiting 128 + the signal's number."""
@@ -67,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
               f"(`python -m sim sweep {args.config}` runs the grid)")
     out = args.out or default_out(args.config)
     check_out_dir(out, replace=args.force)  # before spending time on the run
-    for line in config_warnings(config):
+    for line in run_warnings(args.config, args.overrides, config):
         print(f"warning: {line}", file=sys.stderr)
     progress = Progress(config.run.iterations, config.run.time_limit_s,
                         samples=config.run.samples)

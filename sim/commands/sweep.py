@@ -25,6 +25,14 @@ if TYPE_CHECKING:
     from sim.sweep import Point, SweepReport
 
 SHOWN = ("final_loss", "time_to_target_s", "sim_time_s", "samples_per_s")
+# the summary figures a sweep of a table's keys is about, shown after SHOWN
+SWEPT_FIGURES: dict[str, tuple[str, ...]] = {
+    "parallel.": ("bubble_fraction", "peak_memory_bytes"),
+    "embeddings.": ("pull_bytes_per_step", "push_bytes_per_step"),
+    "checkpoint.": ("checkpoints", "lost_work_s", "goodput_updates_per_s"),
+    "faults.": ("failures", "lost_work_s", "goodput_updates_per_s"),
+    "strategy.pipelining": ("exposed_comm_s", "pipelining_ratio"),
+}
 CI_NOTE = ("  mean ± half-width of its 95% confidence interval over the seeds (Student t);\n"
            "  time_to_target_s: of the seeds that reached run.target_loss (reached: how many)")
 SAME_NOTE = "  a value without an interval was the same for every seed"
@@ -86,9 +94,19 @@ def _time_to_target(row: dict, target: object) -> str:
     return _fmt(value) if value is not None else ("never" if target is not None else "-")
 
 
+def shown(report: SweepReport) -> tuple[str, ...]:
+    """:data:`SHOWN`, then the figures of :data:`SWEPT_FIGURES` for the keys the sweep
+    varies (bubble and memory for [parallel], pull bytes for [embeddings], ...)."""
+    swept = [part.strip() for key in report.sweep.keys for part in key.split(",")]
+    extra = [figure for prefix, figures in SWEPT_FIGURES.items()
+             if any(k.startswith(prefix) for k in swept) for figure in figures]
+    return SHOWN + tuple(dict.fromkeys(f for f in extra if f not in SHOWN))
+
+
 def run_table(report: SweepReport) -> str:
-    """One line per run: its name and :data:`SHOWN` (``never``: the target not reached); a
-    column with no value in any row is left out."""
+    """One line per run: its name and the :func:`shown` figures (``never``: the target not
+    reached); a column with no value in any row is left out."""
+    figures = shown(report)
     rows = {row["run"]: row for row in report.rows}
     lines = []
     for point in report.sweep.points:
@@ -97,9 +115,9 @@ def run_table(report: SweepReport) -> str:
             lines.append([point.name, "FAILED" if point.name in report.failed else "not run"])
             continue
         cells = [_fmt(row.get(k)) if k != "time_to_target_s" else
-                 _time_to_target(row, _target(point)) for k in SHOWN]
+                 _time_to_target(row, _target(point)) for k in figures]
         lines.append([point.name, *cells, "diverged" if row.get("diverged") else ""])
-    return "\n".join(_columns(*_filled(["run", *SHOWN], lines)))
+    return "\n".join(_columns(*_filled(["run", *figures], lines)))
 
 
 def configurations(points: list[Point]) -> dict[tuple, list[Point]]:
@@ -115,6 +133,7 @@ def seed_table(report: SweepReport) -> str:
     """One line per configuration: how many seeds finished, then each of :data:`SHOWN` as
     mean ± 95% interval (the bare value when every seed gave the same), and how many seeds
     reached the target; a column with no value in any row is left out."""
+    figures = shown(report)
     rows = {row["run"]: row for row in report.rows}
     configs = configurations(report.sweep.points)
     names = point_names([{k: v for k, v in points[0].values.items() if k != SEED}
@@ -128,15 +147,15 @@ def seed_table(report: SweepReport) -> str:
             continue
         target = _target(points[0])
         reached = sum(r.get("time_to_target_s") is not None for r in done)
-        cells = [format_ci(summarise(done, k)) for k in SHOWN]
+        cells = [format_ci(summarise(done, k)) for k in figures]
         cells.insert(2, f"{reached}/{len(done)}" if target is not None else "-")
         seeds = str(len(done)) if len(done) == len(points) else f"{len(done)}/{len(points)}"
         diverged = sum(bool(r.get("diverged")) for r in done)
         lines.append([name or "all", seeds, *cells, f"{diverged} diverged" if diverged else ""])
-    header, lines = _filled(["configuration", "seeds", *SHOWN[:2], "reached", *SHOWN[2:]],
+    header, lines = _filled(["configuration", "seeds", *figures[:2], "reached", *figures[2:]],
                             lines, keep=2)
-    figures = [i for i, k in enumerate(header) if k in SHOWN]
-    cells = [r[i] for r in lines if len(r) >= len(header) for i in figures]
+    columns = [i for i, k in enumerate(header) if k in figures]
+    cells = [r[i] for r in lines if len(r) >= len(header) for i in columns]
     notes = CI_NOTE.splitlines() if any("±" in c for c in cells) else []
     if notes and "time_to_target_s" not in header:
         notes = notes[:1]

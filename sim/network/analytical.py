@@ -27,6 +27,10 @@ backlog). A batch sent on idle links ends at alpha + beta x the bytes on its bus
 side, which no schedule can beat. A message from a host to itself queues on that host's
 two sides like any other (the flow model uses no link for it).
 
+Hosts that share a NIC (the topology's ``ports``, ``cluster.nics_per_host``) queue on its
+port's two sides, so two of them sending at once take twice as long; a collective's closed
+form does not see the sharing.
+
 The switch fabric's core is ignored: the topology is kept for placements only, so an
 oversubscribed leaf-spine uplink or a ring's multi-hop path costs nothing extra here (the
 flow model charges them), and each host has one link of the fabric's rate.
@@ -111,6 +115,8 @@ class AnalyticalNetwork:
         self.beta_s = beta_s(fabric)
         self.sending = _Side(topology.n_hosts, self.beta_s)  # host -> switch
         self.receiving = _Side(topology.n_hosts, self.beta_s)  # switch -> host
+        # hosts sharing a NIC queue on its port (the topology's ``ports``)
+        self.port = topology.ports.tolist()
         self.messages_delivered = 0
         self.flow_log = None  # no flows to log: the trace's link tracks are the flow model's
         self.sent = 0  # sends that made link flows (FlowNetwork.sent): none here
@@ -155,11 +161,11 @@ class AnalyticalNetwork:
             raise ValueError(f"hosts must be in [0, {hosts}), got src {src} dst {dst}")
         now, alpha = self.env.now, self.alpha_s
         sending, receiving = self.sending.book, self.receiving.book
-        wire, window = partial(wire_bytes, self.transport), self.window_Bps
+        wire, window, port = partial(wire_bytes, self.transport), self.window_Bps, self.port
         arrivals: dict[float, list[int]] = {}
         for i, (a, b, payload) in enumerate(zip(src, dst, nbytes, strict=True)):
             size = wire(payload)
-            delay = alpha + max(sending(a, size, now), receiving(b, size, now),
+            delay = alpha + max(sending(port[a], size, now), receiving(port[b], size, now),
                                 size / window)
             arrivals.setdefault(delay, []).append(i)
         return arrivals
@@ -191,12 +197,13 @@ class AnalyticalNetwork:
                 plan.buffers.run_round(plan.schedule.round(r))
         now = self.env.now
         # on idle links (as in every allreduce strategy: nothing else is on the network)
-        # the wait is 0 and the time is exactly the closed form
-        start = max(self.sending.free_s(plan.hosts, now),
-                    self.receiving.free_s(plan.hosts, now))
+        # the wait is 0 and the time is exactly the closed form (which gives every rank a
+        # NIC of its own: ranks sharing one are charged as if they did not)
+        ports = self.topology.ports[plan.hosts]
+        start = max(self.sending.free_s(ports, now), self.receiving.free_s(ports, now))
         elapsed = (start - now) + plan.collective.closed_form_s(plan.p, plan.nbytes,
                                                                  self.alpha_s, self.beta_s)
-        self.sending.hold(plan.hosts, now + elapsed)
-        self.receiving.hold(plan.hosts, now + elapsed)
+        self.sending.hold(ports, now + elapsed)
+        self.receiving.hold(ports, now + elapsed)
         yield self.env.timeout(elapsed)
         return elapsed

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from sim.names import unknown
+from sim.network.hierarchical import two_level_s, two_level_schedule
 from sim.network.schedule import COPY, SUM, Buffers, Pieces, Round, Schedule, check_buffers, chunks
 
 if TYPE_CHECKING:
@@ -77,6 +78,9 @@ class Collective(ABC):
 
     name: ClassVar[str]
     kind: ClassVar[str] = "allreduce"
+    # what a run passes its constructor (keyword -> the config key it comes from): the
+    # hierarchical allreduces need where ranks sit and the algorithm across hosts
+    takes: ClassVar[dict[str, str]] = {}
 
     def n_endpoints(self, p: int) -> int:
         """Endpoints taking part for p workers (more when it adds servers)."""
@@ -89,6 +93,10 @@ class Collective(ABC):
     @abstractmethod
     def closed_form_s(self, p: int, nbytes: float, alpha_s: float, beta_s: float) -> float:
         """Time on one uncontended switch, alpha s per message and beta s per byte."""
+
+    def check_ranks(self, p: int) -> None:
+        """Raise ValueError unless the algorithm runs on p ranks (any p, here)."""
+        return None
 
     def blocks(self, p: int) -> int:
         """Blocks of ``nbytes`` in each rank's buffer: 1 here, p for an allgather or an
@@ -420,11 +428,77 @@ class BruckAlltoall(Alltoall):
         return rounds * alpha_s + blocks * nbytes * beta_s
 
 
+class Hierarchical(Collective):
+    """Reduce inside each host to its local rank 0, allreduce across hosts among those,
+    broadcast inside each host (Goyal et al. 2017, sec. 4).
+
+    The rounds and the closed form: :mod:`sim.network.hierarchical`. ``ranks_per_host``
+    g: consecutive ranks share a host; ``inter``: the allreduce across hosts (one of
+    :data:`INTER_ALLREDUCES`).
+    :meth:`closed_form_s` is for one alpha and beta on both levels (no host link: a rank's
+    messages to a rank beside it take the fabric too); :meth:`two_level_s` for two.
+    """
+
+    name = "hierarchical"
+    takes = {"ranks_per_host": "cluster.ranks_per_host", "inter": "strategy.inter_collective"}
+    leaders_only = True
+
+    def __init__(self, ranks_per_host: int = 1, inter: str = "ring") -> None:
+        if not (isinstance(ranks_per_host, int) and ranks_per_host >= 1):
+            raise ValueError(f"ranks_per_host must be a positive integer, got "
+                             f"{ranks_per_host!r}")
+        if inter not in INTER_ALLREDUCES:
+            raise ValueError(f"{self.name}: across hosts: "
+                             + unknown("allreduce", inter, INTER_ALLREDUCES))
+        self.ranks_per_host, self.inter = ranks_per_host, REGISTRY[inter]()
+
+    def check_ranks(self, p: int) -> None:
+        g = self.ranks_per_host
+        if not self.leaders_only and p > g and p % g:
+            raise ValueError(f"{self.name}: every host needs g = {g} ranks (local rank i "
+                             f"allreduces piece i across hosts), got p = {p}")
+
+    def schedule(self, p: int, count: int) -> Schedule:
+        self.check_ranks(p)
+        return two_level_schedule(p, count, self.ranks_per_host, Ring().schedule,
+                                  self.inter.schedule, self.leaders_only)
+
+    def closed_form_s(self, p: int, nbytes: float, alpha_s: float, beta_s: float) -> float:
+        return self.two_level_s(p, nbytes, (alpha_s, beta_s), (alpha_s, beta_s))
+
+    def two_level_s(self, p: int, nbytes: float, intra: tuple[float, float],
+                    inter: tuple[float, float]) -> float:
+        """Seconds with (alpha s, beta s/byte) ``intra`` inside a host and ``inter`` across."""
+        return two_level_s(p, nbytes, self.ranks_per_host, intra, inter,
+                           self.inter.closed_form_s, self.leaders_only)
+
+
+class HierarchicalRS(Hierarchical):
+    """Reduce-scatter inside each host, local rank i allreduces its 1/g of the vector with
+    local rank i of every other host (on g NICs at once), allgather inside each host
+    (Horovod's NCCLHierarchicalAllreduce).
+
+    The rounds and the closed form: :mod:`sim.network.hierarchical`. Needs g ranks on every
+    host (ValueError otherwise)."""
+
+    name = "hierarchical-rs"
+    leaders_only = False
+
+
 REGISTRY: dict[str, type[Collective]] = {
     cls.name: cls for cls in (Ring, Rabenseifner, RecursiveDoubling, Tree, Broadcast,
                               ParameterServer, RingAllgather, RecursiveDoublingAllgather,
-                              PairwiseAlltoall, BruckAlltoall)
+                              PairwiseAlltoall, BruckAlltoall, Hierarchical, HierarchicalRS)
 }
+# what a hierarchical allreduce may run across hosts: a flat allreduce among the ranks
+INTER_ALLREDUCES = ("ring", "rabenseifner", "recursive-doubling", "tree")
+
+
+def configured(name: str, setting: Callable[[str], Any]) -> Collective:
+    """``name`` built with the run's settings it takes (:attr:`Collective.takes`);
+    ``setting(dotted_key)`` reads one from the run's config. Raises ValueError."""
+    params = {arg: setting(key) for arg, key in REGISTRY.get(name, Collective).takes.items()}
+    return get_collective(name, **params)
 
 
 def get_collective(name: str, **params: Any) -> Collective:

@@ -135,6 +135,14 @@ REGISTRY: dict[str, Fabric] = {
     # 0.5 us per hop (1500 B frame at 25 Gb/s) -> alpha ~17 us.
     "eth-25g": _tcp("eth-25g", 25, overhead_s=8e-6, latency_s=0.5e-6, efficiency=0.94,
                     source="IEEE 802.3by; TCP/IP framing; netperf TCP_RR"),
+    # TCP over 50GBASE-CR2 (two 25 Gb/s lanes: 25 Gigabit Ethernet Consortium's 50G
+    # specification, 2014, later IEEE 802.3cd), the 50 Gbit Ethernet of Goyal et al. 2017
+    # (Sec. 5: Mellanox ConnectX-4, whose datasheet lists 10/25/40/50/100 GbE); same framing
+    # as the other TCP presets -> 0.94; a 1500 B frame takes 0.24 us a hop; ~8 us a socket
+    # call as eth-25g -> alpha ~16.5 us.
+    "eth-50g": _tcp("eth-50g", 50, overhead_s=8e-6, latency_s=0.24e-6, efficiency=0.94,
+                    source="25G Ethernet Consortium 50GBASE-CR2 / IEEE 802.3cd; ConnectX-4 "
+                           "datasheet; TCP/IP framing; netperf TCP_RR"),
     # TCP over 100GBASE (IEEE 802.3ba): multi-stream iperf3 reaches ~90 Gb/s on tuned hosts
     # (ESnet fasterdata, 100G host tuning) -> 0.90; cut-through switch ~0.3 us per hop
     # (NVIDIA Spectrum SN2700 brief: 300 ns); ~6 us per socket call -> alpha ~12.6 us.
@@ -145,6 +153,20 @@ REGISTRY: dict[str, Fabric] = {
     # alpha 1.6 us, the usual RoCE osu_latency (ConnectX-5 datasheet, OMB over UCX).
     "roce-100g": Fabric("roce-100g", 100e9, latency_s=0.3e-6, overhead_s=0.5e-6,
                         efficiency=0.97, source="ConnectX-5 datasheet; SN2700 brief; OMB"),
+    # RoCE v2 on 25 and 50 GbE (the same Ethernet as eth-25g / eth-50g, RDMA instead of TCP:
+    # ConnectX-4 Lx / ConnectX-4 datasheets, "RDMA over Converged Ethernet" at 10/25/40/50
+    # GbE): the roce-100g preset's framing (4096 B RDMA MTU, ~80 B of Ethernet, IP, UDP, BTH
+    # and ICRC headers, the same achieved share), verbs overhead and cut-through hop. The
+    # RDMA of Horovod's 25 GbE servers (Sergeev and Del Balso 2018, Fig. 6: "RDMA" against
+    # "TCP" on the same network). eth-25g with cluster.transport = "rdma" is the same
+    # software (0.5 us a message, no copies) on TCP's framing and store-and-forward hop.
+    "roce-25g": Fabric("roce-25g", 25e9, latency_s=0.3e-6, overhead_s=0.5e-6,
+                       efficiency=0.97, source="IEEE 802.3by; ConnectX-4 Lx datasheet (RoCE); "
+                                               "as roce-100g"),
+    # RoCE v2 on 50 GbE: as roce-25g, at 50GBASE-CR2's rate.
+    "roce-50g": Fabric("roce-50g", 50e9, latency_s=0.3e-6, overhead_s=0.5e-6,
+                       efficiency=0.97, source="50GBASE-CR2 / IEEE 802.3cd; ConnectX-4 "
+                                               "datasheet (RoCE); as roce-100g"),
 }
 
 _CUSTOM_KEYS = {"name", "base", "line_rate_bps", "bandwidth_Bps", "latency_s", "overhead_s",

@@ -57,6 +57,16 @@ REGISTRY: dict[str, Fabric] = {
     # NVIDIA H100 datasheet: "NVLink 900 GB/s" (SXM5) = 18 links x 25 GB/s x 2, NVSwitch.
     "nvlink4-h100": _link("nvlink4-h100", 450, _NVLINK_EFFICIENCY, _NVLINK_ALPHA_S,
                           "NVIDIA H100 datasheet (900 GB/s total, NVSwitch)"),
+    # NVIDIA Tesla P100 datasheet: "NVLink 160 GB/s" (SXM2, NVLink 1.0) = 4 links x 20 GB/s
+    # x 2 directions; DGX-1 (P100) and Big Basin wire 8 of them in a hybrid cube mesh, as
+    # nvlink2-v100's note says (optimistic for one pair alone).
+    "nvlink1-p100": _link("nvlink1-p100", 80, _NVLINK_EFFICIENCY, _NVLINK_ALPHA_S,
+                          "NVIDIA Tesla P100 datasheet (160 GB/s total, NVLink 1.0)"),
+    # PCIe 3.0 x16 (PCI-SIG): 8 GT/s x 16 lanes, 128b/130b -> 15.75 GB/s a direction; about
+    # 12-13 GB/s is what copies reach (the same TLP and flow-control share as pcie4-x16's
+    # 0.8): the GPUs of PCIe servers without NVLink, as Horovod's Pascal servers.
+    "pcie3-x16": _link("pcie3-x16", 16 * 8 * 128 / 130 / 8, 0.8, _PCIE_ALPHA_S,
+                       "PCI-SIG PCIe 3.0 (15.75 GB/s a direction); as pcie4-x16's share"),
     # PCIe 4.0 x16 (PCI-SIG): 16 GT/s x 16 lanes, 128b/130b -> 31.5 GB/s a direction. About
     # 25 GB/s is what cudaMemcpy and P2P copies reach (TLP headers on 256 B payloads, flow
     # control): efficiency 0.8, so the preset is the achievable rate, as the fabrics' are.

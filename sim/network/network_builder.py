@@ -54,6 +54,26 @@ def endpoint_machines(placed: np.ndarray, rank_machines: Sequence[int],
     return machine
 
 
+def nic_ports(machines: Sequence[int], nics_per_host: int) -> np.ndarray:
+    """Each rank's NIC port as the first rank that uses the same NIC (ranks placed one to
+    an endpoint, in order: ``cluster.placement = "block"``): a machine of g ranks with k
+    NICs gives its i-th rank (in rank order) NIC (i k) // g, so consecutive ranks share one
+    and every NIC serves g / k of them (as a DGX-1 pairs its 8 GPUs on 4 InfiniBand
+    adapters by PCIe switch). Ranks sharing a NIC share its links to the switch
+    (:class:`sim.network.topology.Topology`'s ``ports``). Raises ValueError for
+    ``nics_per_host`` < 1."""
+    if nics_per_host < 1:
+        raise ValueError(f"nics_per_host must be >= 1, got {nics_per_host}")
+    machines = np.asarray(machines, np.int64)
+    ports = np.arange(len(machines))
+    for machine in np.unique(machines):
+        ranks = np.flatnonzero(machines == machine)
+        nic = np.arange(len(ranks)) * nics_per_host // len(ranks)
+        first = ranks[np.searchsorted(nic, nic)]  # nic is sorted: its first rank's
+        ports[ranks] = first
+    return ports
+
+
 def with_host_link(network: Network, host_link: str | Fabric | None,
                    machine: np.ndarray) -> Network:
     """``network`` with a host link between endpoints of one machine (``machine[e]``:

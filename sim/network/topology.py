@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -31,12 +31,15 @@ class Topology(ABC):
 
     name: ClassVar[str]
 
-    def __init__(self, n_hosts: int, capacity_Bps: np.ndarray, group: np.ndarray) -> None:
+    def __init__(self, n_hosts: int, capacity_Bps: np.ndarray, group: np.ndarray,
+                 ports: Sequence[int] | None = None) -> None:
         if n_hosts < 1:
             raise ValueError(f"a topology needs at least 1 host, got {n_hosts}")
         self.n_hosts = n_hosts
         self.capacity_Bps = capacity_Bps.astype(np.float64)
         self.group = group  # per host: the switch (leaf) it hangs off, for placement
+        # per host: the host whose NIC port (links to and from the switch) it uses
+        self.ports = shared_ports(n_hosts, ports)
 
     @property
     def n_links(self) -> int:
@@ -61,21 +64,25 @@ class Topology(ABC):
 
 
 class Star(Topology):
-    """One non-blocking switch. Links: host h up = h, down = n_hosts + h."""
+    """One non-blocking switch. Links: host h up = h, down = n_hosts + h; a host sharing
+    another's NIC (``ports``) uses that one's links."""
 
     name = "star"
 
-    def __init__(self, n_hosts: int, link_Bps: float, nics_per_host: int = 1) -> None:
+    def __init__(self, n_hosts: int, link_Bps: float, nics_per_host: int = 1,
+                 ports: Sequence[int] | None = None) -> None:
         _check_positive("nics_per_host", nics_per_host)
         host_Bps = nics_per_host * link_Bps  # several NICs act as one wider port
-        super().__init__(n_hosts, np.full(2 * n_hosts, host_Bps), np.zeros(n_hosts, np.int64))
+        super().__init__(n_hosts, np.full(2 * n_hosts, host_Bps), np.zeros(n_hosts, np.int64),
+                         ports)
 
     def paths(self, src: np.ndarray, dst: np.ndarray) -> Paths:
-        links = np.stack([src, self.n_hosts + dst], axis=1)
+        links = np.stack([self.ports[src], self.n_hosts + self.ports[dst]], axis=1)
         return _fixed_paths(links, np.repeat((src != dst)[:, None], 2, axis=1))
 
     def route(self, src: int, dst: int) -> list[int]:
-        return [] if src == dst else [src, self.n_hosts + dst]
+        ports = self.ports
+        return [] if src == dst else [int(ports[src]), self.n_hosts + int(ports[dst])]
 
     def link_name(self, link: int) -> str:
         host = link % self.n_hosts
@@ -98,7 +105,8 @@ class LeafSpine(Topology):
     name = "leaf-spine"
 
     def __init__(self, n_hosts: int, link_Bps: float, hosts_per_leaf: int = 16,
-                 oversubscription: float = 1.0, nics_per_host: int = 1) -> None:
+                 oversubscription: float = 1.0, nics_per_host: int = 1,
+                 ports: Sequence[int] | None = None) -> None:
         _check_positive("hosts_per_leaf", hosts_per_leaf)
         _check_positive("nics_per_host", nics_per_host)
         if not oversubscription >= 1:
@@ -111,13 +119,15 @@ class LeafSpine(Topology):
         uplink_Bps = hosts_per_leaf * host_Bps / oversubscription
         capacity = np.concatenate([np.full(2 * n_hosts, host_Bps),
                                    np.full(2 * self.n_leaves, uplink_Bps)])
-        super().__init__(n_hosts, capacity, np.arange(n_hosts) // hosts_per_leaf)
+        super().__init__(n_hosts, capacity, np.arange(n_hosts) // hosts_per_leaf, ports)
+        # a host sharing another's NIC hangs off that one's leaf
+        self.group = self.group[self.ports]
 
     def paths(self, src: np.ndarray, dst: np.ndarray) -> Paths:
         hosts, leaves = self.n_hosts, self.n_leaves
         src_leaf, dst_leaf = self.group[src], self.group[dst]
-        links = np.stack([src, 2 * hosts + src_leaf, 2 * hosts + leaves + dst_leaf,
-                          hosts + dst], axis=1)
+        links = np.stack([self.ports[src], 2 * hosts + src_leaf,
+                          2 * hosts + leaves + dst_leaf, hosts + self.ports[dst]], axis=1)
         crosses = src_leaf != dst_leaf
         used = np.stack([src != dst, crosses, crosses, src != dst], axis=1)
         return _fixed_paths(links, used)
@@ -126,10 +136,11 @@ class LeafSpine(Topology):
         if src == dst:
             return []
         hosts, leaves = self.n_hosts, self.n_leaves
-        src_leaf, dst_leaf = src // self.hosts_per_leaf, dst // self.hosts_per_leaf
+        up, down = int(self.ports[src]), int(self.ports[dst])
+        src_leaf, dst_leaf = up // self.hosts_per_leaf, down // self.hosts_per_leaf
         if src_leaf == dst_leaf:
-            return [src, hosts + dst]
-        return [src, 2 * hosts + src_leaf, 2 * hosts + leaves + dst_leaf, hosts + dst]
+            return [up, hosts + down]
+        return [up, 2 * hosts + src_leaf, 2 * hosts + leaves + dst_leaf, hosts + down]
 
     def link_name(self, link: int) -> str:
         hosts, leaves = self.n_hosts, self.n_leaves
@@ -248,6 +259,21 @@ def _fixed_paths(links: np.ndarray, used: np.ndarray) -> Paths:
     """Paths from a (F, k) table of candidate links and a mask of the ones each flow uses."""
     flow = np.repeat(np.arange(len(links)), links.shape[1]).reshape(links.shape)
     return Paths(flow[used], links[used].astype(np.int64), used.sum(axis=1).astype(np.int64))
+
+
+def shared_ports(n_hosts: int, ports: Sequence[int] | None) -> np.ndarray:
+    """Each host's NIC port as the host that owns it: ``ports[h]`` for the first
+    ``len(ports)`` hosts, a host's own beyond them (and all, for None). A port's owner uses
+    its own (``ports[ports[h]] == ports[h]``). Raises ValueError otherwise."""
+    own = np.arange(n_hosts)
+    if ports is None:
+        return own
+    given = np.asarray(ports, np.int64)[:n_hosts]
+    own[:len(given)] = given
+    if ((own < 0) | (own >= n_hosts)).any() or (own[own] != own).any():
+        raise ValueError(f"ports: each host's NIC must be a host in [0, {n_hosts}) that uses "
+                         f"its own, got {given.tolist()}")
+    return own
 
 
 def _check_positive(name: str, value: int) -> None:

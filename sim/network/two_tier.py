@@ -1,10 +1,11 @@
 """A fabric between hosts and a host link inside each: every message takes one of the two.
 
 The network's endpoints are ranks, each with its own NIC on the fabric (what
-:func:`sim.network.network_builder.build_network` builds). Endpoints also belong to machines
-(``cluster.ranks_per_host`` or ``cluster.rank_hosts``); with a host link
-(:mod:`sim.network.host_links`) a message between two endpoints of one machine goes over
-it instead: the inner network is a second network of the same model (flow or analytical)
+:func:`sim.network.network_builder.build_network` builds), or sharing one of its machine's
+``cluster.nics_per_host`` NICs (:func:`sim.network.network_builder.nic_ports`). Endpoints
+also belong to machines (``cluster.ranks_per_host`` or ``cluster.rank_hosts``); with a host
+link (:mod:`sim.network.host_links`) a message between two endpoints of one machine goes
+over it instead: the inner network is a second network of the same model (flow or analytical)
 on a star of the host link's rate, one port a rank each way (an NVSwitch), with the host
 link's latency and overheads. A message across machines, or from an endpoint to itself,
 takes the fabric exactly as it would without a host link. The two share no link (GPUDirect

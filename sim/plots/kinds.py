@@ -34,7 +34,7 @@ from sim.results import Run, Sweep, expand
 
 @dataclass(frozen=True)
 class PlotOptions:
-    logx: bool | None = None  # loss plots: log x axis (None: when the spans differ > 30x)
+    logx: bool | None = None  # loss plots: log x axis (None: when the spans differ > 10x)
     xlim: XLim | None = None  # loss-time: x range in seconds
     gantt_window_s: float | None = None  # gantt: the first seconds shown
 
@@ -56,6 +56,27 @@ SWEEP_PLOTS = {"pipelining": (MODE, plot_pipelining), "buckets": (BUCKET, plot_b
                "placements": (PLACEMENT, plot_placements),
                "transports": (TRANSPORT, plot_transports)}
 KINDS = (*RUN_PLOTS, "scaling", *SWEEP_PLOTS)
+# what each kind draws, one line each (`sim plot --help`)
+KIND_LINES: dict[str, str] = {
+    "loss-time": "held-out loss against simulated (or a real run's wall-clock) time",
+    "loss-updates": "held-out loss against updates applied",
+    "staleness": "histogram of the applied updates' staleness",
+    "gantt": "each worker's timeline: compute, communication, waiting",
+    "breakdown": "where each run's time goes, by activity",
+    "schedule": "a pipeline's forward and backward passes per stage (runs with [parallel])",
+    "scaling": "throughput and speedup against workers (a sweep of cluster.workers)",
+    "pipelining": "step time and exposed communication per pipelining mode (a sweep of "
+                  "strategy.pipelining)",
+    "buckets": "step time against the bucket size (a sweep of strategy.bucket_bytes)",
+    "checkpoint-interval": "wall time against the checkpoint interval, with Young and "
+                           "Daly's optimum (a sweep of checkpoint.every_steps)",
+    "bubble": "pipeline bubble against microbatches, with the closed form (a sweep of "
+              "parallel.schedule)",
+    "memory-time": "time per sample against each rank's memory per layout (a sweep of "
+                   "parallel.tensor)",
+    "placements": "embedding placements' bytes and time (a sweep of embeddings.placement)",
+    "transports": "time per update by transport (a sweep of cluster.transport)",
+}
 NO_LOSS = ("no loss plots: no run evaluated the held-out loss (timing-only runs, "
            "workload.numerics = false)")
 
@@ -75,12 +96,27 @@ def parse_kinds(kinds: str | Iterable[str]) -> list[str]:
     return list(KINDS) if "all" in names else [k for k in KINDS if k in names]
 
 
-def _scaling(dirs: list[Path], sweeps: list[Sweep], out_dir: Path,
-             explicit: bool) -> list[Path]:
+def _needs_sweep(kind: str, key: str, dirs: list[Path]) -> str:
+    return (f"--kind {kind}: {', '.join(map(str, dirs))}: needs a sweep directory (with "
+            f"results.csv) that sweeps {key} over several values")
+
+
+def undrawable(kind: str, runs: list[Run], sweeps: list[Sweep], dirs: list[Path]) -> str | None:
+    """Why ``kind`` cannot be drawn from these runs and sweeps, or None if it can: checked
+    for every kind asked for before the first is drawn, so a long plot never fails at its
+    last figure."""
+    if kind == "scaling" and not any(sweeps_workers(s) for s in sweeps):
+        return _needs_sweep(kind, "cluster.workers", dirs)
+    if kind in SWEEP_PLOTS and not any(sweeps_key(s, SWEEP_PLOTS[kind][0]) for s in sweeps):
+        return _needs_sweep(kind, SWEEP_PLOTS[kind][0], dirs)
+    if kind in LOSS_KINDS and not has_loss(runs):
+        return (f"--kind {kind}: {', '.join(str(r.path) for r in runs[:3])}: no held-out loss "
+                "evaluations (timing-only runs, workload.numerics = false)")
+    return None
+
+
+def _scaling(sweeps: list[Sweep], out_dir: Path) -> list[Path]:
     able = [s for s in sweeps if sweeps_workers(s)]
-    if explicit and not able:
-        raise UserError(f"--kind scaling: {', '.join(map(str, dirs))}: needs a sweep directory "
-                        "(with results.csv) that sweeps cluster.workers over several values")
     written: list[Path] = []
     for sweep in able:
         stem = "scaling" if len(able) == 1 else f"scaling-{sweep.path.name}"
@@ -88,13 +124,9 @@ def _scaling(dirs: list[Path], sweeps: list[Sweep], out_dir: Path,
     return written
 
 
-def _sweep_plot(kind: str, dirs: list[Path], sweeps: list[Sweep], out_dir: Path,
-                explicit: bool) -> list[Path]:
+def _sweep_plot(kind: str, sweeps: list[Sweep], out_dir: Path) -> list[Path]:
     key, function = SWEEP_PLOTS[kind]
     able = [s for s in sweeps if sweeps_key(s, key)]
-    if explicit and not able:
-        raise UserError(f"--kind {kind}: {', '.join(map(str, dirs))}: needs a sweep directory "
-                        f"(with results.csv) that sweeps {key} over several values")
     written: list[Path] = []
     for sweep in able:
         written += function(sweep.path, out_dir,
@@ -125,13 +157,16 @@ def plot_runs(run_dirs: Sequence[Path | str], out_dir: Path,
     if not explicit and not has_loss(runs):
         chosen = [k for k in chosen if k not in LOSS_KINDS]
         _note(notes, NO_LOSS)
+    problems = [why for kind in chosen if (why := undrawable(kind, runs, sweeps, dirs))]
+    if explicit and problems:
+        raise UserError("; ".join(problems))
     options = PlotOptions(logx, xlim, gantt_window_s)
     written: list[Path] = []
     for kind in chosen:
         if kind == "scaling":
-            written += _scaling(dirs, sweeps, Path(out_dir), explicit)
+            written += _scaling(sweeps, Path(out_dir))
         elif kind in SWEEP_PLOTS:
-            written += _sweep_plot(kind, dirs, sweeps, Path(out_dir), explicit)
+            written += _sweep_plot(kind, sweeps, Path(out_dir))
         else:
             written += RUN_PLOTS[kind](runs, Path(out_dir), options)
     return written

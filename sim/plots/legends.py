@@ -53,7 +53,7 @@ def strategy_name(flat: Mapping[str, Any]) -> str:
 
 
 def _plural(noun: str) -> Callable[[Any], str]:
-    return lambda v: f"{fmt(v)} {noun}{'' if v == 1 else 's'}"
+    return lambda v: f"{fmt(v)} {noun}{'' if fmt(v) == '1' else 's'}"
 
 
 _ENG_BYTES = EngFormatter(unit="B", sep=" ")
@@ -99,7 +99,7 @@ KEYS: dict[str, Callable[[Any], str]] = {
     "strategy.topk_ratio": lambda v: f"top {v:.3g}" if isinstance(v, float) else fmt(v),
     "strategy.qsgd_levels": lambda v: f"{fmt(v)} levels",
     "strategy.pipelining": _choice({"none": "no pipelining", "wfbp": "WFBP",
-                                    "bucket": "buckets"}, fmt),
+                                    "bucket": "buckets", "fusion": "Tensor Fusion"}, fmt),
     "strategy.bucket_bytes": lambda v: f"{_ENG_BYTES(v)} buckets"
     if isinstance(v, int | float) else fmt(v),
     "strategy.priority": _choice({True: "priority", False: "no priority"}, fmt),
@@ -237,7 +237,7 @@ def context(configs: Sequence[Mapping[str, Any]]) -> str:
     kind = fmt(flat.get(KIND))
     shown = {KIND, *(STRATEGIES[kind].label.params if kind in STRATEGIES else ())}
     parts = [" on ".join(p for p in (model, data) if p),
-             f"{workers} workers" if workers else "",
+             _plural("worker")(workers) if workers else "",
              fabric_name(fabric) if fabric else "",
              strategy_name(flat) if KIND in flat and not shown & differ else ""]
     return ", ".join(p for p in parts if p)

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from sim.errors import UserError
 from sim.plots import style as st
+from sim.plots.facets import facets
 from sim.plots.legends import context, labelled, repeats, styles, time_name
 from sim.results import Run, as_runs
 from sim.stats import mean_ci
@@ -37,6 +38,7 @@ class Line:
     ys: np.ndarray  # a run's losses, or the mean of its group's
     low: np.ndarray | None = None  # the group's 95% band, if it has several runs
     high: np.ndarray | None = None
+    group: str = ""  # the legend label of the runs it draws
 
 
 def parse_xlim(text: str) -> XLim:
@@ -62,11 +64,15 @@ def eval_curve(run: Run, x: str) -> tuple[np.ndarray, np.ndarray]:
     return xs[keep], ys[keep]
 
 
-def mean_band(curves: list[tuple[np.ndarray, np.ndarray]]
+def mean_band(curves: list[tuple[np.ndarray, np.ndarray]], floor: float = 0.0
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """x, mean, low, high of the 95% interval of several runs' curves, at every x of theirs
-    inside the span all of them cover (linear interpolation between evaluations); None if
-    that span holds fewer than two points."""
+    """x, mean, low, high of the 95% t interval of several runs' curves, at every x of
+    theirs inside the span all of them cover (linear interpolation between evaluations),
+    clipped below at ``floor`` (a loss is never negative, so a wide interval of a few
+    repeats is not drawn where no loss can be); None if that span holds fewer than two
+    points or there are fewer than two curves (one run has no interval)."""
+    if len(curves) < 2:
+        return None
     lo = max(xs[0] for xs, _ in curves)
     hi = min(xs[-1] for xs, _ in curves)
     grid = np.unique(np.concatenate([xs for xs, _ in curves]))
@@ -75,8 +81,8 @@ def mean_band(curves: list[tuple[np.ndarray, np.ndarray]]
         return None
     values = np.array([np.interp(grid, xs, ys) for xs, ys in curves])
     cis = [mean_ci(column) for column in values.T]
-    return (grid, np.array([c.mean for c in cis]), np.array([c.low for c in cis]),
-            np.array([c.high for c in cis]))
+    return (grid, np.array([c.mean for c in cis]),
+            np.maximum(np.array([c.low for c in cis]), floor), np.array([c.high for c in cis]))
 
 
 def has_loss(runs: list[Run]) -> bool:
@@ -90,9 +96,9 @@ def _lines(by_label: dict[str, list[Run]], x: str) -> list[Line]:
         curves = [c for c in (eval_curve(r, x) for r in members) if c[0].size]
         band = mean_band(curves) if len(curves) > 1 else None
         if band is not None:
-            lines.append(Line(label, style, *band))
+            lines.append(Line(label, style, *band, group=label))
         else:  # one run, or seeds with no span in common: each run drawn
-            lines += [Line(label if j == 0 else "_nolegend_", style, *c)
+            lines += [Line(label if j == 0 else "_nolegend_", style, *c, group=label)
                       for j, c in enumerate(curves)]
     return lines
 
@@ -201,41 +207,79 @@ def loss_figure(run_dirs: RunDirs, x: str = "time", *, logx: bool | None = None,
     losses = np.concatenate([line.ys for line in lines])
     log_y = bool(losses.size and losses.min() > 0 and losses.max() / losses.min() > 20)
     marker = "o" if all(line.xs.size <= 15 for line in lines) else None  # few points: shown
-    groups = coinciding(lines, log_y)
-    looks = _distinguish(lines, groups, marker)
-    notes = [f"{_names([lines[i].label for i in g])} coincide" for g in groups]
-    with st.figure(st.width_for(list(by_label) + notes), 4.0) as fig:
-        ax = fig.add_subplot()
-        for line, look in zip(lines, looks, strict=True):
-            keep = line.xs > 0 if log else np.ones(line.xs.size, bool)
-            xs = line.xs[keep] * factor
-            ax.plot(xs, line.ys[keep], label=st.wrap(line.label), **{**line.style, **look})
-            if line.low is not None:
-                ax.fill_between(xs, line.low[keep], line.high[keep], color=line.style["color"],
-                                alpha=st.BAND_ALPHA, linewidth=0)
-        if log_y:
-            ax.set_yscale("log")
-        if log:
-            ax.set_xscale("log")
-            st.log_ticks(ax.xaxis)
-        elif not xlim:
-            ax.set_xlim(left=0)
-        if xlim:
-            _fit_y(ax, lines, xlim, factor, log_y)
+    layout = facets([members[0].config for members in by_label.values()])
+    if layout is not None:  # too many lines for one legend: styled and paneled by key
+        configs = {label: members[0].config for label, members in by_label.items()}
+        placed = [layout.place(configs[line.group]) for line in lines]
+        panels = [panel for panel, _ in placed]
+        looks = [{**look, "marker": marker} for _, look in placed]
+        notes: list[str] = []
+    else:
+        groups = coinciding(lines, log_y)
+        looks = [{**line.style, **look} for line, look in
+                 zip(lines, _distinguish(lines, groups, marker), strict=True)]
+        panels = [0] * len(lines)
+        notes = [f"{_names([lines[i].label for i in g])} coincide" for g in groups]
+    n = len(layout.panels) if layout else 1
+    cols = min(n, 3)
+    rows = -(-n // cols)
+    width = 4.2 * cols + 0.8 if layout else st.width_for(list(by_label) + notes)
+    with st.figure(width, 3.4 * rows + (1.6 if layout else 0.6)) as fig:
+        axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False).ravel()
+        for line, look, panel in zip(lines, looks, panels, strict=True):
+            _draw(axes[panel], line, look, log, factor)
+        for i, ax in enumerate(axes):
+            if i >= n:
+                ax.set_visible(False)
+                continue
+            if log_y:
+                ax.set_yscale("log")
+            if log:
+                ax.set_xscale("log")
+                st.log_ticks(ax.xaxis)
+            elif not xlim:
+                ax.set_xlim(left=0)
+            if xlim:
+                _fit_y(ax, lines, xlim, factor, log_y)
+            if layout:
+                ax.set_title(layout.panel_title(i), fontsize=9)
+        ax = axes[0]
         if x == "time":
             what = time_name([r.summary for r in runs])
-            ax.set_xlabel(f"{what} ({unit}{', log scale' if log else ''})")
+            xlabel = f"{what} ({unit}{', log scale' if log else ''})"
             title = "time" if "/" in what else what  # sim and real: the label says which
         else:
-            ax.set_xlabel(f"updates applied{' (log scale)' if log else ''}")
+            xlabel = f"updates applied{' (log scale)' if log else ''}"
             title = "updates"
-        ax.set_ylabel("held-out loss")
-        st.legend(fig, ax, list(by_label), notes)
+        for i in range(n):
+            if i // cols == rows - 1 or i + cols >= n:  # the bottom panel of each column
+                axes[i].set_xlabel(xlabel)
+            if i % cols == 0:
+                axes[i].set_ylabel("held-out loss")
+        if layout:
+            handles, texts, ncols = layout.legend()
+            fig.legend(handles, texts, loc="outside lower center", ncols=ncols, fontsize=8)
+        else:
+            st.legend(fig, ax, list(by_label), notes)
         seeds = repeats(by_label)
         note = f"mean of {seeds}, band: 95% CI" if seeds else ""
         subtitle = ", ".join(p for p in (context([r.config for r in runs]), note) if p)
-        st.titles(fig, f"Held-out loss vs {title}", subtitle)
+        if layout:
+            fig.suptitle(f"Held-out loss vs {title}" + (f"\n{subtitle}" if subtitle else ""),
+                         fontweight="bold")
+        else:
+            st.titles(fig, f"Held-out loss vs {title}", subtitle)
     return fig
+
+
+def _draw(ax: Any, line: Line, look: dict[str, Any], log: bool, factor: float) -> None:
+    """One line, and its band when it has one (points at x <= 0 left off a log axis)."""
+    keep = line.xs > 0 if log else np.ones(line.xs.size, bool)
+    xs = line.xs[keep] * factor
+    ax.plot(xs, line.ys[keep], label=st.wrap(line.label), **look)
+    if line.low is not None:
+        ax.fill_between(xs, line.low[keep], line.high[keep], color=look["color"],
+                        alpha=st.BAND_ALPHA, linewidth=0)
 
 
 def plot_loss_time(run_dirs: RunDirs, out_dir: Path, *, logx: bool | None = None,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -62,13 +63,17 @@ _CYCLE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e3
 _DASHES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 BAND_ALPHA = 0.2  # the shaded 95% confidence band around a mean over seeds
-SPAN_RATIO = 30  # series whose x spans differ by more than this share a log x axis
+SPAN_RATIO = 10  # series whose x spans differ by more than a decade share a log x axis
 
 
 def line_style(colour: int, dash: int = 0) -> dict[str, Any]:
     """Colour and dash pattern by index (see :func:`sim.plots.legends.style_indices`)."""
     return {"color": _CYCLE[colour % len(_CYCLE)],
             "linestyle": _DASHES[(dash + colour // len(_CYCLE)) % len(_DASHES)]}
+
+
+def dash(index: int) -> str:
+    return _DASHES[index % len(_DASHES)]
 
 
 def colour(index: int) -> str:
@@ -82,6 +87,26 @@ def bar_look(line: dict[str, Any]) -> dict[str, Any]:
         return {"color": line["color"]}
     return {"facecolor": "white", "edgecolor": line["color"], "hatch": "////",
             "linewidth": 0.8}
+
+
+HEADROOM = 0.1  # of the tallest bar: the top of the axis above every bar and error bar
+
+
+def headroom(ax: Any) -> None:
+    """Start ``ax``'s y axis at 0 and end it a tenth above its tallest bar or error bar, so
+    nothing drawn touches the frame."""
+    tops = [p.get_y() + p.get_height() for p in ax.patches]
+    for line in ax.lines:  # error bars' caps and stems
+        ys = np.asarray(line.get_ydata(), dtype=float)
+        tops += [float(np.nanmax(ys))] if ys.size and np.isfinite(ys).any() else []
+    for collection in ax.collections:  # error bar stems (LineCollection) and scatter points
+        for seg in getattr(collection, "get_segments", lambda: [])():
+            tops += [float(np.max(seg[:, 1]))] if len(seg) else []
+        offsets = collection.get_offsets()
+        tops += [float(np.max(offsets[:, 1]))] if len(offsets) else []
+    top = max(tops, default=0.0)
+    if top > 0:
+        ax.set_ylim(0, top * (1 + HEADROOM))
 
 
 def time_unit(max_s: float) -> tuple[float, str]:

@@ -4,7 +4,7 @@
 
 A step on a worker is: forward through layers 0..L-1, then backward from L-1 down to 0.
 The gradient leaves in *messages*, groups of consecutive layers planned by
-:func:`sim.training.messages.plan_messages` (none, wfbp, bucket).
+:func:`sim.training.messages.plan_messages` (none, wfbp, bucket, fusion).
 
 A message may go once backward has produced all its layers (on every worker, for an
 allreduce). Messages share one communication channel, one at a time, in the order they
@@ -27,7 +27,7 @@ import numpy as np
 import simpy
 
 from sim.trace import Facts
-from sim.training.messages import Message, StepCosts
+from sim.training.messages import Message, StepCosts, next_tick
 
 
 class BackpropOverlap:
@@ -61,7 +61,7 @@ class BackpropOverlap:
                  prologue: Callable[[int], Generator[simpy.Event, Any, None]] | None = None,
                  tag: Callable[[Message, bool], AbstractContextManager] | None = None,
                  own: Callable[[int, float, float], list[tuple[float, float]]] | None = None,
-                 ) -> None:
+                 cycle_s: float = 0.0) -> None:
         self.env, self.workers, self.messages, self.channel = env, workers, messages, channel
         self.costs, self.span, self.step_done = costs, span, step_done
         # busy(worker, seconds): a layer's compute (on the worker's core, or a plain delay);
@@ -71,6 +71,9 @@ class BackpropOverlap:
         self.prologue = prologue
         self.tag = tag or (lambda msg, overlapped: nullcontext())
         self.own = own or (lambda w, start, end: [(start, end)])
+        # Horovod's coordinator cycle: a produced message goes to the channel on the next
+        # tick, k x cycle_s after its worker's backward pass started (0: at once)
+        self.cycle_s = cycle_s
         n_layers = messages[0].hi + 1 if messages else 0
         self.message_of = np.empty(n_layers, np.int64)
         for m, msg in enumerate(messages):
@@ -143,6 +146,7 @@ class BackpropOverlap:
                 start = env.now
                 yield from self.busy(w, cost.forward_s[layer])
                 self.own_span(w, "compute", start, env.now)
+            backward_start = env.now
             for layer in range(len(self.message_of) - 1, -1, -1):
                 start = env.now
                 yield from self.busy(w, cost.backward_s[layer])
@@ -150,7 +154,17 @@ class BackpropOverlap:
                 m = self.message_of[layer]
                 if self.messages[m].lo == layer:
                     self.delivered[w][m] = env.event()
-                    self.channel.ready(self, w, step, m)
+                    self.release(w, step, m, env.now - backward_start)
+
+    def release(self, w: int, step: int, m: int, elapsed_s: float) -> None:
+        """Worker ``w`` has produced message ``m``, ``elapsed_s`` into its backward pass: to
+        the channel now, or on the coordinator's next cycle tick (:attr:`cycle_s`)."""
+        if self.cycle_s <= 0:
+            self.channel.ready(self, w, step, m)
+            return
+        delay = next_tick(elapsed_s, self.cycle_s) - elapsed_s
+        self.env.timeout(max(0.0, delay)).callbacks.append(
+            lambda _: self.channel.ready(self, w, step, m))
 
 
 class AllreduceChannel:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -20,7 +20,12 @@ from sim.config import Cluster, Config, dump_config
 from sim.kernels import NonFiniteError
 from sim.network.fabrics import get_fabric
 from sim.network.message_cost import wire_fabric
-from sim.network.network_builder import build_network, endpoint_machines, with_host_link
+from sim.network.network_builder import (
+    build_network,
+    endpoint_machines,
+    nic_ports,
+    with_host_link,
+)
 from sim.network.topology import place, topology_options
 from sim.network.transports import get_transport
 from sim.recorder import Recorder
@@ -80,6 +85,14 @@ def _topology_kwargs(config: Config) -> dict[str, Any]:
     return {k: v for k, v in given.items() if k in accepted}
 
 
+def _shared_nics(cluster: Cluster, machines: Sequence[int]) -> dict[str, Any]:
+    """The topology's ``ports`` when a host's ranks share cluster.nics_per_host NICs (none:
+    every rank its own NIC, no option)."""
+    if cluster.nics_per_host is None:
+        return {}
+    return {"ports": nic_ports(machines, cluster.nics_per_host).tolist()}
+
+
 def rank_hosts(cluster: Cluster, ranks: int) -> list[int]:
     """The host of every rank (workers, then servers)."""
     return list(cluster.rank_hosts) or [r // cluster.ranks_per_host for r in range(ranks)]
@@ -135,8 +148,9 @@ def build_simulation(config: Config, plan: Plan | None = None) -> Simulation:
     workers = row.worker_ranks(config)  # the ranks that compute: replicas x stages x shards
     servers = row.server_ranks(config)
     env = CountingEnvironment()
+    machines = tuple(rank_hosts(cluster, workers + servers))
     options = {"topology": cluster.topology, "model": cluster.network,
-               **_topology_kwargs(config)}
+               **_topology_kwargs(config), **_shared_nics(cluster, machines)}
     fabric = get_fabric(cluster.fabric)
     transport = get_transport(cluster.transport)
     costs = cpu_costs(load_host(cluster.host), fabric, transport)
@@ -144,7 +158,6 @@ def build_simulation(config: Config, plan: Plan | None = None) -> Simulation:
     network = build_network(env, fabric, workers + servers, transport=transport, **options)
     hosts = place(network.topology, workers + servers, cluster.placement)
     # ranks of one host talk over its host link (none: over the fabric, as any two ranks)
-    machines = tuple(rank_hosts(cluster, workers + servers))
     network = with_host_link(network, cluster.host_link,
                              endpoint_machines(hosts, machines, workers + servers))
     for w in workload.workers:

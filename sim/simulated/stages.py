@@ -28,7 +28,7 @@ import numpy as np
 import simpy
 
 from sim.trace import Facts
-from sim.training.messages import activation_traffic, weight_traffic
+from sim.training.messages import OTHER_PASSES, activation_traffic, weight_traffic
 from sim.training.parallel_plan import Plan, Stage
 from sim.training.stage_schedule import Op
 
@@ -52,12 +52,26 @@ class StageWork:
     # per layer of ``layers``: bytes of the shard's inputs and outputs a step's passes move
     # per sample (sim.training.messages.activation_traffic)
     activations: np.ndarray
+    # per chunk (one but for the interleaved schedule): its positions [lo, hi) in
+    # ``layers``, and the bytes it sends to the next and previous virtual stage per
+    # microbatch
+    chunks: tuple[tuple[int, int], ...] = ((0, 0),)
+    chunk_activation_bytes: tuple[int, ...] = (0,)
+    chunk_gradient_bytes: tuple[int, ...] = (0,)
+    # per layer of ``layers``: bytes the shard's other ops read and write in one forward per
+    # sample (the backward: sim.training.messages.OTHER_PASSES)
+    other: np.ndarray | None = None
 
     @property
     def flops(self) -> float:
         """Forward and backward FLOPs per sample (summed as
         :meth:`sim.training.messages.LayerCosts.flops` sums a whole model's)."""
         return float(self.forward_flops.sum() + self.backward_flops.sum())
+
+    @property
+    def other_bytes(self) -> float:
+        """Bytes the other ops of a forward and backward move per sample."""
+        return 0.0 if self.other is None else float(self.other.sum()) * sum(OTHER_PASSES)
 
     def traffic(self, microbatches: int) -> float:
         """Bytes of weights the stage's step moves (every microbatch's passes move them)."""
@@ -86,11 +100,17 @@ def stage_work(stage: Stage, itemsize: int) -> StageWork:
     forward = np.array([x.forward_flops for x in stage.layers], float)
     backward = np.array([x.backward_flops for x in stage.layers], float)
     widths = np.array([x.stash_width + x.output_width for x in stage.layers], float)
+    other = np.array([x.other_elements * itemsize for x in stage.layers], float)
+    ends = np.cumsum([0] + [len(c.layers) for c in stage.pieces])
     return StageWork(stage.index, layers, forward, backward,
                      allreduces["forward"], allreduces["backward"], stage.ops,
                      stage.activation_bytes, stage.gradient_bytes, stage.params * itemsize,
                      np.array([x.params * itemsize for x in stage.layers], float),
-                     activation_traffic(forward, backward, widths, itemsize))
+                     activation_traffic(forward, backward, widths, itemsize),
+                     tuple(zip(ends[:-1].tolist(), ends[1:].tolist(), strict=True)),
+                     tuple(c.activation_bytes for c in stage.pieces),
+                     tuple(c.gradient_bytes for c in stage.pieces),
+                     other if other.any() else None)
 
 
 def stage_works(plan: Plan) -> list[StageWork]:

@@ -22,7 +22,7 @@ from sim.config import Config, apply_overrides, dump_config, read_toml
 from sim.errors import UserError
 from sim.names import close_match
 from sim.quick import reduce_seeds
-from sim.training.config_warnings import config_warnings
+from sim.training.config_warnings import common_warnings
 from sim.training.validator import validate, validate_reduced
 
 FORMAT = "sgd-lab.sweep/1"
@@ -45,7 +45,8 @@ class Sweep:
     definition: dict[str, Any]  # the file after --set, [sweep] flattened to dotted keys
     keys: list[str]  # columns of the grid, in order
     points: list[Point]
-    warnings: list[str] = field(default_factory=list)  # valid settings with no effect
+    # valid settings with no effect at any of its points
+    warnings: list[str] = field(default_factory=list)
 
     def manifest(self) -> dict[str, Any]:
         return {"format": FORMAT, "source": self.source, "keys": self.keys,
@@ -215,7 +216,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None,
                         f"(`python -m sim run` runs a single config)")
     values_list = grid(table, seeds_list)
     points: list[Point] = []
-    warnings: list[str] = []
+    configs = []
     seen: dict[str, str] = {}
     for name, values in zip(point_names(values_list), values_list, strict=True):
         point_data = copy.deepcopy(data)
@@ -231,10 +232,10 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None,
                             f"(their values resolve to one config)")
         seen[sha] = name
         points.append(Point(name, values, point_data, config.run.seed, sha))
-        warnings += [w for w in config_warnings(config) if w not in warnings]
+        configs.append(config)
     definition = {**copy.deepcopy(data), "sweep": table}
     if seeds_list:
         definition.setdefault("run", {})["seeds"] = seeds_list
-    return Sweep(source, definition, list(values_list[0]), points, warnings)
+    return Sweep(source, definition, list(values_list[0]), points, common_warnings(configs))
 
 

@@ -27,6 +27,16 @@ recommendation models: Gupta et al. 2020, "The architectural implications of Fac
 DNN-based personalized recommendation", HPCA; Naumov et al. 2019's DLRM). Devices without
 ``lookup_s`` charge nothing per id.
 
+Op classes and precision (``compute.precision`` set): a run's layers split their work into
+GEMM-class FLOPs (matrix products, convolutions), run at the device's datasheet peak for the
+precision (FP32, or FP16/BF16 on tensor cores) times ``compute.gemm_efficiency``, and the
+bytes their other ops read and write (norms, nonlinearities, softmax, pooling, dropout,
+residual adds: memory-bound), moved at the memory bandwidth times
+``compute.other_efficiency`` (:meth:`Device.at`). Both efficiencies are the fraction of the
+roofline's bound a device achieves (Williams et al. 2009), calibrated from a paper's own
+single-device baseline. Without a precision a device runs at ``flops_per_s`` and the other
+ops are not charged, as before.
+
 The time is multiplied by a noise factor of mean 1 (constant, exponential, shifted
 exponential or lognormal), the straggler slowdown of the worker and any named slowdown
 active when the gradient starts. Every worker draws from its own generator, spawned from
@@ -37,14 +47,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sim.calibrated import load_profile, write_profile
-from sim.training.messages import weight_passes
+from sim.training.messages import OTHER_PASSES, weight_passes
+from sim.workloads.precision import ITEMSIZE
 
 PROFILE_FORMAT = "sgd-lab.device-profile/1"
 
@@ -68,6 +79,15 @@ class Device:
     # bytes/s at which a pass moves its layers' inputs and outputs (activation traffic);
     # None: not charged
     activation_Bps: float | None = None
+    # datasheet peaks by precision (FLOP/s; sim.workloads.precision names them); None: the
+    # device has no such rate, so a run at that precision is refused
+    fp64_flops_per_s: float | None = None
+    fp32_flops_per_s: float | None = None
+    fp16_flops_per_s: float | None = None
+    bf16_flops_per_s: float | None = None
+    # bytes/s at which the other ops (not GEMM-class) read and write their elements; None:
+    # not charged (set by :meth:`at` from memory_Bps x the other ops' efficiency)
+    other_Bps: float | None = None
 
     def __post_init__(self) -> None:
         if not (self.flops_per_s > 0 and math.isfinite(self.overhead_s)
@@ -83,19 +103,48 @@ class Device:
         if self.activation_Bps is not None and not (0 < self.activation_Bps < math.inf):
             raise ValueError(f"device {self.name!r}: need activation_Bps > 0 and finite (or "
                              f"null: not charged), got {self.activation_Bps}")
+        for rate in ("other_Bps", *(peak_field(p) for p in ITEMSIZE)):
+            value = getattr(self, rate)
+            if value is not None and not (0 < value < math.inf):
+                raise ValueError(f"device {self.name!r}: need {rate} > 0 and finite (or "
+                                 f"null: none), got {value}")
         if self.lookup_s is not None and not (0 <= self.lookup_s < math.inf):
             raise ValueError(f"device {self.name!r}: need lookup_s >= 0 and finite (or "
                              f"null: not charged), got {self.lookup_s}")
 
+    def peak(self, precision: str) -> float | None:
+        """The datasheet peak at ``precision`` (FLOP/s), None where the device has none."""
+        return getattr(self, peak_field(precision))
+
+    def at(self, precision: str, gemm_efficiency: float = 1.0,
+           other_efficiency: float = 1.0) -> Device:
+        """This device running ``precision``: GEMM-class FLOPs at its peak for it x
+        ``gemm_efficiency``, other ops' bytes at ``memory_Bps`` x ``other_efficiency`` (not
+        charged without a memory bandwidth). Raises ValueError for a precision without a
+        peak."""
+        peak = self.peak(precision)
+        if peak is None:
+            known = [p for p in ITEMSIZE if self.peak(p) is not None]
+            raise ValueError(f"device {self.name!r} has no {precision} peak (it has: "
+                             f"{', '.join(known) or 'none'})")
+        other = None if self.memory_Bps is None else self.memory_Bps * other_efficiency
+        return replace(self, flops_per_s=peak * gemm_efficiency, other_Bps=other)
+
     def seconds(self, flops: float, traffic: float = 0.0, lookups: float = 0.0,
-                activations: float = 0.0) -> float:
+                activations: float = 0.0, other: float = 0.0) -> float:
         """Seconds of ``flops`` moving ``traffic`` bytes of weights and ``activations``
-        bytes of layers' inputs and outputs, and reading ``lookups`` ids by index, without
-        the overhead."""
+        bytes of layers' inputs and outputs, reading ``lookups`` ids by index and ``other``
+        bytes of the other ops' elements, without the overhead."""
         moved = traffic / self.memory_Bps if self.memory_Bps is not None else 0.0
         passed = activations / self.activation_Bps if self.activation_Bps is not None else 0.0
         looked = lookups * self.lookup_s if self.lookup_s is not None else 0.0
-        return flops / self.flops_per_s + moved + passed + looked
+        others = other / self.other_Bps if self.other_Bps is not None else 0.0
+        return flops / self.flops_per_s + moved + passed + looked + others
+
+
+def peak_field(precision: str) -> str:
+    """The :class:`Device` field of ``precision``'s peak, e.g. "fp16_flops_per_s"."""
+    return f"{precision}_flops_per_s"
 
 
 DEVICES: dict[str, Device] = {
@@ -111,15 +160,63 @@ DEVICES: dict[str, Device] = {
     # Memory bandwidth: the datasheets' HBM peak (900 GB/s V100 SXM2, 2,039 GB/s A100 80 GB
     # SXM, 3.35 TB/s H100 SXM), as the FLOP rate is their peak: small-batch passes over a
     # layer's weights run at it (Williams et al. 2009's roofline).
+    # Peaks by precision (compute.precision): the same datasheet's 7.8 TFLOP/s FP64, 15.7
+    # FP32 and 125 FP16 on tensor cores (Volta has no BF16).
     "v100": Device("v100", 15.7e12, 10e-6, "NVIDIA V100 datasheet (FP32 peak, 32 GB HBM2, "
-                   "900 GB/s)", memory_bytes=32 * 2**30, memory_Bps=900e9),
+                   "900 GB/s)", memory_bytes=32 * 2**30,
+                   memory_Bps=900e9, fp64_flops_per_s=7.8e12, fp32_flops_per_s=15.7e12,
+                   fp16_flops_per_s=125e12),
     # NVIDIA A100 SXM datasheet: 19.5 TFLOP/s FP32 peak (156 TF32 with tensor cores).
     # Memory: the datasheet's 80 GB HBM2e model (a 40 GB one exists too).
+    # Peaks: 19.5 FP64 on tensor cores (9.7 without), 19.5 FP32, 312 FP16 and 312 BF16 on
+    # tensor cores (dense; the 624 figures are with structured sparsity). TF32 (156) is a
+    # compute mode of FP32 tensors, not a storage precision: a calibrated gemm_efficiency
+    # of an FP32 run covers it.
     "a100": Device("a100", 19.5e12, 10e-6, "NVIDIA A100 datasheet (FP32 peak, 80 GB HBM2e, "
-                   "2,039 GB/s)", memory_bytes=80 * 2**30, memory_Bps=2039e9),
+                   "2,039 GB/s)",
+                   memory_bytes=80 * 2**30, memory_Bps=2039e9, fp64_flops_per_s=19.5e12,
+                   fp32_flops_per_s=19.5e12, fp16_flops_per_s=312e12,
+                   bf16_flops_per_s=312e12),
     # NVIDIA H100 SXM datasheet: 67 TFLOP/s FP32 peak; 80 GB HBM3.
+    # Peaks: 67 FP64 tensor, 67 FP32, 989 FP16 and BF16 tensor (dense; 1,979 with sparsity).
     "h100": Device("h100", 67e12, 10e-6, "NVIDIA H100 datasheet (FP32 peak, 80 GB HBM3, "
-                   "3.35 TB/s)", memory_bytes=80 * 2**30, memory_Bps=3.35e12),
+                   "3.35 TB/s)",
+                   memory_bytes=80 * 2**30, memory_Bps=3.35e12, fp64_flops_per_s=67e12,
+                   fp32_flops_per_s=67e12, fp16_flops_per_s=989e12, bf16_flops_per_s=989e12),
+    # NVIDIA Tesla P100 datasheet, SXM2 (NVLink) module: 5.3 FP64, 10.6 FP32, 21.2 FP16
+    # TFLOP/s (Pascal's FP16 is packed half2 on the CUDA cores: no tensor cores, no BF16);
+    # 16 GB CoWoS HBM2 at 732 GB/s. The GPU of Big Basin, the servers of Goyal et al. 2017
+    # (Sec. 5: 8 P100 SXM2 with NVLink).
+    "p100-sxm2": Device("p100-sxm2", 10.6e12, 10e-6, "NVIDIA Tesla P100 datasheet (SXM2: "
+                        "10.6 FP32, 21.2 FP16, 5.3 FP64 TFLOP/s; 16 GB HBM2, 732 GB/s)",
+                        memory_bytes=16 * 2**30, memory_Bps=732e9, fp64_flops_per_s=5.3e12,
+                        fp32_flops_per_s=10.6e12, fp16_flops_per_s=21.2e12),
+    # The same datasheet's PCIe card (lower clocks, 250 W): 4.7 FP64, 9.3 FP32, 18.7 FP16
+    # TFLOP/s; the 16 GB model's 732 GB/s (the 12 GB one has 549 GB/s). Horovod's servers
+    # (Sergeev and Del Balso 2018: 4 Pascal GPUs a server).
+    "p100-pcie": Device("p100-pcie", 9.3e12, 10e-6, "NVIDIA Tesla P100 datasheet (PCIe "
+                        "16 GB: 9.3 FP32, 18.7 FP16, 4.7 FP64 TFLOP/s; 732 GB/s)",
+                        memory_bytes=16 * 2**30, memory_Bps=732e9, fp64_flops_per_s=4.7e12,
+                        fp32_flops_per_s=9.3e12, fp16_flops_per_s=18.7e12),
+    # DGX-2H's V100 SXM3 at 450 W: NVIDIA DGX-2H datasheet, 2.1 PFLOP/s of FP16 tensor for
+    # 16 GPUs = 131 TFLOP/s each (the DGX-2's 2.0 PFLOP/s at 10 kW rose to 2.1 at 12 kW:
+    # Tom's Hardware, "Nvidia's DGX-2 ... just got faster", 2018). The clock that gives
+    # (131.25e12 / 81,920 tensor FLOP per clock = 1.60 GHz) gives 5,120 lanes x 2 x 1.60 GHz
+    # = 16.4 FP32 and 8.2 FP64 TFLOP/s. 32 GB HBM2 at 900 GB/s (V100 datasheet).
+    # Megatron-LM 2019 (Shoeybi et al., Sec. 5) trained on these.
+    "v100-sxm3": Device("v100-sxm3", 16.4e12, 10e-6, "NVIDIA DGX-2H datasheet (2.1 PFLOP/s "
+                        "FP16 tensor / 16 GPUs = 131 TFLOP/s; FP32 and FP64 at its clock); "
+                        "32 GB HBM2, 900 GB/s", memory_bytes=32 * 2**30, memory_Bps=900e9,
+                        fp64_flops_per_s=8.2e12, fp32_flops_per_s=16.4e12,
+                        fp16_flops_per_s=131.25e12),
+    # One core (TensorCore) of a Cloud TPU v3 chip: Google Cloud "TPU v3" page, 123 TFLOP/s
+    # bf16 and 32 GiB HBM2 at 900 GB/s per chip of two cores -> 61.5 TFLOP/s, 16 GiB and
+    # 450 GB/s a core. Its matrix units multiply bf16 only (FP32 matmuls run as several bf16
+    # passes, no peak published), so bf16 is its one peak and its flops_per_s. GPipe (Huang
+    # et al. 2019) partitions over these cores.
+    "tpu-v3": Device("tpu-v3", 61.5e12, 10e-6, "Google Cloud TPU v3 page (123 TFLOP/s bf16, "
+                     "32 GiB HBM2 at 900 GB/s per chip of 2 cores), per core",
+                     memory_bytes=16 * 2**30, memory_Bps=450e9, bf16_flops_per_s=61.5e12),
 }
 
 
@@ -158,6 +255,17 @@ def describe_rates(flops_per_s: float, overhead_s: float, memory_Bps: float | No
     return text + (f" + {lookup_s * 1e9:.0f} ns per id" if lookup_s else "")
 
 
+def run_device(cfg: Any) -> Device:
+    """The device of a run's ``[compute]`` table: ``compute.device``, at
+    ``compute.precision`` with its two efficiencies when a precision is set
+    (:meth:`Device.at`). Raises ValueError (the validator names the key)."""
+    device = load_device(cfg.device)
+    precision = getattr(cfg, "precision", None)  # a bare table without the key: none
+    if precision is None:
+        return device
+    return device.at(precision, cfg.gemm_efficiency, cfg.other_efficiency)
+
+
 # name -> factor(rng, compute config), each of mean 1
 NOISE: dict[str, Callable[[np.random.Generator, Any], float]] = {
     "constant": lambda rng, cfg: 1.0,
@@ -176,12 +284,13 @@ class ComputeModel:
 
     def __init__(self, cfg, flops_per_gradient: float, workers: int, seed: int,
                  traffic_per_gradient: float = 0.0, lookups_per_gradient: float = 0.0,
-                 activations_per_gradient: float = 0.0) -> None:
-        self.cfg, self.device = cfg, load_device(cfg.device)
+                 activations_per_gradient: float = 0.0, other_per_gradient: float = 0.0
+                 ) -> None:
+        self.cfg, self.device = cfg, run_device(cfg)
         self.flops_per_gradient = flops_per_gradient
         self.base_s = cfg.time_s if cfg.time_s is not None else (
             self.base_for(flops_per_gradient, traffic_per_gradient, lookups_per_gradient,
-                          activations_per_gradient))
+                          activations_per_gradient, other_per_gradient))
         self.noise = NOISE[cfg.distribution]
         streams = np.random.SeedSequence([seed, 0xC0FFEE]).spawn(workers + 1)
         self.rngs = [np.random.default_rng(s) for s in streams[:workers]]
@@ -214,29 +323,32 @@ class ComputeModel:
         return self._drawn(worker, now, self.base_s)
 
     def base_for(self, flops: float, traffic: float = 0.0, lookups: float = 0.0,
-                 activations: float = 0.0) -> float:
-        """Seconds for ``flops`` of a gradient moving ``traffic`` bytes of weights and
-        ``activations`` bytes of inputs and outputs, and reading ``lookups`` ids by index,
-        before noise and slowdowns: the device's per-gradient overhead, rate, bandwidths and
-        cost per id, or ``compute.time_s`` scaled by their share of a whole gradient's FLOPs
-        (``base_s`` exactly for a whole gradient's)."""
+                 activations: float = 0.0, other: float = 0.0) -> float:
+        """Seconds for ``flops`` of a gradient moving ``traffic`` bytes of weights,
+        ``activations`` bytes of inputs and outputs and ``other`` bytes of the other ops'
+        elements, and reading ``lookups`` ids by index, before noise and slowdowns: the
+        device's per-gradient overhead, rate, bandwidths and cost per id, or
+        ``compute.time_s`` scaled by their share of a whole gradient's FLOPs (``base_s``
+        exactly for a whole gradient's)."""
         if self.cfg.time_s is not None:
             return self.cfg.time_s * (flops / self.flops_per_gradient)
         return self.device.overhead_s + self.device.seconds(flops, traffic, lookups,
-                                                            activations)
+                                                            activations, other)
 
     def part_duration(self, worker: int, now: float, flops: float, traffic: float = 0.0,
-                      activations: float = 0.0) -> float:
+                      activations: float = 0.0, other: float = 0.0) -> float:
         """Seconds for rank ``worker``'s part of a step, ``flops`` of the gradient (a stage's
         shard under model parallelism) moving ``traffic`` bytes of weights and
-        ``activations`` bytes of inputs and outputs, starting at ``now``: :meth:`base_for`,
-        times the noise, straggler and slowdown factors :meth:`duration` applies."""
-        return self._drawn(worker, now, self.base_for(flops, traffic, 0.0, activations))
+        ``activations`` bytes of inputs and outputs and ``other`` bytes of the other ops'
+        elements, starting at ``now``: :meth:`base_for`, times the noise, straggler and
+        slowdown factors :meth:`duration` applies."""
+        return self._drawn(worker, now, self.base_for(flops, traffic, 0.0, activations, other))
 
     def layer_shares(self, flops: tuple[np.ndarray, np.ndarray],
                      weight_bytes: np.ndarray | None, passes: int = 1,
                      lookups: np.ndarray | None = None,
-                     activations: np.ndarray | None = None
+                     activations: np.ndarray | None = None,
+                     other: np.ndarray | None = None
                      ) -> tuple[np.ndarray, np.ndarray] | None:
         """How a step's compute divides over its layers' forward and backward passes, by
         their seconds on the device: ``flops`` (forward, backward per layer, the whole
@@ -245,21 +357,25 @@ class ComputeModel:
         and outputs, the whole step's, shared as the FLOPs: one matrix product's operands
         in the forward, one or two in the backward) and the ids it reads (``lookups``,
         the whole step's: half the cost per id in the forward's gather, half in the
-        backward's scatter). None when FLOPs alone divide it (no memory, activation or
-        lookup term, or a modelled ``compute.time_s``)."""
+        backward's scatter), and the bytes its other ops read and write in one forward
+        (``other``, the whole step's; the backward moves :data:`~sim.training.messages.
+        OTHER_PASSES` times as many). None when FLOPs alone divide it (no memory, activation,
+        other-op or lookup term, or a modelled ``compute.time_s``)."""
         device = self.device
         memory = device.memory_Bps is not None and weight_bytes is not None
         passed = device.activation_Bps is not None and activations is not None
         sparse = device.lookup_s is not None and lookups is not None and bool(lookups.any())
-        if not (memory or passed or sparse) or self.cfg.time_s is not None:
+        others = device.other_Bps is not None and other is not None and bool(other.any())
+        if not (memory or passed or sparse or others) or self.cfg.time_s is not None:
             return None
         ids = lookups / 2 if sparse else 0.0
         total = flops[0] + flops[1]
         shares = [np.divide(f, total, out=np.zeros_like(total), where=total > 0) for f in flops]
         return tuple(device.seconds(f, times * weight_bytes if memory else 0.0, ids,
-                                    share * activations if passed else 0.0)
-                     for f, times, share in zip(flops, weight_passes(passes), shares,
-                                                strict=True))
+                                    share * activations if passed else 0.0,
+                                    moves * other if others else 0.0)
+                     for f, times, share, moves in zip(flops, weight_passes(passes), shares,
+                                                       OTHER_PASSES, strict=True))
 
     def _drawn(self, worker: int, now: float, base_s: float) -> float:
         t = base_s * self.noise(self.rngs[worker], self.cfg) * self.factor[worker]

@@ -56,9 +56,34 @@ def _unused_embeddings(c: Config) -> str | None:
     return None
 
 
-WARNINGS = [_one_leaf, _unused_allgather, _lone_host_link, _unused_embeddings]
+def _selective_without_attention(c: Config) -> str | None:
+    if c.parallel.recompute == "selective" and c.workload.profile is None:
+        return (f"parallel.recompute = \"selective\" has no effect: {c.workload.model!r} has "
+                "no attention to recompute (a transformer profile has; \"full\" recomputes "
+                "an MLP's stages)")
+    return None
+
+
+WARNINGS = [_one_leaf, _unused_allgather, _lone_host_link, _unused_embeddings,
+            _selective_without_attention]
 
 
 def config_warnings(config: Config) -> list[str]:
     """What in ``config`` is valid but has no effect, one line each."""
-    return [text for check in WARNINGS if (text := check(config))]
+    return list(warnings_by_check(config).values())
+
+
+def warnings_by_check(config: Config) -> dict[str, str]:
+    """:func:`config_warnings` keyed by the check that found each (so a sweep can tell the
+    same finding at several points apart from different ones)."""
+    return {check.__name__: text for check in WARNINGS if (text := check(config))}
+
+
+def common_warnings(configs: list[Config]) -> list[str]:
+    """The warnings that hold at every one of ``configs`` (a sweep's points), each as the
+    first point words it: a setting of the experiment's that some points use (wide-deep's
+    embedding placement in a sweep that also runs logistic regression) is not a mistake."""
+    found = [warnings_by_check(c) for c in configs]
+    if not found:
+        return []
+    return [text for name, text in found[0].items() if all(name in f for f in found[1:])]

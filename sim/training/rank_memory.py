@@ -1,7 +1,8 @@
-"""Bytes each rank of a run holds at its peak, for every run of a dense model: data parallel
-or split. One formula, the plan's (:mod:`sim.training.parallel_plan`), for the summary keys
-both executors report (:func:`memory_summary`) and for refusing a config that does not fit
-(``run.memory = "refuse"``, :mod:`sim.training.validator`).
+"""Bytes each rank of a run holds at its peak, for every run of a dense model or a
+transformer profile: data parallel or split. One formula, the plan's
+(:mod:`sim.training.parallel_plan`), for the summary keys both executors report
+(:func:`memory_summary`) and for refusing a config that does not fit (``run.memory =
+"refuse"``, :mod:`sim.training.validator`).
 
 - A worker rank holds its stage's shard of the parameters, their gradients, the momentum
   buffer (when ``workload.momentum > 0``) and the stashed inputs of the microbatches in

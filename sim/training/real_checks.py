@@ -16,8 +16,10 @@ from collections.abc import Callable
 
 from sim.config import Config
 from sim.errors import UserError
+from sim.network.collectives import REGISTRY as COLLECTIVES
 from sim.network.transports import get_transport
-from sim.training.parallel_plan import split_key
+from sim.training.messages import MODES as PIPELINING_MODES
+from sim.training.parallel_plan import chunks_of, split_key
 from sim.training.rules import table_layout
 from sim.training.strategies import (
     GRPC,
@@ -46,6 +48,10 @@ def check_supported(config: Config, row: StrategyRow, source: str = "config") ->
     if config.strategy.compression != "none":
         raise UserError(f"{source}: strategy.compression {config.strategy.compression!r}: "
                         "real runs send dense gradients only (use \"none\")")
+    if not PIPELINING_MODES[config.strategy.pipelining].real:
+        raise UserError(f"{source}: strategy.pipelining {config.strategy.pipelining!r}: "
+                        "simulated only (real ranks have no coordinator to agree on each "
+                        "cycle's buffers)")
     if config.strategy.pipelining != "none" and row.real.pipelined is None:
         raise UserError(f"{source}: strategy.pipelining {config.strategy.pipelining!r}: "
                         f"real runs pipeline {_real_names(lambda r: bool(r.real.pipelined))} "
@@ -55,6 +61,9 @@ def check_supported(config: Config, row: StrategyRow, source: str = "config") ->
             raise UserError(f"{source}: run.{key}: real runs stop after run.iterations "
                             f"updates; drop run.{key} (--set run.{key}=none) and "
                             f"set run.iterations (now {config.run.iterations})")
+    if COLLECTIVES[config.strategy.collective].takes:
+        raise UserError(f"{source}: strategy.collective {config.strategy.collective!r}: "
+                        "simulated only (the real ranks run the flat allreduces)")
     if config.strategy.priority:
         raise UserError(f"{source}: strategy.priority: not run for real (the ranks would "
                         "have to agree which ready message goes next)")
@@ -139,10 +148,16 @@ def check_split(config: Config, row: StrategyRow, source: str = "config") -> Non
     if not (isinstance(model, type) and issubclass(model, MLP)):
         raise UserError(f"{source}: workload.model {config.workload.model!r}: a split "
                         "replica runs an MLP's dense layers on real ranks (model = \"mlp\")")
+    if config.parallel.recompute != "none":
+        raise UserError(f"{source}: parallel.recompute {config.parallel.recompute!r}: real "
+                        "ranks keep every activation (recomputation is simulated only)")
     if config.strategy.pipelining != "none":
         raise UserError(f"{source}: strategy.pipelining {config.strategy.pipelining!r}: a "
                         "split replica's data-parallel allreduce runs after the pipeline's "
                         "flush on real ranks, not overlapped with backward (use \"none\")")
+    if chunks_of(config.parallel) > 1:
+        raise UserError(f"{source}: parallel.virtual_stages: real ranks run one chunk per "
+                        "stage (the interleaved schedule with more is simulated only)")
     for name, used in _MODELLED_COMPUTE:
         if used(config.compute):
             raise UserError(f"{source}: {name}: a split replica's passes run their real "

@@ -43,7 +43,8 @@ Pass = Generator[np.ndarray, np.ndarray, Any]
 
 
 class ShardRunner:
-    """The layers one rank of ``plan`` holds (``stage``, ``shard``) of an MLP ``model``.
+    """The layers one rank of ``plan`` holds (``stage``, ``shard``) of an MLP ``model``
+    (interleaved: ``stage`` is a virtual stage, one chunk of a rank's).
 
     ``forward`` keeps each microbatch's layer inputs until its ``backward``. Parameters and
     gradients are the model's flat vectors; a runner reads and writes only its own part.
@@ -62,7 +63,7 @@ class ShardRunner:
             raise TypeError(f"a split replica needs an MLP, got {model.name!r}")
         self.model, self.plan, self.shard = model, plan, shard
         self.own_copies = own_copies or packed
-        self.stage = plan.stages[stage]
+        self.stage = plan.virtual_stage(stage)  # the stage itself with one chunk
         self.last_layer = len(model.shapes) - 1
         self._stash: dict[int, list[np.ndarray]] = {}
         self._packed: dict[int, tuple[int, tuple[int, int], int, int]] | None = None
@@ -265,7 +266,7 @@ def replica_loss_grad(model: Model, plan: Plan, params: np.ndarray, X: Any, y: n
     if plan.pipeline == 1 and plan.tensor == 1:
         return _microbatched(model, m, rows, params, X, y, out)
     groups = [[ShardRunner(model, plan, s, k) for k in range(plan.tensor)]
-              for s in range(plan.pipeline)]
+              for s in range(plan.pipeline * plan.chunks)]  # virtual stages, in order
     total = 0.0
     for mb in range(m):
         x = X[mb * rows:(mb + 1) * rows]

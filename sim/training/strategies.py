@@ -25,7 +25,10 @@ if TYPE_CHECKING:
     from sim.training.rules import Rules
 
 #: every layer-wise pipelining mode (strategy.pipelining)
-PIPELINING = ("none", "wfbp", "bucket")
+PIPELINING = ("none", "wfbp", "bucket", "fusion")
+#: the modes a parameter-server strategy takes: Horovod's fusion packs what a coordinator
+#: finds ready on every worker each cycle, for an allreduce; pushes have no coordinator
+PS_PIPELINING = ("none", "wfbp", "bucket")
 #: the message paths of real runs (cluster.transport read by sim.training.real_checks)
 MPI, GRPC = "mpi", "grpc"
 
@@ -108,6 +111,9 @@ class StrategyRow:
     # "module:Class" of its SimPy processes for a config with [parallel] (stages, shards or
     # microbatches: sim.training.parallel_plan.splits); None: the simulator refuses one
     simulated_model_parallel: str | None = None
+    # overlaps a split replica's data-parallel exchange with its stages' last backward
+    # (parallel.dp_overlap)
+    dp_overlap: bool = False
     no_model_parallel: str = "does not split a replica over ranks"  # why not (model_parallel off)
     # where it can keep wide-deep's embedding tables (embeddings.placement): "ps" for the
     # parameter-server strategies (sparse pulls and pushes), "replicated" and "alltoall"
@@ -180,11 +186,13 @@ STRATEGIES: dict[str, StrategyRow] = {row.name: row for row in (
                 pipelining=PIPELINING, gathers_compressed=True, synchronous=True,
                 model_parallel=True,
                 simulated_model_parallel=f"{_SIM}.model_parallel:ModelParallelBSP",
+                dp_overlap=True,
                 embedding_placements=("replicated", "alltoall")),
     StrategyRow("bsp-ps", f"{_RULES}:BSPPS", f"{_SIM}.ps_sync:BSPPS", _named("BSP (PS)"),
                 _named("bsp-ps"),
                 "synchronous SGD through sharded parameter servers: push, barrier, pull",
-                real=_REAL_PS_TABLES, pipelining=PIPELINING, uses_servers=True, synchronous=True,
+                real=_REAL_PS_TABLES, pipelining=PS_PIPELINING, uses_servers=True,
+                synchronous=True,
                 model_parallel=True,
                 simulated_model_parallel=f"{_SIM}.model_parallel:ModelParallelBSPPS",
                 embedding_placements=("ps",)),

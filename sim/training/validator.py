@@ -16,6 +16,7 @@ again. The valid settings that do nothing in a run are worded by
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -31,20 +32,24 @@ from sim.config import (
 from sim.errors import UserError
 from sim.faults.storage import get_storage
 from sim.names import unknown
+from sim.network.collectives import INTER_ALLREDUCES, configured
 from sim.network.collectives import REGISTRY as COLLECTIVES
 from sim.network.fabrics import get_fabric
 from sim.network.host_links import get_host_link
 from sim.network.topology import TOPOLOGIES, topology_options
 from sim.network.transports import get_transport
-from sim.training.compute_model import DEVICES, load_device
+from sim.training.clusters import with_preset
+from sim.training.compute_model import DEVICES, load_device, run_device
 from sim.training.host_costs import load_host
 from sim.training.parallel_plan import (
     build_plan,
+    chunks_of,
     config_layers,
     plannable,
     shard_roles,
     splits,
     stage_counts,
+    stage_units,
 )
 from sim.training.rank_memory import run_memory
 from sim.training.real_checks import check_recovery, check_supported, check_transport_net
@@ -57,6 +62,9 @@ from sim.workloads.datasets import (
     known_dataset,
 )
 from sim.workloads.models import MODELS
+from sim.workloads.precision import ITEMSIZE, MODEL_PRECISION, itemsize
+from sim.workloads.timing_profiles import PROFILES
+from sim.workloads.transformer import TRANSFORMERS
 
 # ---- cross-key checks: each raises ValueError("dotted.key: message") -------------------
 
@@ -68,6 +76,8 @@ def _known(key: str, value: str, names: list[str]) -> None:
 def _check_names(c: Config) -> None:
     _known("strategy.kind", c.strategy.kind, list(STRATEGIES))
     _known("workload.model", c.workload.model, list(MODELS))
+    if c.workload.profile is not None:
+        _known("workload.profile", c.workload.profile, list(PROFILES))
     if not known_dataset(c.workload.dataset):
         _known("workload.dataset", c.workload.dataset, [*DATASETS, "criteo:PATH"])
     _known("cluster.topology", c.cluster.topology, list(TOPOLOGIES))
@@ -80,6 +90,7 @@ def _check_names(c: Config) -> None:
                          "compressed ones")
     _known("strategy.collective", c.strategy.collective, allreduce)
     _known("strategy.allgather", c.strategy.allgather, gathers)
+    _known("strategy.inter_collective", c.strategy.inter_collective, list(INTER_ALLREDUCES))
     if not c.compute.device.startswith(CALIBRATED):
         _known("compute.device", c.compute.device, list(DEVICES))
     else:
@@ -87,6 +98,48 @@ def _check_names(c: Config) -> None:
             load_device(c.compute.device)
         except ValueError as exc:
             raise ValueError(f"compute.device: {exc}") from None
+    _check_precision(c)
+
+
+def _check_precision(c: Config) -> None:
+    """A precision the lab knows and the device has a peak for; efficiencies only with it
+    (without a precision the device runs at its flops_per_s, not at a peak's fraction)."""
+    compute = c.compute
+    if compute.precision is None:
+        for key in ("gemm_efficiency", "other_efficiency"):
+            if getattr(compute, key) != 1.0:
+                raise ValueError(f"compute.{key}: a fraction of a device's peak at a "
+                                 "precision; set compute.precision too")
+        return
+    _known("compute.precision", compute.precision, list(ITEMSIZE))
+    if c.workload.numerics and itemsize(compute.precision) != itemsize(MODEL_PRECISION):
+        # the kernels compute and the strategies send the gradients' own float64 arrays
+        raise ValueError(f"compute.precision: a run with numerics trains in its kernels' "
+                         f"{MODEL_PRECISION}; {compute.precision!r} is timed only (set "
+                         "workload.numerics = false)")
+    try:
+        run_device(compute)
+    except ValueError as exc:
+        raise ValueError(f"compute.precision: {exc}") from None
+
+
+def _check_collective(c: Config) -> None:
+    """A collective that groups ranks by host (its ``takes`` names cluster.ranks_per_host)
+    groups consecutive ranks, every rank of the run: not cluster.rank_hosts' placement nor
+    [parallel]'s sub-groups."""
+    name = c.strategy.collective
+    if "cluster.ranks_per_host" not in COLLECTIVES[name].takes.values():
+        return
+    if c.cluster.rank_hosts:
+        raise ValueError(f"cluster.rank_hosts: strategy.collective {name!r} groups "
+                         "consecutive ranks by cluster.ranks_per_host, not a listed placement")
+    if splits(c):
+        raise ValueError(f"strategy.collective: {name!r} groups all workers by host; the "
+                         "sub-groups of [parallel] are not placed that way")
+    try:
+        configured(name, lambda key: attrgetter(key)(c)).check_ranks(c.cluster.workers)
+    except ValueError as exc:
+        raise ValueError(f"cluster.ranks_per_host: {exc}") from None
 
 
 def _check_topology(c: Config) -> None:
@@ -96,6 +149,13 @@ def _check_topology(c: Config) -> None:
         if key not in accepted and getattr(c.cluster, key) != getattr(defaults, key):
             raise ValueError(f"cluster.{key}: not an option of topology "
                              f"{c.cluster.topology!r} (only of leaf-spine / fat-tree)")
+    if c.cluster.nics_per_host is not None:
+        if "ports" not in accepted:
+            raise ValueError(f"cluster.nics_per_host: topology {c.cluster.topology!r} has no "
+                             "NIC ports to share (star, leaf-spine or fat-tree have)")
+        if c.cluster.placement != "block":
+            raise ValueError("cluster.nics_per_host: ranks share a host's NICs in rank order, "
+                             "which needs cluster.placement = \"block\"")
 
 
 def _check_fabric(c: Config) -> None:
@@ -178,14 +238,19 @@ def _check_strategy(c: Config) -> None:
                              f"start_s ({slow.start_s})")
 
 
-def _pipelined() -> str:
-    """The strategies that take layer-wise pipelining, as a sentence names them."""
-    return " and ".join(name for name, row in STRATEGIES.items() if len(row.pipelining) > 1)
+def _pipelined(mode: str | None = None) -> str:
+    """The strategies that take layer-wise pipelining (``mode``, if given), as a sentence
+    names them."""
+    return " and ".join(name for name, row in STRATEGIES.items()
+                        if len(row.pipelining) > 1 and mode in (None, *row.pipelining))
 
 
 def _check_pipelining(c: Config) -> None:
     s, w = c.strategy, c.workload
     modes = row_of(c).pipelining
+    if s.pipelining not in modes and len(modes) > 1:
+        raise ValueError(f"strategy.pipelining: {s.pipelining!r} applies to "
+                         f"{_pipelined(s.pipelining)}, not {s.kind!r}")
     if s.pipelining not in modes or (s.priority and len(modes) == 1):
         raise ValueError(f"strategy.pipelining: layer-wise pipelining applies to "
                          f"{_pipelined()}, not {s.kind!r}")
@@ -236,8 +301,8 @@ def _no_layers(c: Config) -> str:
     """Why ``c``'s model has no layers a plan can split (it is not
     :func:`~sim.training.parallel_plan.plannable`), naming the key."""
     if c.workload.profile is not None:
-        return ("workload.profile: a timing profile has no layer widths to plan stages and "
-                "shards from")
+        return (f"workload.profile: {c.workload.profile!r} has no layer widths to plan stages "
+                f"and shards from (transformer profiles do: {', '.join(TRANSFORMERS)})")
     return f"workload.model: {c.workload.model!r} has no dense layers to split over ranks"
 
 
@@ -246,19 +311,29 @@ def _check_plan(c: Config) -> None:
     (:func:`~sim.training.parallel_plan.build_plan` trusts these checks)."""
     par, w = c.parallel, c.workload
     layers = config_layers(c)
-    n, p, t, m = len(layers), par.pipeline, par.tensor, par.microbatches
+    n, p, t, m, v = (len(stage_units(layers)), par.pipeline, par.tensor, par.microbatches,
+                     chunks_of(par))
+    what = f"workload.model {w.model!r}" if w.profile is None else \
+        f"workload.profile {w.profile!r}"
     if n < p:
-        raise ValueError(f"parallel.pipeline: {p} stages, but workload.model {w.model!r} has "
+        raise ValueError(f"parallel.pipeline: {p} stages, but {what} has "
                          f"{n} layer{'s' if n > 1 else ''} (a stage needs one)")
-    if par.stage_layers and len(par.stage_layers) != p:
+    if n < p * v:
+        raise ValueError(f"parallel.virtual_stages: {p} x {v} virtual stages, but "
+                         f"{what} has {n} layers (a chunk needs one)")
+    if par.stage_layers and len(par.stage_layers) != p * v:
+        stages = "parallel.pipeline is" if v == 1 else "parallel.pipeline x virtual_stages is"
         raise ValueError(f"parallel.stage_layers: lists {len(par.stage_layers)} stages, "
-                         f"parallel.pipeline is {p}")
+                         f"{stages} {p * v}")
     if par.stage_layers and sum(par.stage_layers) != n:
         raise ValueError(f"parallel.stage_layers: places {sum(par.stage_layers)} layers, "
-                         f"workload.model {w.model!r} has {n}")
+                         f"{what} has {n}")
     if w.batch % m:
         raise ValueError(f"parallel.microbatches: {m} does not divide workload.batch "
                          f"({w.batch} rows per replica)")
+    if w.profile is not None:
+        _check_transformer(c)
+        return
     first, paired = 0, False
     for count in stage_counts(par, layers):
         for layer, role in zip(layers[first:first + count], shard_roles(count, t), strict=True):
@@ -273,11 +348,71 @@ def _check_plan(c: Config) -> None:
                          "dense layers to split as a column/row pair")
 
 
+def _check_transformer(c: Config) -> None:
+    """A transformer profile's plan: timing only, and t dividing what its shards split."""
+    spec, t = TRANSFORMERS[c.workload.profile or ""], c.parallel.tensor
+    if c.workload.numerics and splits(c):
+        raise ValueError(f"workload.numerics: a plan of transformer {spec.name!r} is timed "
+                         "only (set workload.numerics = false)")
+    for name, size in (("heads", spec.heads), ("FFN width", spec.f),
+                       ("vocabulary", spec.vocab)):
+        if size % t:
+            raise ValueError(f"parallel.tensor: {t} does not divide the {size} {name} of "
+                             f"{spec.name!r} (Megatron-LM splits them over the shards)")
+
+
+def _check_interleaving(c: Config) -> None:
+    """parallel.virtual_stages against the schedule, the stages and the microbatches
+    (Megatron-LM's interleaved schedule: :mod:`sim.training.stage_schedule`)."""
+    par = c.parallel
+    if par.virtual_stages > 1 and par.schedule != "interleaved":
+        raise ValueError(f"parallel.virtual_stages: {par.virtual_stages} chunks per stage run "
+                         f"with parallel.schedule = \"interleaved\" only, not {par.schedule!r}")
+    if chunks_of(par) == 1:
+        return
+    if par.pipeline < 2:
+        raise ValueError("parallel.virtual_stages: interleaving chunks needs parallel.pipeline "
+                         ">= 2 stages")
+    if par.microbatches % par.pipeline:
+        raise ValueError(f"parallel.microbatches: {par.microbatches} is not a multiple of "
+                         f"parallel.pipeline ({par.pipeline}), as the interleaved schedule "
+                         "needs (Megatron-LM)")
+
+
+def _check_dp_overlap(c: Config) -> None:
+    """parallel.dp_overlap and strategy.pipelining on a split replica: the stages' gradient
+    messages overlap their last backward only with dp_overlap, under bsp."""
+    par, pipelining = c.parallel, c.strategy.pipelining
+    if not splits(c):
+        if par.dp_overlap:
+            raise ValueError("parallel.dp_overlap: overlaps a split replica's stages' "
+                             "allreduces (plain data parallelism overlaps with "
+                             "strategy.pipelining)")
+        return
+    if par.dp_overlap and not row_of(c).dp_overlap:
+        takes = " and ".join(name for name, row in STRATEGIES.items() if row.dp_overlap)
+        raise ValueError(f"parallel.dp_overlap: runs with {takes} only, not "
+                         f"{c.strategy.kind!r}")
+    if par.dp_overlap and c.cluster.host != "ideal":
+        raise ValueError(f"parallel.dp_overlap: runs on cluster.host = \"ideal\" only, not "
+                         f"{c.cluster.host!r} (the overlapped allreduces' CPU work is not "
+                         "charged to a stage's ranks yet)")
+    if par.dp_overlap and pipelining == "none":
+        raise ValueError("parallel.dp_overlap: needs strategy.pipelining \"wfbp\" or "
+                         "\"bucket\" to cut each stage's gradient into messages")
+    if not par.dp_overlap and pipelining != "none":
+        raise ValueError(f"strategy.pipelining: {pipelining!r} runs with [parallel] stages, "
+                         "shards or microbatches only with parallel.dp_overlap = true "
+                         "(otherwise each stage allreduces its gradients once its last "
+                         "backward pass is done)")
+
+
 def _check_parallel(c: Config) -> None:
     """[parallel] against the strategy, the model, the batch and the simulator."""
     par, row = c.parallel, row_of(c)
     changed = {"pipeline": par.pipeline > 1, "tensor": par.tensor > 1,
-               "microbatches": par.microbatches > 1, "stage_layers": bool(par.stage_layers)}
+               "microbatches": par.microbatches > 1, "stage_layers": bool(par.stage_layers),
+               "virtual_stages": par.virtual_stages > 1, "dp_overlap": par.dp_overlap}
     if not row.model_parallel:
         key = next((k for k, v in changed.items() if v), None)
         if key is not None:
@@ -286,10 +421,8 @@ def _check_parallel(c: Config) -> None:
                              f"{_model_parallel()}")
         return
     split = par.pipeline * par.tensor > 1
-    if splits(c) and c.strategy.pipelining != "none":
-        raise ValueError(f"strategy.pipelining: {c.strategy.pipelining!r} is not run with "
-                         "[parallel] stages, shards or microbatches yet (each stage allreduces "
-                         "its gradients once its last backward pass is done)")
+    _check_interleaving(c)
+    _check_dp_overlap(c)
     if split and c.strategy.compression != "none":
         raise ValueError("strategy.compression: not combined with model parallelism (each "
                          "stage and shard would need its own codec)")
@@ -389,8 +522,8 @@ def _check_memory(c: Config) -> None:
         f"{holds}")
 
 
-CHECKS = [_check_names, _check_topology, _check_fabric, _check_transport, _check_hosts,
-          _check_pipelining, _check_workload, _check_strategy, _check_faults,
+CHECKS = [_check_names, _check_collective, _check_topology, _check_fabric, _check_transport,
+          _check_hosts, _check_pipelining, _check_workload, _check_strategy, _check_faults,
           _check_embeddings, _check_parallel, _check_memory]
 
 
@@ -411,6 +544,10 @@ def _derived(c: Config) -> Config:
 def validate(data: dict[str, Any], source: str = "<config>") -> Config:
     """The resolved Config, checked across keys; UserError naming ``source``, the key and
     what was expected."""
+    try:
+        data = with_preset(data)
+    except ValueError as exc:
+        raise UserError(f"{source}: cluster.preset: {exc}") from None
     config = _derived(parse(data, source))
     for check in CHECKS:
         try:
@@ -425,8 +562,24 @@ def load_config(path: str | Path, overrides: list[str] | None = None,
     """Read, override and validate a config file; ``quick``: in the reduced form of
     :mod:`sim.quick` (the command line's ``SGD_LAB_QUICK=1``). Raises UserError."""
     data = apply_overrides(read_toml(path), overrides or [])
-    config = validate(data, str(path))
+    try:
+        config = validate(data, str(path))
+    except UserError as exc:
+        raise blamed(exc, str(path), overrides or []) from None
     return validate_reduced(data, config, str(path))[1] if quick else config
+
+
+def blamed(exc: UserError, source: str, overrides: list[str]) -> UserError:
+    """``exc`` naming the ``--set`` override whose key it is about (the last one given),
+    not only the file, when an override caused it."""
+    text = str(exc)
+    for override in reversed(overrides):
+        key = override.partition("=")[0].strip()
+        if text.startswith(f"{source}: {key}") and text[len(source) + 2 + len(key):][:1] in (
+                ":", " ", ""):
+            return UserError(f"{source} with --set {override.strip()}: "
+                             f"{text[len(source) + 2:]}")
+    return exc
 
 
 def validate_reduced(data: dict[str, Any], config: Config, source: str

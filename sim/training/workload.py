@@ -28,6 +28,7 @@ from sim.workloads.datasets import (
     shard,
 )
 from sim.workloads.models import Model, make_model
+from sim.workloads.precision import run_itemsize
 from sim.workloads.timing_profiles import get_profile
 
 if TYPE_CHECKING:
@@ -124,8 +125,9 @@ def build_workload(config: Config) -> Workload:
                                       np.random.default_rng(streams[1]),
                                       int(streams[4].generate_state(1)[0]))
     data, model = _data_and_model(config, data_rng)
-    layers = LayerCosts.from_profile(get_profile(workload.profile)) if workload.profile \
-        else LayerCosts.from_model(model or shaped_model(config))
+    item = run_itemsize(config)  # bytes per element: the run's precision, one place
+    layers = LayerCosts.from_profile(get_profile(workload.profile), item) if workload.profile \
+        else LayerCosts.from_model(model or shaped_model(config), item)
     batch_rngs = [np.random.default_rng(s) for s in streams[2].spawn(cluster.workers)]
     shards = shard(data.n_train if data else 0, cluster.workers, workload.shard, data_rng)
     size = model.size if model else 0
@@ -138,7 +140,8 @@ def build_workload(config: Config) -> Workload:
     ranks = cluster.workers * config.parallel.pipeline * config.parallel.tensor
     compute = ComputeModel(config.compute, layers.flops(workload.batch), ranks,
                            int(streams[3].generate_state(1)[0]), layers.traffic(),
-                           layers.lookups(workload.batch), layers.activations(workload.batch))
+                           layers.lookups(workload.batch), layers.activations(workload.batch),
+                           layers.other(workload.batch))
     return Workload(config, data, model, params, workers, compute, layers)
 
 

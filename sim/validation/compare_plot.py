@@ -2,7 +2,7 @@
 
 Drawn in the style of every other figure (:mod:`sim.plots.style`): the simulated run solid
 (bars filled), the real run dashed (bars hatched) in the same colour, real repeats as their
-mean and 95% band; one legend under the panels, never over the bars.
+mean and 95% band (none for one run); one legend under the panels, never over the bars.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def _iteration(ax: Any, report: dict[str, Any], reals: list[Run]) -> None:
            yerr=None if real.n < 2 else [[real.half_width * factor]], capsize=4)
     ax.scatter(np.ones(len(reals)), [r.iteration_s * factor for r in reals], s=10,
                color="black", zorder=3, label="one real run")
-    ax.set(xticks=[0, 1], xticklabels=["sim", f"real (mean of {len(reals)}, 95% CI)"],
+    real_label = f"real (mean of {real.n}, 95% CI)" if real.n > 1 else "real (one run)"
+    ax.set(xticks=[0, 1], xticklabels=["sim", real_label],
            xlim=(-0.6, 1.6), ylabel=f"time per update ({unit})",
            title=f"Iteration time (error {it['error']:+.1%})")
     ax.grid(axis="x", visible=False)
@@ -110,7 +111,7 @@ def report_figure(report: dict[str, Any]) -> Figure:
         _staleness(axes[1, 0], report)
         _breakdown(axes[1, 1], report)
         for ax in (axes[0, 1], axes[1, 0], axes[1, 1]):
-            ax.set_ylim(bottom=0)
+            st.headroom(ax)
         sides = [(Line2D([], [], **look), Patch(**st.bar_look(look))) for look in (SIM, REAL)]
         kinds = [Patch(color=st.KIND_COLOURS[k], label=st.KIND_NAMES[k])
                  for k in report["breakdown"]["kinds"]]

@@ -101,7 +101,8 @@ def compare(sim_dir: Path, real_dir: Path) -> dict[str, Any]:
     report: dict[str, Any] = {
         "sim_dir": str(sim_dir), "real_dir": str(real_dir), "repeats": len(reals),
         "strategy": sim.summary.get("strategy"), "workers": workers,
-        "layout": f"{workers} workers" if config is None else layout_words(config),
+        "layout": f"{workers} worker{'' if workers == 1 else 's'}" if config is None
+        else layout_words(config),
         "net": reals[0].summary.get("net"), "fabric": sim.summary.get("fabric"),
         "iteration_s": {"sim": sim.iteration_s, "real": iteration,
                         "error": relative_error(sim.iteration_s, iteration["mean"]),

@@ -29,6 +29,7 @@ BAD = [
     ("unknown cluster key", {"cluster": {"nodes": 4}}, "cluster.nodes"),
     ("unknown model", {"workload": {"model": "resnet"}}, "workload.model"),
     ("unknown dataset", {"workload": {"dataset": "mnist"}}, "workload.dataset"),
+    ("unknown timing profile", {"workload": {"profile": "resnet152"}}, "workload.profile"),
     ("batch larger than a shard", {"workload": {"batch": 10_000}}, "workload.batch"),
     ("negative lr", {"workload": {"lr": -0.1}}, "workload.lr"),
     ("nan lr", {"workload": {"lr": float("nan")}}, "workload.lr"),
@@ -82,6 +83,15 @@ def test_bad_config_exits_2_naming_file_and_key(tmp_path, capsys, tiny, write_to
     assert err.count("\n") == 0, "one line, no traceback"
     assert str(path) in err and key in err
     assert not out.exists(), "no run directory left behind"
+
+
+def test_every_registered_timing_profile_is_a_valid_workload_profile():
+    """The schema takes any name; the validator accepts exactly the registry's."""
+    from sim.workloads.timing_profiles import PROFILES
+
+    for name in PROFILES:
+        assert validate({"workload": {"profile": name, "numerics": False}}).workload.profile \
+            == name
 
 
 def test_bad_table_has_at_least_20_cases():
@@ -164,3 +174,23 @@ def test_set_none_removes_an_optional_key_and_only_an_optional_one(tmp_path):
     assert main(["run", str(config), "--out", str(tmp_path / "r"), "--set", "run.iterations=4",
                  "--set", "run.time_limit_s=none"]) == 0
     assert "time_limit_s" not in (tmp_path / "r" / "config.toml").read_text()
+
+
+def test_a_setting_some_sweep_points_use_is_not_warned_about(tmp_path, capsys):
+    """The transports experiment sets wide-deep's embedding placement and sweeps the model:
+    the placement is used at its wide-deep points, so neither the sweep nor `sim run` of its
+    base point (logistic regression) warns; a placement no point uses is warned about
+    (issue 47)."""
+    from sim.sweep.grid import load_sweep
+
+    config = tmp_path / "c.toml"
+    base = ('[embeddings]\nplacement = "ps"\n[run]\niterations = 2\n'
+            '[strategy]\nkind = "bsp-ps"\n[workload]\nfields = 2\nvocab = 20\n')
+    config.write_text(base + '[sweep]\n"workload.model,workload.dataset" = '
+                      '[["logreg", "gaussian"], ["wide-deep", "ctr-synthetic"]]\n')
+    assert load_sweep(config).warnings == []
+    assert main(["run", str(config), "--out", str(tmp_path / "run")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    config.write_text(base + '[sweep]\n"cluster.workers" = [2, 4]\n')
+    (line,) = load_sweep(config).warnings
+    assert line.startswith("embeddings.placement has no effect")

@@ -77,6 +77,8 @@ MISSPELLED_IN_FILE = [
                                         "'epyc-core'?)"),
     ({"cluster": {"network": "flwo"}}, "got 'flwo' (did you mean 'flow'?)"),
     ({"workload": {"model": "mpl"}}, "unknown model 'mpl' (did you mean 'mlp'?)"),
+    ({"workload": {"profile": "inception"}}, "workload.profile: unknown profile 'inception' "
+                                             "(did you mean 'inception-v3'?); expected one of "),
     ({"workload": {"dataset": "gausian"}}, "unknown dataset 'gausian' (did you mean "
                                            "'gaussian'?)"),
     ({"compute": {"device": "h10"}}, "unknown device 'h10' (did you mean 'h100'?)"),

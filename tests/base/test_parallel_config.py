@@ -186,7 +186,9 @@ def test_each_strategy_row_takes_parallel_or_says_why_not():
 
 def test_gpu_presets_have_datasheet_memory_and_calibrated_profiles_may_give_it(tmp_path):
     assert {name: d.memory_bytes for name, d in DEVICES.items()} == {
-        "cpu-core": None, "v100": 32 * 2**30, "a100": 80 * 2**30, "h100": 80 * 2**30}
+        "cpu-core": None, "v100": 32 * 2**30, "a100": 80 * 2**30, "h100": 80 * 2**30,
+        "p100-sxm2": 16 * 2**30, "p100-pcie": 16 * 2**30, "v100-sxm3": 32 * 2**30,
+        "tpu-v3": 16 * 2**30}
     path = tmp_path / "dev.json"
     for memory, expected in ((1e9, 1e9), (None, None)):
         path.write_text(json.dumps({"flops_per_s": 1e9, "memory_bytes": memory}))

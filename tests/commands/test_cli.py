@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import COMMANDS, main
-from sim.recorder import SUMMARY_KEYS
+from sim.result_schema import SUMMARY_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "experiments" / "quickstart.toml"
@@ -59,8 +59,24 @@ def test_list_names_every_registry(capsys):
     assert main(["list"]) == 0
     printed = capsys.readouterr().out
     for name in ("fabrics:", "strategies:", "ib-hdr", "ssp", "sparse-logreg", "quickstart",
-                 "hosts:", "epyc-core", "wide-deep", "ctr-synthetic", "criteo:PATH"):
+                 "hosts:", "epyc-core", "wide-deep", "ctr-synthetic", "criteo:PATH",
+                 "profiles:", "inception-v3"):
         assert name in printed
+
+
+def test_list_profiles_prints_each_ones_parameters_flops_and_source(capsys):
+    from sim.workloads.timing_profiles import PROFILES
+
+    assert main(["list", "profiles"]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert len(lines) == len(PROFILES)
+    for line, (name, build) in zip(lines, PROFILES.items(), strict=True):
+        p = build()
+        step = p.forward_flops + sum(p.backward_flops(i) for i in range(len(p.layers)))
+        assert line.split()[0] == name and p.source in line
+        assert f"{p.params / 1e6:.2f} M params" in line
+        assert f"{p.forward_flops / 1e9:.2f} GFLOP forward, {step / 1e9:.2f} forward+backward" \
+            in " ".join(line.split())
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

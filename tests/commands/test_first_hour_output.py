@@ -182,3 +182,38 @@ def test_a_misspelled_config_path_names_the_file_beside_it(tmp_path, capsys, mon
     assert main(["run", "experiments/quickstrat.toml"]) == 2
     assert ("experiments/quickstrat.toml: no such config file (did you mean "
             "experiments/quickstart.toml?)") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["bsp", "bsp-ps", "asp", "ssp"])
+def test_every_quickstart_run_reaches_its_target(kind):
+    """The README's tour points at time_to_target_s: quickstart sets a target every one of
+    its strategies reaches, so the figure has a value in every run (issue 47)."""
+    from sim.simulated.engine import simulate
+    from sim.training.validator import load_config
+
+    config = load_config(Path(__file__).resolve().parents[2] / "experiments" /
+                         "quickstart.toml", [f"strategy.kind={kind}"])
+    assert simulate(config).summary["time_to_target_s"] is not None
+
+
+def test_a_sweep_table_shows_the_figures_of_what_it_sweeps(tmp_path, config):
+    """A [parallel] sweep's table shows the bubble and memory, an [embeddings] one the pull
+    bytes (issue 47: pipeline-bubble's showed neither)."""
+    from types import SimpleNamespace
+
+    from sim.commands.sweep import SHOWN, run_table, shown
+
+    def report(keys, rows=()):
+        sweep = SimpleNamespace(keys=keys, points=[SimpleNamespace(name=r["run"], values={},
+                                                                   data={})
+                                                   for r in rows])
+        return SimpleNamespace(sweep=sweep, rows=list(rows), failed={})
+
+    assert shown(report(["strategy.kind"])) == SHOWN
+    assert shown(report(["parallel.microbatches"]))[len(SHOWN):] == (
+        "bubble_fraction", "peak_memory_bytes")
+    assert "pull_bytes_per_step" in shown(report(["embeddings.placement"]))
+    assert "bubble_fraction" in shown(report(["cluster.workers,parallel.pipeline"]))
+    rows = [{"run": "a", "sim_time_s": 1.0, "bubble_fraction": 0.25}]
+    table = run_table(report(["parallel.microbatches"], rows))
+    assert "bubble_fraction" in table.splitlines()[0] and "0.25" in table

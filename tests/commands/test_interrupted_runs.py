@@ -114,8 +114,13 @@ def test_progress_takes_the_time_limit_when_it_ends_the_run():
     progress(9200, 0.25)
     lines = stream.getvalue().splitlines()  # not a terminal: plain lines
     assert len(lines) == 2 and "\r" not in stream.getvalue()
-    assert "9190/1000000 updates" in lines[0] and "of 0.5 s" in lines[0]
-    assert "about 10 s left" in lines[0]
+    # the time limit ends it, so the line counts simulated seconds, not the update bound
+    assert "simulated 0.25 of 0.5 s (9190 updates)" in lines[0]
+    assert "1000000" not in lines[0] and "about 10 s left" in lines[0]
+    samples = Progress(100, None, stream=io.StringIO(), samples=1000)
+    assert "300/1000 samples (6 updates)" in samples.line(6, 0.1, samples.started, 300)
+    plain = Progress(100, 2.0, stream=io.StringIO())
+    assert "60/100 updates" in plain.line(60, 0.1, plain.started)
 
 
 def test_progress_lines_are_throttled_in_logs():

@@ -14,18 +14,19 @@ from sim.network.units import format_bytes, format_seconds, parse_bytes
 
 
 def test_presets_are_sane_and_cite_sources() -> None:
-    assert set(REGISTRY) == {"ib-edr", "ib-hdr", "ib-ndr", "eth-10g", "eth-25g", "eth-100g",
-                             "roce-100g"}
+    assert set(REGISTRY) == {"ib-edr", "ib-hdr", "ib-ndr", "eth-10g", "eth-25g", "eth-50g",
+                             "eth-100g", "roce-25g", "roce-50g", "roce-100g"}
     for name, fabric in REGISTRY.items():
         assert fabric.name == name and fabric.source
         assert 0.5 < fabric.efficiency <= 1
     gbps = {name: f.line_rate_bps / 1e9 for name, f in REGISTRY.items()}
     assert gbps == {"ib-edr": 100, "ib-hdr": 200, "ib-ndr": 400, "eth-10g": 10, "eth-25g": 25,
-                    "eth-100g": 100, "roce-100g": 100}
+                    "eth-50g": 50, "eth-100g": 100, "roce-25g": 25, "roce-50g": 50,
+                    "roce-100g": 100}
     # RDMA fabrics: about 1 us end to end; TCP: tens of us, from much larger overheads
-    for name in ("ib-edr", "ib-hdr", "ib-ndr", "roce-100g"):
+    for name in ("ib-edr", "ib-hdr", "ib-ndr", "roce-25g", "roce-50g", "roce-100g"):
         assert 0.5e-6 <= alpha_s(REGISTRY[name]) <= 2e-6
-    for name in ("eth-10g", "eth-25g", "eth-100g"):
+    for name in ("eth-10g", "eth-25g", "eth-50g", "eth-100g"):
         assert 10e-6 <= alpha_s(REGISTRY[name]) <= 50e-6
         assert REGISTRY[name].overhead_s > 10 * REGISTRY["ib-hdr"].overhead_s
 
@@ -122,3 +123,21 @@ def test_formatting() -> None:
     assert format_bytes(1e8) == "100 MB"
     assert format_seconds(0.0123) == "12.3 ms"
     assert format_seconds(2.5e-6) == "2.5 us"
+
+
+def test_roce_on_25_gbe_is_the_ethernet_with_rdma_software() -> None:
+    """RoCE at 25 GbE two ways: the roce-25g preset under MPI, and eth-25g's wire under the
+    rdma transport. Both pay the verbs' 0.5 us a message and copy nothing; only the wire
+    differs (RoCE's framing against TCP's), and both run the 25 Gb/s line rate."""
+    from sim.network.message_cost import message_cpu
+    from sim.network.transports import get_transport
+
+    roce, eth = REGISTRY["roce-25g"], REGISTRY["eth-25g"]
+    on_roce = message_cpu(0.0, float("inf"), roce)
+    on_eth = message_cpu(0.0, float("inf"), eth, get_transport("rdma"))
+    tcp = message_cpu(0.0, float("inf"), eth)
+    n = 1e6
+    assert on_roce.message_s(n) == on_eth.message_s(n) == 0.5e-6
+    assert tcp.message_s(n) == 8e-6 + n / 5e9  # the socket call and the kernel copy
+    assert roce.line_rate_bps == eth.line_rate_bps == 25e9
+    assert roce.bandwidth_Bps == 25e9 / 8 * 0.97 and eth.bandwidth_Bps == 25e9 / 8 * 0.94

@@ -99,3 +99,16 @@ def test_the_architecture_page_names_every_package_and_top_level_module():
     wanted |= {str(p.relative_to(ROOT)) for p in sim.glob("*.py") if p.name != "__init__.py"}
     missing = sorted(p for p in wanted if p not in named)
     assert not missing, f"docs/architecture.md does not name {missing}"
+
+
+def test_the_readme_lists_every_shipped_experiment():
+    """The README's experiment table names exactly the experiments `sim list experiments`
+    shows (issue 47: it left out pipeline-bubble and data-vs-model-parallel)."""
+    from sim.commands.list import experiments
+
+    shipped = {line.split()[0] for line in experiments() if line and not line.startswith(" ")}
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Experiments"):]
+    table = table[:table.index("\n\n", table.index("|---|"))]
+    named = set(re.findall(r"^\| `([\w-]+)` \|", table, re.M))
+    assert named == shipped

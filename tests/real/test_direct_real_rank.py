@@ -25,7 +25,7 @@ from sim.real.executors.rank_compute import RealCompute, median_kernel_s
 from sim.real.launch import real_run
 from sim.real.launch.launcher import Job, launch
 from sim.real.launch.real_run import RealOptions
-from sim.recorder import SUMMARY_KEYS
+from sim.result_schema import SUMMARY_KEYS
 from sim.simulated.engine import simulate
 from sim.training.workload import build_workload
 

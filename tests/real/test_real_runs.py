@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
-from sim.recorder import KINDS, SUMMARY_KEYS
+from sim.recorder import KINDS
+from sim.result_schema import SUMMARY_KEYS
 
 pytest.importorskip("mpi4py")
 

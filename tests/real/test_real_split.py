@@ -260,6 +260,8 @@ def test_a_diverging_split_run_stops_every_rank_and_says_so(tmp_path, split_mlp_
     (['strategy.pipelining="wfbp"', "parallel.pipeline=2"], "strategy.pipelining: 'wfbp'"),
     (["compute.time_s=0.001", "parallel.pipeline=2"], "compute.time_s"),
     (["checkpoint.every_steps=2", "parallel.microbatches=2"], "checkpoint.every_steps"),
+    (['parallel.schedule="interleaved"', "parallel.virtual_stages=2", "parallel.pipeline=2",
+      "parallel.microbatches=2"], "parallel.virtual_stages: real ranks run one chunk"),
 ])
 def test_what_real_runs_do_not_split_exits_2_naming_the_key(tmp_path, capsys, sets, message,
                                                            split_mlp_data, write_toml):

@@ -13,7 +13,7 @@ import pytest
 from training_cases import MODELS, make, rows
 
 from sim.cli import main as cli_main
-from sim.recorder import METRIC_COLUMNS, SUMMARY_KEYS
+from sim.result_schema import METRIC_COLUMNS, SUMMARY_KEYS
 from sim.simulated.engine import simulate
 from sim.training.strategies import STRATEGIES
 

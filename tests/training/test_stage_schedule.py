@@ -1,6 +1,7 @@
 """Pipeline schedules (sim/training/stage_schedule.py) against closed forms: step time and
 bubble of balanced stages, GPipe's step with unbalanced stages, 1F1B's peak of stashed
-microbatches, and every schedule a valid order (no deadlock) for p <= 8, m <= 32."""
+microbatches, and every schedule a valid order (no deadlock) for p <= 8, m <= 32; the
+interleaved schedule's bubble, order (Megatron-LM's) and stash."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sim.training.stage_schedule import (
     Op,
     evaluate,
     peak_in_flight,
+    peak_stash,
     schedule_ops,
     stage_ops,
 )
@@ -159,5 +161,95 @@ def test_an_order_that_deadlocks_is_refused():
     (lambda: evaluate([(Op("F", 0), Op("F", 0))], [1.0], [1.0]), "once each"),
 ])
 def test_bad_input_is_a_value_error(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+# ---- interleaved 1F1B (Narayanan et al. 2021, Sec. 2.2.2) ------------------------------
+
+INTERLEAVED = [(p, v, k * p) for p in range(1, 7) for v in range(1, 5) for k in range(1, 5)]
+
+
+def test_interleaved_is_a_valid_order_without_deadlock():
+    """Each stage runs F and B of every (microbatch, chunk) once, F before B; the timeline
+    respects every dependency between virtual stages u = c p + s (checked from the slots)."""
+    for p, v, m in INTERLEAVED:
+        ops = schedule_ops("interleaved", p, m, v)
+        every = sorted(Op(kind, k, c) for kind in "FB" for k in range(m) for c in range(v))
+        for order in ops:
+            assert sorted(order) == every
+            assert all(order.index(Op("F", k, c)) < order.index(Op("B", k, c))
+                       for k in range(m) for c in range(v))
+        at = slots_by_op(evaluate(ops, [1.0] * (p * v), [2.0] * (p * v)))
+        for (s, op), slot in at.items():
+            u, k = op.chunk * p + s, op.microbatch
+            if op.kind == "F" and u > 0:
+                assert slot.start_s >= at[((u - 1) % p, Op("F", k, (u - 1) // p))].end_s
+            if op.kind == "B":
+                assert slot.start_s >= at[(s, Op("F", k, op.chunk))].end_s
+                if u < p * v - 1:
+                    assert slot.start_s >= at[((u + 1) % p, Op("B", k, (u + 1) // p))].end_s
+
+
+@pytest.mark.parametrize("f, b", [(1.0, 2.0), (1.0, 1.0), (3.0, 1.0), (0.7, 2.9)])
+def test_interleaved_bubble_is_p_minus_1_over_v_m_of_the_ideal_time(f, b):
+    """Balanced stages, no communication. t_f, t_b: a whole stage's (all v chunks')
+    seconds per microbatch, so each chunk takes t_f / v and t_b / v. Narayanan et al.
+    2021, Sec. 2.2.2: the bubble time is (p - 1)(t_f + t_b) / v, i.e. (p - 1)/(v m) of the
+    ideal m (t_f + t_b); the step is (m + (p - 1)/v)(t_f + t_b)."""
+    for p, v, m in INTERLEAVED:
+        timeline = evaluate(schedule_ops("interleaved", p, m, v), [f / v] * (p * v),
+                            [b / v] * (p * v))
+        ideal = m * (f + b)
+        assert timeline.step_s == pytest.approx((m + (p - 1) / v) * (f + b), rel=1e-12)
+        assert timeline.step_s - ideal == pytest.approx((p - 1) / (v * m) * ideal, abs=1e-9)
+        assert timeline.busy_s == pytest.approx([ideal] * p)
+
+
+def test_interleaved_with_one_chunk_is_1f1b():
+    """Megatron-LM drops a virtual pipeline size of 1 (megatron/training/arguments.py) and
+    runs forward_backward_pipelining_without_interleaving."""
+    for p, m in GRID:
+        assert schedule_ops("interleaved", p, m, 1) == schedule_ops("1f1b", p, m)
+
+
+def test_interleaved_orders_as_megatron_lm():
+    """p = 2, v = 2, m = 4, as Megatron-LM's forward_backward_pipelining_with_interleaving
+    orders them (megatron/core/pipeline_parallel/schedules.py: get_schedule_table with
+    microbatch_group_size_per_vp_stage = p gives the virtual microbatches (0, c0) (1, c0)
+    (0, c1) (1, c1) (2, c0) (3, c0) (2, c1) (3, c1), the backward ones with the chunk
+    reversed; get_pp_rank_microbatches gives 2 (p - rank - 1) + (v - 1) p warm-up
+    forwards: 4 on rank 0, 2 on rank 1; then forward k + warm-up and backward k in turn).
+    "F2.1" is microbatch 2's forward through chunk 1."""
+    assert [str(op) for op in stage_ops("interleaved", 2, 0, 4, 2)] == [
+        "F0", "F1", "F0.1", "F1.1",
+        "F2", "B0.1", "F3", "B1.1", "F2.1", "B0", "F3.1", "B1",
+        "B2.1", "B3.1", "B2", "B3"]
+    assert [str(op) for op in stage_ops("interleaved", 2, 1, 4, 2)] == [
+        "F0", "F1",
+        "F0.1", "B0.1", "F1.1", "B1.1", "F2", "B0", "F3", "B1", "F2.1", "B2.1", "F3.1", "B3.1",
+        "B2", "B3"]
+
+
+def test_interleaved_peak_stash_is_the_warm_up_plus_one():
+    """A stage stashes each chunk's activations: its warm-up forwards and the steady
+    state's one more, min(2 (p - i - 1) + (v - 1) p + 1, m v) (microbatch, chunk) pairs;
+    in bytes, each chunk's stash counted by its own size."""
+    for p, v, m in INTERLEAVED:
+        for i in range(p):
+            warm = min(2 * (p - i - 1) + (v - 1) * p, m * v) if v > 1 else min(p - i - 1, m)
+            ops = stage_ops("interleaved", p, i, m, v)
+            assert peak_in_flight(ops) == min(warm + 1, m * v)
+            assert peak_stash(ops, lambda c: 1.0 + c) >= peak_in_flight(ops)
+    assert peak_stash(stage_ops("interleaved", 2, 1, 4, 2), lambda c: 10.0 ** c) == 12  # F0.1
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: stage_ops("interleaved", 2, 0, 3, 2), "not a multiple of 2 stages"),
+    (lambda: stage_ops("1f1b", 2, 0, 4, 2), "only the interleaved schedule"),
+    (lambda: evaluate(schedule_ops("interleaved", 2, 2, 2), [1.0] * 2, [1.0] * 4),
+     "2 stages of 2 chunks"),
+])
+def test_bad_interleaved_input_is_a_value_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()

@@ -18,6 +18,7 @@ on the ring) and each decodes and adds the p - 1 it received, as QSGD (Alistarh 
 from __future__ import annotations
 
 from collections.abc import Generator
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -25,7 +26,7 @@ import simpy
 
 from sim import kernels as K
 from sim.network.collective_alone import run_alone
-from sim.network.collectives import get_collective
+from sim.network.collectives import configured
 from sim.simulated.backprop_overlap import AllreduceChannel
 from sim.simulated.strategies.base import Strategy, block, compute, cpu, everyone, together
 from sim.simulated.strategies.pipelined import PipelinedStrategy
@@ -71,7 +72,10 @@ class AllreduceMixin:
 
     def _setup_collective(self, name: str | None = None) -> None:
         """``name``: the collective (default ``strategy.collective``)."""
-        self.collective = get_collective(name or self.ctx.config.strategy.collective)
+        config = self.ctx.config
+        # a hierarchical allreduce also takes where ranks sit and what runs across hosts
+        self.collective = configured(name or config.strategy.collective,
+                                     lambda key: attrgetter(key)(config))
         self.hosts = np.array([w.host for w in self.ctx.workers])
         self.all_workers = Group(tuple(w.index for w in self.ctx.workers), self.hosts)
         # whether a collective of every worker starts on an idle network, so that its

@@ -48,6 +48,7 @@ import numpy as np
 import simpy
 
 from sim.recorder import KINDS
+from sim.simulated.stage_overlap import GroupOverlap, final_backwards, stage_messages
 from sim.simulated.stages import BubbleTally, Mailbox, Meetings, StageWork, stage_works
 from sim.simulated.strategies.allreduce import BSP, AllreduceMixin, Group
 from sim.simulated.strategies.base import Endpoint, cpu, push, together
@@ -81,7 +82,8 @@ class PlanRanks(AllreduceMixin):
         batch, m = ctx.config.workload.batch, plan.microbatches
         self.shares = [ctx.compute.layer_shares(  # each stage's step over its passes
             (batch * w.forward_flops, batch * w.backward_flops), w.weight_bytes, m,
-            activations=batch * w.activations) for w in self.works]
+            activations=batch * w.activations,
+            other=None if w.other is None else batch * w.other) for w in self.works]
         ranks = len(plan.ranks)
         self.placed = placed = np.asarray(ctx.placed[:ranks])
         self.data_groups = [self._group(plan.data_group(r), placed) for r in range(ranks)]
@@ -137,7 +139,8 @@ class PlanRanks(AllreduceMixin):
         batch = ctx.config.workload.batch
         seconds = ctx.compute.part_duration(rank, ctx.env.now, batch * work.flops,
                                             work.traffic(self.plan.microbatches),
-                                            batch * float(work.activations.sum()))
+                                            batch * float(work.activations.sum()),
+                                            batch * work.other_bytes)
         self.step_compute.setdefault(step, np.zeros(len(self.plan.ranks)))[rank] = seconds
         return seconds
 
@@ -158,34 +161,39 @@ class PlanRanks(AllreduceMixin):
         """One pass: wait for its input (not on the stage that starts it), compute its
         layers with their tensor allreduces, send its output on (not from the stage that
         ends it)."""
-        plan = self.plan
+        plan, c = self.plan, op.chunk
         forward = op.kind == "F"
-        source = plan.prev_rank(rank) if forward else plan.next_rank(rank)
+        source = plan.prev_rank(rank, c) if forward else plan.next_rank(rank, c)
         letter = None
         if source is not None:
             letter = yield from self.mail.receive(  # what the neighbour sends this way
-                rank, (step, op, rank), work.gradient_bytes if forward else work.activation_bytes)
+                rank, (step, op, rank),
+                work.chunk_gradient_bytes[c] if forward else work.chunk_activation_bytes[c])
         start = self.ctx.env.now
         first, last = yield from self.compute_layers(rank, work, step, op, layer_s)
         place = plan.ranks[rank]
         self.bubble.passed(step, place.replica, place.shard, start, self.ctx.env.now)
         if letter is not None and letter.sender_span is not None and first is not None:
             self.ctx.recorder.notes.handoff(letter.sender_span, first)
-        target = plan.next_rank(rank) if forward else plan.prev_rank(rank)
+        target = plan.next_rank(rank, c) if forward else plan.prev_rank(rank, c)
         if target is not None:
-            nbytes = work.activation_bytes if forward else work.gradient_bytes
-            yield from self.mail.post(rank, target, (step, op, target), nbytes,
-                                      _CARRIES[op.kind], last)
+            nbytes = work.chunk_activation_bytes[c] if forward else work.chunk_gradient_bytes[c]
+            # the letter of the pass it feeds: virtual stage u + 1 (forward) or u - 1
+            u = c * plan.pipeline + plan.ranks[rank].stage + (1 if forward else -1)
+            yield from self.mail.post(rank, target,
+                                      (step, Op(op.kind, op.microbatch, u // plan.pipeline),
+                                       target), nbytes, _CARRIES[op.kind], last)
 
     def compute_layers(self, rank: int, work: StageWork, step: int, op: Op,
                        layer_s: np.ndarray) -> Generator[simpy.Event, Any,
                                                          tuple[int | None, int | None]]:
-        """The pass's layers (backward: last first), each a compute span named after the
-        pass ("F3"), each followed by its tensor allreduce if it has one. Returns the
-        first and last compute spans' numbers."""
+        """The pass's layers (its chunk's; backward: last first), each a compute span named
+        after the pass ("F3", "F3.1" for chunk 1), each followed by its tensor allreduce if
+        it has one. Returns the first and last compute spans' numbers."""
         ctx, rec = self.ctx, self.ctx.recorder
         forward = op.kind == "F"
-        order = range(len(work.layers)) if forward else range(len(work.layers) - 1, -1, -1)
+        lo, hi = work.chunks[op.chunk]
+        order = range(lo, hi) if forward else range(hi - 1, lo - 1, -1)
         allreduces = work.forward_allreduces if forward else work.backward_allreduces
         first = last = None
         for i in order:
@@ -196,9 +204,16 @@ class PlanRanks(AllreduceMixin):
                                 facts=Facts(layers=(layer, layer), label=str(op)))
             first = span if first is None else first
             last = span if span is not None else last
+            if not forward:
+                self.layer_done(rank, work, step, op, i)
             if i in allreduces:
                 yield from self.tensor_allreduce(rank, step, op, i, allreduces[i])
         return first, last
+
+    def layer_done(self, rank: int, work: StageWork, step: int, op: Op,
+                   position: int) -> None:
+        """``op``'s backward of the layer at ``position`` is done on ``rank`` (its gradient
+        is whole after its chunk's last backward): nothing unless the strategy overlaps."""
 
     def tensor_allreduce(self, rank: int, step: int, op: Op, position: int,
                          nbytes: int) -> Generator[simpy.Event, Any, None]:
@@ -273,7 +288,8 @@ class PlanRanks(AllreduceMixin):
                 "activation_bytes_per_step": plan.activation_bytes_per_step,
                 "pipeline_p2p_s": float(self.mail.spent_s.mean()),
                 "tensor_allreduce_s": float(self.tensor_s.mean()),
-                "stage_layers": [stage.last - stage.first + 1 for stage in plan.stages]}
+                "stage_layers": [len(plan.virtual_stage(u).layers)
+                                 for u in range(plan.pipeline * plan.chunks)]}
 
 
 class ModelParallelBSP(PlanRanks, BSP):
@@ -286,7 +302,32 @@ class ModelParallelBSP(PlanRanks, BSP):
         # in bsp, and its duration is replayed as bsp's is; otherwise each is simulated
         self.replays = self.ctx.plan.pipeline * self.ctx.plan.tensor == 1
         self.build_ranks()
+        self.overlaps = self.group_overlaps() if self.ctx.config.parallel.dp_overlap else None
         self.start_ranks()
+
+    def group_overlaps(self) -> dict[int, GroupOverlap]:
+        """parallel.dp_overlap: each data group's messages (strategy.pipelining's) on bsp's
+        channel, keyed by the group's first rank (:mod:`sim.simulated.stage_overlap`)."""
+        strategy = self.ctx.config.strategy
+        self.final = [final_backwards(work.ops) for work in self.works]
+        overlaps = {}
+        for rank, place in enumerate(self.plan.ranks):
+            group = self.data_groups[rank]
+            if group.ranks[0] == rank:
+                work = self.works[place.stage]
+                messages = stage_messages(work.weight_bytes, work.chunks, strategy.pipelining,
+                                          strategy.bucket_bytes)
+                overlaps[rank] = GroupOverlap(
+                    self.ctx.env, group.size, messages, strategy.priority,
+                    lambda msg, group=group: self.allreduce(msg.nbytes, True, group=group))
+        return overlaps
+
+    def layer_done(self, rank: int, work: StageWork, step: int, op: Op,
+                   position: int) -> None:
+        """With dp_overlap: the last backward of a layer makes its message ready here."""
+        if self.overlaps is not None and op in self.final[work.index]:
+            self.overlaps[self.data_groups[rank].ranks[0]].produced(
+                self.plan.ranks[rank].replica, step, position)
 
     def sent_bytes(self, work: StageWork) -> int:
         """What a rank of ``work``'s stage puts on the wire for its gradient (its
@@ -296,13 +337,18 @@ class ModelParallelBSP(PlanRanks, BSP):
     def data_parallel(self, rank: int, work: StageWork,
                       step: int) -> Generator[simpy.Event, Any, None]:
         """``rank`` meets its data group: their allreduce of the shard's gradient, then each
-        one's update (as bsp's step: a pass at the summing rate and the SGD step)."""
+        one's update (as bsp's step: a pass at the summing rate and the SGD step). With
+        parallel.dp_overlap the allreduces ran beside the backward: it waits for the last."""
         group = self.data_groups[rank]
         costs = self.ctx.cpu
         nbytes = work.grad_bytes
+        overlap = None if self.overlaps is None else self.overlaps[group.ranks[0]]
+        if overlap is not None:  # its messages were allreduced beside the backward
+            yield from overlap.wait(self.ctx.recorder, rank, step)
 
         def reduce() -> Generator[simpy.Event, Any, None]:
-            yield from self.allreduce(self.sent_bytes(work), group=group)
+            if overlap is None:
+                yield from self.allreduce(self.sent_bytes(work), group=group)
             yield from together(self.ctx, group.ranks, "update",
                                 costs.reduce_s(nbytes) + costs.update_s(nbytes))
 

@@ -36,7 +36,7 @@ import simpy
 from sim.simulated.backprop_overlap import BackpropOverlap
 from sim.simulated.strategies.base import Strategy, prologue
 from sim.trace import Facts
-from sim.training.messages import Message, StepCosts, plan_messages
+from sim.training.messages import MODES, Message, Packing, StepCosts, plan_messages, ready_times
 from sim.training.workload import Worker
 
 UNBOUNDED = 1 << 62  # steps: the run stops on the recorder, not on a step count
@@ -55,9 +55,17 @@ class PipelinedStrategy(Strategy):
             lookups=None if layers.lookups_per_sample is None
             else batch * layers.lookups_per_sample,
             activations=None if layers.activations_per_sample is None
-            else batch * layers.activations_per_sample)
+            else batch * layers.activations_per_sample,
+            other=None if layers.other_per_sample is None
+            else batch * layers.other_per_sample)
+        mode = MODES[strategy.pipelining]
+        # when backward produces each layer in a step of the nominal compute time (no
+        # noise): what Horovod's fusion packs by
+        ready = ready_times(layers.split(ctx.compute.base_s, self.shares).backward_s)
         self.messages = plan_messages(self.layers.grad_bytes, strategy.pipelining,
-                                      strategy.bucket_bytes)
+                                      packing=Packing(strategy.bucket_bytes,
+                                                      strategy.fusion_bytes, strategy.cycle_s,
+                                                      ready))
         self.slowest_compute_s = 0.0  # sum over steps of the slowest worker's compute
         self.worker_compute_s = np.zeros(ctx.n)  # each worker's, over the same steps
         self._step_compute: dict[int, np.ndarray] = {}
@@ -67,7 +75,8 @@ class PipelinedStrategy(Strategy):
                              ctx.recorder.add_span, self.step_done,
                              busy=ctx.hosts.run if on_core else ctx.hosts.sleep,
                              prologue=self.prologue if charged else None, tag=self.tag,
-                             own=ctx.hosts.own_parts)
+                             own=ctx.hosts.own_parts,
+                             cycle_s=strategy.cycle_s if mode.cycled else 0.0)
         if ctx.numerics:
             self.compute_gradients()
         self.overlap.start(UNBOUNDED)
