@@ -248,8 +248,16 @@ TRANSFORMERS: dict[str, Transformer] = {
                               "Devlin et al. 2019 (BERT-large), sequence length 128",
                               positions=512),
 }
-# GPipe's Transformer-L (Huang et al. 2019) is left out: its layer shapes could not be
-# confirmed from the paper here.
+# GPipe's Transformer-L (Huang et al. 2019, Sec. 3): "Each Transformer layer has 2048 for
+# model dimension, 8192 for feed-forward hidden dimension and 32 attention heads ... a fixed
+# vocabulary size of 32k, sequence length 1024"; 12 h^2 a layer (its Table 1: 1,663 layers
+# are 83.9 B parameters, 0.1% more than this shape: its output layer is not tied to the
+# embedding), so a decoder stack's layers. Table 2 uses 48 layers, Table 3 24.
+_GPIPE_2019 = "Huang et al. 2019 (GPipe), Sec. 3: d_model 2048, feed-forward 8192, 32 heads"
+for _layers in (24, 48):
+    TRANSFORMERS[f"gpipe-transformer-{_layers}"] = Transformer(
+        f"gpipe-transformer-{_layers}", "gpt", 2048, 32, _layers, 1024, 32000, _GPIPE_2019,
+        ffn=8192)
 
 
 def get_transformer(name: str) -> Transformer:

@@ -127,3 +127,13 @@ def test_every_transformer_is_a_profile():
     assert set(TRANSFORMERS) <= set(PROFILES)
     with pytest.raises(KeyError, match="megatron-1.2b"):
         get_transformer("gpt-2")
+
+
+def test_gpipe_transformer_l_parameters_round_to_its_table_1():
+    """Huang et al. 2019, Table 1: Transformer-L of 1,663 layers (pipeline-128) has 83.9 B
+    parameters; the lab's shape at that depth is 0.1% under (GPipe's output layer is not
+    tied to the input embedding: 32k x 2048 = 66 M more)."""
+    import dataclasses
+
+    spec = dataclasses.replace(get_transformer("gpipe-transformer-48"), layers=1663)
+    assert spec.params / 1e9 == pytest.approx(83.9, rel=0.002)
