@@ -4,6 +4,7 @@ figures of ``experiments/papers/`` against the lab's, with the error of each."""
 from __future__ import annotations
 
 import argparse
+import fnmatch
 from pathlib import Path
 
 from sim.errors import UserError
@@ -23,6 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", type=Path, metavar="FILE",
                         help="write the table into FILE (between its papers-table markers, "
                              "e.g. docs/measurements/papers.md)")
+    parser.add_argument("--only", metavar="PATTERNS",
+                        help="run only the rows whose id matches one of these comma-separated "
+                             "shell patterns, e.g. 'fig5-mp*,table8-*' (a calibration runs "
+                             "as always; the rows a ratio is taken against run as needed)")
     parser.add_argument("--list", action="store_true",
                         help="list the papers and their rows without running anything")
 
@@ -90,8 +95,13 @@ def main(args: argparse.Namespace) -> int:
               f"{c.published:g}, lab {c.lab:.6g}; {c.source}; {c.runs} runs, "
               f"{c.wall_s:.1f} s)", flush=True)
 
-    results = [reproduce(paper, report=report, report_calibration=report_calibration)
-               for paper in papers]
+    patterns = args.only.split(",") if args.only else ["*"]
+
+    def only(figure_id: str) -> bool:
+        return any(fnmatch.fnmatchcase(figure_id, pattern) for pattern in patterns)
+
+    results = [reproduce(paper, report=report, report_calibration=report_calibration,
+                         only=only) for paper in papers]
     rows = [row for result in results for row in result.rows]
     s = summarise(rows)
     if s["median_abs_error"] is None:

@@ -58,10 +58,11 @@ def _keys(figure: Figure) -> str:
 
 def reproduce(paper: Paper, run: Callable = run_row,
               report: Callable[[RowResult], None] = lambda row: None,
-              report_calibration: Callable[[Calibrated], None] = lambda c: None
-              ) -> PaperResult:
-    """Every row of ``paper``; ``report`` is called with each row as it finishes. A row that
-    cannot run (an unknown key, a failed reference row) is kept with its reason."""
+              report_calibration: Callable[[Calibrated], None] = lambda c: None,
+              only: Callable[[str], bool] = lambda figure_id: True) -> PaperResult:
+    """Every row of ``paper`` whose id ``only`` accepts (the rows it is taken against run as
+    needed); ``report`` is called with each row as it finishes. A row that cannot run (an
+    unknown key, a failed reference row) is kept with its reason."""
     cal_row = paper.calibration.row if paper.calibration else None
     fitted: dict[str, Any] = {}
     calibrated = None
@@ -70,7 +71,8 @@ def reproduce(paper: Paper, run: Callable = run_row,
             calibrated = fit_baseline(paper, run)
         except UserError as exc:
             why = f"calibration failed: {exc}"
-            rows = tuple(_failed(paper, f, why, f.id == cal_row) for f in paper.figures)
+            rows = tuple(_failed(paper, f, why, f.id == cal_row) for f in paper.figures
+                         if only(f.id))
             for row in rows:
                 report(row)
             return PaperResult(paper, None, rows)
@@ -94,6 +96,8 @@ def reproduce(paper: Paper, run: Callable = run_row,
 
     rows = []
     for figure in paper.figures:
+        if not only(figure.id):
+            continue
         is_cal = figure.id == cal_row
         mine = measure_of(figure)
         ref = measure_of(paper.figure(figure.relative_to)) if figure.relative_to else None

@@ -70,11 +70,11 @@ def test_the_suite_end_to_end(tmp_path, capsys):
 def test_a_row_with_an_unknown_key_fails_in_one_line(tmp_path, capsys):
     path = tmp_path / "future-2024.toml"
     path.write_text(TINY.read_text().replace(
-        'published = 0.06', 'published = 0.06\nset = { "compute.gemm_efficiency" = 0.5 }', 1))
+        'published = 0.06', 'published = 0.06\nset = { "compute.warp_factor" = 9 }', 1))
     assert main(["papers", str(path)]) == 1  # a row did not run
     printed = capsys.readouterr().out
     failure = next(line for line in printed.splitlines() if "not run:" in line)
-    assert "compute.gemm_efficiency: unknown key" in failure
+    assert "compute.warp_factor: unknown key" in failure
     assert "figure two-gpus" in failure
     assert "predicted figures" in printed  # the other rows still ran
 
@@ -111,3 +111,10 @@ def test_rows_with_the_same_keys_share_one_run():
     assert calls[fitted_runs:] == [1, 2, 4]  # one-gpu, two-gpus (and two-vs-one), four-gpus
     rows = {r.id: r for r in result.rows}
     assert rows["two-vs-one"].lab == pytest.approx(rows["two-gpus"].lab / rows["one-gpu"].lab)
+
+
+def test_only_runs_the_chosen_rows_and_their_references(capsys):
+    assert main(["papers", str(TINY), "--only", "four-*"]) == 0
+    printed = capsys.readouterr().out
+    assert "four-gpus-efficiency" in printed and "two-gpus" not in printed
+    assert "calibrated compute.time_s" in printed  # the fit runs as always
