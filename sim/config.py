@@ -296,6 +296,12 @@ class Run(Section):
 
     iterations: PositiveInt = doc(200, "updates applied (bsp: steps; asp/ssp: gradients)")
     seed: NonNegativeInt = doc(0, "the one seed every random stream derives from")
+    engine: Literal["events", "steady"] = doc(
+        "events", "events: every rank a SimPy process, every message and collective flow by "
+        "flow; steady: the fast path for a timing-only bsp plan (sim/simulated/"
+        "steady_state.py): one tensor shard (and, under a balanced collective, one replica) "
+        "simulated for all, each tensor allreduce timed once alone on its host link; the "
+        "same results to 1e-6, what it does not cover refused")
     eval_every: PositiveInt = doc(20, "held-out loss and accuracy every this many updates")
     target_loss: Positive | None = doc(None, "held-out loss that defines time_to_target_s")
     time_limit_s: Positive | None = doc(None, "also stop at this simulated time (s): "

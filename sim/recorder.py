@@ -223,6 +223,12 @@ class Recorder:
         if self.time_to_target_s is not None:
             self.time_to_target_s = float(to_wall(self.time_to_target_s))
 
+    def copy_time(self, source: int, worker: int) -> None:
+        """``worker`` spent what ``source`` spent on each kind (a rank that stands for another,
+        :mod:`sim.simulated.steady_state`); spans are not copied."""
+        self._time[worker] = list(self._time[source])
+        self._overlapped[worker] = self._overlapped[source]
+
     def add_time(self, kind: str, seconds: float) -> None:
         """Every worker spent ``seconds`` more on ``kind`` (a whole-job pause)."""
         index = _KIND_INDEX[kind]

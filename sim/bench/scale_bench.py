@@ -14,6 +14,16 @@ Every case runs in a child process of its own (forked where the platform can), s
 memory is its own. The fitted exponent k of wall ~ p^k comes from all the sizes of a
 series; a bare SimPy loop's event rate, measured in the same run, is the floor events per
 second are compared with.
+
+Then parallelism plans (timing only, A100s 8 to a host on NVLink 3, IB HDR, 1F1B; issue
+46), each on both engines side by side where the event engine finishes in reasonable time:
+``run.engine = "events"`` (every rank a process, every tensor allreduce flow by flow) and
+``"steady"`` (:mod:`sim.simulated.steady_state`), with their simulated step (which must
+agree), SimPy events, wall time of the whole simulation (build, run, results; and the CPU
+seconds, which other processes on the machine do not inflate) and peak memory, and the
+ratios. The largest is experiments/scale/3072-gpus.toml's layout (Narayanan et al. 2021's
+1 T run: 6 x 64 x 8 = 3,072 GPUs, 512 microbatches; an MLP of 128 layers of width 25,600
+where the experiment plans the gpt-1t profile), steady only.
 """
 
 from __future__ import annotations
@@ -80,12 +90,13 @@ def _in_child(queue: Any, args: tuple[Any, ...]) -> None:
     queue.put(measure_case(*args))
 
 
-def run_isolated(*args: Any) -> dict[str, Any]:
-    """:func:`measure_case` in a child process, so that its peak memory is its own."""
+def run_isolated(*args: Any, target: Any = _in_child) -> dict[str, Any]:
+    """:func:`measure_case` (or what ``target`` measures) in a child process, so that its
+    peak memory is its own."""
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
     queue = context.Queue()
-    child = context.Process(target=_in_child, args=(queue, args))
+    child = context.Process(target=target, args=(queue, args))
     child.start()
     result = queue.get()
     child.join()
@@ -115,7 +126,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "rows": rows, "series": series,
             "bare_simpy": _bare_simpy(20_000 if quick else 200_000),
             "target_exponent": TARGET_EXPONENT,
-            "target_met": all(s["exponent"] <= TARGET_EXPONENT for s in series)}
+            "target_met": all(s["exponent"] <= TARGET_EXPONENT for s in series),
+            "plans": measure_plans(quick)}
 
 
 def render(result: dict[str, Any]) -> str:
@@ -137,7 +149,95 @@ def render(result: dict[str, Any]) -> str:
               + ("met" if result["target_met"] else "MISSED"),
               "peak MB: growth of the peak resident set over the build and the run; "
               "KB/worker: that growth less the data set, per worker"]
+    lines += render_plans(result.get("plans", []))
     return "\n".join(lines)
+
+
+# (replicas, stages, shards, microbatches, layers, width, batch per replica, engines)
+PLANS = (
+    (2, 4, 4, 16, 16, 4096, 256, ("events", "steady")),
+    (6, 8, 8, 64, 64, 4096, 512, ("events", "steady")),  # issue 46's 384 ranks
+    # experiments/scale/3072-gpus.toml's layout, with an MLP of that model's widths
+    (6, 64, 8, 512, 128, 25600, 512, ("steady",)),
+)
+QUICK_PLANS = ((2, 4, 2, 8, 8, 512, 64, ("events", "steady")),
+               (2, 4, 4, 8, 8, 1024, 64, ("events", "steady")))
+
+
+def plan_config(replicas: int, stages: int, shards: int, microbatches: int, layers: int,
+                width: int, batch: int, engine: str) -> Any:
+    """One step of an MLP of ``layers`` dense layers of ``width``, timing only, on DGX
+    A100-like hosts (a tensor group a host), as experiments/scale/3072-gpus.toml's."""
+    return validate({
+        "cluster": {"workers": replicas, "fabric": "ib-hdr", "ranks_per_host": shards,
+                    "host_link": "nvlink3-a100"},
+        "workload": {"model": "mlp", "dataset": "gaussian", "features": width, "classes": 8,
+                     "samples": 16384, "hidden": [width] * (layers - 1), "batch": batch,
+                     "numerics": False},
+        "strategy": {"kind": "bsp", "collective": "ring"},
+        "parallel": {"pipeline": stages, "tensor": shards, "microbatches": microbatches,
+                     "schedule": "1f1b"},
+        "compute": {"device": "a100"},
+        "run": {"iterations": 1, "eval_every": 1, "memory": "report", "engine": engine},
+    })
+
+
+def measure_plan(case: tuple[Any, ...], engine: str) -> dict[str, Any]:
+    """Simulate one plan on ``engine`` here: build, run and results (trace included)."""
+    from sim.simulated.engine import simulate
+
+    replicas, stages, shards, microbatches, layers, width, batch, _ = case
+    config = plan_config(replicas, stages, shards, microbatches, layers, width, batch, engine)
+    start_rss = _reset_peak_rss()
+    wall, cpu = time.perf_counter(), time.process_time()
+    summary = simulate(config).summary
+    return {"engine": engine, "ranks": replicas * stages * shards,
+            "layout": f"{replicas}x{stages}x{shards}, m={microbatches}, {layers}x{width}",
+            "sim_time_s": summary["sim_time_s"], "events": summary["events"],
+            "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
+            "peak_bytes": max(_peak_rss() - start_rss, 0)}
+
+
+def _plan_in_child(queue: Any, args: tuple[Any, ...]) -> None:
+    queue.put(measure_plan(*args))
+
+
+def measure_plans(quick: bool) -> list[dict[str, Any]]:
+    """Each plan on its engines, each in a child process; the ratios events / steady."""
+    rows = []
+    for case in (QUICK_PLANS if quick else PLANS):
+        runs = {engine: run_isolated(case, engine, target=_plan_in_child)
+                for engine in case[-1]}
+        steady, events = runs["steady"], runs.get("events")
+        row = {"layout": steady["layout"], "ranks": steady["ranks"], "runs": runs}
+        if events is not None:
+            row["step_rel_diff"] = abs(events["sim_time_s"] - steady["sim_time_s"]) \
+                / events["sim_time_s"]
+            row["ratios"] = {key: events[key] / steady[key] if steady[key] else None
+                             for key in ("events", "wall_s", "cpu_s", "peak_bytes")}
+        rows.append(row)
+    return rows
+
+
+def render_plans(rows: list[dict[str, Any]]) -> list[str]:
+    head = (f"{'plan':<34}{'ranks':>6}{'engine':>8}{'step s':>12}{'events':>10}"
+            f"{'wall s':>9}{'cpu s':>8}{'peak MB':>9}")
+    lines = ["", "parallelism plans, one step (timing only): run.engine events vs steady",
+             "", head, "-" * len(head)]
+    for row in rows:
+        for engine, r in row["runs"].items():
+            lines.append(f"{row['layout']:<34}{row['ranks']:>6}{engine:>8}"
+                         f"{r['sim_time_s']:>12.6g}{r['events']:>10}{r['wall_s']:>9.2f}"
+                         f"{r['cpu_s']:>8.2f}{r['peak_bytes'] / 2**20:>9.1f}")
+        if "ratios" in row:
+            q = row["ratios"]
+            lines.append(f"{'':<34}{'':>6}{'ratio':>8}{'':>12}{q['events']:>10.1f}"
+                         f"{q['wall_s']:>9.1f}{q['cpu_s']:>8.1f}"
+                         f"{(q['peak_bytes'] or 0):>9.1f}"
+                         f"   steps differ by {row['step_rel_diff']:.1e} relative")
+    lines.append("ratio: events engine / steady engine; wall and cpu: the whole simulation "
+                 "(build, run, results)")
+    return lines
 
 
 def _peak_rss() -> int:

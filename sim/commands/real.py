@@ -133,7 +133,7 @@ def twin(config: Config, args: argparse.Namespace, out: Path) -> None:
                       say=lambda text: print(text, flush=True))
     print(format_report(report))
     print(f"twin: {out / TWIN}/ (its profiles: {args.profiles or out / 'profiles'}; "
-          f"comparison.json)")
+          f"comparison.json, report.png)")
 
 
 def placement(config: Config, summary: dict) -> str:

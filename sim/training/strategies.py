@@ -111,6 +111,9 @@ class StrategyRow:
     # "module:Class" of its SimPy processes for a config with [parallel] (stages, shards or
     # microbatches: sim.training.parallel_plan.splits); None: the simulator refuses one
     simulated_model_parallel: str | None = None
+    # "module:Class" of run.engine = "steady" on such a config: the fast path that simulates
+    # one tensor shard and stands it for the others; None: only the event engine runs it
+    simulated_steady: str | None = None
     # overlaps a split replica's data-parallel exchange with its stages' last backward
     # (parallel.dp_overlap)
     dp_overlap: bool = False
@@ -139,12 +142,15 @@ class StrategyRow:
         """Its rules class."""
         return _load(self.rules)
 
-    def simulated_class(self, split: bool = False) -> type:
+    def simulated_class(self, split: bool = False, engine: str = "events") -> type:
         """The SimPy strategy class (imported on first use, by the simulated executor);
         ``split``: the one that runs a parallelism plan (the validator refuses a config that
-        splits for a row without one)."""
+        splits for a row without one); ``engine`` (run.engine) "steady": its fast path."""
         if not split:
             return _load(self.simulated)
+        if engine == "steady":
+            assert self.simulated_steady is not None, f"{self.name} has no steady class"
+            return _load(self.simulated_steady)
         assert self.simulated_model_parallel is not None, f"{self.name} has no split class"
         return _load(self.simulated_model_parallel)
 
@@ -186,6 +192,7 @@ STRATEGIES: dict[str, StrategyRow] = {row.name: row for row in (
                 pipelining=PIPELINING, gathers_compressed=True, synchronous=True,
                 model_parallel=True,
                 simulated_model_parallel=f"{_SIM}.model_parallel:ModelParallelBSP",
+                simulated_steady="sim.simulated.steady_state:SteadyBSP",
                 dp_overlap=True,
                 embedding_placements=("replicated", "alltoall")),
     StrategyRow("bsp-ps", f"{_RULES}:BSPPS", f"{_SIM}.ps_sync:BSPPS", _named("BSP (PS)"),

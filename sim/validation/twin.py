@@ -96,7 +96,9 @@ def run_twin(config: Config, source: str, real_dir: Path, net: str, place: Path 
              quick: bool, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Simulate the twin of the real run in ``real_dir`` (config ``config``, from
     ``source``, on ``net``) and compare; returns :func:`~sim.validation.sim_vs_real.compare`'s
-    report, also written to ``real_dir/twin/comparison.json``."""
+    report, also written to ``real_dir/twin/comparison.json`` with its figure
+    (``report.png``, ``.svg``, ``.pdf``) beside it, as ``sim compare`` draws it."""
+    from sim.validation.compare_plot import plot_report
     from sim.validation.matrix import simulate_into, twin_config
     from sim.validation.sim_vs_real import compare
 
@@ -106,4 +108,5 @@ def run_twin(config: Config, source: str, real_dir: Path, net: str, place: Path 
     simulate_into(twin, twin_dir)
     report = compare(twin_dir, real_dir)
     write_atomic(twin_dir / "comparison.json", json.dumps(report, indent=2) + "\n")
+    plot_report(report, twin_dir)
     return report

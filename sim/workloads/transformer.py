@@ -218,6 +218,7 @@ class Transformer:
 
 _MEGATRON_2019 = "Shoeybi et al. 2019 (Megatron-LM), Table 1"
 _NARAYANAN_2021 = "Narayanan et al. 2021, Table 1"
+_GPIPE = "Huang et al. 2019 (GPipe), Sec. 3, Table 2"
 
 
 def _gpt(name: str, hidden: int, heads: int, layers: int, seq: int, source: str) -> Transformer:
@@ -247,17 +248,14 @@ TRANSFORMERS: dict[str, Transformer] = {
     "bert-large": Transformer("bert-large", "bert", 1024, 16, 24, 128, 30522,
                               "Devlin et al. 2019 (BERT-large), sequence length 128",
                               positions=512),
+    # Huang et al. 2019 (GPipe), Sec. 3 and Table 2: Transformer-L, L layers of model
+    # dimension 2048, feed-forward 8192, 32 heads; sequence 1024, vocabulary 32k. Modelled
+    # as a decoder stack (GPipe's is an encoder-decoder for translation: the same layers)
+    "gpipe-transformer-48": Transformer("gpipe-transformer-48", "gpt", 2048, 32, 48, 1024,
+                                        32000, _GPIPE, ffn=8192),
+    "gpipe-transformer-24": Transformer("gpipe-transformer-24", "gpt", 2048, 32, 24, 1024,
+                                        32000, _GPIPE + " (Table 3's 24 layers)", ffn=8192),
 }
-# GPipe's Transformer-L (Huang et al. 2019, Sec. 3): "Each Transformer layer has 2048 for
-# model dimension, 8192 for feed-forward hidden dimension and 32 attention heads ... a fixed
-# vocabulary size of 32k, sequence length 1024"; 12 h^2 a layer (its Table 1: 1,663 layers
-# are 83.9 B parameters, 0.1% more than this shape: its output layer is not tied to the
-# embedding), so a decoder stack's layers. Table 2 uses 48 layers, Table 3 24.
-_GPIPE_2019 = "Huang et al. 2019 (GPipe), Sec. 3: d_model 2048, feed-forward 8192, 32 heads"
-for _layers in (24, 48):
-    TRANSFORMERS[f"gpipe-transformer-{_layers}"] = Transformer(
-        f"gpipe-transformer-{_layers}", "gpt", 2048, 32, _layers, 1024, 32000, _GPIPE_2019,
-        ffn=8192)
 
 
 def get_transformer(name: str) -> Transformer:

@@ -30,6 +30,11 @@ def test_quick_scale_bench_runs_every_case_with_work_growing_as_p(capsys) -> Non
     assert len(result["series"]) == len(KINDS) * len(NETWORKS)
     assert all(np.isfinite(s["exponent"]) for s in result["series"])
     assert result["bare_simpy"]["events_per_s"] > 0
+    # plans on both engines: the same step, fewer events on the steady one
+    for plan in result["plans"]:
+        assert set(plan["runs"]) == {"events", "steady"}
+        assert plan["step_rel_diff"] <= 1e-6
+        assert plan["runs"]["steady"]["events"] < plan["runs"]["events"]["events"]
 
 
 def test_fitted_exponent_recovers_a_power_law() -> None:

@@ -36,6 +36,7 @@ def test_twin_calibrates_simulates_and_compares(tmp_path, config, capsys):
     assert f'host = "calibrated:{profiles / "host" / "host.json"}"' in text
     assert f"cores = {os.cpu_count()}" in text and "ranks_per_host = 3" in text
     report = json.loads((twin / "comparison.json").read_text())
+    assert (twin / "report.png").stat().st_size > 10_000  # the figure sim compare draws
     sim = iteration_s(json.loads((twin / "summary.json").read_text()))
     real = iteration_s(json.loads((out / "summary.json").read_text()))
     assert report["iteration_s"]["sim"] == pytest.approx(sim)
