@@ -89,6 +89,8 @@ def main(args: argparse.Namespace) -> int:
             same = row.failure == last_failure[0]
             print(f"  not run: {'as above' if same else row.failure}", flush=True)
         last_failure[0] = row.failure
+        if row.explained:
+            print(f"  explained: {row.explained}", flush=True)
 
     def report_calibration(c) -> None:
         print(f"calibrated {c.parameter} = {c.value:.6g} on row {c.row} (published "
@@ -109,7 +111,8 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(f"{s['predicted']} predicted figures: median |error| {s['median_abs_error']:.1%}, "
               f"worst {s['worst_abs_error']:.1%} ({s['worst_row']}); {s['within_15']} within "
-              f"15%, {s['within_5']} within 5%; {s['failed']} not run")
+              f"15%, {s['within_5']} within 5%, {s['explained']} beyond 15% with a measured "
+              f"explanation; {s['failed']} not run")
     if args.out:
         write_results(args.out, results)
         print(f"results: {args.out}/ (results.csv, results.json)")

@@ -5,17 +5,23 @@ The parameter ``p`` (a config key, e.g. ``compute.gemm_efficiency``) is the root
 (:func:`scipy.optimize.brentq`) over the file's ``bracket``; every evaluation is one
 simulated run of that row. The other rows are never run here, so no predicted figure can
 leak into the fit.
+
+:func:`explain_row` is the same search for a row the lab misses by more than
+:data:`sim.papers.reproduce.EXPLAIN_OVER`, over the parameter that stands for the mechanism
+the lab lacks: the value at which the row would match measures how large that mechanism
+must be. It never changes the row's result.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from scipy.optimize import brentq
 
 from sim.errors import UserError
-from sim.papers.paper_file import Paper
+from sim.papers.paper_file import Figure, Paper
 from sim.papers.quantities import QUANTITIES
 from sim.papers.row_run import RowRun, row_config, run_row
 
@@ -33,6 +39,50 @@ class Calibrated:
     source: str
     runs: int          # simulated runs the fit took
     wall_s: float
+
+
+@dataclass(frozen=True)
+class Explained:
+    """What a row's explanation parameter must be for the row to match the paper."""
+
+    parameter: str
+    value: float | None    # None: no value in the bracket matches
+    reach: tuple[float, float]  # the row's lab values at the bracket's ends
+    mechanism: str
+    runs: int
+
+    def text(self, given: Any) -> str:
+        """One line: the matching value against the one the row ran with."""
+        if self.value is None:
+            return (f"no {self.parameter} matches (the row spans {self.reach[0]:.4g} to "
+                    f"{self.reach[1]:.4g} over its bracket): {self.mechanism}")
+        return (f"matches at {self.parameter} = {self.value:.3g} (ran with {given}): "
+                f"{self.mechanism}")
+
+
+def explain_row(paper: Paper, figure: Figure, fitted: dict[str, Any], reference: Any,
+                run: Callable = run_row) -> Explained:
+    """Solve ``figure.explain.parameter`` (over its bracket) so that the row's lab value
+    equals its published one, the rest of the row as it ran (``fitted``: the calibration;
+    ``reference``: the measure of the row a ratio is taken against, which is not varied)."""
+    explain = figure.explain
+    assert explain is not None and figure.published is not None
+    quantity = QUANTITIES[figure.quantity]
+    source = f"{paper.path.name}: explanation of row {figure.id}"
+    runs: list[RowRun] = []
+
+    def lab(value: float) -> float:
+        config = row_config(paper.base, {**figure.overrides, **fitted,
+                                         explain.parameter: value}, source)
+        runs.append(run(config))
+        return quantity.value(runs[-1].measure, reference)
+
+    lo, hi = explain.bracket
+    reach = (lab(lo), lab(hi))
+    if (reach[0] - figure.published) * (reach[1] - figure.published) > 0:
+        return Explained(explain.parameter, None, reach, explain.mechanism, len(runs))
+    value = brentq(lambda p: lab(p) - figure.published, lo, hi, xtol=1e-6, rtol=1e-6)
+    return Explained(explain.parameter, float(value), reach, explain.mechanism, len(runs))
 
 
 def fit_baseline(paper: Paper, run: Callable = run_row) -> Calibrated:

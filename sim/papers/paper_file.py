@@ -16,7 +16,9 @@ from sim.papers.quantities import QUANTITIES
 
 PAPER_KEYS = ("title", "authors", "year", "where")
 CALIBRATION_KEYS = {"parameter", "row", "bracket", "source"}
-FIGURE_KEYS = {"id", "quantity", "published", "source", "set", "relative_to", "note"}
+FIGURE_KEYS = {"id", "quantity", "published", "source", "set", "relative_to", "note",
+               "explain"}
+EXPLAIN_KEYS = {"parameter", "bracket", "mechanism"}
 NUMBER = int | float
 TYPE_NAMES: dict[Any, str] = {str: "a string", int: "an integer", list: "a list",
                               dict: "a table", NUMBER: "a number"}
@@ -31,6 +33,17 @@ class Calibration:
 
 
 @dataclass(frozen=True)
+class Explain:
+    """A row's measured explanation: the ``parameter`` (a dotted config key) that stands for
+    the ``mechanism`` the lab lacks, searched over ``bracket`` for the value at which the
+    row would match the paper."""
+
+    parameter: str
+    bracket: tuple[float, float]
+    mechanism: str
+
+
+@dataclass(frozen=True)
 class Figure:
     id: str
     quantity: str
@@ -39,6 +52,7 @@ class Figure:
     overrides: dict[str, Any] = field(default_factory=dict)  # dotted key -> value
     relative_to: str | None = None
     note: str = ""
+    explain: Explain | None = None
 
 
 @dataclass(frozen=True)
@@ -71,12 +85,24 @@ def _extra(table: dict[str, Any], allowed: set[str], where: str) -> None:
 
 def _calibration(table: dict[str, Any], where: str) -> Calibration:
     _extra(table, CALIBRATION_KEYS, where)
+    return Calibration(_need(table, "parameter", str, where), _need(table, "row", str, where),
+                       _bracket(table, where), _need(table, "source", str, where))
+
+
+def _bracket(table: dict[str, Any], where: str) -> tuple[float, float]:
     bracket = _need(table, "bracket", list, where)
     if (len(bracket) != 2 or not all(isinstance(b, NUMBER) for b in bracket)
             or not 0 < bracket[0] < bracket[1]):
         raise UserError(f"{where}.bracket: expected [lo, hi] with 0 < lo < hi, got {bracket!r}")
-    return Calibration(_need(table, "parameter", str, where), _need(table, "row", str, where),
-                       (float(bracket[0]), float(bracket[1])), _need(table, "source", str, where))
+    return float(bracket[0]), float(bracket[1])
+
+
+def _explain(table: Any, where: str) -> Explain:
+    if not isinstance(table, dict):
+        raise UserError(f"{where}: expected a table {{parameter, bracket, mechanism}}")
+    _extra(table, EXPLAIN_KEYS, where)
+    return Explain(_need(table, "parameter", str, where), _bracket(table, where),
+                   _need(table, "mechanism", str, where))
 
 
 def _figure(table: Any, where: str) -> Figure:
@@ -105,7 +131,8 @@ def _figure(table: Any, where: str) -> Figure:
         raise UserError(f"{where}.set: rows are timing only; numerics cannot be set")
     return Figure(_need(table, "id", str, where), quantity, published,
                   _need(table, "source", str, where), dict(overrides), relative_to,
-                  table.get("note", ""))
+                  table.get("note", ""),
+                  _explain(table["explain"], f"{where}.explain") if "explain" in table else None)
 
 
 def load_paper(path: str | Path) -> Paper:
