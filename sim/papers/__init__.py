@@ -22,7 +22,12 @@ One TOML file per paper in ``experiments/papers/``. Its tables, top to bottom:
     ``source`` (table or figure; "read from Fig. N, +-x" for a value read off a plot),
     ``set = {"cluster.workers" = 64, ...}`` (dotted keys over ``[base]``: this row's
     config), ``relative_to`` (the id of the row a ratio is taken against; required by ratio
-    quantities, refused by the others) and ``note`` (optional, e.g. a measured explanation).
+    quantities, refused by the others), ``note`` (optional; one that starts "beyond" is a
+    closed form the row cannot reach, shown as its explanation) and ``explain =
+    {parameter, bracket, mechanism}`` (optional): a row the lab misses by more than 15% is
+    explained by searching ``parameter``, a dotted key standing for the ``mechanism`` the lab
+    lacks, over ``bracket`` for the value at which the row would match; the value measures
+    how large the missing mechanism must be, and the row's own result is left as it ran.
 
 The error of a row is lab / published - 1. The calibration row is shown but left out of the
 median and worst |error| (it is 0 by construction).

@@ -127,11 +127,14 @@ def reproduce(paper: Paper, run: Callable = run_row,
 
 def _explained(paper: Paper, figure: Figure, error: float | None, fitted: dict[str, Any],
                reference: Measure | None, run: Callable) -> str:
-    """The row's measured explanation when it misses by more than EXPLAIN_OVER and its file
-    names the parameter standing for the missing mechanism; else ""."""
-    if error is None or abs(error) <= EXPLAIN_OVER or figure.explain is None:
+    """The row's measured explanation when it misses by more than EXPLAIN_OVER: the search
+    over the parameter its file names for the missing mechanism, or a note of the file's
+    that starts "beyond" (a closed form the row cannot reach); else ""."""
+    if error is None or abs(error) <= EXPLAIN_OVER:
         return ""
-    given = {**paper_defaults(paper, figure), **fitted}.get(figure.explain.parameter, "its default")
+    if figure.explain is None:  # a closed form in the file's note, or nothing
+        return figure.note if figure.note.startswith("beyond") else ""
+    given = {**paper_defaults(paper, figure), **fitted}.get(figure.explain.parameter, "the default")
     try:
         return explain_row(paper, figure, fitted, reference, run).text(given)
     except UserError as exc:

@@ -12,7 +12,7 @@ from sim.cli import main
 from sim.papers.paper_calibration import fit_baseline
 from sim.papers.paper_file import load_paper
 from sim.papers.reproduce import END, START, reproduce
-from sim.papers.row_run import run_row
+from sim.papers.row_run import row_config, run_row
 
 TINY = Path(__file__).parent / "data" / "tiny-2024.toml"
 
@@ -118,3 +118,24 @@ def test_only_runs_the_chosen_rows_and_their_references(capsys):
     printed = capsys.readouterr().out
     assert "four-gpus-efficiency" in printed and "two-gpus" not in printed
     assert "calibrated compute.time_s" in printed  # the fit runs as always
+
+
+def test_a_row_beyond_15_percent_gets_its_mechanism_measured(tmp_path):
+    """A row the lab misses by more than 15% is explained by the value of its explanation
+    parameter at which it would match; running the row with that value gives the published
+    figure (the explanation is a measurement, and it leaves the row's result alone)."""
+    path = tmp_path / "far-2024.toml"
+    path.write_text(TINY.read_text().replace(
+        'published = 0.06\nsource = "Table 0"',
+        'published = 0.09\nsource = "Table 0"\nexplain = { parameter = "compute.time_s", '
+        'bracket = [0.001, 1.0], mechanism = "slower GPUs" }', 1))
+    result = reproduce(load_paper(path))
+    row = next(r for r in result.rows if r.id == "two-gpus")
+    assert row.error < -0.15 and "slower GPUs" in row.explained
+    value = float(row.explained.split("compute.time_s = ")[1].split(" ")[0])
+    assert value > result.calibrated.value  # it would take slower compute than fitted
+    paper = load_paper(path)
+    done = run_row(row_config(paper.base, {"compute.time_s": value}, "test"))
+    assert done.measure.step_s == pytest.approx(0.09, rel=5e-3)  # 3 digits printed
+    within = next(r for r in result.rows if r.id == "one-gpu")
+    assert within.explained == ""
