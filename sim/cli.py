@@ -42,6 +42,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("sim.commands.calibrate", "measure this machine: kernel rates, network"),
     "compare": ("sim.commands.compare", "simulated vs real run: errors, curves, report"),
     "validate": ("sim.commands.validate", "run the validation matrix, write its README"),
+    "papers": ("sim.commands.papers",
+               "published figures (experiments/papers/) against the lab's: errors"),
 }
 
 

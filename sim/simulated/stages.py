@@ -42,8 +42,10 @@ class StageWork:
     layers: tuple[int, ...]  # the model's layer indices, forward order
     forward_flops: np.ndarray  # per sample, per layer of ``layers``
     backward_flops: np.ndarray
-    forward_allreduces: dict[int, int]  # position in ``layers`` -> bytes, after its forward
-    backward_allreduces: dict[int, int]  # position -> bytes, after its backward
+    # position in ``layers`` -> bytes of each allreduce after its forward, in order
+    forward_allreduces: dict[int, tuple[int, ...]]
+    # position -> bytes of each allreduce in its backward (a recomputed forward's first)
+    backward_allreduces: dict[int, tuple[int, ...]]
     ops: tuple[Op, ...]  # the stage's passes in one step, in order
     activation_bytes: int  # to the next stage per microbatch (0 on the last)
     gradient_bytes: int  # to the previous stage per microbatch (0 on the first)
@@ -95,8 +97,10 @@ def stage_work(stage: Stage, itemsize: int) -> StageWork:
     """The plan's ``stage`` as the simulator runs it."""
     layers = tuple(x.layer for x in stage.layers)
     at = {layer: i for i, layer in enumerate(layers)}
-    allreduces = {phase: {at[a.layer]: a.nbytes for a in stage.tensor_allreduces
-                          if a.phase == phase} for phase in ("forward", "backward")}
+    allreduces: dict[str, dict[int, tuple[int, ...]]] = {"forward": {}, "backward": {}}
+    for a in stage.tensor_allreduces:
+        sums = allreduces[a.phase]
+        sums[at[a.layer]] = (*sums.get(at[a.layer], ()), a.nbytes)
     forward = np.array([x.forward_flops for x in stage.layers], float)
     backward = np.array([x.backward_flops for x in stage.layers], float)
     widths = np.array([x.stash_width + x.output_width for x in stage.layers], float)

@@ -176,8 +176,8 @@ class SteadyBSP(ModelParallelBSP):
         for _ in range(self.plan.tensor):
             super().group_updated(step)
 
-    def tensor_allreduce(self, rank: int, step: int, op: Op, position: int,
-                         nbytes: int) -> Generator[simpy.Event, Any, None]:
+    def tensor_allreduce(self, rank: int, step: int, op: Op, position: int, nbytes: int,
+                         k: int = 0) -> Generator[simpy.Event, Any, None]:
         """The tensor group's allreduce of ``nbytes``: its time alone, as the event engine's
         would take it (the shards arrive together; the host link is theirs)."""
         env = self.ctx.env

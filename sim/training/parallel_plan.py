@@ -453,6 +453,17 @@ def _sums_backward(layer: PlanLayer, role: Role, t: int) -> bool:
     return split and layer.input_grad
 
 
+def _backward_sums(layer: PlanLayer, shard: ShardLayer, t: int, rows: int,
+                   itemsize: int, recompute: Recompute) -> list[int]:
+    """The bytes of the tensor allreduces in ``shard``'s backward, in order: under full
+    recomputation its forward's allreduce again (the recomputed forward is the forward,
+    communication included: Korthikanti et al. 2022, Sec. 5), then its backward's."""
+    again = recompute == "full" and shard.recompute_flops > 0 \
+        and _sums_forward(layer, shard.role, t)
+    return ([rows * layer.outputs * itemsize] if again else []) + (
+        [rows * layer.inputs * itemsize] if _sums_backward(layer, shard.role, t) else [])
+
+
 def stash_bytes(layers: Sequence[PlanLayer], shards: Sequence[ShardLayer], last_stage: bool,
                 t: int, recompute: Recompute, itemsize: int) -> int:
     """Bytes per sample one shard of a stage keeps for its backward: a transformer's parts'
@@ -479,8 +490,8 @@ def _stage(s: int, p: int, layers: list[PlanLayer], first: int, last: int, t: in
                    for j, role in enumerate(roles))
     forward = [TensorAllreduce(x.layer, "forward", rows * layers[x.layer].outputs * itemsize)
                for x in shards if _sums_forward(layers[x.layer], x.role, t)]
-    backward = [TensorAllreduce(x.layer, "backward", rows * layers[x.layer].inputs * itemsize)
-                for x in reversed(shards) if _sums_backward(layers[x.layer], x.role, t)]
+    backward = [TensorAllreduce(x.layer, "backward", nbytes) for x in reversed(shards)
+                for nbytes in _backward_sums(layers[x.layer], x, t, rows, itemsize, recompute)]
     in_flight = peak_in_flight([op for op in ops if op.chunk == chunk])
     stash = stash_bytes(mine, shards, s == p - 1, t, recompute, itemsize)
     params = sum(x.params for x in shards)

@@ -118,7 +118,7 @@ LAYERS: list[tuple[str, ...]] = [  # top to bottom
     ("sim.__main__", "sim.docs"),  # entry points: the CLI, and the docs' generated pages
     ("sim.cli",),
     ("sim.commands",),
-    ("sim.validation", "sim.bench"),
+    ("sim.validation", "sim.bench", "sim.papers"),
     ("sim.calibration",),  # measures with real ranks, fits, writes profiles
     ("sim.analysis",),
     ("sim.sweep",),

@@ -78,6 +78,10 @@ from sim.quick import VARIABLE
 RECURSES = ("it runs the test suite, which runs this page's commands (it would start "
             "itself)")
 NOT_RUN = {
+    ("docs/measurements/papers.md",
+     ".venv/bin/python -m sim papers --out runs/papers --markdown docs/measurements/papers.md"):
+        "it simulates every row of every paper (clusters of up to 512 GPUs: minutes); "
+        "tests/papers/test_reproduce.py runs the command end to end on a small paper file",
     ("README.md", "make test"): RECURSES,
     ("docs/index.md", "make test"): RECURSES,
     ("docs/how-to/dask.md", ".venv/bin/dask scheduler &                       # prints "

@@ -215,3 +215,23 @@ def test_interleaved_chunks_are_whole_layers_with_the_embedding_and_head_at_the_
     spans = [[(c.index, c.last - c.first + 1) for c in st.pieces] for st in plan.stages]
     assert spans == [[(0, 21), (2, 20)], [(1, 20), (3, 21)]]
     assert plan.virtual_stage(3).last == len(get_transformer(NAME).parts()) - 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_full_recomputation_repeats_the_forwards_allreduces_in_the_backward(mode):
+    """A recomputed forward is the forward, its tensor allreduces included (Korthikanti et
+    al. 2022, Sec. 5: full recomputation repeats the forward's communication; selective
+    recomputes the attention core only, which needs none): per layer the backward then has
+    the 2 recomputed forward allreduces before its own 2, each of rows x s x h."""
+    spec = get_transformer(NAME)
+    t, layers = 4, 10
+    plan = build_plan(gpt(parallel__pipeline=4, parallel__tensor=t, parallel__recompute=mode))
+    nbytes = 8 * spec.seq * spec.hidden * FP32
+    middle = plan.stages[1]  # no embedding, no head
+    backward = [a for a in middle.tensor_allreduces if a.phase == "backward"]
+    again = 2 * layers if mode == "full" else 0
+    assert len(backward) == 2 * layers + again
+    assert {a.nbytes for a in backward} == {nbytes}
+    if mode == "full":  # each part: its recomputed forward's sum, then its backward's
+        by_layer = [a.layer for a in backward]
+        assert all(by_layer[i] == by_layer[i + 1] for i in range(0, len(by_layer), 2))

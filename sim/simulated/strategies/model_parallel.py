@@ -231,8 +231,8 @@ class PlanRanks(AllreduceMixin):
             last = span if span is not None else last
             if not forward:
                 self.layer_done(rank, work, step, op, i)
-            if i in allreduces:
-                yield from self.tensor_allreduce(rank, step, op, i, allreduces[i])
+            for k, nbytes in enumerate(allreduces.get(i, ())):
+                yield from self.tensor_allreduce(rank, step, op, i, nbytes, k)
         return first, last
 
     def layer_done(self, rank: int, work: StageWork, step: int, op: Op,
@@ -240,12 +240,14 @@ class PlanRanks(AllreduceMixin):
         """``op``'s backward of the layer at ``position`` is done on ``rank`` (its gradient
         is whole after its chunk's last backward): nothing unless the strategy overlaps."""
 
-    def tensor_allreduce(self, rank: int, step: int, op: Op, position: int,
-                         nbytes: int) -> Generator[simpy.Event, Any, None]:
-        """``rank``'s tensor group allreduces ``nbytes`` after layer ``position`` of ``op``."""
+    def tensor_allreduce(self, rank: int, step: int, op: Op, position: int, nbytes: int,
+                         k: int = 0) -> Generator[simpy.Event, Any, None]:
+        """``rank``'s tensor group allreduces ``nbytes`` after layer ``position`` of ``op``
+        (its ``k``-th there: a recomputed forward's comes before the backward's)."""
         group = self.tensor_groups[rank]
         start = self.ctx.env.now
-        yield from self.meetings.join(("tensor", step, op, position, group.ranks[0]), rank,
+        key = ("tensor", step, op, position, group.ranks[0]) + ((k,) if k else ())
+        yield from self.meetings.join(key, rank,
                                       group.ranks, lambda: self.allreduce(nbytes, group=group))
         self.tensor_s[rank] += self.ctx.env.now - start
 
