@@ -56,7 +56,8 @@ class Explained:
         if self.value is None:
             return (f"no {self.parameter} matches (the row spans {self.reach[0]:.4g} to "
                     f"{self.reach[1]:.4g} over its bracket): {self.mechanism}")
-        return (f"matches at {self.parameter} = {self.value:.3g} (ran with {given}): "
+        ran = f"{given:.3g}" if isinstance(given, float) else given
+        return (f"matches at {self.parameter} = {self.value:.3g} (ran with {ran}): "
                 f"{self.mechanism}")
 
 
