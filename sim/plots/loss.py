@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from sim.errors import UserError
 from sim.plots import style as st
-from sim.plots.facets import facets
+from sim.plots.facets import Facets, facets
 from sim.plots.legends import context, labelled, repeats, styles, time_name
 from sim.results import Run, as_runs
 from sim.stats import mean_ci
@@ -208,18 +208,7 @@ def loss_figure(run_dirs: RunDirs, x: str = "time", *, logx: bool | None = None,
     log_y = bool(losses.size and losses.min() > 0 and losses.max() / losses.min() > 20)
     marker = "o" if all(line.xs.size <= 15 for line in lines) else None  # few points: shown
     layout = facets([members[0].config for members in by_label.values()])
-    if layout is not None:  # too many lines for one legend: styled and paneled by key
-        configs = {label: members[0].config for label, members in by_label.items()}
-        placed = [layout.place(configs[line.group]) for line in lines]
-        panels = [panel for panel, _ in placed]
-        looks = [{**look, "marker": marker} for _, look in placed]
-        notes: list[str] = []
-    else:
-        groups = coinciding(lines, log_y)
-        looks = [{**line.style, **look} for line, look in
-                 zip(lines, _distinguish(lines, groups, marker), strict=True)]
-        panels = [0] * len(lines)
-        notes = [f"{_names([lines[i].label for i in g])} coincide" for g in groups]
+    looks, panels, notes = _looks(by_label, lines, layout, marker, log_y)
     n = len(layout.panels) if layout else 1
     cols = min(n, 3)
     rows = -(-n // cols)
@@ -229,19 +218,8 @@ def loss_figure(run_dirs: RunDirs, x: str = "time", *, logx: bool | None = None,
         for line, look, panel in zip(lines, looks, panels, strict=True):
             _draw(axes[panel], line, look, log, factor)
         for i, ax in enumerate(axes):
-            if i >= n:
-                ax.set_visible(False)
-                continue
-            if log_y:
-                ax.set_yscale("log")
-            if log:
-                ax.set_xscale("log")
-                st.log_ticks(ax.xaxis)
-            elif not xlim:
-                ax.set_xlim(left=0)
-            if xlim:
-                _fit_y(ax, lines, xlim, factor, log_y)
-            if layout:
+            _scale(ax, i < n, log, log_y, xlim, lines, factor)
+            if layout and i < n:
                 ax.set_title(layout.panel_title(i), fontsize=9)
         ax = axes[0]
         if x == "time":
@@ -270,6 +248,39 @@ def loss_figure(run_dirs: RunDirs, x: str = "time", *, logx: bool | None = None,
         else:
             st.titles(fig, f"Held-out loss vs {title}", subtitle)
     return fig
+
+
+def _looks(by_label: dict[str, list[Run]], lines: list[Line], layout: Facets | None,
+           marker: str | None, log_y: bool) -> tuple[list[dict], list[int], list[str]]:
+    """Each line's keywords and panel, and the legend's notes: by the swept keys when
+    ``layout`` says so (too many lines for one legend), else each label its own style and
+    lines that coincide told apart (:func:`_distinguish`)."""
+    if layout is not None:
+        configs = {label: members[0].config for label, members in by_label.items()}
+        placed = [layout.place(configs[line.group]) for line in lines]
+        return [{**look, "marker": marker} for _, look in placed], [p for p, _ in placed], []
+    groups = coinciding(lines, log_y)
+    looks = [{**line.style, **look} for line, look in
+             zip(lines, _distinguish(lines, groups, marker), strict=True)]
+    return looks, [0] * len(lines), [f"{_names([lines[i].label for i in g])} coincide"
+                                     for g in groups]
+
+
+def _scale(ax: Any, used: bool, log: bool, log_y: bool, xlim: XLim | None,
+           lines: list[Line], factor: float) -> None:
+    """A panel's scales and limits (a panel the layout leaves empty is hidden)."""
+    if not used:
+        ax.set_visible(False)
+        return
+    if log_y:
+        ax.set_yscale("log")
+    if log:
+        ax.set_xscale("log")
+        st.log_ticks(ax.xaxis)
+    elif not xlim:
+        ax.set_xlim(left=0)
+    if xlim:
+        _fit_y(ax, lines, xlim, factor, log_y)
 
 
 def _draw(ax: Any, line: Line, look: dict[str, Any], log: bool, factor: float) -> None:

@@ -22,13 +22,7 @@ from typing import Any
 
 from sim import quick
 from sim.calibrated import CALIBRATED
-from sim.config import (
-    Cluster,
-    Config,
-    apply_overrides,
-    parse,
-    read_toml,
-)
+from sim.config import Cluster, Config, apply_overrides, parse, read_toml
 from sim.errors import UserError
 from sim.faults.storage import get_storage
 from sim.names import unknown
@@ -55,13 +49,7 @@ from sim.training.parallel_plan import (
 from sim.training.rank_memory import run_memory
 from sim.training.real_checks import check_recovery, check_supported, check_transport_net
 from sim.training.strategies import STRATEGIES, StrategyRow, row_of
-from sim.workloads.datasets import (
-    DATASETS,
-    ctr_columns,
-    ctr_dataset,
-    dataset_shape,
-    known_dataset,
-)
+from sim.workloads.datasets import DATASETS, ctr_columns, ctr_dataset, dataset_shape, known_dataset
 from sim.workloads.models import MODELS
 from sim.workloads.precision import ITEMSIZE, MODEL_PRECISION, itemsize
 from sim.workloads.timing_profiles import PROFILES
