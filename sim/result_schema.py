@@ -83,11 +83,7 @@ def check_metrics(header: list[str] | None, rows: list[dict[str, Any]],
         raise UserError(f"{path}: expected the columns {', '.join(METRIC_COLUMNS)}, got "
                         f"{', '.join(header)}")
     for line, row in enumerate(rows, start=2):
-        if None in row or any(value is None for value in row.values()):
-            got = len(row) - (None in row) - sum(v is None for v in row.values()) \
-                + len(row.get(None) or [])
-            raise UserError(f"{path}: line {line} has {got} fields, the header "
-                            f"{len(header)} (a truncated or appended-to file)")
+        check_fields(row, header, path, line)
         if row["kind"] not in METRIC_KINDS:
             raise UserError(f"{path}: line {line}: kind {row['kind']!r} is not one of "
                             f"{', '.join(METRIC_KINDS)} (a damaged file)")
@@ -95,6 +91,16 @@ def check_metrics(header: list[str] | None, rows: list[dict[str, Any]],
             if not _is_number(row[column]):
                 raise UserError(f"{path}: line {line}: {column} {row[column]!r} is not a "
                                 "number (a damaged file)")
+
+
+def check_fields(row: dict[Any, Any], header: list[str], path: Path | str, line: int) -> None:
+    """Raise UserError if a csv.DictReader ``row`` is cut short (its missing fields are
+    None) or runs long (its extra ones are under the key None)."""
+    if None in row or any(value is None for value in row.values()):
+        got = sum(v is not None for k, v in row.items() if k is not None)
+        got += len(row.get(None) or [])
+        raise UserError(f"{path}: line {line} has {got} fields, the header {len(header)} "
+                        "(a truncated or appended-to file)")
 
 
 def check_metrics_end(rows: list[dict[str, Any]], summary: Mapping[str, Any],

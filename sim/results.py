@@ -25,7 +25,7 @@ import numpy as np
 
 from sim.errors import UserError
 from sim.recorder import KINDS
-from sim.result_schema import check_metrics, check_metrics_end, check_summary
+from sim.result_schema import check_fields, check_metrics, check_metrics_end, check_summary
 from sim.rundir import RUN_FILES, is_run_dir
 
 RESULTS = "results.csv"  # what makes a directory a sweep directory
@@ -208,10 +208,7 @@ class Sweep:
             raise UserError(f"{self.path}: not a sweep directory (no {RESULTS})")
         header, raw = read_csv_checked(self.path / RESULTS)
         for line, row in enumerate(raw, start=2):
-            if None in row or any(value is None for value in row.values()):
-                raise UserError(f"{self.path / RESULTS}: line {line} does not have the "
-                                f"header's {len(header or [])} fields (a truncated or "
-                                "appended-to file)")
+            check_fields(row, header or [], self.path / RESULTS, line)
         rows = [{k: cell(v or "") for k, v in row.items() if k} for row in raw]
         self.failed = {str(r["run"]): str(r["error"]) for r in rows if r.get("error")}
         self.rows = [{k: v for k, v in r.items() if k != "error"} for r in rows
