@@ -40,7 +40,7 @@ enum { SGD_ROW_BLOCK = 8, SGD_SOFTMAX_BLOCK = 256, SGD_MAX_ROW_BLOCK = 4096 };
 enum sgd_path { SGD_PATH_FUSED = 0, SGD_PATH_BLAS = 1 };
 
 /* Cache blocking of the fused pass, chosen by the caller from the machine's cache
- * sizes (sim/kernels.py). row_block rows (a multiple of SGD_ROW_BLOCK, at most
+ * sizes (sim/kernels/plans.py). row_block rows (a multiple of SGD_ROW_BLOCK, at most
  * SGD_MAX_ROW_BLOCK) have their margins computed before their gradient terms are
  * added, so the block is re-read from the cache level it fits in; the gradient pass
  * goes over grad in chunks of col_block (>= 1) columns, each chunk held in L1 while
