@@ -473,20 +473,33 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         path, value = parse_override(text)
         if path[0] == "sweep" and len(path) > 2:  # [sweep]'s keys are dotted keys, whole
             path = ["sweep", ".".join(path[1:])]  # (a coupled one holds dots and commas)
-        if wrong := unknown_key(Config, path):
-            raise UserError(f"--set {text!r}: {wrong}")
-        node = data
-        for part in path[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise UserError(f"--set {text!r}: {part} is not a table")
-            node = child
         field = field_at(Config, path)
         if value == UNSET and field is not None and field.default is None:
-            node.pop(path[-1], None)
+            table_at(data, path, f"--set {text!r}").pop(path[-1], None)
         else:
-            node[path[-1]] = value
+            set_key(data, path, value, f"--set {text!r}")
     return data
+
+
+def table_at(data: dict[str, Any], path: list[str], where: str) -> dict[str, Any]:
+    """The table of config ``data`` that holds the key ``path`` names (made if missing).
+    Raises UserError naming ``where`` for a key the schema does not have, or a path
+    through a value that is not a table."""
+    if wrong := unknown_key(Config, path):
+        raise UserError(f"{where}: {wrong}")
+    node = data
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise UserError(f"{where}: {part} is not a table")
+        node = child
+    return node
+
+
+def set_key(data: dict[str, Any], path: list[str], value: Any, where: str) -> None:
+    """Config ``data``'s key ``path`` (dotted, split) set to ``value``, in place. Raises
+    UserError naming ``where`` (:func:`table_at`)."""
+    table_at(data, path, where)[path[-1]] = value
 
 
 def _describe(error: dict[str, Any]) -> str:

@@ -12,9 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sim.config import Config
+from sim.config import Config, set_key
 from sim.errors import UserError
-from sim.names import unknown_key
 from sim.papers.quantities import Measure
 from sim.training.validator import validate
 from sim.workloads.timing_profiles import get_profile
@@ -32,15 +31,7 @@ def row_config(base: dict[str, Any], overrides: dict[str, Any], source: str) -> 
     ``source`` and the key (an unknown key: one line, with the closest known one)."""
     data = copy.deepcopy(base)
     for key, value in overrides.items():
-        path = key.split(".")
-        if wrong := unknown_key(Config, path):
-            raise UserError(f"{source}: {wrong}")
-        node = data
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise UserError(f"{source}: {key}: {part} is not a table")
-        node[path[-1]] = value
+        set_key(data, key.split("."), value, source)
     return validate(data, source)  # timing only: the paper file's loader checked numerics
 
 

@@ -244,10 +244,7 @@ def run(ctx: RankContext) -> RankLog:
                                ctx.waiter)
     batch = config.workload.batch
     blocks_of = Blocks(comm, owner.width, rank, batch)
-    ctx.warm_kernels(workload.params)
-    blocks_of.forward()  # warm-up: both directions, and the allreduce
-    blocks_of.backward()
-    allreduce(np.zeros_like(dense_grad))
+    _warm_up(ctx, blocks_of, allreduce, dense_grad)
     log = RankLog(rank)
     log.reserve(params.size, rules, config.run.iterations)  # every rank snapshots its rows
     log.snapshot(params, rules, 0)
@@ -275,12 +272,7 @@ def run(ctx: RankContext) -> RankLog:
         blocks = blocks_of.received()
         pulled += blocks_of.off_rank_bytes
         x, wide = owner.pooled(blocks, X)
-        try:
-            loss, dz, grad, delta = model.head_loss_grad(params, x, wide, y)
-            dense_grad[:] = grad
-        except NonFiniteError:  # NaNs go on to every rank (the allreduce): all stop below
-            loss, dz, delta = np.nan, np.full(batch, np.nan), np.full(x.shape, np.nan)
-            dense_grad.fill(np.nan)
+        loss, dz, delta = _head(model, params, x, wide, y, dense_grad)
         trained.append(X)
         for j in range(n):  # backward: the gradients of owner j's columns, into the
             owner.gradient_block(j, dz, delta, blocks[j])  # forward's receive buffer
@@ -311,9 +303,33 @@ def run(ctx: RankContext) -> RankLog:
         ctx.heartbeat.beat()
     log.steps = steps
     # counted off the clock: a statistic of the run, not work a rank of it would do
-    unique = sum(len(ids) for X in trained for ids in model.touched(X))
-    log.extra["_tables"] = (unique, looked, pulled, pushed)
+    log.extra["_tables"] = (sum(len(ids) for X in trained for ids in model.touched(X)),
+                            looked, pulled, pushed)
     return log
+
+
+def _head(model: Any, params: np.ndarray, x: np.ndarray, wide: np.ndarray, y: np.ndarray,
+          dense_grad: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """The dense head's loss and the gradients at its input (dz) and at the pooled
+    embeddings (delta), its own gradient written into ``dense_grad``. A non-finite one
+    gives NaNs, which go on to every rank through the allreduce, so all stop together."""
+    try:
+        loss, dz, grad, delta = model.head_loss_grad(params, x, wide, y)
+        dense_grad[:] = grad
+    except NonFiniteError:
+        loss, dz, delta = np.nan, np.full(len(y), np.nan), np.full(x.shape, np.nan)
+        dense_grad.fill(np.nan)
+    return loss, dz, delta
+
+
+def _warm_up(ctx: RankContext, blocks_of: Blocks, allreduce: Any,
+             dense_grad: np.ndarray) -> None:
+    """The kernels, both directions of the block exchange and the allreduce, once each
+    before the clock starts (their first calls set up buffers and connections)."""
+    ctx.warm_kernels(ctx.workload.params)
+    blocks_of.forward()
+    blocks_of.backward()
+    allreduce(np.zeros_like(dense_grad))
 
 
 def combine(logs: list[RankLog], workload: Workload) -> None:
