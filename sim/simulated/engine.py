@@ -34,6 +34,7 @@ from sim.simulated.recovery import build_recovery
 from sim.simulated.server import ParameterServer
 from sim.simulated.strategies.base import Context, Strategy
 from sim.trace import worker_track
+from sim.training.config_warnings import config_warnings
 from sim.training.embedding_traffic import EmbeddingTraffic
 from sim.training.host_costs import CpuCosts, cpu_costs, load_host
 from sim.training.parallel_plan import Plan, build_plan, rank_track, splits
@@ -222,6 +223,8 @@ def simulate(config: Config,
                            f"{recorder.iteration} updates: {exc}") from None
     wall_s = time.perf_counter() - started
     extra = {} if stopped_by is None else {"stopped_by": stopped_by}
+    if notes := config_warnings(config):  # options that change nothing, said where it lasts
+        extra["notes"] = notes
     if recovery is not None:
         extra.update(recovery.finish())
     summary = recorder.summary(config.run.seed, wall_s, env.events_processed,

@@ -7,7 +7,14 @@ why it has no effect and what would give it one, or None.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from sim.config import Config, Embeddings, Strategy
+from sim.network.fabrics import get_fabric
+from sim.network.message_cost import path_window_Bps
+from sim.network.transports import REGISTRY, Transport, get_transport
+from sim.training.host_costs import cpu_costs, load_host
 from sim.training.strategies import STRATEGIES, row_of
 from sim.workloads.models import MODELS
 
@@ -64,8 +71,59 @@ def _selective_without_attention(c: Config) -> str | None:
     return None
 
 
+def _why_pulls_are_two_sided(c: Config) -> str | None:
+    """Why this run's pulls (if any) would not read the servers one-sidedly over a
+    transport that can (a shard's CPU answers them), or None where they would."""
+    row = row_of(c)
+    if not row.server_ranks(c):
+        serving = [name for name, other in STRATEGIES.items() if other.uses_servers]
+        return (f"{c.strategy.kind!r} pulls from no parameter server (the strategies that "
+                f"do: {', '.join(serving)})")
+    if row.held_pulls:
+        return (f"{c.strategy.kind!r}'s pull is a request each shard holds until the step "
+                "closes and then answers, two-sided by design")
+    if MODELS[c.workload.model].tabular:
+        return ("a pull of table rows is a request each shard answers by gathering the "
+                "rows asked for")
+    return None
+
+
+def _unused_one_sided_pulls(c: Config) -> str | None:
+    transport = get_transport(c.cluster.transport)
+    if transport.one_sided_pulls and (why := _why_pulls_are_two_sided(c)):
+        return f"cluster.transport = {transport.name!r}: its one-sided pulls have no effect: {why}"
+    return None
+
+
+def _what_a_message_costs(c: Config, transport: Transport) -> tuple[Any, ...]:
+    """Everything of ``transport`` that this run's messages pay on its fabric and host:
+    the CPU at each end (nothing where the ranks pay none), the frames and the window's
+    bound; how pulls and pushes to a server behave only where there is a server."""
+    fabric = get_fabric(c.cluster.fabric)
+    costs = cpu_costs(load_host(c.cluster.host), fabric, transport)
+    cpu = replace(costs.message, transport_charged=False) if costs.charged else None
+    if cpu is not None and _why_pulls_are_two_sided(c):
+        cpu = replace(cpu, one_sided_pulls=False)
+    if cpu is not None and not row_of(c).server_ranks(c):
+        cpu = replace(cpu, answered_calls=False)
+    framing = (transport.header_bytes, transport.frame_bytes, transport.frame_payload_bytes)
+    return cpu, framing, path_window_Bps(transport, fabric)
+
+
+def _transport_like_another(c: Config) -> str | None:
+    transport = get_transport(c.cluster.transport)
+    mine = _what_a_message_costs(c, transport)
+    same = [name for name, other in REGISTRY.items()
+            if name != transport.name and _what_a_message_costs(c, other) == mine]
+    if same:
+        return (f"cluster.transport = {transport.name!r} costs what {same[0]!r} costs on "
+                f"fabric {get_fabric(c.cluster.fabric).name!r} with host "
+                f"{c.cluster.host!r}: this run's results equal a run over {same[0]!r}")
+    return None
+
+
 WARNINGS = [_one_leaf, _unused_allgather, _lone_host_link, _unused_embeddings,
-            _selective_without_attention]
+            _selective_without_attention, _unused_one_sided_pulls, _transport_like_another]
 
 
 def config_warnings(config: Config) -> list[str]:

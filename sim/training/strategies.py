@@ -103,6 +103,9 @@ class StrategyRow:
     # is dropped until it rejoins, a dead shard restarts from its own checkpoint)
     recovery: str = "restart"
     uses_servers: bool = False  # adds cluster.servers parameter-server ranks after the workers
+    # its pull is a request each shard holds until the step closes and then answers: two
+    # sided on any transport, so a transport's one-sided reads do not apply
+    held_pulls: bool = False
     gathers_compressed: bool = False  # compressed gradients travel by strategy.allgather
     synchronous: bool = False  # an update combines a step's gradients from (nearly) every worker
     drops_backups: bool = False  # a step drops strategy.backup gradients (needs fewer than N)
@@ -199,7 +202,7 @@ STRATEGIES: dict[str, StrategyRow] = {row.name: row for row in (
                 _named("bsp-ps"),
                 "synchronous SGD through sharded parameter servers: push, barrier, pull",
                 real=_REAL_PS_TABLES, pipelining=PS_PIPELINING, uses_servers=True,
-                synchronous=True,
+                held_pulls=True, synchronous=True,
                 model_parallel=True,
                 simulated_model_parallel=f"{_SIM}.model_parallel:ModelParallelBSPPS",
                 embedding_placements=("ps",)),

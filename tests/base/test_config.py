@@ -194,3 +194,47 @@ def test_a_setting_some_sweep_points_use_is_not_warned_about(tmp_path, capsys):
     config.write_text(base + '[sweep]\n"cluster.workers" = [2, 4]\n')
     (line,) = load_sweep(config).warnings
     assert line.startswith("embeddings.placement has no effect")
+
+
+def test_a_transport_that_changes_nothing_is_said_once_in_the_summary(tmp_path):
+    """On roce-100g with a calibrated host, MPI's stack costs what RDMA verbs cost, so only
+    one-sided pulls could tell the transports apart. bsp (no server) and bsp-ps (a held pull
+    request, two-sided by design) give the same figures over either, and their summaries say
+    so in `notes`; asp, whose pulls RDMA reads one-sidedly, differs and says nothing
+    (issue 47, item 4)."""
+    def run(kind, transport):
+        out = tmp_path / f"{kind}-{transport}"
+        config = tmp_path / "c.toml"
+        config.write_text(f'[cluster]\nworkers = 3\nfabric = "roce-100g"\nhost = "epyc-core"\n'
+                          f'transport = "{transport}"\n[strategy]\nkind = "{kind}"\n'
+                          '[run]\niterations = 6\n')
+        assert main(["run", str(config), "--out", str(out)]) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        return {k: v for k, v in summary.items() if k not in ("wall_s", "transport")}
+
+    for kind, why in [("bsp", "'bsp' pulls from no parameter server"),
+                      ("bsp-ps", "'bsp-ps''s pull is a request each shard holds until the "
+                                 "step closes and then answers, two-sided by design")]:
+        over_mpi, over_rdma = run(kind, "mpi"), run(kind, "rdma")
+        assert over_mpi.pop("notes") == [
+            "cluster.transport = 'mpi' costs what 'rdma' costs on fabric 'roce-100g' with "
+            "host 'epyc-core': this run's results equal a run over 'rdma'"]
+        one_sided, equal = over_rdma.pop("notes")
+        assert over_mpi == over_rdma
+        assert one_sided.startswith(f"cluster.transport = 'rdma': its one-sided pulls have "
+                                    f"no effect: {why}")
+        assert equal.endswith("this run's results equal a run over 'mpi'")
+    asp_mpi, asp_rdma = run("asp", "mpi"), run("asp", "rdma")
+    assert "notes" not in asp_mpi and "notes" not in asp_rdma
+    assert asp_mpi["sim_time_s"] != asp_rdma["sim_time_s"]  # a shard answers MPI's pulls
+
+
+def test_a_custom_transport_equal_to_its_base_is_named():
+    from sim.training.config_warnings import config_warnings
+
+    same = validate({"cluster": {"transport": {"base": "grpc"}, "host": "epyc-core"}})
+    assert config_warnings(same) == ["cluster.transport = 'grpc+custom' costs what 'grpc' "
+                                     "costs on fabric 'ib-hdr' with host 'epyc-core': this "
+                                     "run's results equal a run over 'grpc'"]
+    wider = validate({"cluster": {"transport": {"base": "grpc", "window_bytes": 4194304}}})
+    assert config_warnings(wider) == []

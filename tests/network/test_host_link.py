@@ -188,6 +188,8 @@ def test_a_host_link_with_every_rank_on_its_own_host_changes_nothing(tmp_path) -
                          "cluster.host_link='nvlink4-h100'")
     for summary in (alone, linked):
         summary.pop("wall_s")
+    (note,) = linked.pop("notes")  # said once, where the run's results last
+    assert note.startswith("cluster.host_link = 'nvlink4-h100' has no effect")
     assert linked == alone
     config = validate({**CONFIG, "cluster": {**CONFIG["cluster"], "ranks_per_host": 1,
                                              "host_link": "nvlink4-h100"}})
