@@ -31,6 +31,7 @@ from sim.network.transports import get_transport
 from sim.recorder import Recorder
 from sim.simulated.hosts import Hosts
 from sim.simulated.recovery import build_recovery
+from sim.simulated.replay import MeasuredTimes, Replay
 from sim.simulated.server import ParameterServer
 from sim.simulated.strategies.base import Context, Strategy
 from sim.trace import worker_track
@@ -187,15 +188,21 @@ def build_simulation(config: Config, plan: Plan | None = None) -> Simulation:
 
 def simulate(config: Config,
              progress: Callable[[int, float, int], None] | None = None,
-             plan: Plan | None = None) -> Result:
+             plan: Plan | None = None, measured: MeasuredTimes | None = None) -> Result:
     """Run the experiment; a diverged run (NaN/Inf) stops early with ``diverged: true``.
 
     ``progress(updates_done, simulated_s, samples_used)`` is called after every update. A
     KeyboardInterrupt (Ctrl-C; :class:`sim.progress.Stopped` for SIGTERM too) stops the run
     where it is: the result is what it reached, with ``complete: false`` and ``stopped_by``.
-    ``plan``: as :func:`build_simulation` takes it.
+    ``plan``: as :func:`build_simulation` takes it. ``measured``: a real run's times to
+    replay instead of the modelled compute, data and update (:mod:`sim.simulated.replay`).
     """
     env, ctx, strategy = build_simulation(config, plan)
+    ranks = ctx.plan.ranks if ctx.plan is not None else None  # a split replica's ranks
+    worker_name = worker_track if ranks is None else lambda w: rank_track(ranks[w])
+    if measured is not None:
+        tracks = [worker_name(r) for r in range(len(ctx.compute.rngs))]
+        ctx.replay = ctx.compute.replay = Replay(measured, tracks, config.run.seed)
     recovery = ctx.recovery
     recorder = ctx.recorder
     recorder.on_update = progress
@@ -227,6 +234,8 @@ def simulate(config: Config,
         extra["notes"] = notes
     if recovery is not None:
         extra.update(recovery.finish())
+    if ctx.replay is not None:
+        extra["replayed"] = ctx.replay.summary()
     summary = recorder.summary(config.run.seed, wall_s, env.events_processed,
                                complete=stopped_by is None, reduced=config.run.reduced,
                                strategy=config.strategy.kind, fabric=ctx.network.fabric.name,
@@ -238,8 +247,6 @@ def simulate(config: Config,
                                                 ctx.plan),
                                **strategy.summary_extra(),
                                **(ctx.traffic.summary() if ctx.traffic else {}))
-    ranks = ctx.plan.ranks if ctx.plan is not None else None  # a split replica's ranks
-    worker_name = worker_track if ranks is None else lambda w: rank_track(ranks[w])
     trace = recorder.trace(ctx.network.flow_log, ctx.network.topology.link_name, worker_name)
     if recovery is not None:
         trace = recovery.trace(trace)

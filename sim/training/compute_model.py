@@ -302,6 +302,8 @@ class ComputeModel:
         self.slowdowns = cfg.slowdowns
         # a modelled compute.time_s is a sleep on real ranks, not CPU work
         self.on_host = self.device.on_host and cfg.time_s is None
+        # a real run's measured steps, replayed instead of drawn (sim.simulated.replay)
+        self.replay: Any = None
 
     @property
     def stragglers(self) -> list[int]:
@@ -378,6 +380,8 @@ class ComputeModel:
                                                        OTHER_PASSES, strict=True))
 
     def _drawn(self, worker: int, now: float, base_s: float) -> float:
+        if self.replay is not None:  # the measured step already holds noise and slowdowns
+            return self.replay.step_s(worker)
         t = base_s * self.noise(self.rngs[worker], self.cfg) * self.factor[worker]
         for slow in self.slowdowns:
             if slow.worker == worker and slow.start_s <= now and (

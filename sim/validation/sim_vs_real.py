@@ -284,6 +284,7 @@ def format_report(report: dict[str, Any]) -> str:
              f"  iteration time   sim {it['sim'] * 1e3:9.3f} ms   real "
              f"{it['real']['mean'] * 1e3:9.3f} ms [{it['real']['min'] * 1e3:.3f} .. "
              f"{it['real']['max'] * 1e3:.3f}]   error {it['error']:+.1%}"]
+    lines += _replay_lines(report.get("replay"))
     tt = report["time_to_target_s"]
     if tt["error"] is not None:
         lines.append(f"  time to target   sim {tt['sim']:9.4f} s    real {tt['real']['mean']:9.4f}"
@@ -316,3 +317,16 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  note: {path} is incomplete (stopped early); its figures cover the "
                      "updates it reached")
     return "\n".join(lines)
+
+
+def _replay_lines(replay: dict[str, Any] | None) -> list[str]:
+    """``--replay``'s headline: the coordination's error, compute replayed."""
+    if not replay:
+        return []
+    it = replay["iteration_s"]
+    each = ", ".join(f"{r['error']:+.1%}" for r in replay["repeats"])
+    worst = sorted(replay["activities"].items(), key=lambda kv: -abs(kv[1]))[:3]
+    return [f"  compute replayed sim {it['sim'] * 1e3:9.3f} ms   real {it['real'] * 1e3:9.3f} ms"
+            f"   error {it['error']:+.1%} (coordination only; repeats {each})",
+            "                   sim - real per update: " + ", ".join(
+                f"{kind} {diff * 1e6:+.0f} us" for kind, diff in worst)]

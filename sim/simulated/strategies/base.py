@@ -60,6 +60,8 @@ class Context:
     traffic: EmbeddingTraffic | None = None
     # the CPU side of each kind of message to or from the shards (see message_costs)
     message_memo: dict[tuple, ShardCosts] = field(default_factory=dict, repr=False)
+    # a real run's own compute, data and update times (sim.simulated.replay; None: modelled)
+    replay: Any = None
 
     @property
     def model(self) -> Model | None:
@@ -157,6 +159,8 @@ def cpu(ctx: Context, rank: int, kind: str, seconds: float,
     leaves out of the worker's own compute and waits."""
     if seconds <= 0:  # nothing to run (the ideal host): no span either, it would be empty
         return
+    if ctx.replay is not None:
+        seconds = ctx.replay.scaled(rank, kind, seconds)
     if not overlapped:
         with ctx.recorder.span(rank, kind):
             yield from ctx.hosts.run(rank, seconds)

@@ -1,0 +1,158 @@
+"""``sim compare --replay`` and the validation's second error: each real run simulated again
+with its own compute replayed (:mod:`sim.simulated.replay`), so what is left of the error is
+the model's coordination (messages' CPU, the wire, waiting, the servers), not the machine's
+speed on the day.
+
+A real run's trace (``trace.json``, one track a rank) gives each rank's steps: a step is
+what lies between two of its ``data`` spans (a worker gathers its batch once a step), or,
+on a pipeline stage that gathers none, from one first forward pass (``F0``) to the next.
+Its compute is the sum of its ``compute`` spans there. The host's data and update work is
+replayed per rank as its mean per step: a first simulation with the compute replayed gives
+the model's, and each rank's charges are scaled by real / model in the second.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.config import Config
+from sim.errors import UserError
+from sim.results import Run, iteration_s, load_repeats
+from sim.simulated.replay import REPLAYED_KINDS, MeasuredTimes
+from sim.trace import WORKERS
+
+FIRST_PASS = "F0"  # a pipeline stage's first forward pass of a step
+
+
+def track_spans(trace: dict[str, Any]) -> dict[str, list[tuple[str, str, float, float]]]:
+    """Each worker track's slices (kind, name, start s, seconds), in time order, by the
+    track's name. Raises UserError for a trace without worker tracks."""
+    events = trace.get("traceEvents") if isinstance(trace, dict) else None
+    if not isinstance(events, list):
+        raise UserError("trace.json: no traceEvents list (a damaged or foreign trace)")
+    names = {e.get("tid"): e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"
+             and e.get("pid") == WORKERS}
+    spans: dict[str, list[tuple[str, str, float, float]]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("pid") == WORKERS and e.get("tid") in names:
+            spans[names[e["tid"]]].append((e.get("cat", ""), e.get("name", ""),
+                                           e["ts"] * 1e-6, e["dur"] * 1e-6))
+    for track in spans.values():
+        track.sort(key=lambda s: s[2])
+    return dict(spans)
+
+
+def step_compute_s(spans: list[tuple[str, str, float, float]]) -> np.ndarray:
+    """Seconds of compute in each step of one track (module docstring); steps that
+    computed nothing (a gather the run ended after) are left out."""
+    gathers = any(kind == "data" for kind, *_ in spans)
+    steps: list[float] = []
+    current, previous = None, None
+    for kind, label, _, seconds in spans:
+        opens = (kind == "data") if gathers else (
+            kind == "compute" and (label == FIRST_PASS and previous != FIRST_PASS
+                                   or current is None))
+        if opens:
+            if current:
+                steps.append(current)
+            current = 0.0
+        if kind == "compute":
+            current = (current or 0.0) + seconds
+            previous = label
+    if current:
+        steps.append(current)
+    return np.array(steps)
+
+
+def _per_step(spans: dict[str, list[tuple[str, str, float, float]]]
+              ) -> dict[tuple[str, str], float]:
+    """Each track's seconds of each replayed kind per step (tracks with steps only)."""
+    out = {}
+    for track, slices in spans.items():
+        steps = step_compute_s(slices).size
+        for kind in REPLAYED_KINDS:
+            total = sum(s for k, _, _, s in slices if k == kind)
+            if steps and total > 0:
+                out[(track, kind)] = total / steps
+    return out
+
+
+def measured_times(run_dir: Path) -> MeasuredTimes:
+    """A real run's compute by rank and step, from its trace. Raises UserError naming the
+    file when it is missing or holds no compute."""
+    path = Path(run_dir) / "trace.json"
+    try:
+        trace = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: cannot read the real run's trace to replay ({exc})") from None
+    spans = track_spans(trace)
+    steps = {track: step_compute_s(slices) for track, slices in spans.items()}
+    if not any(s.size for s in steps.values()):
+        raise UserError(f"{path}: no compute spans on any rank's track; nothing to replay")
+    return MeasuredTimes(str(run_dir), steps, _per_step(spans))
+
+
+def simulate_replayed(config: Config, real_dir: Path) -> Any:
+    """``config`` simulated with real run ``real_dir``'s compute replayed by rank and step
+    and its data and update work by rank (two simulations; the second's
+    :class:`sim.simulated.engine.Result`)."""
+    from sim.simulated.engine import simulate
+
+    real = measured_times(real_dir)
+    first = simulate(config, measured=replace(real, scales={}))
+    model = _per_step(track_spans(first.trace))
+    scales = {key: real.scales[key] / model[key] for key in real.scales if key in model}
+    return simulate(config, measured=replace(real, scales=scales))
+
+
+def replay_against(config: Config, reals: list[Run], out: Path | None = None
+                   ) -> dict[str, Any]:
+    """Each of ``reals`` (the repeats of one real run) simulated with its own compute
+    replayed: the time per update, simulated (mean over the repeats) against real (mean),
+    each repeat's own error, and each activity's simulated minus real seconds per update.
+    Writes the replayed runs to ``out/r<K>`` when given."""
+    from sim.rundir import write_run
+
+    sims, rows = [], []
+    for i, real in enumerate(reals):
+        result = simulate_replayed(config, real.path)
+        if out is not None:
+            write_run(out / f"r{i}", result.files())
+        simulated, measured = iteration_s(result.summary), real.iteration_s
+        if simulated is None or measured is None:
+            raise UserError(f"{real.path}: the run applied no updates; nothing to replay")
+        sims.append(result.summary)
+        rows.append({"sim": simulated, "real": measured, "error": simulated / measured - 1,
+                     "steps_drawn": result.summary["replayed"]["steps_drawn"]})
+    sim_mean = float(np.mean([r["sim"] for r in rows]))
+    real_mean = float(np.mean([r["real"] for r in rows]))
+    return {"iteration_s": {"sim": sim_mean, "real": real_mean,
+                            "error": sim_mean / real_mean - 1},
+            "repeats": rows, "activities": _activities(sims, reals)}
+
+
+def _activities(sims: list[dict[str, Any]], reals: list[Run]) -> dict[str, float]:
+    """Each activity's simulated minus real seconds per update, mean over the repeats."""
+    out = {}
+    for kind in ("compute", "data", "update", "overhead", "wire", "wait"):
+        diffs = [(s.get(f"{kind}_s") or 0.0) / s["iterations"]
+                 - (r.summary.get(f"{kind}_s") or 0.0) / r.summary["iterations"]
+                 for s, r in zip(sims, reals, strict=True)]
+        out[kind] = float(np.mean(diffs))
+    return out
+
+
+def replay_dirs(sim_dir: Path, real_dir: Path, out: Path | None = None) -> dict[str, Any]:
+    """:func:`replay_against` for ``sim compare SIM_DIR REAL_DIR --replay``: the simulated
+    run's resolved config against the real run's repeats. Raises UserError."""
+    from sim.training.validator import load_config
+
+    config = load_config(Path(sim_dir) / "config.toml")
+    return replay_against(config, load_repeats(real_dir), out)
