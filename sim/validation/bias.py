@@ -53,14 +53,15 @@ def budget(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "below": sum(e < 0 for e in errors), "activities": activities}
 
 
-def lines(rows: list[dict[str, Any]]) -> list[str]:
-    """The README's section: the table of signed error per activity."""
+def lines(rows: list[dict[str, Any]], scope: str = "") -> list[str]:
+    """The README's section: the table of signed error per activity (over the cases
+    ``scope`` names, e.g. " with a core per rank")."""
     b = budget(rows)
     if not b["cases"]:
         return []
     n = b["cases"]
-    out = ["## Where the error lives", "",
-           f"Mean signed error of the time per update over the {n} cases: "
+    out = [f"## Where the error lives{scope and ':'}{scope}", "",
+           f"Mean signed error of the time per update over the {n} cases{scope}: "
            f"**{b['mean_error']:+.1%}** ({b['below']}/{n} simulated faster than real; target "
            "within +-3%). Each activity's simulated minus real time per update, over the "
            "case's real time per update, is its part of the case's error; the means add up "

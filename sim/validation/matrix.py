@@ -327,6 +327,7 @@ def run_repeats(config: Config, case: Case, real: RealRun, real_dir: Path, repea
 def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, repeat: int,
              quiet: tuple[float, float], retries: int = 2) -> dict[str, Any]:
     """Simulate and run one case; its row for the README (with ``error`` if it failed)."""
+    from sim.validation.replay import replay_case
     from sim.validation.sim_vs_real import compare
 
     row: dict[str, Any] = {"case": case.name, "levels": case.levels}
@@ -340,6 +341,7 @@ def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, r
         row |= run_repeats(config, case, real, real_dir, repeat, quiet, retries)
         row["real_s"] = time.monotonic() - started
         row["report"] = compare(sim_dir, real_dir)
+        row["replay"] = replay_case(config, real_dir, out / case.name / "replay")
     except (UserError, RunFailed) as exc:
         row["error"] = str(exc)
     return row

@@ -156,3 +156,12 @@ def replay_dirs(sim_dir: Path, real_dir: Path, out: Path | None = None) -> dict[
 
     config = load_config(Path(sim_dir) / "config.toml")
     return replay_against(config, load_repeats(real_dir), out)
+
+
+def replay_case(config: Config, real_dir: Path, out: Path) -> dict[str, Any] | str:
+    """A validation case's :func:`replay_against` of its real repeats, or why there is none
+    (one line: a run that recorded no compute, or a config the replay cannot time)."""
+    try:
+        return replay_against(config, load_repeats(real_dir), out)
+    except (UserError, ValueError) as exc:
+        return str(exc)

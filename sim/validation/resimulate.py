@@ -55,6 +55,7 @@ def resimulate_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: 
     """One case simulated again and compared with its earlier real runs: its row. With
     ``spread`` (seeds, sigma, speed_sigma) and real kernels, also its :func:`predicted_interval`."""
     from sim.calibration.from_runs import kernel_workload
+    from sim.validation.replay import replay_case
     from sim.validation.sim_vs_real import compare
 
     row: dict[str, Any] = {"case": case.name, "levels": case.levels}
@@ -66,6 +67,7 @@ def resimulate_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: 
         config = case_config(matrix, case, profiles)
         simulate_into(config, sim_dir)
         row["report"] = compare(sim_dir, real_dir)
+        row["replay"] = replay_case(config, real_dir, out / case.name / "replay")
         if spread and kernel_workload(config):
             interval = predicted_interval(config, *spread)
             real = row["report"]["iteration_s"]["real"]["mean"]

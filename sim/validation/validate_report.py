@@ -15,7 +15,7 @@ from typing import Any
 
 from sim.rundir import write_atomic
 from sim.training.compute_model import describe_rates
-from sim.validation import bias, ratios, reproducibility
+from sim.validation import bias, placement, ratios, reproducibility
 
 ITERATION_TARGET, ITERATION_WORST, TTT_TARGET = 0.05, 0.15, 0.10
 
@@ -154,10 +154,6 @@ def _load(row: dict[str, Any]) -> str:
     return text + (f" ({len(row['discarded'])} retaken)" if row["discarded"] else "")
 
 
-def fitting(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r.get("ranks", 0) <= (os.cpu_count() or 1)]
-
-
 def quiet_rows(rows: list[dict[str, Any]], threshold: float) -> list[dict[str, Any]]:
     return [r for r in rows if "error" not in r and max(r["other_load"]) <= threshold]
 
@@ -174,15 +170,23 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
 
 
+def _replayed(row: dict[str, Any]) -> str:
+    """The case's error with its compute replayed, or why there is none."""
+    replay = row.get("replay")
+    if isinstance(replay, dict):
+        return f"{replay['iteration_s']['error']:+.1%}"
+    return "-" if replay is None else f"- ({replay})"
+
+
 def _table(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["| case | ranks | sim ms/update | real ms/update (mean [min..max]) | error | "
-             "in spread | TTT sim s | TTT real s | TTT error | loss dist. | other load | "
-             "sim - real per activity, us/update |",
-             "|" + "---|" * 12]
+             "error, compute replayed | in spread | TTT sim s | TTT real s | TTT error | "
+             "loss dist. | other load | sim - real per activity, us/update |",
+             "|" + "---|" * 13]
     for row in rows:
         if "error" in row:
             lines.append(f"| {row['case']} | {row.get('ranks', '-')} | FAILED: "
-                         f"{row['error']} |" + " |" * 9)
+                         f"{row['error']} |" + " |" * 10)
             continue
         rep = row["report"]
         it, tt = rep["iteration_s"], rep["time_to_target_s"]
@@ -195,7 +199,8 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {row['case']} | {row['ranks']} | {it['sim'] * 1e3:.3f} | "
             f"{real['mean'] * 1e3:.3f} [{real['min'] * 1e3:.3f}..{real['max'] * 1e3:.3f}] | "
-            f"{it['error']:+.1%} | {inside} | {ttt_sim} | {ttt_real} | {_pct(tt['error'])} | "
+            f"{it['error']:+.1%} | {_replayed(row)} | {inside} | {ttt_sim} | {ttt_real} | "
+            f"{_pct(tt['error'])} | "
             f"{'-' if dist is None else f'{dist:.1%}'} | {_load(row)} | "
             f"{activities(row)} |")
     return lines
@@ -225,6 +230,31 @@ def summary_lines(rows: list[dict[str, Any]], label: str = "") -> list[str]:
     if len(done) < len(rows):
         lines.append(f"- {len(rows) - len(done)} case(s) failed (see the table)")
     return lines
+
+
+def _reproducibility(rows: list[dict[str, Any]], before: dict[str, Any] | None
+                     ) -> float | None:
+    """The median |difference| of this validation's real times from the last one's."""
+    found = reproducibility.compare(reproducibility.real_means(rows), before["real_s"]) \
+        if before else None
+    return None if found is None else found["median"]
+
+
+def _group_lines(rows: list[dict[str, Any]], quiet: float) -> list[str]:
+    """Each placement group's iteration-time, time-to-target and spread figures."""
+    out = []
+    for key, label in (("core", " (a core per rank)"), ("oversubscribed", " (oversubscribed)")):
+        some = placement.groups(rows)[key]
+        if some:
+            out += [f"### All figures{label}", "", *summary_lines(some, label),
+                    f"- repeat spread (max - min over the mean of a case's real repeats): "
+                    f"median **{placement.repeat_spread(some):.1%}**", ""]
+    calm = quiet_rows(rows, quiet)
+    if 0 < len(calm) < len(rows):
+        out += [f"Only the cases whose kept repeats all saw other load <= {quiet:.0%} "
+                f"({len(calm)} of {len(rows)}; both placements):", "",
+                *summary_lines(calm, " (quiet cases)"), ""]
+    return out
 
 
 def write_readme(path: Path, rows: list[dict[str, Any]], skipped: list[str],
@@ -257,21 +287,11 @@ def write_readme(path: Path, rows: list[dict[str, Any]], skipped: list[str],
         f"{meta['retries']} times, keeping the least disturbed) when it was higher. 'other "
         "load' in the table is the worst share among the kept repeats.",
         "",
-        "## Targets",
-        "",
-        *summary_lines(rows),
-        "",
-        f"Only the cases with no more ranks than cores ({len(fitting(rows))} of {len(rows)}; "
-        "no rank waits for a core there):",
-        "",
-        *summary_lines(fitting(rows), " (ranks <= cores)"),
-        "",
-        *([f"Only the cases whose kept repeats all saw other load <= {meta['quiet'][0]:.0%} "
-           f"({len(quiet_rows(rows, meta['quiet'][0]))} of {len(rows)}):", "",
-           *summary_lines(quiet_rows(rows, meta["quiet"][0]), " (quiet cases)"), ""]
-          if len(quiet_rows(rows, meta["quiet"][0])) < len(rows) else []),
         *reproducibility.lines(rows, meta.get("before")),
-        *bias.lines(rows),
+        *placement.lines(rows, _reproducibility(rows, meta.get("before"))),
+        *_group_lines(rows, meta["quiet"][0]),
+        *bias.lines(placement.groups(rows)["core"], " with a core per rank"),
+        *bias.lines(placement.groups(rows)["oversubscribed"], " oversubscribed"),
         *ratios.lines(rows),
         "## Cases",
         "",
