@@ -235,3 +235,13 @@ def test_a_run_summary_prints_no_dash_for_a_figure_it_cannot_have():
     lines = format_summary(summary, target_loss=0.1).splitlines()
     assert next(x for x in lines if x.split()[0] == "time_to_target_s").split()[1:] == [
         "never"]
+
+
+def test_sim_list_profiles_line_up_however_long_a_name_or_count():
+    """gpipe-transformer-48's name and gpt-1t's FLOPs overflowed fixed column widths, so
+    their lines' figures stood out of line with the others' (issue 47, tutorial walk)."""
+    from sim.commands import list as listing
+
+    lines = listing.profiles()
+    for word in (" M params", " GFLOP forward", " forward+backward"):
+        assert len({line.index(word) for line in lines}) == 1, word
