@@ -65,14 +65,17 @@ def profiles() -> list[str]:
     backward) and its source."""
     from sim.workloads.timing_profiles import PROFILES
 
-    lines = []
+    rows = []
     for name, build in PROFILES.items():
         p = build()
         step = p.forward_flops + sum(p.backward_flops(i) for i in range(len(p.layers)))
-        lines.append(f"{name:<14} {p.params / 1e6:7.2f} M params  {p.forward_flops / 1e9:6.2f} "
-                     f"GFLOP forward, {step / 1e9:6.2f} forward+backward per sample "
-                     f"({p.source})")
-    return lines
+        rows.append((name, f"{p.params / 1e6:.2f}", f"{p.forward_flops / 1e9:.2f}",
+                     f"{step / 1e9:.2f}", p.source))
+    # columns as wide as their widest cell: gpt-1t's 12550538.68 GFLOP and
+    # gpipe-transformer-48 overflowed fixed widths and shifted their lines
+    w = [max(len(row[i]) for row in rows) for i in range(4)]
+    return [f"{n:<{w[0]}} {m:>{w[1]}} M params  {f:>{w[2]}} GFLOP forward, {s:>{w[3]}} "
+            f"forward+backward per sample ({src})" for n, m, f, s, src in rows]
 
 
 def _first_sentence(obj: object) -> str:

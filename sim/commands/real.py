@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "nothing without --twin)")
 
 
-def format_repeats(summaries: list[dict]) -> str:
+def format_repeats(summaries: list[dict], target_loss: float | None = None) -> str:
     """The repeats' figures, labelled as wall-clock: each shown key's mean over the repeats,
     with their min .. max when there are several (sim_time_s is the run's wall-clock time
     here, so it is shown as run_time_s)."""
@@ -70,7 +70,7 @@ def format_repeats(summaries: list[dict]) -> str:
             mean[key] = mean_ci(values).mean
             if n > 1:
                 spread[key] = f"  ({min(values):.6g} .. {max(values):.6g})"
-    lines = format_summary(mean).replace("  sim_time_s ", "  run_time_s ").splitlines()
+    lines = format_summary(mean, target_loss).replace("  sim_time_s ", "  run_time_s ").splitlines()
     shown = [line + spread.get(line.split()[0].replace("run_time_s", "sim_time_s"), "")
              for line in lines]
     what = f"mean of {n} repeats (min .. max)" if n > 1 else "one run"
@@ -107,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
         return 1
     print(f"{config.strategy.kind} on {placement(config, summaries[-1])} ({args.net}), "
           f"{config.workload.model}/{config.workload.dataset}:")
-    print(format_repeats(summaries))
+    print(format_repeats(summaries, config.run.target_loss))
     shown = "r0 ... " if args.repeat > 1 else ""
     print(f"results: {out}/ {shown}(config.toml, summary.json, metrics.csv, trace.json)")
     for line in load_warnings(summaries):

@@ -41,15 +41,20 @@ def default_out(config_path: Path) -> Path:
     return Path("runs") / config_path.stem
 
 
-def format_summary(summary: dict) -> str:
+def format_summary(summary: dict, target_loss: float | None = None) -> str:
+    """The shown figures, one a line. As in the sweep's table, a figure this run cannot
+    have (null: no run.target_loss, no device memory to fit in, no loss evaluated) is left
+    out rather than printed as ``-``; a target set but not reached reads ``never``."""
     keys = SHOWN + tuple(k for k in FAULT_SHOWN + PARALLEL_SHOWN + MEMORY_SHOWN
                          if k in summary)
-    width = max(map(len, keys))
+    values = {k: summary.get(k) for k in keys}
+    if values.get("time_to_target_s") is None and target_loss is not None:
+        values["time_to_target_s"] = "never"
+    values = {k: v for k, v in values.items() if v is not None}
+    width = max(map(len, values), default=0)
     lines = []
-    for key in keys:
-        value = summary.get(key)
-        shown = "-" if value is None else (f"{value:.6g}" if isinstance(value, float)
-                                            else str(value))
+    for key, value in values.items():
+        shown = f"{value:.6g}" if isinstance(value, float) else str(value)
         lines.append(f"  {key:<{width}}  {shown}")
     if summary.get("reduced"):
         lines.append(f"  REDUCED: {summary['reduced']}")
@@ -105,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
              f"microbatches, {par.schedule})" if "ranks" in summary else "")
     print(f"{config.strategy.kind} on {config.cluster.workers} workers{split}, "
           f"{config.workload.model}/{config.workload.dataset}:")
-    print(format_summary(summary))
+    print(format_summary(summary, config.run.target_loss))
     print(f"results: {out}/ (config.toml, summary.json, metrics.csv, trace.json)")
     flows = result.trace.get("otherData", {}).get("link_flows")
     if flows and flows["left_out"]:

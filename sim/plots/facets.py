@@ -9,6 +9,7 @@ key, under the panels, so it never runs off the figure (issue 47: the pipeline-b
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,9 +53,48 @@ class Facets:
         return ", ".join(key_value(k, v) for k, v in
                          zip(self.panel_keys, self.panels[index], strict=True))
 
-    def legend(self) -> tuple[list[Any], list[str], int]:
+    def product(self, configs: Sequence[Mapping[str, Any]]
+                ) -> tuple[list[str], list[str]] | None:
+        """The colour's and the dashes' values (named, in legend order) of ``configs`` when
+        they are every pairing of those values, else None."""
+        keys = [self.colour_key, *([self.dash_key] if self.dash_key else [])]
+        flats = [flatten(c) for c in configs]
+        values = [sorted({fmt(f.get(k)) for f in flats}, key=self.values[k].index)
+                  for k in keys]
+        if len(flats) != math.prod(map(len, values)):
+            return None
+        names = [[key_value(k, v) for v in vs] for k, vs in zip(keys, values, strict=True)]
+        return names[0], (names[1] if len(names) > 1 else [])
+
+    def describe(self, groups: Sequence[Sequence[Mapping[str, Any]]]) -> list[str]:
+        """Notes naming groups of series that coincide, by their styled keys' values.
+        Groups of one colour over several dash patterns share a note (``IB HDR and 10 GbE
+        coincide for batch 8 and batch 16``): one fact, such as a fabric that changes no
+        loss against updates, is said once rather than once per colour."""
+        per_colour: dict[tuple[str, ...], list[str]] = {}
+        notes = []
+        for configs in groups:
+            named = self.product(configs)
+            if named is None:  # not a product: each series by its colour and dashes
+                keys = [self.colour_key, *([self.dash_key] if self.dash_key else [])]
+                notes.append(and_list([", ".join(key_value(k, fmt(flatten(c).get(k)))
+                                                 for k in keys) for c in configs]))
+            elif len(named[0]) == 1 and len(named[1]) > 1:
+                per_colour.setdefault(tuple(named[1]), []).extend(named[0])
+            elif named[1]:
+                each = ", each" if len(named[0]) > 1 and len(named[1]) > 1 else ""
+                notes.append(f"{and_list(named[0])}{each} with {and_list(named[1])}")
+            else:
+                notes.append(and_list(named[0]))
+        return ([f"{and_list(list(dashes))} coincide for {and_list(colours)}"
+                 for dashes, colours in per_colour.items()]
+                + [f"{note} coincide" for note in notes])
+
+    def legend(self, notes: Sequence[str] = ()) -> tuple[list[Any], list[str], int]:
         """Handles, texts and columns of the legend: one column per styled key, its name
-        first, then a line per value (colour, or dashes in black); short columns padded."""
+        first, then a line per value (colour, or dashes in black); ``notes`` (which series
+        coincide) as text alone under the shortest column, where the padding would be;
+        short columns padded."""
         columns = [[(None, self.colour_key)] + [
             (Line2D([], [], color=st.colour(i)), key_value(self.colour_key, v))
             for i, v in enumerate(self.values[self.colour_key])]]
@@ -63,6 +103,7 @@ class Facets:
                 (Line2D([], [], color="0.2", linestyle=st.dash(i)),
                  key_value(self.dash_key, v))
                 for i, v in enumerate(self.values[self.dash_key])])
+        min(columns, key=len).extend((None, st.wrap(note, 30)) for note in notes)
         rows = max(map(len, columns))
         handles, texts = [], []
         for column in columns:  # a legend fills column by column
@@ -70,6 +111,11 @@ class Facets:
                 handles.append(handle or Line2D([], [], linestyle="none"))
                 texts.append(text)
         return handles, texts, len(columns)
+
+
+def and_list(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def facets(configs: Sequence[Mapping[str, Any]]) -> Facets | None:

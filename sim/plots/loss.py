@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from sim.errors import UserError
 from sim.plots import style as st
-from sim.plots.facets import Facets, facets
+from sim.plots.facets import Facets, and_list, facets
 from sim.plots.legends import context, labelled, repeats, styles, time_name
 from sim.results import Run, as_runs
 from sim.stats import mean_ci
@@ -235,7 +235,7 @@ def loss_figure(run_dirs: RunDirs, x: str = "time", *, logx: bool | None = None,
             if i % cols == 0:
                 axes[i].set_ylabel("held-out loss")
         if layout:
-            handles, texts, ncols = layout.legend()
+            handles, texts, ncols = layout.legend(notes)
             fig.legend(handles, texts, loc="outside lower center", ncols=ncols, fontsize=8)
         else:
             st.legend(fig, ax, list(by_label), notes)
@@ -258,12 +258,31 @@ def _looks(by_label: dict[str, list[Run]], lines: list[Line], layout: Facets | N
     if layout is not None:
         configs = {label: members[0].config for label, members in by_label.items()}
         placed = [layout.place(configs[line.group]) for line in lines]
-        return [{**look, "marker": marker} for _, look in placed], [p for p, _ in placed], []
+        panels = [p for p, _ in placed]
+        return ([{**look, "marker": marker} for _, look in placed], panels,
+                _facet_notes(layout, lines, panels, configs, log_y))
     groups = coinciding(lines, log_y)
     looks = [{**line.style, **look} for line, look in
              zip(lines, _distinguish(lines, groups, marker), strict=True)]
     return looks, [0] * len(lines), [f"{_names([lines[i].label for i in g])} coincide"
                                      for g in groups]
+
+
+def _facet_notes(layout: Facets, lines: list[Line], panels: list[int],
+                 configs: dict[str, Any], log_y: bool) -> list[str]:
+    """Which series of each panel coincide, a note said once for all the panels it holds
+    in (issue 47: the scaling sweep's 12 loss-vs-updates curves lie on one another, and its
+    figure showed a single line with no word of it)."""
+    where: dict[str, list[str]] = {}
+    for panel in dict.fromkeys(panels):
+        mine = [i for i, p in enumerate(panels) if p == panel]
+        groups = [[configs[lines[mine[k]].group] for k in group]
+                  for group in coinciding([lines[i] for i in mine], log_y)]
+        for note in layout.describe(groups):
+            where.setdefault(note, []).append(layout.panel_title(panel))
+    if not layout.panel_keys:
+        return list(where)
+    return [f"{and_list(titles)}: {note}" for note, titles in where.items()]
 
 
 def _scale(ax: Any, used: bool, log: bool, log_y: bool, xlim: XLim | None,

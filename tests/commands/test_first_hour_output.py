@@ -217,3 +217,31 @@ def test_a_sweep_table_shows_the_figures_of_what_it_sweeps(tmp_path, config):
     rows = [{"run": "a", "sim_time_s": 1.0, "bubble_fraction": 0.25}]
     table = run_table(report(["parallel.microbatches"], rows))
     assert "bubble_fraction" in table.splitlines()[0] and "0.25" in table
+
+
+def test_a_run_summary_prints_no_dash_for_a_figure_it_cannot_have():
+    """`sim run`'s summary follows the sweep table (issue 47, tutorial walk): a figure with
+    no value in this run (no run.target_loss; no device memory to fit in) is left out,
+    and a target not reached reads ``never``, not ``-``."""
+    from sim.commands.run import format_summary
+
+    summary = {"sim_time_s": 0.005, "iterations": 100, "time_to_target_s": None,
+               "peak_memory_bytes": 135680, "memory_fits": None}
+    keys = [line.split()[0] for line in format_summary(summary).splitlines()]
+    assert "time_to_target_s" not in keys and "memory_fits" not in keys
+    assert keys[:2] == ["sim_time_s", "iterations"] and "peak_memory_bytes" in keys
+    assert not [line for line in format_summary(summary).splitlines()
+                if line.split()[1] == "-"]
+    lines = format_summary(summary, target_loss=0.1).splitlines()
+    assert next(x for x in lines if x.split()[0] == "time_to_target_s").split()[1:] == [
+        "never"]
+
+
+def test_sim_list_profiles_line_up_however_long_a_name_or_count():
+    """gpipe-transformer-48's name and gpt-1t's FLOPs overflowed fixed column widths, so
+    their lines' figures stood out of line with the others' (issue 47, tutorial walk)."""
+    from sim.commands import list as listing
+
+    lines = listing.profiles()
+    for word in (" M params", " GFLOP forward", " forward+backward"):
+        assert len({line.index(word) for line in lines}) == 1, word

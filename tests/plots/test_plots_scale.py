@@ -57,7 +57,8 @@ def test_the_legend_and_panels_stay_inside_the_figure(many: list[Path]) -> None:
     assert box.x0 <= legend.x0 and legend.x1 <= box.x1 and box.y0 <= legend.y0
     texts = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "cluster.fabric" in texts and "workload.batch" in texts
-    assert len([t for t in texts if t]) == 2 + 2 + 4  # two headers and a line a value
+    # two headers and a line a value, and the note that one worker runs alike on both
+    assert len([t for t in texts if t and "coincide" not in t]) == 2 + 2 + 4
     for ax in fig.axes:
         if ax.get_visible():
             extent = ax.get_tightbbox(renderer)
@@ -82,3 +83,18 @@ def test_titles_agree_in_number(many: list[Path]) -> None:
     fig = loss_figure(many, "time")
     titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
     assert titles[0] == "1 worker" and titles[1] == "2 workers"
+
+
+def test_coinciding_series_of_a_paneled_figure_are_named_once(many: list[Path]) -> None:
+    """Against updates the fabrics' losses are the same points: the legend says so, or a
+    reader sees one colour where the legend promises two dash patterns (issue 47: the
+    scaling sweep's loss-vs-updates figure drew 12 curves as one). One fact, one note."""
+    def notes(x: str) -> list[str]:
+        texts = loss_figure(many, x).legends[0].get_texts()
+        return [" ".join(t.get_text().split()) for t in texts if "coincide" in t.get_text()]
+
+    batches = "batch 8, batch 16, batch 32 and batch 64"
+    assert notes("updates") == [
+        f"1 worker, 2 workers and 4 workers: IB HDR and 10 GbE coincide for {batches}"]
+    # against time only one worker, which sends nothing, runs alike on both fabrics
+    assert notes("time") == [f"1 worker: IB HDR and 10 GbE coincide for {batches}"]
