@@ -51,21 +51,26 @@ def track_spans(trace: dict[str, Any]) -> dict[str, list[tuple[str, str, float, 
 
 def step_compute_s(spans: list[tuple[str, str, float, float]]) -> np.ndarray:
     """Seconds of compute in each step of one track (module docstring); steps that
-    computed nothing (a gather the run ended after) are left out."""
-    gathers = any(kind == "data" for kind, *_ in spans)
+    computed nothing (a gather the run ended after) are left out. A track with neither
+    gathers nor first passes (a simulated one on the ideal host) takes each run of
+    back-to-back compute spans as a step."""
+    kinds, labels = {k for k, *_ in spans}, {label for _, label, *_ in spans}
     steps: list[float] = []
-    current, previous = None, None
-    for kind, label, _, seconds in spans:
-        opens = (kind == "data") if gathers else (
-            kind == "compute" and (label == FIRST_PASS and previous != FIRST_PASS
-                                   or current is None))
+    current, previous, end = None, None, -np.inf
+    for kind, label, start, seconds in spans:
+        if "data" in kinds:
+            opens = kind == "data"
+        elif FIRST_PASS in labels:
+            opens = kind == "compute" and label == FIRST_PASS and previous != FIRST_PASS
+        else:
+            opens = kind == "compute" and not np.isclose(start, end, rtol=0, atol=1e-9)
         if opens:
             if current:
                 steps.append(current)
             current = 0.0
         if kind == "compute":
             current = (current or 0.0) + seconds
-            previous = label
+            previous, end = label, start + seconds
     if current:
         steps.append(current)
     return np.array(steps)
@@ -77,8 +82,12 @@ def _per_step(spans: dict[str, list[tuple[str, str, float, float]]]
     out = {}
     for track, slices in spans.items():
         steps = step_compute_s(slices).size
+        # a gather after the last compute began a step the run ended in: left out, as is
+        # that step
+        last = max((start + s for k, _, start, s in slices if k == "compute"), default=0.0)
         for kind in REPLAYED_KINDS:
-            total = sum(s for k, _, _, s in slices if k == kind)
+            total = sum(s for k, _, start, s in slices
+                        if k == kind and (kind != "data" or start < last))
             if steps and total > 0:
                 out[(track, kind)] = total / steps
     return out
