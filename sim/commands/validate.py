@@ -44,6 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "was more during it (default 0.10)")
     parser.add_argument("--quiet-wait", type=float, default=10.0,
                         help="wait at most this many seconds for a quiet machine (default 10)")
+    parser.add_argument("--recalibrate-every", type=int, default=15, metavar="CASES",
+                        help="measure the device again after every CASES cases and simulate "
+                             "each case on the calibration nearest its real repeats, so the "
+                             "machine's drift moves both sides (default 15; 0: calibrate "
+                             "once, at the start)")
     parser.add_argument("--retries", type=int, default=2,
                         help="take a disturbed repeat again at most this often (default 2)")
 
@@ -55,6 +60,8 @@ def main(args: argparse.Namespace) -> int:
 
     if args.repeat is not None and args.repeat < 1:
         raise UserError("--repeat must be at least 1")
+    if args.recalibrate_every < 0:
+        raise UserError("--recalibrate-every must be >= 0 (0: calibrate once)")
     if args.spread < 0 or (args.spread and not args.fit_on):
         raise UserError("--spread SEEDS: a count >= 0, with --fit-on (its spread is the fit's)")
     if args.fit_on and args.resimulate is None:
@@ -67,7 +74,8 @@ def main(args: argparse.Namespace) -> int:
         rows = run_matrix(args.matrix, out, readme, args.only, args.repeat,
                           args.profiles, (args.quiet_load, args.quiet_wait),
                           say=lambda text: print(text, flush=True), quick=args.quick,
-                          retries=max(args.retries, 0))
+                          retries=max(args.retries, 0),
+                          recalibrate_every=args.recalibrate_every)
     failed = sum("error" in row for row in rows)
     print(f"{len(rows) - failed}/{len(rows)} cases done; report: {readme}")
     return 0

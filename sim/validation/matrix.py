@@ -213,7 +213,7 @@ def calibrate_all(matrix: Matrix, cases: list[Case], out: Path, say: Callable,
     plan = calibration_plan(list(configs.values()), sorted({case.net for case in cases}),
                             ranks, quick, quiet, retries, recovered_configs(matrix, cases), rpc)
     profiles: dict[str, Any] = calibrate(plan, out, Progress(say))
-    profiles["workloads"] = plan.workloads
+    profiles["workloads"], profiles["plan"] = plan.workloads, plan
     return profiles
 
 
@@ -340,6 +340,7 @@ def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, r
         started = time.monotonic()
         row |= run_repeats(config, case, real, real_dir, repeat, quiet, retries)
         row["real_s"] = time.monotonic() - started
+        row["real_at"] = started + row["real_s"] / 2  # for the calibration nearest in time
         row["report"] = compare(sim_dir, real_dir)
         row["replay"] = replay_case(config, real_dir, out / case.name / "replay")
     except (UserError, RunFailed) as exc:
@@ -359,11 +360,40 @@ def simulate_into(config: Config, sim_dir: Path) -> None:
                         "trace.json": json.dumps(result.trace)})
 
 
+def _say_case(say: Callable, i: int, n: int, case: Case, row: dict[str, Any]) -> None:
+    if "error" in row:
+        say(f"[{i + 1}/{n}] {case.name}: FAILED: {row['error']}")
+        return
+    it = row["report"]["iteration_s"]
+    say(f"[{i + 1}/{n}] {case.name}: sim {it['sim'] * 1e3:.3f} ms, real "
+        f"{it['real']['mean'] * 1e3:.3f} ms, error {it['error']:+.1%} (other load "
+        f"<= {max(row['other_load']):.0%}, {len(row['discarded'])} repeat(s) taken again)")
+
+
+def _nearest_again(matrix: Matrix, cases: list[Case], rows: list[dict[str, Any]],
+                   group: range, profiles: dict[str, Any],
+                   calibrations: list[tuple[float, Path]], out: Path) -> None:
+    """The cases of ``group`` whose real repeats lie nearer in time to a later calibration
+    than to the one they were simulated on, simulated again on that one."""
+    from sim.validation import drift
+    from sim.validation.resimulate import resimulate_case
+
+    for k in group:
+        row, case = rows[k], cases[k]
+        if "error" in row or "real_at" not in row:
+            continue
+        device = drift.nearest(calibrations, row["real_at"])
+        if device != calibrations[-2][1]:
+            rows[k] = resimulate_case(matrix, case, {**profiles, "device": device},
+                                      out / "cases", out / "cases" / case.name / "real", row)
+        rows[k]["device"] = str(device)
+
+
 def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | None,
                repeat: int | None, profiles_dir: Path | None, quiet: tuple[float, float],
                say: Callable = print, quick: bool = False,
-               retries: int = 2) -> list[dict[str, Any]]:
-    from sim.validation import reproducibility
+               retries: int = 2, recalibrate_every: int = 15) -> list[dict[str, Any]]:
+    from sim.validation import drift, reproducibility
     from sim.validation.validate_report import write_readme
 
     matrix = load_matrix(matrix_path)
@@ -381,24 +411,30 @@ def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | Non
         profiles = calibrate_all(matrix, cases, out / "profiles", say, quick, quiet, retries)
     else:
         profiles = stored_profiles(profiles_dir, sorted({c.net for c in cases}))
-    rows = []
+    # the device measured again after every group of cases (not on reused profiles)
+    every = recalibrate_every if profiles_dir is None and "plan" in profiles else 0
+    calibrations = [(time.monotonic(), profiles["device"])]
+    rows: list[dict[str, Any]] = []
+    first = 0  # the group's first case
     for i, case in enumerate(cases):
-        row = run_case(matrix, case, profiles, out / "cases", repeat or matrix.repeat, quiet,
+        now = {**profiles, "device": calibrations[-1][1]}
+        row = run_case(matrix, case, now, out / "cases", repeat or matrix.repeat, quiet,
                        retries)
         rows.append(row)
-        if "error" in row:
-            say(f"[{i + 1}/{len(cases)}] {case.name}: FAILED: {row['error']}")
-        else:
-            it = row["report"]["iteration_s"]
-            say(f"[{i + 1}/{len(cases)}] {case.name}: sim {it['sim'] * 1e3:.3f} ms, real "
-                f"{it['real']['mean'] * 1e3:.3f} ms, error {it['error']:+.1%} (other load "
-                f"<= {max(row['other_load']):.0%}, {len(row['discarded'])} repeat(s) "
-                "taken again)")
+        _say_case(say, i, len(cases), case, row)
+        if every and ((i + 1) % every == 0 or i + 1 == len(cases)):
+            place = out / "profiles" / f"again-{len(calibrations)}"
+            calibrations.append(drift.recalibrate(profiles["plan"], place, say))
+            _nearest_again(matrix, cases, rows, range(first, i + 1), profiles, calibrations,
+                           out)
+            first = i + 1
     write_atomic(out / "rows.json", json.dumps(rows, indent=2) + "\n")
-    drift = device_drift(profiles, quiet, retries)
+    moved = [] if every else device_drift(profiles, quiet, retries)
     profiles.pop("workloads", None)
+    profiles.pop("plan", None)
     real_json = readme.with_name("real.json")
-    write_readme(readme, rows, skipped, {"drift": drift,
+    write_readme(readme, rows, skipped, {"drift": moved,
+        "recalibrations": drift.drift(calibrations),
         "matrix": matrix, "out": out, "profiles": profiles, "only": only,
         "repeat": repeat or matrix.repeat, "elapsed_s": time.monotonic() - started,
         "quiet": quiet, "retries": retries, "before": reproducibility.load(real_json)})

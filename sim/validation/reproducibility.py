@@ -26,10 +26,30 @@ def real_means(rows: list[dict[str, Any]]) -> dict[str, float]:
             if "error" not in r}
 
 
+def cpu_model() -> str:
+    """This machine's CPU (/proc/cpuinfo's model name; the platform's where there is none)."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def save(path: Path, rows: list[dict[str, Any]]) -> None:
     write_atomic(path, json.dumps({"format": FORMAT,
                                    "date": dt.datetime.now().isoformat(timespec="minutes"),
-                                   "real_s": real_means(rows)}, indent=2) + "\n")
+                                   "cpu": cpu_model(), "real_s": real_means(rows)},
+                                  indent=2) + "\n")
+
+
+def comparable(before: dict[str, Any] | None) -> bool:
+    """Whether the last validation's real times were taken on this machine's CPU (one that
+    did not record its CPU is taken as another: machines differ between sessions)."""
+    return bool(before) and before.get("cpu") == cpu_model()
 
 
 def load(path: Path) -> dict[str, Any] | None:
@@ -59,6 +79,12 @@ def compare(now: dict[str, float], before: dict[str, float]) -> dict[str, Any] |
 
 def lines(rows: list[dict[str, Any]], before: dict[str, Any] | None) -> list[str]:
     """The README's section on it (empty without an earlier validation to compare with)."""
+    if before and not comparable(before):
+        return ["## Reproducibility of the real runs", "",
+                f"The last validation's real times (`real.json`, {before['date']}) were taken "
+                f"on another CPU ({before.get('cpu', 'not recorded')}; this one: "
+                f"{cpu_model()}), so they say nothing of how this machine's runs repeat; "
+                "the targets set against reproducibility are not judged here.", ""]
     spread = compare(real_means(rows), before["real_s"]) if before else None
     if spread is None:
         return []

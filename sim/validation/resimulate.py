@@ -36,7 +36,8 @@ from sim.validation.matrix import (
 )
 from sim.validation.run_speed import draw, slower_profiles
 
-KEPT = ("ranks", "other_load", "discarded", "real_s")  # an earlier row's facts of its real runs
+# an earlier row's facts of its real runs
+KEPT = ("ranks", "other_load", "discarded", "real_s", "real_at")
 
 
 def earlier_rows(earlier: Path) -> dict[str, dict[str, Any]]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from sim.rundir import write_atomic
 from sim.training.compute_model import describe_rates
-from sim.validation import bias, placement, ratios, reproducibility
+from sim.validation import bias, drift, placement, ratios, reproducibility
 
 ITERATION_TARGET, ITERATION_WORST, TTT_TARGET = 0.05, 0.15, 0.10
 
@@ -236,7 +236,7 @@ def _reproducibility(rows: list[dict[str, Any]], before: dict[str, Any] | None
                      ) -> float | None:
     """The median |difference| of this validation's real times from the last one's."""
     found = reproducibility.compare(reproducibility.real_means(rows), before["real_s"]) \
-        if before else None
+        if before and reproducibility.comparable(before) else None
     return None if found is None else found["median"]
 
 
@@ -281,6 +281,7 @@ def write_readme(path: Path, rows: list[dict[str, Any]], skipped: list[str],
           if meta.get("resimulated") else []),
         "- calibrated profiles:", *[f"  {line}" for line in _profile_lines(meta["profiles"])],
         *_drift_lines(meta.get("drift", [])),
+        *drift.lines(meta.get("recalibrations", [])),
         f"- this machine is shared with other work. Each real repeat waited (up to "
         f"{meta['quiet'][1]:.0f} s) for other processes to use at most {meta['quiet'][0]:.0%} "
         "of the CPUs, measured their share during the repeat, and was taken again (at most "

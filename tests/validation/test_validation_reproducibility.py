@@ -49,3 +49,44 @@ def test_an_unreadable_earlier_file_means_no_section(tmp_path, content):
 def test_no_earlier_file_means_no_section(tmp_path):
     assert R.load(tmp_path / "absent.json") is None
     assert R.lines([row("a", 1.0)], None) == []
+
+
+def test_each_case_takes_the_calibration_nearest_its_real_runs_and_drift_is_reported(tmp_path):
+    """Issue 48, item 4: calibrations at 0, 100 and 200 s; a case run at 140 s is simulated
+    on the one of 100 s; the kernels' change between calibrations is reported."""
+    from sim.validation import drift
+
+    places = []
+    for i, seconds in enumerate([(1.0, 2.0), (1.1, 2.0), (0.99, 1.8)]):
+        place = tmp_path / f"c{i}"
+        place.mkdir()
+        (place / "device.json").write_text(json.dumps({"points": [
+            {"workload": "a", "seconds": seconds[0]}, {"workload": "b", "seconds": seconds[1]}]}))
+        places.append((100.0 * i, place))
+    assert drift.nearest(places, 140.0) == places[1][1]
+    assert drift.nearest(places, 160.0) == places[2][1]
+    found = drift.drift(places)
+    assert [round(d["minutes"], 3) for d in found] == [1.667, 1.667]
+    assert found[0]["low"] == pytest.approx(0.0) and found[0]["high"] == pytest.approx(0.1)
+    assert found[1]["median"] == pytest.approx(-0.1)
+    (line,) = drift.lines(found)
+    assert "after 1.7 min +5% (+0% .. +10%); after 1.7 min -10% (-10% .. -10%)" in line
+    assert drift.lines([]) == []
+
+
+def test_a_negative_recalibration_interval_exits_2(capsys):
+    from sim.cli import main
+
+    assert main(["validate", "--recalibrate-every", "-1"]) == 2
+    assert "--recalibrate-every must be >= 0" in capsys.readouterr().err
+
+
+def test_real_times_from_another_cpu_are_not_taken_as_reproducibility():
+    from sim.validation import reproducibility
+
+    rows = [{"case": "a", "report": {"iteration_s": {"real": {"mean": 1.0}}}}]
+    other = {"date": "2026-11-27T09:55", "cpu": "AMD EPYC", "real_s": {"a": 1.5}}
+    text = "\n".join(reproducibility.lines(rows, other))
+    assert "on another CPU (AMD EPYC" in text and "not judged" in text
+    same = {**other, "cpu": reproducibility.cpu_model()}
+    assert "median |difference| **33.3%**" in "\n".join(reproducibility.lines(rows, same))
