@@ -48,7 +48,7 @@ def replayed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for row in rows:
         replay = row.get("replay")
-        if not replay:
+        if not isinstance(replay, dict):  # none, or why there is none
             continue
         twin = copy.deepcopy(row)
         it = twin["report"]["iteration_s"]
@@ -127,6 +127,13 @@ def lines(rows: list[dict[str, Any]], reproducibility: float | None,
                          _times(replay_target, reproducibility), worst))
         out.append(_line("end to end (calibrated profiles)", f["end_to_end"],
                          _times(END_TO_END_FACTOR, reproducibility) if key == "core" else None))
+        if key == "core" and f["replayed"] and f["end_to_end"]:
+            out.append(f"- what to expect on a machine with a core for every rank: the "
+                       f"model's coordination within {f['replayed']['median']:.0%} of a "
+                       f"run (median; worst {f['replayed']['worst']:.0%}) once its compute "
+                       f"is known, and the whole step within {f['end_to_end']['median']:.0%} "
+                       f"(median; worst {f['end_to_end']['worst']:.0%}) from a calibration "
+                       "of the same machine")
         if f["ranking"] and key == "core":
             r = f["ranking"]
             out.append(f"- decisive pairs (real times differ by more than "

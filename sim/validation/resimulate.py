@@ -117,6 +117,17 @@ def _slower(config: Config, factor: float, place: Path) -> list[str]:
             f'compute.device="{CALIBRATED}{device_json}"']
 
 
+def _device_of(row: dict[str, Any], profiles: dict[str, Path],
+               given: Path | None) -> dict[str, Path]:
+    """The profiles a case is simulated on again: the device calibration nearest its real
+    runs (the row's ``device``, where ``sim validate`` measured the device again during the
+    matrix and ``--profiles`` does not replace them), else ``profiles``."""
+    device = row.get("device")
+    if given is None and isinstance(device, str) and (Path(device) / "device.json").is_file():
+        return {**profiles, "device": Path(device)}
+    return profiles
+
+
 def resimulate_matrix(matrix_path: Path, earlier: Path, out: Path, readme: Path | None,
                       only: list[str] | None, profiles_dir: Path | None,
                       say: Callable[[str], None] = print,
@@ -141,9 +152,10 @@ def resimulate_matrix(matrix_path: Path, earlier: Path, out: Path, readme: Path 
     started = time.monotonic()
     rows = []
     for case in cases:
-        rows.append(resimulate_case(matrix, case, profiles, out / "cases",
-                                    earlier / "cases" / case.name / "real", before[case.name],
-                                    spread))
+        rows.append(resimulate_case(matrix, case, _device_of(before[case.name], profiles,
+                                                             profiles_dir),
+                                    out / "cases", earlier / "cases" / case.name / "real",
+                                    before[case.name], spread))
     failed = [r for r in rows if "error" in r]
     for row in failed:
         say(f"{row['case']}: FAILED: {row['error']}")
