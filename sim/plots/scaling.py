@@ -77,7 +77,10 @@ def scaling_figure(sweep_dir: Path | str) -> Figure:
         # below the panels: beside them its top ran into a long title (issue 33, part 7)
         fig.legend(handles + extra[0], labels + extra[1], loc="outside lower center",
                    ncols=min(3, len(labels) + len(extra[1])))
-        note = f"mean of {seeds} seeds, bars: 95% CI" if seeds > 1 else "one run per point"
+        spread = any(np.nanmax(line.half, initial=0.0) > 0 for line in lines)
+        # seeds that give the same throughput (a timing that draws nothing) draw no bars
+        note = ("one run per point" if seeds == 1 else f"mean of {seeds} seeds, bars: 95% CI"
+                if spread else f"{seeds} seeds alike: no spread to draw")
         fig.suptitle(f"Scaling with workers ({note}, log-log)", fontweight="bold")
     return fig
 

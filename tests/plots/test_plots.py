@@ -354,6 +354,16 @@ def test_scaling_is_log_log_with_a_straight_ideal_and_95_bars(tmp_path: Path) ->
     assert_figures(plots.plot_scaling(sweep, tmp_path / "out"), ["scaling"])
 
 
+def test_seeds_that_agree_are_not_titled_with_bars(tmp_path: Path) -> None:
+    """A timing-only sweep's seeds give one throughput: no bars show, so the title does not
+    promise them (issue 47's walkthrough)."""
+    rows = [{"run": f"{w}-{s}", "cluster.workers": w, "run.seed": s,
+             "samples_per_s": 100.0 * w} for w in (1, 2) for s in (0, 1, 2)]
+    fig = plots.scaling_figure(write_results(tmp_path / "alike", rows))
+    assert "3 seeds alike: no spread to draw" in fig.texts[0].get_text()
+    assert "bars" not in fig.texts[0].get_text()
+
+
 def test_sweep_lines_average_seeds_per_configuration() -> None:
     rows = [{"cluster.fabric": f, "cluster.workers": w, "run.seed": s, "y": w * 10.0 + s}
             for f in ("ib-hdr", "eth-10g") for w in (2, 1) for s in (0, 1)]
