@@ -125,8 +125,8 @@ def measure(args: argparse.Namespace) -> dict:
         finally:
             for worker in workers.values():
                 worker.close()
-    from sim.bench.kernel_bench import cpu_model
     from sim.kernels import cache_sizes
+    from sim.machine import cpu_model
     rows = [{"case": case, **{f"{n}_s": best[n][case] for n in VARIANTS},
              **{f"{n}_same_bits": digests[n][case] == digests[REFERENCE][case]
                 for n in VARIANTS if n != REFERENCE and digests[REFERENCE][case]}}

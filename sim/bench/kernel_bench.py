@@ -31,13 +31,13 @@ import platform
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from sim import kernels as K
 from sim.bench.side_by_side import compare
+from sim.machine import cpu_model
 
 
 @dataclass
@@ -370,17 +370,6 @@ def measure(args: argparse.Namespace) -> dict:
             "cpu": cpu_model(), "caches": str(K.cache_sizes()),
             "blas": blas, "copy_GBps": copy_Bps / 1e9, "rows": rows,  # copy_GBps: at the start
             "plans": K.kernel_plans(), "crossovers": crossovers(rows)}
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo, as lscpu prints it), else the platform's."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def slower_than_numpy(rows: list[dict]) -> list[dict]:

@@ -63,6 +63,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.machine import cpu_model
 from sim.network.transports import REGISTRY, Transport
 
 REPEATS = 3  # a full calibration's repeats, each size's median kept (--quick: 1)
@@ -279,19 +280,6 @@ def transport_profile(rtt: dict[str, Any], serialize: dict[str, Any],
 
 
 # ---- the whole calibration ---------------------------------------------------------------
-
-def cpu_model() -> str:
-    """This machine's CPU model (``/proc/cpuinfo``'s, as lscpu shows it), or the
-    platform's processor."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
-                return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
 
 def measure_transport(quick: bool = False) -> dict[str, Any]:
     """The ping-pong and the serialisation timings (see the module's doc)."""

@@ -31,7 +31,7 @@ from sim.network.transports import get_transport
 from sim.recorder import Recorder
 from sim.simulated.hosts import Hosts
 from sim.simulated.recovery import build_recovery
-from sim.simulated.replay import MeasuredTimes, Replay
+from sim.simulated.replayed import MeasuredTimes, Replay
 from sim.simulated.server import ParameterServer
 from sim.simulated.strategies.base import Context, Strategy
 from sim.trace import worker_track
@@ -195,7 +195,7 @@ def simulate(config: Config,
     KeyboardInterrupt (Ctrl-C; :class:`sim.progress.Stopped` for SIGTERM too) stops the run
     where it is: the result is what it reached, with ``complete: false`` and ``stopped_by``.
     ``plan``: as :func:`build_simulation` takes it. ``measured``: a real run's times to
-    replay instead of the modelled compute, data and update (:mod:`sim.simulated.replay`).
+    replay instead of the modelled compute, data and update (:mod:`sim.simulated.replayed`).
     """
     env, ctx, strategy = build_simulation(config, plan)
     ranks = ctx.plan.ranks if ctx.plan is not None else None  # a split replica's ranks

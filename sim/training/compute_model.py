@@ -302,7 +302,7 @@ class ComputeModel:
         self.slowdowns = cfg.slowdowns
         # a modelled compute.time_s is a sleep on real ranks, not CPU work
         self.on_host = self.device.on_host and cfg.time_s is None
-        # a real run's measured steps, replayed instead of drawn (sim.simulated.replay)
+        # a real run's measured steps, replayed instead of drawn (sim.simulated.replayed)
         self.replay: Any = None
 
     @property

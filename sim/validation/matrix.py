@@ -348,8 +348,9 @@ def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, r
     return row
 
 
-def simulate_into(config: Config, sim_dir: Path) -> None:
-    """Simulate ``config`` and write the run directory ``sim_dir``."""
+def simulate_into(config: Config, sim_dir: Path, replace: bool = False) -> None:
+    """Simulate ``config`` and write the run directory ``sim_dir`` (``replace``: over the
+    run already there)."""
     from sim.rundir import write_run
     from sim.simulated.engine import simulate
 
@@ -357,7 +358,7 @@ def simulate_into(config: Config, sim_dir: Path) -> None:
     write_run(sim_dir, {"config.toml": result.config_toml,
                         "summary.json": json.dumps(result.summary, indent=2) + "\n",
                         "metrics.csv": result.metrics_csv,
-                        "trace.json": json.dumps(result.trace)})
+                        "trace.json": json.dumps(result.trace)}, replace)
 
 
 def _say_case(say: Callable, i: int, n: int, case: Case, row: dict[str, Any]) -> None:
@@ -374,19 +375,26 @@ def _nearest_again(matrix: Matrix, cases: list[Case], rows: list[dict[str, Any]]
                    group: range, profiles: dict[str, Any],
                    calibrations: list[tuple[float, Path]], out: Path) -> None:
     """The cases of ``group`` whose real repeats lie nearer in time to a later calibration
-    than to the one they were simulated on, simulated again on that one."""
+    than to the one they were simulated on, simulated again on that one (their replayed
+    error stands: the replay takes the run's own compute, not the device's)."""
     from sim.validation import drift
-    from sim.validation.resimulate import resimulate_case
+    from sim.validation.sim_vs_real import compare
 
     for k in group:
         row, case = rows[k], cases[k]
         if "error" in row or "real_at" not in row:
             continue
         device = drift.nearest(calibrations, row["real_at"])
-        if device != calibrations[-2][1]:
-            rows[k] = resimulate_case(matrix, case, {**profiles, "device": device},
-                                      out / "cases", out / "cases" / case.name / "real", row)
-        rows[k]["device"] = str(device)
+        row["device"] = str(device)
+        if device == calibrations[-2][1]:
+            continue
+        sim_dir = out / "cases" / case.name / "sim"
+        try:
+            simulate_into(case_config(matrix, case, {**profiles, "device": device}), sim_dir,
+                          replace=True)
+            row["report"] = compare(sim_dir, out / "cases" / case.name / "real")
+        except UserError as exc:
+            row["error"] = str(exc)
 
 
 def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | None,

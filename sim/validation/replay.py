@@ -1,5 +1,5 @@
 """``sim compare --replay`` and the validation's second error: each real run simulated again
-with its own compute replayed (:mod:`sim.simulated.replay`), so what is left of the error is
+with its own compute replayed (:mod:`sim.simulated.replayed`), so what is left of the error is
 the model's coordination (messages' CPU, the wire, waiting, the servers), not the machine's
 speed on the day.
 
@@ -24,7 +24,7 @@ import numpy as np
 from sim.config import Config
 from sim.errors import UserError
 from sim.results import Run, iteration_s, load_repeats
-from sim.simulated.replay import REPLAYED_KINDS, MeasuredTimes
+from sim.simulated.replayed import REPLAYED_KINDS, MeasuredTimes
 from sim.trace import WORKERS
 
 FIRST_PASS = "F0"  # a pipeline stage's first forward pass of a step

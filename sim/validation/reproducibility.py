@@ -14,6 +14,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from sim.machine import cpu_model
 from sim.rundir import write_atomic
 
 FORMAT = "sgd-lab.validation-real/1"
@@ -24,19 +25,6 @@ def real_means(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Each completed case's real mean time per update (s)."""
     return {r["case"]: r["report"]["iteration_s"]["real"]["mean"] for r in rows
             if "error" not in r}
-
-
-def cpu_model() -> str:
-    """This machine's CPU (/proc/cpuinfo's model name; the platform's where there is none)."""
-    import platform
-
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def save(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -129,7 +129,7 @@ LAYERS: list[tuple[str, ...]] = [  # top to bottom
     ("sim.config", "sim.results", "sim.kernels", "sim.seeds", "sim.progress"),
     ("sim.recorder", "sim.calibrated"),
     ("sim.rundir",),
-    ("sim.trace", "sim.stats", "sim.names", "sim.quick"),
+    ("sim.trace", "sim.stats", "sim.names", "sim.quick", "sim.machine"),
     ("sim.errors", "sim._native", "sim"),
 ]
 

@@ -60,7 +60,7 @@ class Context:
     traffic: EmbeddingTraffic | None = None
     # the CPU side of each kind of message to or from the shards (see message_costs)
     message_memo: dict[tuple, ShardCosts] = field(default_factory=dict, repr=False)
-    # a real run's own compute, data and update times (sim.simulated.replay; None: modelled)
+    # a real run's own compute, data and update times (sim.simulated.replayed; None: modelled)
     replay: Any = None
 
     @property
