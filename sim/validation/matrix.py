@@ -160,21 +160,25 @@ def overrides_of(case: Case) -> list[str]:
     return [f"{key}={toml_value(value)}" for key, value in case.overrides.items()]
 
 
-def case_config(matrix: Matrix, case: Case, profiles: dict[str, Path]) -> Config:
+def case_config(matrix: Matrix, case: Case, profiles: dict[str, Path],
+                sched: str = "default") -> Config:
     """The case's resolved config, simulated on the calibrated profiles of its network (and,
-    under ``[faults]`` or ``[checkpoint]``, the calibrated storage and restart delay)."""
+    under ``[faults]`` or ``[checkpoint]``, the calibrated storage and restart delay), its
+    host's cores under ``sched``, the discipline of its real runs."""
     where = f"{matrix.path} case {case.name}"
     data = apply_overrides(matrix.base, overrides_of(case))
-    return twin_config(data, validate(data, where), profiles, case.net, where)
+    return twin_config(data, validate(data, where), profiles, case.net, where, sched)
 
 
 def twin_config(data: dict[str, Any], config: Config, profiles: dict[str, Path], net: str,
-                where: str) -> Config:
+                where: str, sched: str = "default") -> Config:
     """The simulated twin of real run ``config`` (its raw ``data``) on network ``net``: the
     calibrated device and fabric, and, when the host was calibrated, this machine's host
     costs, cores and every rank on it; under ``[faults]`` or ``[checkpoint]`` the
-    calibrated storage and restart delay. Raises UserError (naming ``where``)."""
-    sets = [f'cluster.fabric="calibrated:{profiles[net] / "fabric.json"}"',
+    calibrated storage and restart delay; the cores shared as the real ranks shared them
+    (``sched``: ``sim real --sched``). Raises UserError (naming ``where``)."""
+    sets = [f"cluster.sched={json.dumps(sched)}"] if sched != "default" else []
+    sets += [f'cluster.fabric="calibrated:{profiles[net] / "fabric.json"}"',
             f'compute.device="calibrated:{profiles["device"] / "device.json"}"']
     try:  # with failures or checkpoints: the calibrated storage and restart delay
         sets += simulation_sets(config, profiles.get("recovery"))
@@ -285,14 +289,15 @@ def device_drift(profiles: dict[str, Any], quiet: tuple[float, float],
 # ---- the run -----------------------------------------------------------------------------
 
 def run_repeats(config: Config, case: Case, real: RealRun, real_dir: Path, repeat: int,
-                quiet: tuple[float, float], retries: int) -> dict[str, Any]:
+                quiet: tuple[float, float], retries: int,
+                sched: str = "default") -> dict[str, Any]:
     """The real repeats, each taken again (up to ``retries`` times) when other load took
     more than ``quiet[0]`` of the CPUs during it; the least disturbed attempt is kept.
     Under ``[faults]`` / ``[checkpoint]`` each attempt is restarted or carried on as by
     ``sim real``, its checkpoints in a directory of its own beside ``real_dir`` (removed)."""
     from sim.real.launch.real_run import RealOptions, network, run_faulty, run_once, write_repeats
 
-    options = RealOptions(net=case.net, hang_s=120)
+    options = RealOptions(net=case.net, hang_s=120, sched=sched)
     kept, loads, discarded = [], [], []
 
     def attempt(emulation: Any, i: int) -> dict[str, str]:
@@ -325,24 +330,52 @@ def run_repeats(config: Config, case: Case, real: RealRun, real_dir: Path, repea
 
 
 def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, repeat: int,
-             quiet: tuple[float, float], retries: int = 2) -> dict[str, Any]:
-    """Simulate and run one case; its row for the README (with ``error`` if it failed)."""
+             quiet: tuple[float, float], retries: int = 2,
+             sched: str = "default") -> dict[str, Any]:
+    """Simulate and run one case; its row for the README (with ``error`` if it failed).
+    ``sched``: the real repeats' discipline (``sim real --sched``) where the case's ranks
+    can keep to it and the machine grants it, else the default; the row's ``sched`` says
+    which, and its twin shares cores the same way."""
     from sim.validation.sim_vs_real import compare
 
     row: dict[str, Any] = {"case": case.name, "levels": case.levels}
     try:
         config = case_config(matrix, case, profiles)
         real = validate_real(config, case.net)
+        row["sched"] = case_sched(sched, real)
+        if row["sched"] != "default":
+            config = case_config(matrix, case, profiles, row["sched"])
         row["ranks"] = real.ranks
         sim_dir, real_dir = out / case.name / "sim", out / case.name / "real"
         simulate_into(config, sim_dir)
         started = time.monotonic()
-        row |= run_repeats(config, case, real, real_dir, repeat, quiet, retries)
+        row |= run_repeats(config, case, real, real_dir, repeat, quiet, retries,
+                           row["sched"])
         row["real_s"] = time.monotonic() - started
         row["report"] = compare(sim_dir, real_dir)
     except (UserError, RunFailed) as exc:
         row["error"] = str(exc)
     return row
+
+
+def recorded_sched(real_dir: Path) -> str:
+    """The discipline the real run in ``real_dir`` (a run directory, or repeats ``r0/``...)
+    had, as its summary recorded it (runs from before ``sched`` existed: the default)."""
+    for summary in (real_dir / "summary.json", real_dir / "r0" / "summary.json"):
+        if summary.is_file():
+            return json.loads(summary.read_text()).get("sched", "default")
+    return "default"
+
+
+def case_sched(sched: str, real: RealRun) -> str:
+    """The discipline a case's real repeats get: ``sched``, or the default where its ranks
+    cannot keep to it or the machine refuses it (:func:`sim.real.launch.real_run.check_sched`
+    warns of that once)."""
+    from sim.real.launch.real_run import RealOptions, check_sched, sched_unsupported
+
+    if sched == "default" or sched_unsupported(real):
+        return "default"
+    return check_sched(RealOptions(sched=sched), real).sched
 
 
 def simulate_into(config: Config, sim_dir: Path) -> None:
@@ -360,7 +393,7 @@ def simulate_into(config: Config, sim_dir: Path) -> None:
 def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | None,
                repeat: int | None, profiles_dir: Path | None, quiet: tuple[float, float],
                say: Callable = print, quick: bool = False,
-               retries: int = 2) -> list[dict[str, Any]]:
+               retries: int = 2, sched: str = "default") -> list[dict[str, Any]]:
     from sim.validation import reproducibility
     from sim.validation.validate_report import write_readme
 
@@ -382,7 +415,7 @@ def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | Non
     rows = []
     for i, case in enumerate(cases):
         row = run_case(matrix, case, profiles, out / "cases", repeat or matrix.repeat, quiet,
-                       retries)
+                       retries, sched)
         rows.append(row)
         if "error" in row:
             say(f"[{i + 1}/{len(cases)}] {case.name}: FAILED: {row['error']}")

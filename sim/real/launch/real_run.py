@@ -80,6 +80,16 @@ def check_options(options: RealOptions) -> None:
                         "and napping (a spinning real-time rank keeps its core)")
 
 
+def sched_unsupported(real: RealRun) -> str | None:
+    """Why ``real``'s ranks cannot keep to a discipline other than the default (None: they
+    can): restarts and gRPC wait in blocking calls (MPI's barriers, gRPC's threads)."""
+    if real.recovery is not None:
+        return "not with [faults] / [checkpoint] (their restarts wait in MPI's barriers)"
+    if real.transport != "mpi":
+        return "not with cluster.transport = grpc (its threads wait on their own)"
+    return None
+
+
 def check_sched(options: RealOptions, real: RealRun) -> RealOptions:
     """``options`` with the discipline the ranks can have: ``fifo`` falls back to the
     default scheduler, with one warning line on stderr, where this machine refuses
@@ -87,9 +97,9 @@ def check_sched(options: RealOptions, real: RealRun) -> RealOptions:
     and gRPC's waits block in MPI or in gRPC's own threads)."""
     if options.sched == "default":
         return options
-    if real.recovery is not None or real.transport != "mpi":
-        what = "[faults] / [checkpoint]" if real.recovery else "cluster.transport = grpc"
-        raise UserError(f"--sched {options.sched}: not with {what} (their waits block)")
+    unsupported = sched_unsupported(real)
+    if unsupported:
+        raise UserError(f"--sched {options.sched}: {unsupported}")
     refused = fifo_refused()
     if refused is None:
         return options
