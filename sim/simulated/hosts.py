@@ -22,8 +22,10 @@ pinned to a core (its index among the host's ranks, modulo ``cores``) and holds 
 the moment it runs until it waits: no time slices, no waiters sharing a busy core (a
 napping waiter woken while its core is held queues behind the holder). Every wait naps
 as a sleeping one does, without holding its core through the spin first (the real waiter
-yields it to a rank queued for it), noticing at the end of a nap; a woken rank's task
-queues first in, first out for its own core.
+yields it to a rank queued for it), noticing at the end of a nap (where ranks outnumber
+the cores, after the measured notice delay, and a rendezvous's legs wait as measured: both
+were measured under the default scheduler, and real fifo runs here are slower still); a
+woken rank's task queues first in, first out for its own core.
 
 A rank's first task after a gap in its CPU activity (a modelled gradient that sleeps, a
 nap; a spinning wait where the profile measured its reload) takes longer: it refetches what
@@ -77,9 +79,8 @@ class Hosts:
         self.pinned = self._pin(cores) if self.fifo else {}
         self.excess = {h: max(ranks_on[h] - cores, 0) for h in ranks_on}
         # whether any message can need a handshake: spared on every message otherwise
-        # (measured under the default scheduler: none is modelled under fifo)
         self.handshakes = ((self.rendezvous_s > 0 or self.rendezvous_base_s > 0)
-                           and not spin and not self.fifo and self.poll_s > 0
+                           and not spin and self.poll_s > 0
                            and any(self.shared.values()))
         self.threads = [simpy.Resource(env, 1) for _ in self.rank_hosts]
         self.free_at = [0.0] * len(self.rank_hosts)  # when each rank's thread is next idle
@@ -387,8 +388,7 @@ class Hosts:
         measured as one)."""
         if fired <= napping_from:
             return fired
-        if self.shared[host] and not self.fifo and (self.notice_s > 0
-                                                     or self.notice_base_s > 0):
+        if self.shared[host] and (self.notice_s > 0 or self.notice_base_s > 0):
             return fired + self.notice_base_s + self.notice_s * self.excess[host]
         return napping_from + math.ceil((fired - napping_from) / self.poll_s) * self.poll_s
 
