@@ -23,9 +23,11 @@ the moment it runs until it waits: no time slices, no waiters sharing a busy cor
 napping waiter woken while its core is held queues behind the holder). Every wait naps
 as a sleeping one does, without holding its core through the spin first (the real waiter
 yields it to a rank queued for it), noticing at the end of a nap (where ranks outnumber
-the cores, after the measured notice delay, and a rendezvous's legs wait as measured: both
-were measured under the default scheduler, and real fifo runs here are slower still); a
-woken rank's task queues first in, first out for its own core.
+the cores, after the measured notice delay); a rendezvous's legs wait as measured and,
+for each napping end, for what is left of the task of the rank holding its core (it
+answers only once it runs). The notice and rendezvous constants were measured under the
+default scheduler; real fifo runs here are slower still. A woken rank's task queues first
+in, first out for its own core.
 
 A rank's first task after a gap in its CPU activity (a modelled gradient that sleeps, a
 nap; a spinning wait where the profile measured its reload) takes longer: it refetches what
@@ -79,9 +81,12 @@ class Hosts:
         self.pinned = self._pin(cores) if self.fifo else {}
         self.excess = {h: max(ranks_on[h] - cores, 0) for h in ranks_on}
         # whether any message can need a handshake: spared on every message otherwise
-        self.handshakes = ((self.rendezvous_s > 0 or self.rendezvous_base_s > 0)
+        # (under fifo also a leg's wait for its end's core: a finite eager limit suffices)
+        self.handshakes = ((self.rendezvous_s > 0 or self.rendezvous_base_s > 0
+                            or (self.fifo and math.isfinite(self.rendezvous_bytes)))
                            and not spin and self.poll_s > 0
                            and any(self.shared.values()))
+        self.holding: dict[Any, tuple[int, float]] = {}  # fifo: core -> (rank, its task's end)
         self.threads = [simpy.Resource(env, 1) for _ in self.rank_hosts]
         self.free_at = [0.0] * len(self.rank_hosts)  # when each rank's thread is next idle
         # rank -> [start, end] of the work its thread runs beside its own process (run's
@@ -219,6 +224,8 @@ class Hosts:
         while left > 0:
             core = yield from self._core(rank, host)
             ran = min(left, self.slice_s)
+            if self.fifo:
+                self.holding[core.resource] = (rank, self.env.now + ran)
             try:
                 yield self.env.timeout(ran * self.stretch(host))
             except simpy.Interrupt:
@@ -414,8 +421,17 @@ class Hosts:
         if not self.handshakes or nbytes <= self.rendezvous_bytes:
             return 0.0
         ends = [r for r in (src, dst) if self.sleeps_shared(r)]
-        return max((self.rendezvous_base_s + self.rendezvous_s
-                    * self.excess[self.rank_hosts[r]] for r in ends), default=0.0)
+        measured = max((self.rendezvous_base_s + self.rendezvous_s
+                        * self.excess[self.rank_hosts[r]] for r in ends), default=0.0)
+        return measured + sum(self._queued_s(r) for r in ends) if self.fifo else measured
+
+    def _queued_s(self, rank: int) -> float:
+        """fifo: how long ``rank`` waits to run on its pinned core, as a rendezvous leg
+        must: what is left of the task of another rank holding it (0 if none)."""
+        holder = self.holding.get(self.pinned[rank])
+        if holder is None or holder[0] == rank:
+            return 0.0
+        return max(0.0, holder[1] - self.env.now)
 
     def slowest_handshake_s(self, src: Any, dst: Any, nbytes: Any) -> float:
         """The longest :meth:`handshake_s` of messages ``src[i] -> dst[i]`` of

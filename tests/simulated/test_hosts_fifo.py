@@ -115,3 +115,26 @@ def test_fifo_with_spinning_waits_is_refused():
 def test_hosts_refuse_an_unknown_discipline():
     with pytest.raises(ValueError, match="discipline"):
         Hosts(simpy.Environment(), [0], 1, costs(), False, sched="rr")
+
+
+def test_a_fifo_rendezvous_leg_waits_for_its_ends_core_holder():
+    """Rank 2 holds core 0 (which rank 0 shares) from 0 to 1 s; at 0.25 s a message beyond
+    the eager limit to napping rank 0 waits the 0.75 s left before rank 0 can answer it;
+    one within the limit, or from the holder itself to rank 1 (its core free), nothing."""
+    profile = costs(poll_spin_s=1e-4, poll_s=1e-4, rendezvous_bytes=1000.0)
+    env = simpy.Environment()
+    hosts = Hosts(env, [0, 0, 0], 2, profile, False, sched="fifo")
+    legs = {}
+
+    def holder():
+        yield from hosts.run(2, 1.0)
+
+    def probe():
+        yield env.timeout(0.25)
+        legs.update(big=hosts.handshake_s(1, 0, 2000.0), small=hosts.handshake_s(1, 0, 500.0),
+                    free=hosts.handshake_s(2, 1, 2000.0))
+
+    env.process(holder())
+    env.process(probe())
+    env.run()
+    assert legs == pytest.approx({"big": 0.75, "small": 0.0, "free": 0.0})
