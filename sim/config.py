@@ -89,6 +89,11 @@ class Cluster(Section):
     wait: Literal["auto", "sleep", "spin"] = doc(
         "auto", "how a waiting rank waits: sleep frees its core, spin (MPI busy polling) "
         "holds it; auto spins only where every rank has a core")
+    sched: Literal["default", "fifo"] = doc(
+        "default", "how ranks share a host's cores (`sim real --sched`): default, Linux's "
+        "time slices; fifo, each rank pinned to core (its index on the host mod cores) and "
+        "holding it from when it runs until it waits, waits napping, a woken rank queued "
+        "first in, first out for its core")
 
 
 class Workload(Section):

@@ -35,6 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how waiting ranks wait: spin in MPI, or poll and nap; auto naps "
                              "only when ranks outnumber cores and gradients are real kernels "
                              "(no compute.time_s)")
+    parser.add_argument("--sched", default="default", choices=["default", "fifo"],
+                        help="how ranks share this machine's cores: default (Linux's "
+                             "scheduler) or fifo (each rank pinned to core rank mod cores, "
+                             "SCHED_FIFO: it keeps its core until it waits, and waits nap; "
+                             "the default scheduler, with a warning, where refused)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run it N times (OUT/r0 ... OUT/rN-1) to see the real spread")
     parser.add_argument("--timeout", dest="timeout_s", type=float, default=1800.0,
@@ -92,7 +97,7 @@ def main(args: argparse.Namespace) -> int:
 
         stored(config, args.net, args.profiles)
     options = RealOptions(args.net, args.impl, args.wait, args.timeout_s, args.hang_s,
-                          args.repeat)
+                          args.repeat, args.sched)
 
     def progress(repeat: int, summary: dict) -> None:
         if args.repeat > 1:

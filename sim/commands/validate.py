@@ -36,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "drawing gradient times and each run's machine speed with the "
                              "spreads measured in the fit's runs, and report how often the "
                              "real mean lies inside the predicted 90%% interval")
+    parser.add_argument("--sched", default="default", choices=["default", "fifo"],
+                        help="the real repeats' scheduling discipline (sim real --sched), "
+                             "and their twins' (cluster.sched); cases whose ranks cannot "
+                             "keep to fifo (faults, gRPC) run under the default")
     parser.add_argument("--quick", action="store_true",
                         help="a rough calibration (fewer message sizes and repetitions)")
     parser.add_argument("--quiet-load", type=float, default=0.10,
@@ -75,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
                           args.profiles, (args.quiet_load, args.quiet_wait),
                           say=lambda text: print(text, flush=True), quick=args.quick,
                           retries=max(args.retries, 0),
-                          recalibrate_every=args.recalibrate_every)
+                          recalibrate_every=args.recalibrate_every, sched=args.sched)
     failed = sum("error" in row for row in rows)
     print(f"{len(rows) - failed}/{len(rows)} cases done; report: {readme}")
     return 0

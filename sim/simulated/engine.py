@@ -112,8 +112,10 @@ def build_hosts(env: simpy.Environment, config: Config, ranks: int,
     # compute.time_s a gradient is a sleep, and spinning waiters take no CPU from it)
     kernels = config.compute.time_s is None
     spin = cluster.wait == "spin" or (cluster.wait == "auto" and not (shared and kernels))
+    # under fifo every wait naps, as `sim real --sched fifo` makes its ranks' waits
+    spin = spin and cluster.sched == "default"
     return Hosts(env, placed, cluster.cores, costs.host, spin,
-                 idle_waiters=range(workers, ranks))
+                 idle_waiters=range(workers, ranks), sched=cluster.sched)
 
 
 def _traffic(config: Config, workload: Workload, servers: int) -> EmbeddingTraffic | None:

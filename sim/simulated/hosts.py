@@ -17,6 +17,18 @@ as the real runner's waiter does (:class:`sim.real.executors.rank_clock.Waiter`)
 ``poll_spin_s`` first (holding a core), then naps and checks, noticing the event only at
 the end of a nap, every ``poll_s`` (the nap plus the kernel's wake-up latency, measured).
 
+Under the ``fifo`` discipline (``cluster.sched``, ``sim real --sched fifo``) each rank is
+pinned to a core (its index among the host's ranks, modulo ``cores``) and holds it from
+the moment it runs until it waits: no time slices, no waiters sharing a busy core (a
+napping waiter woken while its core is held queues behind the holder). Every wait naps
+as a sleeping one does, without holding its core through the spin first (the real waiter
+yields it to a rank queued for it), noticing at the end of a nap (where ranks outnumber
+the cores, after the measured notice delay); a rendezvous's legs wait as measured and,
+for each napping end, for what is left of the task of the rank holding its core (it
+answers only once it runs). The notice and rendezvous constants were measured under the
+default scheduler; real fifo runs here are slower still. A woken rank's task queues first
+in, first out for its own core.
+
 A rank's first task after a gap in its CPU activity (a modelled gradient that sleeps, a
 nap; a spinning wait where the profile measured its reload) takes longer: it refetches what
 the gap displaced (:mod:`sim.simulated.core_reload`).
@@ -33,17 +45,26 @@ import simpy
 
 from sim.simulated.core_reload import Reload
 from sim.training.host_costs import HostProfile
+from sim.training.host_sched import SCHEDS
 
 
 class Hosts:
     """Cores of each host and the thread of each rank. ``rank_hosts[r]`` is rank r's host."""
 
     def __init__(self, env: simpy.Environment, rank_hosts: Sequence[int], cores: int,
-                 costs: HostProfile, spin: bool, idle_waiters: Sequence[int] = ()) -> None:
+                 costs: HostProfile, spin: bool, idle_waiters: Sequence[int] = (),
+                 sched: str = "default") -> None:
         """``costs``: the host profile whose time slice, polling, notice, rendezvous,
         waiters' share and reload constants these cores keep (its rates are
-        :class:`sim.training.host_costs.CpuCosts`')."""
-        self.env, self.slice_s = env, costs.slice_s
+        :class:`sim.training.host_costs.CpuCosts`'). ``sched``: ``default`` or ``fifo``
+        (the module's docstring); raises ValueError for another, or for ``fifo`` with
+        ``spin``."""
+        if sched not in SCHEDS or (sched == "fifo" and spin):
+            raise ValueError(f"host discipline {sched!r} (spin={spin}): expected one of "
+                             f"{SCHEDS}, fifo without spinning waits")
+        self.fifo = sched == "fifo"
+        # a fifo rank keeps its core until it waits: one slice as long as any task
+        self.env, self.slice_s = env, math.inf if self.fifo else costs.slice_s
         # what gaps in ranks' CPU activity cost their next task (None: nothing)
         self.reloads = (Reload(env, rank_hosts, cores, costs.reload_s, costs.reload_tau_s,
                                costs.reload_base_s, costs.reload_spin_base_s)
@@ -56,10 +77,16 @@ class Hosts:
         ranks_on = {h: self.rank_hosts.count(h) for h in set(self.rank_hosts)}
         self.cores = {h: simpy.Resource(env, cores) for h in ranks_on}
         self.shared = {h: ranks_on[h] > cores for h in ranks_on}  # ranks outnumber cores
+        # fifo: rank -> its pinned core (index on its host mod cores), ranks sharing it queue
+        self.pinned = self._pin(cores) if self.fifo else {}
         self.excess = {h: max(ranks_on[h] - cores, 0) for h in ranks_on}
         # whether any message can need a handshake: spared on every message otherwise
-        self.handshakes = ((self.rendezvous_s > 0 or self.rendezvous_base_s > 0)
-                           and not spin and self.poll_s > 0 and any(self.shared.values()))
+        # (under fifo also a leg's wait for its end's core: a finite eager limit suffices)
+        self.handshakes = ((self.rendezvous_s > 0 or self.rendezvous_base_s > 0
+                            or (self.fifo and math.isfinite(self.rendezvous_bytes)))
+                           and not spin and self.poll_s > 0
+                           and any(self.shared.values()))
+        self.holding: dict[Any, tuple[int, float]] = {}  # fifo: core -> (rank, its task's end)
         self.threads = [simpy.Resource(env, 1) for _ in self.rank_hosts]
         self.free_at = [0.0] * len(self.rank_hosts)  # when each rank's thread is next idle
         # rank -> [start, end] of the work its thread runs beside its own process (run's
@@ -67,7 +94,8 @@ class Hosts:
         self.besides: dict[int, list[list[float]]] = {}
         self.lingering: dict[int, Any] = {}  # rank -> the core it ran on until now
         # waiters take a share of the cores they share with work (:meth:`stretch`)
-        self.wait_share = costs.spin_share if spin else costs.nap_share
+        # (none under fifo: a woken waiter queues behind its core's holder, never beside it)
+        self.wait_share = 0.0 if self.fifo else costs.spin_share if spin else costs.nap_share
         self.working = [False] * len(self.rank_hosts)  # has a task on its thread
         self.busy = dict.fromkeys(ranks_on, 0)  # ranks with a task, per host
         self.waiting = dict.fromkeys(ranks_on, 0)  # ranks waiting (spinning or napping)
@@ -78,6 +106,17 @@ class Hosts:
         self.spins_waiting = spin or self.poll_s <= 0  # waits spin (else: spin, then nap)
         for rank in idle_waiters:  # a server waits for messages from the start
             self._rest(rank)
+
+    def _pin(self, cores: int) -> dict[int, simpy.Resource]:
+        """Each rank's pinned core under fifo: the (index among its host's ranks mod
+        ``cores``)-th core of its host, as ``sim real --sched fifo`` pins rank i to core
+        i mod cores (every real rank on one host)."""
+        pinned, seen = {}, dict.fromkeys(set(self.rank_hosts), 0)
+        host_cores = {h: [simpy.Resource(self.env, 1) for _ in range(cores)] for h in seen}
+        for rank, host in enumerate(self.rank_hosts):
+            pinned[rank] = host_cores[host][seen[host] % cores]
+            seen[host] += 1
+        return pinned
 
     def run(self, rank: int, seconds: float, woken: bool = False,
             handshake_s: float = 0.0,
@@ -185,14 +224,16 @@ class Hosts:
         while left > 0:
             core = yield from self._core(rank, host)
             ran = min(left, self.slice_s)
+            if self.fifo:
+                self.holding[core.resource] = (rank, self.env.now + ran)
             try:
                 yield self.env.timeout(ran * self.stretch(host))
             except simpy.Interrupt:
-                self.cores[host].release(core)
+                core.resource.release(core)
                 raise
             left -= ran
             if left > 0:  # the slice is over: to the back of the queue
-                self.cores[host].release(core)
+                core.resource.release(core)
             else:
                 self._linger(rank, host, core)
 
@@ -222,7 +263,7 @@ class Hosts:
         core = self.lingering.pop(rank, None)
         if core is not None:
             return core
-        core = self.cores[host].request()
+        core = (self.pinned[rank] if self.fifo else self.cores[host]).request()
         try:
             yield core
         except simpy.Interrupt:
@@ -243,7 +284,7 @@ class Hosts:
                 self.env.timeout(0).callbacks.append(lambda _: give_up(turns - 1))
                 return
             del self.lingering[rank]
-            self.cores[host].release(core)
+            core.resource.release(core)
 
         give_up(2)
 
@@ -329,7 +370,7 @@ class Hosts:
         if event.processed:  # (a timeout is "triggered" as soon as it is made)
             return (yield event)
         self._spin(rank)  # before it naps
-        if self.shared[host]:
+        if self.shared[host] and not self.fifo:
             core = yield from self._core(rank, host)
             yield event | self.env.timeout(self.poll_spin_s)
             if event.processed:  # noticed while spinning: it goes on on that core
@@ -380,8 +421,17 @@ class Hosts:
         if not self.handshakes or nbytes <= self.rendezvous_bytes:
             return 0.0
         ends = [r for r in (src, dst) if self.sleeps_shared(r)]
-        return max((self.rendezvous_base_s + self.rendezvous_s
-                    * self.excess[self.rank_hosts[r]] for r in ends), default=0.0)
+        measured = max((self.rendezvous_base_s + self.rendezvous_s
+                        * self.excess[self.rank_hosts[r]] for r in ends), default=0.0)
+        return measured + sum(self._queued_s(r) for r in ends) if self.fifo else measured
+
+    def _queued_s(self, rank: int) -> float:
+        """fifo: how long ``rank`` waits to run on its pinned core, as a rendezvous leg
+        must: what is left of the task of another rank holding it (0 if none)."""
+        holder = self.holding.get(self.pinned[rank])
+        if holder is None or holder[0] == rank:
+            return 0.0
+        return max(0.0, holder[1] - self.env.now)
 
     def slowest_handshake_s(self, src: Any, dst: Any, nbytes: Any) -> float:
         """The longest :meth:`handshake_s` of messages ``src[i] -> dst[i]`` of

@@ -270,3 +270,12 @@ def check_recovery(config: Config, net: str = "shm", source: str = "config") -> 
             raise UserError(f"{source}: faults.failures: real {kind} runs with failures "
                             "use shared memory only (--net shm)")
     return recovery
+
+
+def check_rt(c: Config) -> None:
+    """The real-time discipline's rule (``cluster.sched = "fifo"``, for simulated and real
+    runs alike): raises ValueError("cluster.wait: ...") where its ranks would spin, as a
+    real-time rank that spins keeps its core from the ranks pinned beside it."""
+    if c.cluster.sched == "fifo" and c.cluster.wait == "spin":
+        raise ValueError("cluster.wait: 'spin' is not a wait under cluster.sched = 'fifo' "
+                         "(its ranks nap while they wait); use 'auto' or 'sleep'")

@@ -47,7 +47,7 @@ from sim.training.parallel_plan import (
     stage_units,
 )
 from sim.training.rank_memory import run_memory
-from sim.training.real_checks import check_recovery, check_supported, check_transport_net
+from sim.training.real_checks import check_recovery, check_rt, check_supported, check_transport_net
 from sim.training.strategies import STRATEGIES, StrategyRow, row_of
 from sim.workloads.datasets import DATASETS, ctr_columns, ctr_dataset, dataset_shape, known_dataset
 from sim.workloads.models import MODELS
@@ -602,7 +602,7 @@ def _check_engine(c: Config) -> None:
 CHECKS = [_check_names, _check_collective, _check_topology, _check_fabric, _check_transport,
           _check_hosts, _check_pipelining, _check_workload, _check_strategy, _check_faults,
           _check_embeddings, _check_parallel, _check_plan_groups, _check_memory,
-          _check_engine]
+          _check_engine, check_rt]
 
 
 # ---- loading -------------------------------------------------------------------------

@@ -160,21 +160,25 @@ def overrides_of(case: Case) -> list[str]:
     return [f"{key}={toml_value(value)}" for key, value in case.overrides.items()]
 
 
-def case_config(matrix: Matrix, case: Case, profiles: dict[str, Path]) -> Config:
+def case_config(matrix: Matrix, case: Case, profiles: dict[str, Path],
+                sched: str = "default") -> Config:
     """The case's resolved config, simulated on the calibrated profiles of its network (and,
-    under ``[faults]`` or ``[checkpoint]``, the calibrated storage and restart delay)."""
+    under ``[faults]`` or ``[checkpoint]``, the calibrated storage and restart delay), its
+    host's cores under ``sched``, the discipline of its real runs."""
     where = f"{matrix.path} case {case.name}"
     data = apply_overrides(matrix.base, overrides_of(case))
-    return twin_config(data, validate(data, where), profiles, case.net, where)
+    return twin_config(data, validate(data, where), profiles, case.net, where, sched)
 
 
 def twin_config(data: dict[str, Any], config: Config, profiles: dict[str, Path], net: str,
-                where: str) -> Config:
+                where: str, sched: str = "default") -> Config:
     """The simulated twin of real run ``config`` (its raw ``data``) on network ``net``: the
     calibrated device and fabric, and, when the host was calibrated, this machine's host
     costs, cores and every rank on it; under ``[faults]`` or ``[checkpoint]`` the
-    calibrated storage and restart delay. Raises UserError (naming ``where``)."""
-    sets = [f'cluster.fabric="calibrated:{profiles[net] / "fabric.json"}"',
+    calibrated storage and restart delay; the cores shared as the real ranks shared them
+    (``sched``: ``sim real --sched``). Raises UserError (naming ``where``)."""
+    sets = [f"cluster.sched={json.dumps(sched)}"] if sched != "default" else []
+    sets += [f'cluster.fabric="calibrated:{profiles[net] / "fabric.json"}"',
             f'compute.device="calibrated:{profiles["device"] / "device.json"}"']
     try:  # with failures or checkpoints: the calibrated storage and restart delay
         sets += simulation_sets(config, profiles.get("recovery"))
@@ -285,14 +289,15 @@ def device_drift(profiles: dict[str, Any], quiet: tuple[float, float],
 # ---- the run -----------------------------------------------------------------------------
 
 def run_repeats(config: Config, case: Case, real: RealRun, real_dir: Path, repeat: int,
-                quiet: tuple[float, float], retries: int) -> dict[str, Any]:
+                quiet: tuple[float, float], retries: int,
+                sched: str = "default") -> dict[str, Any]:
     """The real repeats, each taken again (up to ``retries`` times) when other load took
     more than ``quiet[0]`` of the CPUs during it; the least disturbed attempt is kept.
     Under ``[faults]`` / ``[checkpoint]`` each attempt is restarted or carried on as by
     ``sim real``, its checkpoints in a directory of its own beside ``real_dir`` (removed)."""
     from sim.real.launch.real_run import RealOptions, network, run_faulty, run_once, write_repeats
 
-    options = RealOptions(net=case.net, hang_s=120)
+    options = RealOptions(net=case.net, hang_s=120, sched=sched)
     kept, loads, discarded = [], [], []
 
     def attempt(emulation: Any, i: int) -> dict[str, str]:
@@ -325,8 +330,12 @@ def run_repeats(config: Config, case: Case, real: RealRun, real_dir: Path, repea
 
 
 def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, repeat: int,
-             quiet: tuple[float, float], retries: int = 2) -> dict[str, Any]:
-    """Simulate and run one case; its row for the README (with ``error`` if it failed)."""
+             quiet: tuple[float, float], retries: int = 2,
+             sched: str = "default") -> dict[str, Any]:
+    """Simulate and run one case; its row for the README (with ``error`` if it failed).
+    ``sched``: the real repeats' discipline (``sim real --sched``) where the case's ranks
+    can keep to it and the machine grants it, else the default; the row's ``sched`` says
+    which, and its twin shares cores the same way."""
     from sim.validation.replay import replay_case
     from sim.validation.sim_vs_real import compare
 
@@ -334,11 +343,15 @@ def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, r
     try:
         config = case_config(matrix, case, profiles)
         real = validate_real(config, case.net)
+        row["sched"] = case_sched(sched, real)
+        if row["sched"] != "default":
+            config = case_config(matrix, case, profiles, row["sched"])
         row["ranks"] = real.ranks
         sim_dir, real_dir = out / case.name / "sim", out / case.name / "real"
         simulate_into(config, sim_dir)
         started = time.monotonic()
-        row |= run_repeats(config, case, real, real_dir, repeat, quiet, retries)
+        row |= run_repeats(config, case, real, real_dir, repeat, quiet, retries,
+                           row["sched"])
         row["real_s"] = time.monotonic() - started
         row["real_at"] = started + row["real_s"] / 2  # for the calibration nearest in time
         row["report"] = compare(sim_dir, real_dir)
@@ -346,6 +359,26 @@ def run_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: Path, r
     except (UserError, RunFailed) as exc:
         row["error"] = str(exc)
     return row
+
+
+def recorded_sched(real_dir: Path) -> str:
+    """The discipline the real run in ``real_dir`` (a run directory, or repeats ``r0/``...)
+    had, as its summary recorded it (runs from before ``sched`` existed: the default)."""
+    for summary in (real_dir / "summary.json", real_dir / "r0" / "summary.json"):
+        if summary.is_file():
+            return json.loads(summary.read_text()).get("sched", "default")
+    return "default"
+
+
+def case_sched(sched: str, real: RealRun) -> str:
+    """The discipline a case's real repeats get: ``sched``, or the default where its ranks
+    cannot keep to it or the machine refuses it (:func:`sim.real.launch.real_run.check_sched`
+    warns of that once)."""
+    from sim.real.launch.real_run import RealOptions, check_sched, sched_unsupported
+
+    if sched == "default" or sched_unsupported(real):
+        return "default"
+    return check_sched(RealOptions(sched=sched), real).sched
 
 
 def simulate_into(config: Config, sim_dir: Path, replace: bool = False) -> None:
@@ -400,7 +433,8 @@ def _nearest_again(matrix: Matrix, cases: list[Case], rows: list[dict[str, Any]]
 def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | None,
                repeat: int | None, profiles_dir: Path | None, quiet: tuple[float, float],
                say: Callable = print, quick: bool = False,
-               retries: int = 2, recalibrate_every: int = 15) -> list[dict[str, Any]]:
+               retries: int = 2, recalibrate_every: int = 15,
+               sched: str = "default") -> list[dict[str, Any]]:
     from sim.validation import drift, reproducibility
     from sim.validation.validate_report import write_readme
 
@@ -427,7 +461,7 @@ def run_matrix(matrix_path: Path, out: Path, readme: Path, only: list[str] | Non
     for i, case in enumerate(cases):
         now = {**profiles, "device": calibrations[-1][1]}
         row = run_case(matrix, case, now, out / "cases", repeat or matrix.repeat, quiet,
-                       retries)
+                       retries, sched)
         rows.append(row)
         _say_case(say, i, len(cases), case, row)
         if every and ((i + 1) % every == 0 or i + 1 == len(cases)):

@@ -31,6 +31,7 @@ from sim.validation.matrix import (
     case_config,
     expand,
     load_matrix,
+    recorded_sched,
     simulate_into,
     stored_profiles,
 )
@@ -65,7 +66,7 @@ def resimulate_case(matrix: Matrix, case: Case, profiles: dict[str, Path], out: 
     row.setdefault("discarded", [])
     try:
         sim_dir = out / case.name / "sim"
-        config = case_config(matrix, case, profiles)
+        config = case_config(matrix, case, profiles, recorded_sched(real_dir))
         simulate_into(config, sim_dir)
         row["report"] = compare(sim_dir, real_dir)
         row["replay"] = replay_case(config, real_dir, out / case.name / "replay")

@@ -99,12 +99,13 @@ def run_twin(config: Config, source: str, real_dir: Path, net: str, place: Path 
     report, also written to ``real_dir/twin/comparison.json`` with its figure
     (``report.png``, ``.svg``, ``.pdf``) beside it, as ``sim compare`` draws it."""
     from sim.validation.compare_plot import plot_report
-    from sim.validation.matrix import simulate_into, twin_config
+    from sim.validation.matrix import recorded_sched, simulate_into, twin_config
     from sim.validation.sim_vs_real import compare
 
     twin_dir = real_dir / TWIN
     profiles = profiles_for(config, net, place, real_dir / "profiles", quick, say)
-    twin = twin_config(resolved(config), config, profiles, net, f"{source} (twin)")
+    twin = twin_config(resolved(config), config, profiles, net, f"{source} (twin)",
+                       recorded_sched(real_dir))
     simulate_into(twin, twin_dir)
     report = compare(twin_dir, real_dir)
     write_atomic(twin_dir / "comparison.json", json.dumps(report, indent=2) + "\n")

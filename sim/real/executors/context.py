@@ -62,7 +62,7 @@ class RankContext:
     def start_clock(self) -> None:
         """Every rank is ready (warmed up): start the common clock, as rank 0 reads it
         (a job started again after a failure keeps the first job's: the spec's origin)."""
-        self.comm.Barrier()
+        self.barrier()
         self.t0 = self.comm.bcast(time.perf_counter(), root=0)
         origin = self.faults.get("origin")
         if origin is not None:  # a job started again: one clock since the run's start
@@ -70,6 +70,15 @@ class RankContext:
         if self.faults and self.rank == 0:  # for the runner: when this job began
             (self.workdir / "clock.json").write_text(json.dumps(
                 {"t0": self.t0, "start_s": self.now()}))
+
+    def barrier(self) -> None:
+        """Every rank got here: MPI's blocking barrier, or, where waits yield (a real-time
+        rank, :mod:`sim.real.executors.rank_sched`), a nonblocking one polled by the waiter:
+        MPI's spins and would keep a slower rank of the same core off it."""
+        if not self.waiter.yields:
+            self.comm.Barrier()
+            return
+        self.waiter.one(self.comm.Ibarrier())
 
     def warm_kernels(self, params: Any) -> None:
         """One gradient on a fixed batch, outside the worker's batch stream and the clock:

@@ -31,6 +31,7 @@ def train(comm: object, spec: RankSpec, started: float) -> None:
     from sim.real.executors.context import RankContext
     from sim.real.executors.elastic_rank import collect, elastic
     from sim.real.executors.rank_clock import Heartbeat, Waiter
+    from sim.real.executors.rank_sched import leave
     from sim.real.executors.registry import real_strategy
     from sim.training.strategies import make_rules
     from sim.training.workload import build_workload
@@ -45,8 +46,10 @@ def train(comm: object, spec: RankSpec, started: float) -> None:
     if comm.Get_size() != strategy.ranks(config):  # the launcher's bug
         raise RuntimeError(f"{strategy.name} needs {strategy.ranks(config)} ranks, "
                            f"got {comm.Get_size()}")
-    ctx = RankContext(comm, workload, rules, Waiter(spec.wait), spec.impl, heartbeat, spec)
+    waiter = Waiter(spec.wait, yields=spec.sched != "default")
+    ctx = RankContext(comm, workload, rules, waiter, spec.impl, heartbeat, spec)
     log = strategy.run(ctx)
+    leave(spec.sched)  # the gather below spins in MPI: at the default policy, it shares
     (workdir / f"rank{rank}.done").touch()
     if elastic(ctx):  # no collective: a worker may be dead; the server writes the files
         logs, writer = collect(ctx, log), workload.n
@@ -56,6 +59,7 @@ def train(comm: object, spec: RankSpec, started: float) -> None:
         strategy.combine(logs, workload)
         extra = {"net": spec.net, "transport": spec.transport,
                  "allreduce_impl": spec.impl, "wait_mode": spec.wait,
+                 "sched": spec.sched,
                  "ranks": comm.Get_size(), "repeat": spec.repeat,
                  "mpi": MPI.Get_library_version().splitlines()[0].strip()}
         files = assemble(workload, rules, logs, time.perf_counter() - started, extra)
@@ -69,12 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spec = RankSpec.from_json(args.spec.read_text())
     from sim.real.executors.rank_clock import tighten_timer_slack
+    from sim.real.executors.rank_sched import enter
 
     tighten_timer_slack()
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
+    # after MPI_Init (whose PMI exchange with the launcher sleeps in sockets), before the
+    # imports and warm-up: ranks pinned to one core take turns at them, none spins
+    enter(spec.sched, rank)
     (spec.workdir / f"rank{rank}.pid").write_text(f"{os.getpid()}\n")
     if spec.elastic:  # the process manager tells the others of a planned death: carry on
         for sig in (signal.SIGINT, signal.SIGUSR1):

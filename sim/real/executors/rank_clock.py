@@ -56,12 +56,20 @@ def sleep_until(deadline: float, check: Callable[[], bool] | None = None,
 
 
 class Waiter:
-    """Completes MPI requests by spinning in MPI, or by polling: spin ``spin_s``, then nap."""
+    """Completes MPI requests by spinning in MPI, or by polling: spin ``spin_s``, then nap.
 
-    def __init__(self, mode: str, spin_s: float = SPIN_BEFORE_NAP_S) -> None:
+    ``yields``: the polling spin calls sched_yield between tests, so that a rank pinned to
+    the same core at the same real-time priority (:mod:`sim.real.executors.rank_sched`'s
+    fifo) runs at once instead of after the spin. Raises ValueError for an unknown mode,
+    or for ``yields`` with MPI's spinning waits (they would keep the core)."""
+
+    def __init__(self, mode: str, spin_s: float = SPIN_BEFORE_NAP_S,
+                 yields: bool = False) -> None:
         if mode not in WAIT_MODES:
             raise ValueError(f"wait mode {mode!r}: expected one of {', '.join(WAIT_MODES)}")
-        self.mode, self.spin_s = mode, spin_s
+        if yields and mode == "spin":
+            raise ValueError("a yielding waiter polls: wait mode 'sleep', not 'spin'")
+        self.mode, self.spin_s, self.yields = mode, spin_s, yields
 
     def all(self, requests: Sequence[Any]) -> None:
         """Wait for every request."""
@@ -89,6 +97,8 @@ class Waiter:
         while not done():
             if time.perf_counter() > naps_from:
                 time.sleep(POLL_SLEEP_S)
+            elif self.yields:
+                os.sched_yield()
 
 
 class Heartbeat:

@@ -32,12 +32,14 @@ class RankSpec:
     # failures and checkpoints (sim.real.launch.relaunch): elastic, checkpoints, done,
     # origin, resume; None without [faults] and [checkpoint]
     faults: dict[str, Any] | None = None
+    sched: str = "default"  # --sched: default, or fifo (sim.real.executors.rank_sched)
 
     def to_json(self) -> str:
         return json.dumps({"config": self.config.model_dump(mode="json"),
                            "workdir": str(self.workdir), "result": str(self.result),
                            "net": self.net, "transport": self.transport, "impl": self.impl,
-                           "wait": self.wait, "repeat": self.repeat, "faults": self.faults})
+                           "wait": self.wait, "repeat": self.repeat, "faults": self.faults,
+                           "sched": self.sched})
 
     @classmethod
     def from_json(cls, text: str) -> RankSpec:

@@ -20,7 +20,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from sim.config import Config, dump_config
 from sim.errors import UserError
 from sim.progress import handled
 from sim.real.executors.rank_clock import WAIT_MODES
+from sim.real.executors.rank_sched import SCHEDS, fifo_refused
 from sim.real.executors.rank_spec import RankSpec
 from sim.real.launch.emulate import Emulation, EmulationError, parse_rate
 from sim.real.launch.launcher import Job, launch
@@ -48,6 +49,7 @@ class RealOptions:
     timeout_s: float = 1800.0
     hang_s: float = 60.0
     repeat: int = 1
+    sched: str = "default"  # how ranks share cores: Linux's default, or fifo (rank_sched)
 
 
 def parse_net(text: str) -> float | None:
@@ -71,16 +73,52 @@ def check_options(options: RealOptions) -> None:
         raise UserError(f"--wait {options.wait!r}: expected auto, spin or sleep")
     if options.repeat < 1 or options.timeout_s <= 0 or options.hang_s <= 0:
         raise UserError("--repeat, --timeout and --hang-timeout must be positive")
+    if options.sched not in SCHEDS:
+        raise UserError(f"--sched {options.sched!r}: expected one of {', '.join(SCHEDS)}")
+    if options.sched != "default" and options.wait == "spin":
+        raise UserError(f"--wait spin: ranks under --sched {options.sched} wait by polling "
+                        "and napping (a spinning real-time rank keeps its core)")
 
 
-def wait_mode(choice: str, ranks: int, kernels: bool = True) -> str:
+def sched_unsupported(real: RealRun) -> str | None:
+    """Why ``real``'s ranks cannot keep to a discipline other than the default (None: they
+    can): restarts and gRPC wait in blocking calls (MPI's barriers, gRPC's threads)."""
+    if real.recovery is not None:
+        return "not with [faults] / [checkpoint] (their restarts wait in MPI's barriers)"
+    if real.transport != "mpi":
+        return "not with cluster.transport = grpc (its threads wait on their own)"
+    return None
+
+
+def check_sched(options: RealOptions, real: RealRun) -> RealOptions:
+    """``options`` with the discipline the ranks can have: ``fifo`` falls back to the
+    default scheduler, with one warning line on stderr, where this machine refuses
+    SCHED_FIFO. Raises UserError where the run's ranks cannot keep to it (their restarts'
+    and gRPC's waits block in MPI or in gRPC's own threads)."""
+    if options.sched == "default":
+        return options
+    unsupported = sched_unsupported(real)
+    if unsupported:
+        raise UserError(f"--sched {options.sched}: {unsupported}")
+    refused = fifo_refused()
+    if refused is None:
+        return options
+    print(f"warning: --sched {options.sched}: {refused}; running under the default "
+          "scheduler", file=sys.stderr)
+    return replace(options, sched="default")
+
+
+def wait_mode(choice: str, ranks: int, kernels: bool = True, sched: str = "default") -> str:
     """``auto``: spin in MPI, unless ranks outnumber cores while gradients are real kernels
     (``kernels``): then a waiting rank polls and naps, leaving the CPU to computing ones.
+    Under a ``sched`` other than the default every wait polls and naps.
 
     With ``compute.time_s`` a gradient is mostly a sleep, so spinning waiters take no CPU
     from it, and spinning gives faster steps than polling (docs/measurements/hosts.md)."""
     if choice != "auto":
         return choice
+    if sched != "default":
+        return "sleep"
     return "spin" if ranks <= (os.cpu_count() or 1) or not kernels else "sleep"
 
 
@@ -124,8 +162,8 @@ def run_once(config: Config, real: RealRun, options: RealOptions,
         os.chmod(work, 0o755)
         spec = RankSpec(config, work, work / "result.json", options.net, real.transport,
                         options.impl, wait_mode(options.wait, ranks,
-                                                config.compute.time_s is None),
-                        repeat, faults)
+                                                config.compute.time_s is None, options.sched),
+                        repeat, faults, options.sched)
         (work / "spec.json").write_text(spec.to_json())
         job = Job(argv or [sys.executable, "-m", "sim.real.executors.rank", "--spec",
                            str(work / "spec.json")], ranks, work,
@@ -199,6 +237,7 @@ def run_real(config: Config, out: Path, options: RealOptions,
     """
     check_options(options)
     real = validate_real(config, options.net)
+    options = check_sched(options, real)
     check_out_dir(out)
     runs = []
     root = checkpoint_root(out) if real.recovery == "restart" else None
