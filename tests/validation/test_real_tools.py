@@ -195,7 +195,10 @@ def test_validate_runs_a_small_matrix_and_writes_the_readme(tmp_path, capsys, ti
         'base = "base.toml"\nrepeat = 2\n[axes]\nworkers = [2]\nstrategy = ["bsp", "asp"]\n'
         'network = ["shm"]\nmodel = ["tiny"]\n[levels.model.tiny]\n"workload.lr" = 0.5\n')
     readme = tmp_path / "README.md"
+    from sim.machine import cpu_model
+
     earlier = {"format": "sgd-lab.validation-real/1", "date": "2026-01-01T00:00",
+               "cpu": cpu_model(),  # taken on this CPU: comparable
                "real_s": {"w2-bsp-shm-tiny": 1.0, "w2-asp-shm-tiny": 1.0}}
     (tmp_path / "real.json").write_text(json.dumps(earlier))  # the last validation's
     assert main(["validate", "--matrix", str(tmp_path / "matrix.toml"), "--out",
