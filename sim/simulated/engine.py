@@ -205,6 +205,8 @@ def simulate(config: Config,
     if measured is not None:
         tracks = [worker_name(r) for r in range(len(ctx.compute.rngs))]
         ctx.replay = ctx.compute.replay = Replay(measured, tracks, config.run.seed)
+        if measured.off_core:  # its steps already hold their waits for a core
+            ctx.compute.on_host = False
     recovery = ctx.recovery
     recorder = ctx.recorder
     recorder.on_update = progress

@@ -15,6 +15,12 @@ the run it simulates. Here the real run's trace gives, for each rank (by its tra
   (:mod:`sim.validation.replay`).
 
 Everything else (per-message CPU, the wire, waiting, the servers' code) stays the model's.
+
+Where the real ranks outnumbered the cores under Linux's default scheduler, a compute span
+is wall-clock time that holds the rank's waits for a core as well as its work: replayed as
+CPU work on the simulated cores it would wait for them twice, so it is replayed as time
+that holds no core (``off_core``). Under ``sim real --sched fifo`` a computing rank keeps
+its core until it waits, so its spans are its work and are replayed on the cores.
 """
 
 from __future__ import annotations
@@ -35,6 +41,10 @@ class MeasuredTimes:
     steps: Mapping[str, np.ndarray]  # track -> seconds of compute in each step
     # (track, kind) -> the factor on the model's charges of ``kind`` there
     scales: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    # the steps are wall-clock time that already holds the rank's waits for a core (ranks
+    # outnumbered cores under the default scheduler): replayed without holding one, else
+    # the simulation's own sharing of the cores would count those waits twice
+    off_core: bool = False
 
 
 class Replay:

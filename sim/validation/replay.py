@@ -105,7 +105,20 @@ def measured_times(run_dir: Path) -> MeasuredTimes:
     steps = {track: step_compute_s(slices) for track, slices in spans.items()}
     if not any(s.size for s in steps.values()):
         raise UserError(f"{path}: no compute spans on any rank's track; nothing to replay")
-    return MeasuredTimes(str(run_dir), steps, _per_step(spans))
+    return MeasuredTimes(str(run_dir), steps, _per_step(spans), _time_sliced(Path(run_dir)))
+
+
+def _time_sliced(run_dir: Path) -> bool:
+    """Whether the real run's ranks outnumbered its CPUs under the default scheduler (its
+    compute spans then hold waits for a core): its summary's ``ranks``, ``cpus`` and
+    ``sched``; False for a simulated run or one that did not record them."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    ranks, cpus = summary.get("ranks"), summary.get("cpus")
+    return (summary.get("clock") == "wall" and summary.get("sched", "default") == "default"
+            and isinstance(ranks, int) and isinstance(cpus, int) and ranks > cpus)
 
 
 def simulate_replayed(config: Config, real_dir: Path) -> Any:

@@ -130,3 +130,25 @@ def test_compare_replay_on_a_real_run_takes_its_compute_data_and_update(
         for key in ("compute_s", "data_s", "update_s"):  # the mean worker's, as measured
             assert simulated[key] == pytest.approx(measured[key], rel=0.02), key
     assert np.isfinite(replay["iteration_s"]["error"])
+
+
+def test_time_sliced_wall_clock_compute_is_replayed_without_holding_a_core(
+        tmp_path, tiny_config_data):
+    """A real run whose ranks outnumbered its CPUs under the default scheduler measured its
+    compute in wall-clock time that holds its waits for a core: replayed off the cores
+    (else they would be waited for twice), so the replay is faster than one on the cores.
+    Under --sched fifo (or with a core per rank) its spans are work, replayed on them."""
+    data = tiny_config_data({"strategy.kind": "bsp", "run.iterations": 8})
+    data["cluster"] |= {"host": "epyc-core", "cores": 1, "ranks_per_host": 4}
+    config = validate(data)
+    run = _write(tmp_path, simulate(config))
+    summary = json.loads((run / "summary.json").read_text())
+    summary |= {"clock": "wall", "ranks": 2, "cpus": 1, "sched": "default"}
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert measured_times(run).off_core
+    sliced = simulate_replayed(config, run).summary["sim_time_s"]
+    summary["sched"] = "fifo"
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert not measured_times(run).off_core
+    on_cores = simulate_replayed(config, run).summary["sim_time_s"]
+    assert sliced < on_cores
