@@ -58,7 +58,9 @@ def test_a_waiting_fifo_rank_leaves_its_core_to_the_rank_and_process_beside_it(t
     # a spinning real-time waiter would take all of its wait and leave the neighbour RT
     # throttling's 5% (0.02 s); its naps (every 20 us, waking to poll) take about a third
     assert found["wait_cpu_s"] < 0.75 * found["wait_s"]
-    assert found["neighbour_cpu_s"] > 0.25 * 0.4
+    # starved, the neighbour would get RT throttling's 0.02 s of the 0.4 s; it gets about
+    # half of it with the other test worker on that core too (0.09 s seen), all of it alone
+    assert found["neighbour_cpu_s"] > 0.05
 
 
 @needs_fifo
