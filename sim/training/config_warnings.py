@@ -11,10 +11,10 @@ from dataclasses import replace
 from typing import Any
 
 from sim.config import Config, Embeddings, Strategy
-from sim.network.fabrics import get_fabric
+from sim.network.fabrics import Fabric, get_fabric
 from sim.network.message_cost import path_window_Bps
 from sim.network.transports import REGISTRY, Transport, get_transport
-from sim.training.host_costs import cpu_costs, load_host
+from sim.training.host_costs import HostProfile, cpu_costs, load_host
 from sim.training.strategies import STRATEGIES, row_of
 from sim.workloads.models import MODELS
 
@@ -95,12 +95,12 @@ def _unused_one_sided_pulls(c: Config) -> str | None:
     return None
 
 
-def _what_a_message_costs(c: Config, transport: Transport) -> tuple[Any, ...]:
-    """Everything of ``transport`` that this run's messages pay on its fabric and host:
-    the CPU at each end (nothing where the ranks pay none), the frames and the window's
-    bound; how pulls and pushes to a server behave only where there is a server."""
-    fabric = get_fabric(c.cluster.fabric)
-    costs = cpu_costs(load_host(c.cluster.host), fabric, transport)
+def _what_a_message_costs(c: Config, transport: Transport, fabric: Fabric,
+                          host: HostProfile) -> tuple[Any, ...]:
+    """Everything of ``transport`` that this run's messages pay on its ``fabric`` and
+    ``host``: the CPU at each end (nothing where the ranks pay none), the frames and the
+    window's bound; how pulls and pushes to a server behave only where there is a server."""
+    costs = cpu_costs(host, fabric, transport)
     cpu = replace(costs.message, transport_charged=False) if costs.charged else None
     if cpu is not None and _why_pulls_are_two_sided(c):
         cpu = replace(cpu, one_sided_pulls=False)
@@ -112,13 +112,14 @@ def _what_a_message_costs(c: Config, transport: Transport) -> tuple[Any, ...]:
 
 def _transport_like_another(c: Config) -> str | None:
     transport = get_transport(c.cluster.transport)
-    mine = _what_a_message_costs(c, transport)
+    fabric, host = get_fabric(c.cluster.fabric), load_host(c.cluster.host)  # read once
+    mine = _what_a_message_costs(c, transport, fabric, host)
     same = [name for name, other in REGISTRY.items()
-            if name != transport.name and _what_a_message_costs(c, other) == mine]
+            if name != transport.name and _what_a_message_costs(c, other, fabric, host) == mine]
     if same:
         return (f"cluster.transport = {transport.name!r} costs what {same[0]!r} costs on "
-                f"fabric {get_fabric(c.cluster.fabric).name!r} with host "
-                f"{c.cluster.host!r}: this run's results equal a run over {same[0]!r}")
+                f"fabric {fabric.name!r} with host {c.cluster.host!r}: this run's results "
+                f"equal a run over {same[0]!r}")
     return None
 
 

@@ -76,20 +76,21 @@ def step_compute_s(spans: list[tuple[str, str, float, float]]) -> np.ndarray:
     return np.array(steps)
 
 
-def _per_step(spans: dict[str, list[tuple[str, str, float, float]]]
-              ) -> dict[tuple[str, str], float]:
-    """Each track's seconds of each replayed kind per step (tracks with steps only)."""
+def _per_step(spans: dict[str, list[tuple[str, str, float, float]]],
+              steps: dict[str, np.ndarray] | None = None) -> dict[tuple[str, str], float]:
+    """Each track's seconds of each replayed kind per step (tracks with steps only;
+    ``steps``: each track's :func:`step_compute_s`, when already found)."""
     out = {}
     for track, slices in spans.items():
-        steps = step_compute_s(slices).size
+        steps_n = (step_compute_s(slices) if steps is None else steps[track]).size
         # a gather after the last compute began a step the run ended in: left out, as is
         # that step
         last = max((start + s for k, _, start, s in slices if k == "compute"), default=0.0)
         for kind in REPLAYED_KINDS:
             total = sum(s for k, _, start, s in slices
                         if k == kind and (kind != "data" or start < last))
-            if steps and total > 0:
-                out[(track, kind)] = total / steps
+            if steps_n and total > 0:
+                out[(track, kind)] = total / steps_n
     return out
 
 
@@ -105,7 +106,8 @@ def measured_times(run_dir: Path) -> MeasuredTimes:
     steps = {track: step_compute_s(slices) for track, slices in spans.items()}
     if not any(s.size for s in steps.values()):
         raise UserError(f"{path}: no compute spans on any rank's track; nothing to replay")
-    return MeasuredTimes(str(run_dir), steps, _per_step(spans), _time_sliced(Path(run_dir)))
+    return MeasuredTimes(str(run_dir), steps, _per_step(spans, steps),
+                         _time_sliced(Path(run_dir)))
 
 
 def _time_sliced(run_dir: Path) -> bool:

@@ -65,6 +65,22 @@ def compare(now: dict[str, float], before: dict[str, float]) -> dict[str, Any] |
             "close": sum(d <= CLOSE for d in diffs.values())}
 
 
+def against(rows: list[dict[str, Any]], before: dict[str, Any] | None
+            ) -> dict[str, Any] | None:
+    """:func:`compare` of ``rows``' real times with ``before``'s, None where there is no
+    earlier validation taken on this CPU."""
+    if not before or not comparable(before):
+        return None
+    return compare(real_means(rows), before["real_s"])
+
+
+def floor(rows: list[dict[str, Any]], before: dict[str, Any] | None) -> float | None:
+    """The median |difference| of ``rows``' real times from ``before``'s (the targets'
+    reproducibility), None where it is not known."""
+    found = against(rows, before)
+    return None if found is None else found["median"]
+
+
 def lines(rows: list[dict[str, Any]], before: dict[str, Any] | None) -> list[str]:
     """The README's section on it (empty without an earlier validation to compare with)."""
     if before and not comparable(before):
@@ -73,7 +89,7 @@ def lines(rows: list[dict[str, Any]], before: dict[str, Any] | None) -> list[str
                 f"on another CPU ({before.get('cpu', 'not recorded')}; this one: "
                 f"{cpu_model()}), so they say nothing of how this machine's runs repeat; "
                 "the targets set against reproducibility are not judged here.", ""]
-    spread = compare(real_means(rows), before["real_s"]) if before else None
+    spread = against(rows, before)
     if spread is None:
         return []
     return ["## Reproducibility of the real runs", "",

@@ -228,14 +228,6 @@ def summary_lines(rows: list[dict[str, Any]], label: str = "") -> list[str]:
     return lines
 
 
-def _reproducibility(rows: list[dict[str, Any]], before: dict[str, Any] | None
-                     ) -> float | None:
-    """The median |difference| of this validation's real times from the last one's."""
-    found = reproducibility.compare(reproducibility.real_means(rows), before["real_s"]) \
-        if before and reproducibility.comparable(before) else None
-    return None if found is None else found["median"]
-
-
 def _group_lines(rows: list[dict[str, Any]], quiet: float) -> list[str]:
     """Each placement group's iteration-time, time-to-target and spread figures."""
     out = []
@@ -285,7 +277,7 @@ def write_readme(path: Path, rows: list[dict[str, Any]], skipped: list[str],
         "load' in the table is the worst share among the kept repeats.",
         "",
         *reproducibility.lines(rows, meta.get("before")),
-        *placement.lines(rows, _reproducibility(rows, meta.get("before"))),
+        *placement.lines(rows, reproducibility.floor(rows, meta.get("before"))),
         *_group_lines(rows, meta["quiet"][0]),
         *bias.lines(placement.groups(rows)["core"], " with a core per rank"),
         *bias.lines(placement.groups(rows)["oversubscribed"], " oversubscribed"),
