@@ -63,6 +63,11 @@ class Cluster(Section):
     placement: Literal["block", "round-robin"] = doc(
         "block", "how ranks map to hosts (round-robin spreads neighbours over leaves)")
     servers: PositiveInt = doc(1, "parameter-server shards (key ranges), each on its own host")
+    shard_by: Literal["keys", "round-robin", "least-loaded"] = doc(
+        "keys", "how the servers split the parameters: keys, equal key ranges (ps-lite, Li et "
+        "al. 2014); whole layers dealt round-robin, layer i on shard i mod servers "
+        "(TensorFlow's replica_device_setter), or each on the shard holding the fewest bytes "
+        "so far (tf_cnn_benchmarks' parameter_server mode)")
     network: Literal["flow", "analytical"] = doc(
         "flow", "flow: max-min fair sharing of links; analytical: alpha-beta with each host's "
         "link a FIFO queue (incast serialises), no contention in the switch core")

@@ -121,16 +121,12 @@ class ElasticRecovery:
         self.restart_s += down
         self._note(shard, "restart", now, now + down)
         if ctx.numerics:
-            keys = self._keys(shard)
+            keys = self.server.shard_keys(shard)
             params = save.params if save else ctx.params[keys]
             store.params[keys] = params
             if store.sgd.velocity is not None:
                 store.sgd.velocity[keys] = save.velocity if save and save.velocity is not None \
                     else 0.0
-
-    def _keys(self, shard: int) -> slice:
-        edges = np.rint(self.server.edges * self.server.store.params.size).astype(int)
-        return slice(int(edges[shard]), int(edges[shard + 1]))
 
     def _note(self, shard: int, what: str, start: float, end: float) -> None:
         """The shard's restart or checkpoint on its trace track (at its end, when the
@@ -158,7 +154,7 @@ class ElasticRecovery:
         store = self.server.store
         self.last_begun_s = now
         for shard in range(self.shards):
-            keys = self._keys(shard) if self.ctx.numerics else None
+            keys = self.server.shard_keys(shard) if self.ctx.numerics else None
             velocity = store.sgd.velocity
             saves = self.saves[shard]
             wait, durable = self.plan.timing(now, saves[-1].durable_s if saves else 0.0)

@@ -174,6 +174,8 @@ def build_simulation(config: Config, plan: Plan | None = None) -> Simulation:
     server = ParameterServer(network, hosts[workers:],
                              ParameterStore(rules, workload.params.copy()),
                              cores, workers, recorder.notes) if servers else None
+    if server is not None and cluster.shard_by != "keys":
+        server.deal_layers(workload.layers.grad_bytes, cluster.shard_by)
     ctx = Context(env, config, network, workload, rules, recorder, done, server,
                   {**options, "placement": cluster.placement,
                    "host_link": cluster.host_link, "machines": machines},

@@ -1,4 +1,5 @@
-"""Parameter servers: the parameters split by key range over S shards on their own hosts.
+"""Parameter servers: the parameters split by key range over S shards on their own hosts,
+or (:meth:`ParameterServer.deal_layers`) whole layers dealt over the shards.
 
 Messages: a pull is a small request to every shard followed by each shard's part of the
 parameters; a push sends each shard its part of the (possibly compressed) gradient.
@@ -35,6 +36,25 @@ class _Split(NamedTuple):
     owned: list[float]
 
 
+def round_robin(sizes: np.ndarray, shards: int) -> np.ndarray:
+    """Layer i on shard i mod ``shards`` (TensorFlow's ``replica_device_setter`` default)."""
+    return np.arange(len(sizes)) % shards
+
+
+def least_loaded(sizes: np.ndarray, shards: int) -> np.ndarray:
+    """Each layer in turn on the shard holding the fewest bytes so far, the first such on a
+    tie (tf_cnn_benchmarks' ``ParamServerDeviceSetter``)."""
+    loads, owner = np.zeros(shards), np.empty(len(sizes), dtype=np.intp)
+    for i, size in enumerate(sizes):
+        owner[i] = int(np.argmin(loads))
+        loads[owner[i]] += size
+    return owner
+
+
+# how whole layers are dealt over the shards (cluster.shard_by, other than "keys")
+DEALS = {"round-robin": round_robin, "least-loaded": least_loaded}
+
+
 class ParameterServer:
     """The servers' hosts on the network around a :class:`~sim.training.store.ParameterStore`
     (the parameters of record and the strategy's rules)."""
@@ -53,14 +73,39 @@ class ParameterServer:
         # of any message, per shard (equal key ranges when there are no numbers to hold)
         self.share = sizes / sizes.sum() if sizes.sum() else np.full(len(self.hosts),
                                                                       1 / len(self.hosts))
-        self.edges = np.concatenate([[0.0], np.cumsum(self.share)])
+        edges = np.concatenate([[0.0], np.cumsum(self.share)])
+        # the keys (fractions of the vector) each shard owns: segment i, [lo_i, hi_i), is
+        # shard owner_i's (one segment a shard: equal key ranges)
+        self.segments = (edges[:-1], edges[1:], np.arange(len(self.hosts)))
         self._splits: dict[tuple[float, float, float], _Split] = {}
-        self._splits_of = self.edges  # the edges those were computed with
         # a shard that is down (restarting, or writing a blocking checkpoint) serves
         # nothing until its event fires: messages to or from it, and work for it, wait
         self.back_up: dict[int, simpy.Event] = {}
         self._up_at: dict[int, float] = {}  # when each of those is back (s)
         self._shard_of_host = {int(h): s for s, h in enumerate(self.hosts)}
+
+    def deal_layers(self, layer_bytes: np.ndarray, how: str) -> None:
+        """Whole layers dealt over the shards (:data:`DEALS`, by ``how``), each layer's keys
+        on one shard; replaces the equal key ranges (a shard's share is then its layers')."""
+        sizes = np.asarray(layer_bytes, dtype=float)
+        edges = np.concatenate([[0.0], np.cumsum(sizes)]) / sizes.sum()
+        owner = DEALS[how](sizes, len(self.hosts))
+        self.share = np.bincount(owner, weights=sizes, minlength=len(self.hosts)) / sizes.sum()
+        self.segments, self._splits = (edges[:-1], edges[1:], owner), {}
+
+    def follow(self, other: ParameterServer) -> None:
+        """Split the keys over the shards as ``other`` does (a network-only copy of it)."""
+        self.share, self.segments, self._splits = other.share, other.segments, {}
+
+    def shard_keys(self, shard: int) -> slice | np.ndarray:
+        """Indices into the parameter vector that ``shard`` owns (a slice for one range)."""
+        size = self.store.params.size
+        lo, hi, owner = self.segments
+        pieces = [slice(int(np.rint(a * size)), int(np.rint(b * size)))
+                  for a, b in zip(lo[owner == shard], hi[owner == shard], strict=True)]
+        if len(pieces) == 1:
+            return pieces[0]
+        return np.concatenate([np.arange(p.start, p.stop) for p in pieces]).astype(np.intp)
 
     def take_down(self, shard: int, seconds: float) -> simpy.Event:
         """Shard ``shard`` serves nothing for ``seconds`` from now (or until it was to be
@@ -89,13 +134,12 @@ class ParameterServer:
     def _split(self, start: float, stop: float, nbytes: float) -> _Split:
         """How a message splits over the shards, remembered: a run sends the same few
         messages again and again, and numpy's per-call cost would dominate each."""
-        if self._splits_of is not self.edges:  # edges replaced (a copy sharing another's)
-            self._splits, self._splits_of = {}, self.edges
         key = (start, stop, nbytes)
         split = self._splits.get(key)
         if split is None:
-            overlap = np.clip(np.minimum(stop, self.edges[1:])
-                              - np.maximum(start, self.edges[:-1]), 0.0, None)
+            lo, hi, owner = self.segments
+            overlap = np.bincount(owner, np.clip(np.minimum(stop, hi) - np.maximum(start, lo),
+                                                 0.0, None), len(self.hosts))
             parts = nbytes * overlap / (stop - start)
             parts.flags.writeable = False
             owners = parts > 0

@@ -71,6 +71,18 @@ def _selective_without_attention(c: Config) -> str | None:
     return None
 
 
+def _shards_without_servers(c: Config) -> str | None:
+    if c.cluster.shard_by == "keys":
+        return None
+    unused = f"cluster.shard_by = {c.cluster.shard_by!r} has no effect"
+    if not row_of(c).server_ranks(c):
+        return f"{unused}: strategy {c.strategy.kind!r} has no parameter servers"
+    if MODELS[c.workload.model].tabular and c.embeddings.placement == "ps":
+        return (f"{unused}: {c.workload.model!r} with its tables on the servers sends each "
+                "shard the rows and dense part its own traffic accounting says")
+    return None
+
+
 def _why_pulls_are_two_sided(c: Config) -> str | None:
     """Why this run's pulls (if any) would not read the servers one-sidedly over a
     transport that can (a shard's CPU answers them), or None where they would."""
@@ -124,7 +136,8 @@ def _transport_like_another(c: Config) -> str | None:
 
 
 WARNINGS = [_one_leaf, _unused_allgather, _lone_host_link, _unused_embeddings,
-            _selective_without_attention, _unused_one_sided_pulls, _transport_like_another]
+            _selective_without_attention, _shards_without_servers, _unused_one_sided_pulls,
+            _transport_like_another]
 
 
 def config_warnings(config: Config) -> list[str]:

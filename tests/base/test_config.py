@@ -161,6 +161,23 @@ def test_oversubscription_under_one_leaf_is_said_to_have_no_effect(tmp_path, cap
     assert "warning: cluster.oversubscription = 2 has no effect" in capsys.readouterr().err
 
 
+def test_shards_without_parameter_servers_are_said_to_have_no_effect():
+    from sim.training.config_warnings import config_warnings
+
+    def warnings(kind):
+        return config_warnings(validate({"cluster": {"shard_by": "round-robin"},
+                                         "strategy": {"kind": kind}}))
+
+    (line,) = warnings("bsp")
+    assert line.startswith("cluster.shard_by = 'round-robin' has no effect") and "'bsp'" in line
+    assert warnings("bsp-ps") == [] and warnings("asp") == []
+    (line,) = config_warnings(validate({
+        "cluster": {"shard_by": "least-loaded", "servers": 2}, "strategy": {"kind": "bsp-ps"},
+        "embeddings": {"placement": "ps"}, "workload": {"model": "wide-deep",
+                                                        "dataset": "ctr-synthetic"}}))
+    assert "'wide-deep' with its tables on the servers" in line
+
+
 def test_set_none_removes_an_optional_key_and_only_an_optional_one(tmp_path):
     """``--set KEY=none`` gives an optional key (default None) its default back, which TOML
     cannot write; on other keys "none" stays a value (strategy.compression = "none")."""

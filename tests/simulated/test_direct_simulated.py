@@ -26,7 +26,7 @@ from sim.simulated.elastic_recovery import ElasticRecovery
 from sim.simulated.engine import build_simulation
 from sim.simulated.recovery import build_recovery
 from sim.simulated.restart_recovery import RestartRecovery, retime_trace
-from sim.simulated.server import ParameterServer
+from sim.simulated.server import ParameterServer, least_loaded, round_robin
 from sim.training.store import ParameterStore
 from sim.training.strategies import make_rules
 
@@ -77,6 +77,32 @@ def test_shards_split_a_message_by_their_key_ranges_as_array_split_does():
     for _ in range(20):  # conservation: every byte of a message goes to some shard
         a, b = np.sort(rng.uniform(0, 1, 2))
         assert server.range_bytes(a, b, nbytes).sum() == pytest.approx(nbytes, rel=1e-12)
+
+
+def test_whole_layers_dealt_round_robin_and_least_loaded_by_hand():
+    sizes = np.array([5.0, 3.0, 3.0, 1.0])
+    assert round_robin(sizes, 2).tolist() == [0, 1, 0, 1]
+    # loads (0, 0) -> 5 on 0 -> 3 on 1 -> 3 on 1 (3 < 5) -> 1 on 0 (5 < 6)
+    assert least_loaded(sizes, 2).tolist() == [0, 1, 1, 0]
+    assert least_loaded(np.ones(3), 3).tolist() == [0, 1, 2]  # a tie goes to the first
+
+
+def test_dealt_layers_split_a_message_by_the_layers_it_carries():
+    _, server, _ = servers(2, params=12)
+    server.deal_layers(np.array([5.0, 3.0, 3.0, 1.0]), "least-loaded")  # shards 0 1 1 0
+    assert server.share.tolist() == [0.5, 0.5]
+    nbytes = 1200.0
+    np.testing.assert_allclose(server.range_bytes(0.0, 1.0, nbytes), [600, 600])
+    # layers 1 and 2 (keys [5/12, 11/12)), both on shard 1
+    np.testing.assert_allclose(server.range_bytes(5 / 12, 11 / 12, nbytes), [0, 1200])
+    # layer 3 alone, on shard 0
+    np.testing.assert_allclose(server.range_bytes(11 / 12, 1.0, nbytes), [1200, 0])
+    # a shard's keys are its layers': 0..4 and 11 on shard 0, 5..10 on shard 1
+    assert server.shard_keys(0).tolist() == [0, 1, 2, 3, 4, 11]
+    assert server.shard_keys(1).tolist() == list(range(5, 11))
+    copy = servers(2, params=12)[1]
+    copy.follow(server)
+    np.testing.assert_array_equal(copy.range_bytes(5 / 12, 11 / 12, nbytes), [0, 1200])
 
 
 def test_push_sends_each_shard_its_part_and_fires_after_alpha():

@@ -19,7 +19,7 @@ from sim.faults.timeline import GAP_KINDS
 from sim.recorder import KINDS
 from sim.simulated.engine import build_simulation, simulate
 from sim.trace import WORKERS
-from tests.training_cases import make
+from tests.training_cases import MODELS, make
 
 # runs of 40 updates take 0.2-0.4 ms fault-free
 FAULTS = {"faults.failures": [{"rank": 1, "at_update": 13}, {"rank": 0, "at_s": 1e-4}],
@@ -122,7 +122,7 @@ def test_a_dead_shard_restores_its_range_from_its_checkpoint():
     strategy.start()
     while recovery.failed == 0:
         env.step()
-    keys = recovery._keys(1)
+    keys = ctx.server.shard_keys(1)
     saved = recovery.saves[1][-1]
     assert saved.version == 16 and keys.start > 0
     assert np.array_equal(store.params[keys], saved.params)
@@ -130,6 +130,30 @@ def test_a_dead_shard_restores_its_range_from_its_checkpoint():
     # the other shard kept its updates
     assert not np.array_equal(store.params[: keys.start],
                               recovery.saves[0][-1].params)
+
+
+def test_a_dead_shard_of_dealt_layers_restores_its_layers_from_its_checkpoint():
+    # mlp 16 -> 8 -> 3: layer 0 (136 keys) on shard 0, layer 1 (27 keys) on shard 1
+    config = make(MODELS["mlp"], strategy__kind="asp", cluster__servers=2,
+                  cluster__shard_by="round-robin", checkpoint__every_steps=8,
+                  faults__failures=[{"rank": 5, "at_update": 20}], faults__restart_s=1e-3)
+    env, ctx, strategy = build_simulation(config)
+    recovery, store = ctx.recovery, ctx.server.store
+    strategy.start()
+    while recovery.failed == 0:
+        env.step()
+    assert ctx.server.shard_keys(1) == slice(136, 163)
+    assert np.array_equal(store.params[136:], recovery.saves[1][-1].params)
+    assert not np.array_equal(store.params[:136], recovery.saves[0][-1].params)
+
+
+def test_where_the_servers_hold_the_keys_changes_times_not_numbers():
+    runs = [simulate(make(MODELS["mlp"], strategy__kind=kind, cluster__servers=2,
+                          cluster__shard_by=how)).summary
+            for kind in ("asp", "bsp-ps") for how in ("keys", "least-loaded")]
+    for keys, dealt in (runs[:2], runs[2:]):
+        assert dealt["final_loss"] == keys["final_loss"]
+        assert dealt["sim_time_s"] != keys["sim_time_s"]
 
 
 def test_elastic_checkpoints_pause_each_shard_for_its_write():

@@ -265,7 +265,7 @@ class BSPPS(PipelinedStrategy):
             network = with_host_link(network, host_link,
                                      endpoint_machines(hosts, machines, n_hosts))
             server = ParameterServer(network, hosts[ctx.n:], ctx.server.store)
-            server.share, server.edges = ctx.server.share, ctx.server.edges
+            server.follow(ctx.server)
             keys = self.keys(msg)
             traffic = ctx.traffic
             if traffic is not None:  # the mean push and pull of the run's batches
