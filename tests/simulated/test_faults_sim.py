@@ -114,14 +114,20 @@ def test_a_rejoined_worker_contributes_again():
     assert sum(r["worker"] == "2" for r in rows[60:]) > 10
 
 
+def until_a_shard_fails(config):
+    """The run's context, stepped until its first failure has been handled."""
+    env, ctx, strategy = build_simulation(config)
+    strategy.start()
+    while ctx.recovery.failed == 0:
+        env.step()
+    return ctx
+
+
 def test_a_dead_shard_restores_its_range_from_its_checkpoint():
     config = make(strategy__kind="asp", cluster__servers=2, checkpoint__every_steps=8,
                   faults__failures=[{"rank": 5, "at_update": 20}], faults__restart_s=1e-3)
-    env, ctx, strategy = build_simulation(config)
+    ctx = until_a_shard_fails(config)
     recovery, store = ctx.recovery, ctx.server.store
-    strategy.start()
-    while recovery.failed == 0:
-        env.step()
     keys = ctx.server.shard_keys(1)
     saved = recovery.saves[1][-1]
     assert saved.version == 16 and keys.start > 0
@@ -137,11 +143,8 @@ def test_a_dead_shard_of_dealt_layers_restores_its_layers_from_its_checkpoint():
     config = make(MODELS["mlp"], strategy__kind="asp", cluster__servers=2,
                   cluster__shard_by="round-robin", checkpoint__every_steps=8,
                   faults__failures=[{"rank": 5, "at_update": 20}], faults__restart_s=1e-3)
-    env, ctx, strategy = build_simulation(config)
+    ctx = until_a_shard_fails(config)
     recovery, store = ctx.recovery, ctx.server.store
-    strategy.start()
-    while recovery.failed == 0:
-        env.step()
     assert ctx.server.shard_keys(1) == slice(136, 163)
     assert np.array_equal(store.params[136:], recovery.saves[1][-1].params)
     assert not np.array_equal(store.params[:136], recovery.saves[0][-1].params)
