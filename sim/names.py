@@ -11,6 +11,7 @@ outside a key's fixed set; each suggests the closest known name.
 from __future__ import annotations
 
 import difflib
+import tomllib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -137,13 +138,30 @@ def experiment_dirs() -> list[Path]:
 
 
 def experiments() -> dict[str, Path]:
-    """Experiment name (a config's file name without ``.toml``) -> its path; the first
-    directory of :func:`experiment_dirs` holding a name wins."""
+    """Experiment name (a run config's path under an experiments folder, without ``.toml``:
+    ``quickstart``, ``validation/base``) -> its path; the first directory of
+    :func:`experiment_dirs` holding a name wins. A TOML file that is no run config (the
+    validation matrix, the papers' files) is left out."""
     found: dict[str, Path] = {}
     for folder in experiment_dirs():
-        for path in sorted(folder.glob("*.toml")):
-            found.setdefault(path.stem, path)
+        for path in sorted([*folder.glob("*.toml"), *folder.glob("*/*.toml")]):
+            name = path.relative_to(folder).with_suffix("").as_posix()
+            if name not in found and _is_run_config(path):
+                found[name] = path
     return dict(sorted(found.items()))
+
+
+def _is_run_config(path: Path) -> bool:
+    """Whether ``path`` holds tables of the config's sections only (unreadable: left to
+    whoever runs it to say why)."""
+    from sim.config import Config  # sim.config imports this module
+
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return True
+    return all(isinstance(value, dict) for value in data.values()) \
+        and set(data) <= set(Config.model_fields)
 
 
 def config_path(text: str) -> Path:

@@ -110,5 +110,5 @@ def test_the_readme_lists_every_shipped_experiment():
     readme = (ROOT / "README.md").read_text()
     table = readme[readme.index("## Experiments"):]
     table = table[:table.index("\n\n", table.index("|---|"))]
-    named = set(re.findall(r"^\| `([\w-]+)` \|", table, re.M))
+    named = set(re.findall(r"^\| `([\w/-]+)` \|", table, re.M))
     assert named == shipped
