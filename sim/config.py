@@ -62,7 +62,8 @@ class Cluster(Section):
     hosts_per_leaf: PositiveInt = doc(16, "leaf-spine: hosts under each leaf switch")
     placement: Literal["block", "round-robin"] = doc(
         "block", "how ranks map to hosts (round-robin spreads neighbours over leaves)")
-    servers: PositiveInt = doc(1, "parameter-server shards (key ranges), each on its own host")
+    servers: PositiveInt = doc(1, "parameter-server shards, each on its own host (unless "
+                               "rank_hosts places them), holding what shard_by says")
     shard_by: Literal["keys", "round-robin", "least-loaded"] = doc(
         "keys", "how the servers split the parameters: keys, equal key ranges (ps-lite, Li et "
         "al. 2014); whole layers dealt round-robin, layer i on shard i mod servers "
