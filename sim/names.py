@@ -152,16 +152,14 @@ def experiments() -> dict[str, Path]:
 
 
 def _is_run_config(path: Path) -> bool:
-    """Whether ``path`` holds tables of the config's sections only (unreadable: left to
-    whoever runs it to say why)."""
-    from sim.config import Config  # sim.config imports this module
-
+    """Whether ``path``'s top level holds tables only, as a run config's sections are (the
+    validation matrix has keys there, a paper file its list of figures); an unreadable file
+    is left to whoever runs it to say why."""
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError):
         return True
-    return all(isinstance(value, dict) for value in data.values()) \
-        and set(data) <= set(Config.model_fields)
+    return all(isinstance(value, dict) for value in data.values())
 
 
 def config_path(text: str) -> Path:
