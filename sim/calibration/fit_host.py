@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from sim.calibration.least_squares import on_relative_errors
+from sim.calibration.message_reload_bench import fit_message_reload
 from sim.calibration.reload_bench import fit_both
 from sim.calibration.serve_bench import fit_serving
 from sim.training.host_costs import HostProfile
@@ -184,12 +185,16 @@ def median_measurement(taken: list[dict[str, Any]]) -> dict[str, Any]:
               **fit_both(first["reload"]["gaps_s"],
                          _median([t["reload"]["extra_s"] for t in taken]),
                          _median([t["reload"]["spin_extra_s"] for t in taken]))}
+    message_reload = {**first["message_reload"], **fit_message_reload(
+        first["message_reload"]["works_s"],
+        _median([t["message_reload"]["extra_s"] for t in taken]))}
     points = [{**p, **{k: _median([t["serving"]["points"][i][k] for t in taken])
                        for k in ("round_s", "kernels_s")}}
               for i, p in enumerate(first["serving"]["points"])]
     serving = fit_serving(points, _median([t["serving"]["pulls_s"] for t in taken]))
     return {"fits": fits, "step": step, "poll": poll, "rendezvous": rendezvous,
-            "share": share, "reload": reload, "serving": serving,
+            "share": share, "reload": reload, "message_reload": message_reload,
+            "serving": serving,
             "cpu_s": sum(t["cpu_s"] for t in taken), "wall_s": sum(t["wall_s"] for t in taken)}
 
 
@@ -236,6 +241,8 @@ def host_profile(m: dict[str, Any], fabric_overhead_s: float,
         reload_tau_s=reload["reload_tau_s"],
         reload_base_s=reload["reload_base_s"],
         reload_spin_base_s=reload["reload_spin_base_s"],
+        message_reload_s=m["message_reload"]["message_reload_s"],
+        message_reload_tau_s=m["message_reload"]["message_reload_tau_s"],
         table_call_s=fits["table"]["constant_s"],
         table_row_s=fits["table"]["row_s"],
         table_Bps=fits["table"]["rate_Bps"],

@@ -113,6 +113,17 @@ def reload_lines(profile: HostProfile, reload: dict[str, Any]) -> list[str]:
             + f", fit error max {reload['spin_max_error']:.1%}"]
 
 
+def message_reload_line(profile: HostProfile, measured: dict[str, Any]) -> str:
+    """The message path's reload after a rank's own work: the fit and its points."""
+    errors = [abs(e) for e in measured["errors"] if e is not None]
+    return (f"  message reload {profile.message_reload_s * 1e6:.2f} us x (1 - exp(-work / "
+            f"{profile.message_reload_tau_s * 1e3:.2f} ms)) more for a message after the "
+            "rank's own work: measured " + ", ".join(
+                f"{w * 1e3:g} ms: {e * 1e6:+.0f} us" for w, e in zip(
+                    measured["works_s"], measured["extra_s"], strict=True))
+            + f", fit error max {max(errors, default=0.0):.1%}")
+
+
 def serving_line(profile: HostProfile, serving: dict[str, Any]) -> str:
     """A parameter server's own code per push, step and pull (``profile``'s), and the fit's
     error (``serving``: the measurement printed)."""

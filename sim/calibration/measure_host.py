@@ -32,6 +32,9 @@ Each cost is measured through the real runner's own code path, over several size
 * reload: a step's host work warm and right after sleeps of 0.1-20 ms
   (:mod:`sim.calibration.reload_bench`): ``reload_base_s``, ``reload_s`` and
   ``reload_tau_s``.
+* message reload: an allreduce between 2 ranks back to back and after 0.1-5 ms of their
+  own work (:mod:`sim.calibration.message_reload_bench`): ``message_reload_s`` and
+  ``message_reload_tau_s``.
 * serving: the real server's rules, store and log per push, step and pull, beyond their
   kernels (:mod:`sim.calibration.serve_bench`): ``serve_apply_s``, ``serve_push_s``,
   ``serve_step_s`` and ``serve_pull_s``.
@@ -60,6 +63,7 @@ import numpy as np
 
 from sim.calibration.fit_host import ROW_FITS, fit, fit_gather, fit_notice, fit_share
 from sim.calibration.measure_fabric import netbench
+from sim.calibration.message_reload_bench import measure as measure_message_reload
 from sim.calibration.reload_bench import FEATURES, measure_reload
 from sim.calibration.serve_bench import measure_serving
 
@@ -376,6 +380,7 @@ def measure_host(quick: bool, wait: str, concurrency: int) -> dict[str, Any]:
     measured["rendezvous"] = measure_rendezvous(quick)
     measured["share"] = measure_wait_share(quick)
     measured["reload"] = measure_reload(quick)
+    measured["message_reload"] = measure_message_reload(quick)
     measured["serving"] = measure_serving(fits, quick)
     return measured
 
@@ -426,6 +431,11 @@ def measured_through(concurrency: int, reload: dict[str, Any]) -> dict[str, str]
                   f"extra time fitted as reload_base_s + reload_s x (1 - exp(-gap / "
                   f"reload_tau_s)); and right after spinning as long (a loop polling the "
                   f"clock): reload_spin_base_s, the median extra less that curve",
+        "message_reload": "sim.calibration.message_reload_bench: 2 MPI ranks, the real "
+                          "executor's ring allreduce of 16 and 3,000 float64 back to back "
+                          "and after 0.1-5 ms of each rank's own work on a 1 MiB array; "
+                          "the mean extra per allreduce fitted as message_reload_s x (1 - "
+                          "exp(-work / message_reload_tau_s))",
         "serving": "sim.calibration.serve_bench: sim.real.executors.ps.ServerProtocol "
                    "(the real server's rules, store and log, no MPI) of asp and bsp-ps with "
                    "1, 2 and 4 workers, rounds of a push from every worker and their pulls, "

@@ -246,11 +246,13 @@ def calibrate_host(path: Path, quick: bool = False, wait: str = "auto",
         source=f"{each[0].source}; fitted to each point's median over {repeats} calibrations")
     lines = [R.summary_line(profile, fabric_overhead_s), *R.fit_lines(m["fits"]),
              *R.step_and_wait_lines(profile, m), *R.reload_lines(profile, m["reload"]),
+             R.message_reload_line(profile, m["message_reload"]),
              R.serving_line(profile, m["serving"]), *R.repeat_lines(each, profile)]
     warnings = R.busy_warning(load, m["cpu_s"], m["wall_s"]) + R.fit_warnings(m)
     write_host(path, profile, fits=m["fits"], step=m["step"], poll=m["poll"],
                rendezvous=m["rendezvous"], share=m["share"], reload=m["reload"],
-               serving=m["serving"], measured_through=measured_through(concurrency, m["reload"]),
+               message_reload=m["message_reload"], serving=m["serving"],
+               measured_through=measured_through(concurrency, m["reload"]),
                load_average=load,
                cpu_fraction=m["cpu_s"] / m["wall_s"] if m["wall_s"] else None,
                fabric_overhead_s=fabric_overhead_s, fabric_Bps=fabric_Bps,

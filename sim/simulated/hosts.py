@@ -70,6 +70,9 @@ class Hosts:
                                costs.reload_base_s, costs.reload_spin_base_s)
                         if costs.reload_s > 0 or costs.reload_base_s > 0 else None)
         self.poll_spin_s, self.poll_s = costs.poll_spin_s, costs.poll_s
+        self.message_reload = (costs.message_reload_s, costs.message_reload_tau_s)
+        # CPU seconds of each rank's other work since its last message task
+        self.other_work = [0.0] * len(rank_hosts)
         self.notice_base_s, self.notice_s = costs.notice_base_s, costs.notice_s
         self.rendezvous_bytes, self.rendezvous_s = costs.rendezvous_bytes, costs.rendezvous_s
         self.rendezvous_base_s = costs.rendezvous_base_s
@@ -119,8 +122,8 @@ class Hosts:
         return pinned
 
     def run(self, rank: int, seconds: float, woken: bool = False,
-            handshake_s: float = 0.0,
-            beside: list[float] | None = None) -> Generator[simpy.Event, Any, float]:
+            handshake_s: float = 0.0, beside: list[float] | None = None,
+            message: bool = False) -> Generator[simpy.Event, Any, float]:
         """Run ``seconds`` of CPU work on ``rank``'s thread (after its earlier tasks).
         ``woken``: the work is handling a message that just arrived, which an idle sleeping
         rank notices only when it next polls (:meth:`woken_at`). ``handshake_s``: the thread
@@ -129,7 +132,9 @@ class Hosts:
         messages, started by its channel while the rank computes or waits): it gets
         [start, end] of the time the task holds the thread, each as soon as known
         (inf until then), and :meth:`own_parts` leaves that time out of the rank's own.
-        Returns the CPU seconds the task took: ``seconds`` and its reload after a gap."""
+        ``message``: the task is the rank's end of a message (its reload after other work,
+        :meth:`_task_starts`). Returns the CPU seconds the task took: ``seconds`` and its
+        reloads."""
         if seconds <= 0 and handshake_s <= 0:
             return 0.0
         if beside is not None:
@@ -138,7 +143,7 @@ class Hosts:
             self.free_at[rank] = self.env.now + late  # asleep until then: nothing else runs
             yield self.env.timeout(late)
         if not self.shared[self.rank_hosts[rank]]:
-            reload_s = yield from self._run_alone(rank, seconds + handshake_s, beside)
+            reload_s = yield from self._run_alone(rank, seconds + handshake_s, beside, message)
             return seconds + reload_s
         with self.threads[rank].request() as thread:
             try:
@@ -152,7 +157,7 @@ class Hosts:
             if handshake_s > 0:
                 yield self.env.timeout(handshake_s)
             host = self.rank_hosts[rank]
-            seconds += self._task_starts(rank)
+            seconds += self._task_starts(rank, seconds, message)
             self._work(rank, host, True)
             try:
                 yield from self._slices(rank, host, seconds)
@@ -197,9 +202,21 @@ class Hosts:
         if self.reloads:
             self.reloads.idle(rank, after_s)
 
-    def _task_starts(self, rank: int) -> float:
-        """Seconds ``rank``'s task starting now spends reloading after its gaps."""
-        return self.reloads.work(rank) if self.reloads else 0.0
+    def _task_starts(self, rank: int, seconds: float, message: bool) -> float:
+        """Seconds ``rank``'s task of ``seconds`` starting now spends reloading: after its
+        gaps (:mod:`sim.simulated.core_reload`) and, a ``message`` task, after the rank's
+        own other work since its last one: the message path that work displaced,
+        ``message_reload_s`` x (1 - exp(-t / message_reload_tau_s)) for t seconds of it
+        (:mod:`sim.calibration.message_reload_bench` measures the curve)."""
+        reload_s = self.reloads.work(rank) if self.reloads else 0.0
+        amount, tau = self.message_reload
+        if not amount:
+            return reload_s
+        if not message:
+            self.other_work[rank] += seconds
+            return reload_s
+        worked, self.other_work[rank] = self.other_work[rank], 0.0
+        return reload_s - amount * math.expm1(-worked / tau)
 
     def _rest(self, rank: int) -> None:
         """``rank`` waits for what it does next as real ranks wait in MPI: spinning, or
@@ -288,12 +305,12 @@ class Hosts:
 
         give_up(2)
 
-    def _run_alone(self, rank: int, seconds: float,
-                   beside: list[float] | None = None) -> Generator[simpy.Event, Any, float]:
+    def _run_alone(self, rank: int, seconds: float, beside: list[float] | None = None,
+                   message: bool = False) -> Generator[simpy.Event, Any, float]:
         """A core of its own: the thread is a FIFO queue, so the task ends ``seconds`` after
         the rank's earlier tasks (one event, no slices). Returns its reload (s).
-        ``beside``: as :meth:`run`'s, filled in at once."""
-        reload_s = self._task_starts(rank)
+        ``beside`` and ``message``: as :meth:`run`'s, ``beside`` filled in at once."""
+        reload_s = self._task_starts(rank, seconds, message)
         begin = max(self.env.now, self.free_at[rank])
         end = begin + seconds + reload_s
         self.free_at[rank] = end

@@ -162,7 +162,7 @@ class Mailbox:
         if seconds > 0:
             start = self.env.now
             with self.recorder.span(rank, "overhead"):
-                yield from self.hosts.run(rank, seconds)
+                yield from self.hosts.run(rank, seconds, message=True)
             self.spent_s[rank] += self.env.now - start
 
     def post(self, src: int, dst: int, key: tuple, nbytes: int, what: str,
@@ -177,7 +177,7 @@ class Mailbox:
         with self.recorder.span(src, "overhead", facts=facts):  # empty on the ideal host
             cost = self.costs.send_s(nbytes)
             if cost > 0:
-                yield from self.hosts.run(src, cost)
+                yield from self.hosts.run(src, cost, message=True)
             letter.posted_s = self.env.now
             first = self.network.sent
             self.network.send(int(self.placed[src]), int(self.placed[dst]),

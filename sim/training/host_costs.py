@@ -96,6 +96,12 @@ class HostProfile:
     # the first work after one takes reload_spin_base_s + reload_s x (1 - exp(-t /
     # reload_tau_s)) longer, measured; None: a spin is no gap (not measured)
     reload_spin_base_s: float | None = None
+    # a rank's first message task (the CPU at its end of a message) after t seconds of its
+    # own other work (a gradient, a batch, an update) refetches the message path that work
+    # displaced: message_reload_s x (1 - exp(-t / message_reload_tau_s)) longer, measured
+    # by sim.calibration.message_reload_bench; 0: not measured, not charged
+    message_reload_s: float = 0.0
+    message_reload_tau_s: float = 0.0
     # an embedding table's rows gathered into or scattered out of a message by index
     # (table_*), and a sparse step of rows: the mean of the pushes' rows and the rows'
     # optimizer step (table_step_*), each constant + rows x row + bytes / rate, measured
@@ -132,7 +138,8 @@ class HostProfile:
                      "copy_row_s", "update_call_s", "reduce_call_s", "notice_s",
                      "rendezvous_s", "spin_share", "nap_share", "notice_base_s",
                      "reload_s", "reload_tau_s", "reload_base_s", "rendezvous_base_s",
-                     "serve_apply_s", "serve_push_s", "serve_step_s", "serve_pull_s"):
+                     "serve_apply_s", "serve_push_s", "serve_step_s", "serve_pull_s",
+                     "message_reload_s", "message_reload_tau_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"host profile {self.name!r}: {name} must be >= 0, "
@@ -148,9 +155,11 @@ class HostProfile:
             if value is not None and not value > 0:
                 raise ValueError(f"host profile {self.name!r}: {name} must be > 0, "
                                  f"got {value}")
-        if self.reload_s > 0 and not self.reload_tau_s > 0:
-            raise ValueError(f"host profile {self.name!r}: reload_tau_s must be > 0 when "
-                             f"reload_s is, got {self.reload_tau_s}")
+        for amount, tau in (("reload_s", "reload_tau_s"),
+                            ("message_reload_s", "message_reload_tau_s")):
+            if getattr(self, amount) > 0 and not getattr(self, tau) > 0:
+                raise ValueError(f"host profile {self.name!r}: {tau} must be > 0 when "
+                                 f"{amount} is, got {getattr(self, tau)}")
 
 
 INF = math.inf
@@ -178,10 +187,11 @@ HOSTS: dict[str, HostProfile] = {
 OPTIONAL = ("table_call_s", "table_row_s", "table_Bps", "table_step_call_s",
             "table_step_row_s", "table_step_Bps", "unique_call_s", "unique_id_s",
             "rendezvous_base_s", "serve_apply_s", "serve_push_s", "serve_step_s",
-            "serve_pull_s", "reload_spin_base_s")
+            "serve_pull_s", "reload_spin_base_s", "message_reload_s", "message_reload_tau_s")
 
 # what `sim calibrate` records beside the fields: fits, samples and how they were measured
-MEASUREMENTS = {"fits", "step", "poll", "rendezvous", "share", "reload", "serving",
+MEASUREMENTS = {"fits", "step", "poll", "rendezvous", "share", "reload", "message_reload",
+                "serving",
                 "measured_through", "repeats", "serving_from_runs",
                 "load_average", "cpu_fraction", "fabric_overhead_s", "fabric_Bps", "quick",
                 "concurrency"}

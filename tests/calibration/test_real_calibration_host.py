@@ -40,7 +40,8 @@ def scaled(m, factor):
             sample["seconds"] *= factor
     times = {"step": ("step_s", "iteration_s"), "poll": ("poll_s", "p10_s", "p90_s"),
              "rendezvous": ("pingpong_half_rtt_s", "noticed_s"), "share": ("unit_alone_s",),
-             "reload": ("warm_s", "extra_s", "spin_extra_s"), "serving": ("pulls_s",)}
+             "reload": ("warm_s", "extra_s", "spin_extra_s"), "serving": ("pulls_s",),
+             "message_reload": ("extra_s",)}
     for part, keys in times.items():
         for key in keys:
             m[part][key] = (np.asarray(m[part][key]) * factor).tolist()
@@ -78,7 +79,8 @@ def test_calibrate_host_writes_a_profile_load_host_reads_with_every_fit_error(
         assert all({"bytes", "seconds", "error"} <= set(s) for s in f["samples"])
     assert set(data["measured_through"]) == {"copy", "update", "reduce", "message", "step",
                                              "poll", "rendezvous", "share", "reload",
-                                             "table", "table_step", "unique", "serving"}
+                                             "message_reload", "table", "table_step",
+                                             "unique", "serving"}
     assert profile.notice_s >= 0 and profile.rendezvous_s >= 0
     noticed = data["rendezvous"]["noticed_s"]  # per level of ranks, per message size
     assert len(noticed) == 3 and all(len(n) == 2 and min(n) > 0 for n in noticed)
@@ -97,6 +99,12 @@ def test_calibrate_host_writes_a_profile_load_host_reads_with_every_fit_error(
     assert any(line.strip().startswith("reload_spin") and "fit error" in line
                for line in lines)
     assert any(line.strip().startswith("reload") and "fit error" in line for line in lines)
+    message = data["message_reload"]  # the allreduce's extra after each span of work
+    assert len(message["works_s"]) == len(message["extra_s"]) >= 3
+    assert profile.message_reload_s == message["message_reload_s"] >= 0
+    assert profile.message_reload_s == 0 or profile.message_reload_tau_s > 0
+    assert any(line.strip().startswith("message reload") and "fit error" in line
+               for line in lines)
     serving = data["serving"]  # the server's own code: asp and bsp-ps rounds, 1-4 workers
     assert [(p["kind"], p["workers"]) for p in serving["points"]] == [
         (k, n) for k in ("asp", "bsp-ps") for n in (1, 2, 4)]

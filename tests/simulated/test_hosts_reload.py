@@ -280,3 +280,64 @@ def test_the_spin_base_is_the_median_of_the_spins_extra_less_the_curve():
     assert base["spin_max_error"] == pytest.approx(40e-6 / spun[1], rel=0.05)
     assert fit_spin_base(gaps, [0.5 * reload(g) for g in gaps], fitted)[
         "reload_spin_base_s"] == 0.0  # less than the curve: no negative base
+
+
+# ---- the message path's reload after a rank's own other work -----------------------------
+
+MR, MTAU = 50e-6, 5e-3
+
+
+def message_hosts(cores: int = 2, ranks: int = 1) -> Hosts:
+    """Ranks on one host whose profile has the message path's reload only."""
+    return Hosts(simpy.Environment(), [0] * ranks, cores,
+                 replace(HOSTS["ideal"], message_reload_s=MR, message_reload_tau_s=MTAU),
+                 spin=True)
+
+
+def task_times(hosts: Hosts, tasks: list[tuple[float, bool]]) -> list[float]:
+    """Rank 0 runs ``tasks`` ((seconds, message) each) back to back: what each took."""
+    took = []
+
+    def rank():
+        for seconds, message in tasks:
+            start = hosts.env.now
+            yield from hosts.run(0, seconds, message=message)
+            took.append(hosts.env.now - start)
+
+    hosts.env.process(rank())
+    hosts.env.run()
+    return took
+
+
+@pytest.mark.parametrize("cores,ranks", [(2, 1), (1, 2)])  # a core of its own, or shared
+@pytest.mark.parametrize("work", [0.1e-3, 2e-3, 20e-3])
+def test_a_message_after_other_work_pays_the_message_paths_reload(cores, ranks, work):
+    """Work of ``work`` s in two tasks, then a message task, then another: the first message
+    task is longer by MR (1 - exp(-work / MTAU)), the second (back to back) by nothing, and
+    no work task by anything."""
+    took = task_times(message_hosts(cores, ranks), [
+        (work / 2, False), (work / 2, False), (10e-6, True), (10e-6, True), (work, False)])
+    extra = MR * (1 - math.exp(-work / MTAU))
+    assert took == pytest.approx([work / 2, work / 2, 10e-6 + extra, 10e-6, work], abs=1e-12)
+
+
+def test_without_the_message_reload_measured_messages_cost_what_they_ask():
+    hosts = Hosts(simpy.Environment(), [0], 1, HOSTS["ideal"], spin=True)
+    assert task_times(hosts, [(2e-3, False), (10e-6, True)]) == pytest.approx([2e-3, 10e-6])
+
+
+def test_a_message_reload_without_its_tau_is_refused():
+    with pytest.raises(ValueError, match="message_reload_tau_s must be > 0"):
+        replace(HOSTS["ideal"], message_reload_s=1e-5)
+
+
+def test_the_message_reload_fit_recovers_the_curve_it_was_drawn_from():
+    from sim.calibration.message_reload_bench import fit_message_reload
+
+    works = [0.1e-3, 0.5e-3, 2e-3, 5e-3]
+    fitted = fit_message_reload(works, [MR * (1 - math.exp(-w / MTAU)) for w in works])
+    assert fitted["message_reload_s"] == pytest.approx(MR, rel=0.02)
+    assert fitted["message_reload_tau_s"] == pytest.approx(MTAU, rel=0.02)
+    assert max(map(abs, fitted["errors"])) < 0.01
+    nothing = fit_message_reload(works, [0.0, -1e-6, 0.0, 0.0])
+    assert nothing["message_reload_s"] == nothing["message_reload_tau_s"] == 0.0

@@ -161,15 +161,16 @@ def cpu(ctx: Context, rank: int, kind: str, seconds: float,
         return
     if ctx.replay is not None:
         seconds = ctx.replay.scaled(rank, kind, seconds)
+    message = kind == "overhead"  # the rank's end of a message
     if not overlapped:
         with ctx.recorder.span(rank, kind):
-            yield from ctx.hosts.run(rank, seconds)
+            yield from ctx.hosts.run(rank, seconds, message=message)
         return
     tag = ctx.recorder.notes.tag  # the message's, for the trace (a collective's)
     facts = tag[0] if tag is not None and tag[1] else None
     held = [math.inf, math.inf]  # [start, end] on the thread, filled in by run
     try:
-        yield from ctx.hosts.run(rank, seconds, beside=held)
+        yield from ctx.hosts.run(rank, seconds, beside=held, message=message)
     finally:  # interrupted: up to now (nothing if it never held the thread)
         held[1] = min(held[1], ctx.env.now)
         held[0] = min(held[0], held[1])
