@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.calibration.reload_bench import TAUS_S
+from sim.calibration.reload_bench import fit_curve
 
 COUNTS = (16, 3000, 71000)  # 128 B, the kernel model's 24 KB, the large MLP's 0.57 MB
 FITTED_COUNTS = (16, 3000)  # the message path's own cost (the largest adds its bytes')
@@ -100,26 +100,15 @@ def measure(quick: bool) -> dict[str, Any]:
 
 
 def fit_message_reload(works_s: list[float], extra_s: list[float]) -> dict[str, Any]:
-    """``extra = message_reload_s x (1 - exp(-work / message_reload_tau_s))`` by least
-    squares on relative errors: tau by a search over reload_bench's TAUS_S, the amount in
-    closed form for each. Extras at or below zero (nothing measurable) are left out; none
-    above zero fits as nothing to reload."""
-    t, y = np.asarray(works_s, float), np.asarray(extra_s, float)
-    kept = y > 0
-    if not kept.any():
+    """``extra = message_reload_s x (1 - exp(-work / message_reload_tau_s))``: the reload
+    fit without a base (:func:`sim.calibration.reload_bench.fit_curve`). Extras at or below
+    zero (nothing measurable) are left out; none above zero fits as nothing to reload."""
+    fitted = fit_curve(np.asarray(works_s, float), np.asarray(extra_s, float),
+                       with_base=False)
+    if fitted is None:
         return {"message_reload_s": 0.0, "message_reload_tau_s": 0.0, "errors": []}
-    best = None
-    for tau in TAUS_S:
-        shape = -np.expm1(-t[kept] / tau) / y[kept]  # the curve's shape over each extra
-        amount = float(shape.sum() / (shape * shape).sum())
-        residual = float(((amount * shape - 1) ** 2).sum())
-        if best is None or residual < best[0]:
-            best = (residual, amount, float(tau))
-    _, amount, tau = best
-    model = -amount * np.expm1(-t / tau)
-    return {"message_reload_s": amount, "message_reload_tau_s": tau,
-            "errors": [float(m / e - 1) if e > 0 else None for m, e in zip(model, y,
-                                                                           strict=True)]}
+    _, amount, tau, errors = fitted
+    return {"message_reload_s": amount, "message_reload_tau_s": tau, "errors": errors}
 
 
 def main(argv: list[str] | None = None) -> int:

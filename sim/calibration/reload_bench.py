@@ -135,28 +135,47 @@ def fit_spin_base(gaps_s: list[float], spin_extra_s: list[float],
 
 def fit_reload(gaps_s: list[float], extra_s: list[float]) -> dict[str, Any]:
     """``extra = reload_base_s + reload_s x (1 - exp(-gap / reload_tau_s))`` by least squares
-    on relative errors: tau by a search over :data:`TAUS_S`, the two others (>= 0) in
-    closed form for each. Extras at or below zero (no slowdown measurable) are left out;
-    none above zero fits as nothing to reload."""
+    on relative errors (:func:`fit_curve`). Extras at or below zero (no slowdown measurable)
+    are left out; none above zero fits as nothing to reload."""
     t, y = np.asarray(gaps_s, float), np.asarray(extra_s, float)
-    kept = y > 0
-    if not kept.any():
+    fitted = fit_curve(t, y)
+    if fitted is None:
         return {"reload_s": 0.0, "reload_tau_s": 0.0, "reload_base_s": 0.0,
                 "gaps_s": t.tolist(), "extra_s": y.tolist(), "errors": [None] * len(t),
                 "max_error": 0.0}
-    best: tuple[float, float, float, float] | None = None
-    for tau in TAUS_S:
-        shape = -np.expm1(-t[kept] / tau)  # 1 - exp(-gap / tau)
-        base, scale = _base_and_scale(shape, y[kept])
-        residual = float(np.sum(((base + scale * shape) / y[kept] - 1) ** 2))
-        if best is None or residual < best[0]:
-            best = (residual, base, scale, float(tau))
-    _, base, reload_s, tau = best
-    model = base - reload_s * np.expm1(-t / tau)
-    errors = [float(m / e - 1) if e > 0 else None for m, e in zip(model, y, strict=True)]
+    base, reload_s, tau, errors = fitted
     return {"reload_s": reload_s, "reload_tau_s": tau if reload_s > 0 else 0.0,
             "reload_base_s": base, "gaps_s": t.tolist(), "extra_s": y.tolist(),
             "errors": errors, "max_error": max(abs(e) for e in errors if e is not None)}
+
+
+def fit_curve(t: np.ndarray, y: np.ndarray, with_base: bool = True,
+              ) -> tuple[float, float, float, list[float | None]] | None:
+    """``y ~ base + scale x (1 - exp(-t / tau))`` (base 0 unless ``with_base``) by least
+    squares on relative errors over the points with ``y`` > 0: tau by a search over
+    :data:`TAUS_S`, base and scale (>= 0) in closed form for each. (base, scale, tau, each
+    point's relative error, None where ``y`` <= 0); None if no ``y`` is above zero."""
+    kept = y > 0
+    if not kept.any():
+        return None
+    best: tuple[float, float, float, float] | None = None
+    for tau in TAUS_S:
+        shape = -np.expm1(-t[kept] / tau)  # 1 - exp(-t / tau)
+        base, scale = (_base_and_scale(shape, y[kept]) if with_base
+                       else (0.0, _scale_only(shape, y[kept])))
+        residual = float(np.sum(((base + scale * shape) / y[kept] - 1) ** 2))
+        if best is None or residual < best[0]:
+            best = (residual, base, scale, float(tau))
+    _, base, scale, tau = best
+    model = base - scale * np.expm1(-t / tau)
+    errors = [float(m / e - 1) if e > 0 else None for m, e in zip(model, y, strict=True)]
+    return base, scale, tau, errors
+
+
+def _scale_only(shape: np.ndarray, y: np.ndarray) -> float:
+    """Least squares of ``y ~ scale x shape`` on relative errors."""
+    a = shape / y
+    return float(np.sum(a) / (a @ a))
 
 
 def _base_and_scale(shape: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -165,7 +184,6 @@ def _base_and_scale(shape: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     base, scale = least_squares(A, np.ones_like(y))
     if base >= 0 and scale >= 0:
         return float(base), float(scale)
-    only_scale = float(np.sum(A[:, 1]) / (A[:, 1] @ A[:, 1]))
-    only_base = float(np.sum(A[:, 0]) / (A[:, 0] @ A[:, 0]))
+    only_scale, only_base = _scale_only(shape, y), _scale_only(np.ones_like(y), y)
     candidates = [(0.0, only_scale), (only_base, 0.0)]
     return min(candidates, key=lambda c: float(np.sum((A @ np.array(c) - 1) ** 2)))
