@@ -4,12 +4,17 @@ time = per-gradient overhead + FLOPs / device rate + weight traffic / memory ban
 + activation traffic / activation bandwidth + ids read by index x seconds per id, or a fixed
 ``compute.time_s``.
 
-The traffic term is the roofline's second resource (Williams, Waterman and Patterson 2009),
-added rather than overlapped: a pass over a dense layer moves its weights through memory
-whatever the batch (forward reads them, backward reads them and writes their gradient), so
-a small batch or microbatch (Narayanan et al. 2021, Sec. 3.4: the pass time t(b) of
-microbatch size b) computes fewer FLOPs per byte and runs at a lower rate. Devices without
-a memory bandwidth (``memory_Bps = None``) charge FLOPs only.
+The traffic term is the roofline's second resource (Williams, Waterman and Patterson 2009):
+a pass over a dense layer moves its weights through memory whatever the batch (forward
+reads them, backward reads them and writes their gradient), so a small batch or microbatch
+(Narayanan et al. 2021, Sec. 3.4: the pass time t(b) of microbatch size b) computes fewer
+FLOPs per byte and runs at a lower rate. How it meets the FLOPs is the device's
+(``Device.roofline``): the accelerator presets take the roofline's max, layer by layer and
+pass by pass (a GEMM streams its operands while it multiplies: NVIDIA's "GPU Performance
+Background User's Guide" calls a kernel math- or memory-limited by the longer of the two),
+so a compute-bound pass hides its weights and a memory-bound one pays them in full; a
+calibrated CPU adds them, as ``sim calibrate`` fits this machine's kernels timed at two
+batch sizes. Devices without a memory bandwidth (``memory_Bps = None``) charge FLOPs only.
 
 The activation term is the rest of each matrix product's operands: a dense layer's pass over
 b rows reads and writes b x (inputs + outputs) values besides its weights (forward: the
@@ -54,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from sim.calibrated import load_profile, write_profile
-from sim.training.messages import OTHER_PASSES, weight_passes
+from sim.training.messages import OTHER_PASSES, LayerCosts, weight_passes
 from sim.workloads.precision import ITEMSIZE
 
 PROFILE_FORMAT = "sgd-lab.device-profile/1"
@@ -88,6 +93,11 @@ class Device:
     # bytes/s at which the other ops (not GEMM-class) read and write their elements; None:
     # not charged (set by :meth:`at` from memory_Bps x the other ops' efficiency)
     other_Bps: float | None = None
+    # how a pass's weight and activation bytes combine with its FLOPs: True, the roofline's
+    # max (Williams et al. 2009), a GEMM streaming its operands while it multiplies, as
+    # accelerators' libraries do (the datasheet presets); False, added (the fit
+    # `sim calibrate` makes of this machine's kernels, timed at two batch sizes)
+    roofline: bool = False
 
     def __post_init__(self) -> None:
         if not (self.flops_per_s > 0 and math.isfinite(self.overhead_s)
@@ -139,6 +149,8 @@ class Device:
         passed = activations / self.activation_Bps if self.activation_Bps is not None else 0.0
         looked = lookups * self.lookup_s if self.lookup_s is not None else 0.0
         others = other / self.other_Bps if self.other_Bps is not None else 0.0
+        if self.roofline:  # elementwise, so that per-layer arrays get a max each
+            return np.maximum(flops / self.flops_per_s, moved + passed) + looked + others
         return flops / self.flops_per_s + moved + passed + looked + others
 
 
@@ -159,13 +171,15 @@ DEVICES: dict[str, Device] = {
     # and the driver keeps a few hundred MiB of them for itself.
     # Memory bandwidth: the datasheets' HBM peak (900 GB/s V100 SXM2, 2,039 GB/s A100 80 GB
     # SXM, 3.35 TB/s H100 SXM), as the FLOP rate is their peak: small-batch passes over a
-    # layer's weights run at it (Williams et al. 2009's roofline).
+    # layer's weights run at it (Williams et al. 2009's roofline). Every accelerator preset
+    # is a roofline device: a pass takes the longer of its FLOPs and its weights' bytes
+    # (NVIDIA's "GPU Performance Background User's Guide": math- or memory-limited).
     # Peaks by precision (compute.precision): the same datasheet's 7.8 TFLOP/s FP64, 15.7
     # FP32 and 125 FP16 on tensor cores (Volta has no BF16).
     "v100": Device("v100", 15.7e12, 10e-6, "NVIDIA V100 datasheet (FP32 peak, 32 GB HBM2, "
                    "900 GB/s)", memory_bytes=32 * 2**30,
                    memory_Bps=900e9, fp64_flops_per_s=7.8e12, fp32_flops_per_s=15.7e12,
-                   fp16_flops_per_s=125e12),
+                   fp16_flops_per_s=125e12, roofline=True),
     # NVIDIA A100 SXM datasheet: 19.5 TFLOP/s FP32 peak (156 TF32 with tensor cores).
     # Memory: the datasheet's 80 GB HBM2e model (a 40 GB one exists too).
     # Peaks: 19.5 FP64 on tensor cores (9.7 without), 19.5 FP32, 312 FP16 and 312 BF16 on
@@ -176,13 +190,14 @@ DEVICES: dict[str, Device] = {
                    "2,039 GB/s)",
                    memory_bytes=80 * 2**30, memory_Bps=2039e9, fp64_flops_per_s=19.5e12,
                    fp32_flops_per_s=19.5e12, fp16_flops_per_s=312e12,
-                   bf16_flops_per_s=312e12),
+                   bf16_flops_per_s=312e12, roofline=True),
     # NVIDIA H100 SXM datasheet: 67 TFLOP/s FP32 peak; 80 GB HBM3.
     # Peaks: 67 FP64 tensor, 67 FP32, 989 FP16 and BF16 tensor (dense; 1,979 with sparsity).
     "h100": Device("h100", 67e12, 10e-6, "NVIDIA H100 datasheet (FP32 peak, 80 GB HBM3, "
                    "3.35 TB/s)",
                    memory_bytes=80 * 2**30, memory_Bps=3.35e12, fp64_flops_per_s=67e12,
-                   fp32_flops_per_s=67e12, fp16_flops_per_s=989e12, bf16_flops_per_s=989e12),
+                   fp32_flops_per_s=67e12, fp16_flops_per_s=989e12, bf16_flops_per_s=989e12,
+                   roofline=True),
     # NVIDIA Tesla P100 datasheet, SXM2 (NVLink) module: 5.3 FP64, 10.6 FP32, 21.2 FP16
     # TFLOP/s (Pascal's FP16 is packed half2 on the CUDA cores: no tensor cores, no BF16);
     # 16 GB CoWoS HBM2 at 732 GB/s. The GPU of Big Basin, the servers of Goyal et al. 2017
@@ -190,14 +205,14 @@ DEVICES: dict[str, Device] = {
     "p100-sxm2": Device("p100-sxm2", 10.6e12, 10e-6, "NVIDIA Tesla P100 datasheet (SXM2: "
                         "10.6 FP32, 21.2 FP16, 5.3 FP64 TFLOP/s; 16 GB HBM2, 732 GB/s)",
                         memory_bytes=16 * 2**30, memory_Bps=732e9, fp64_flops_per_s=5.3e12,
-                        fp32_flops_per_s=10.6e12, fp16_flops_per_s=21.2e12),
+                        fp32_flops_per_s=10.6e12, fp16_flops_per_s=21.2e12, roofline=True),
     # The same datasheet's PCIe card (lower clocks, 250 W): 4.7 FP64, 9.3 FP32, 18.7 FP16
     # TFLOP/s; the 16 GB model's 732 GB/s (the 12 GB one has 549 GB/s). Horovod's servers
     # (Sergeev and Del Balso 2018: 4 Pascal GPUs a server).
     "p100-pcie": Device("p100-pcie", 9.3e12, 10e-6, "NVIDIA Tesla P100 datasheet (PCIe "
                         "16 GB: 9.3 FP32, 18.7 FP16, 4.7 FP64 TFLOP/s; 732 GB/s)",
                         memory_bytes=16 * 2**30, memory_Bps=732e9, fp64_flops_per_s=4.7e12,
-                        fp32_flops_per_s=9.3e12, fp16_flops_per_s=18.7e12),
+                        fp32_flops_per_s=9.3e12, fp16_flops_per_s=18.7e12, roofline=True),
     # DGX-2H's V100 SXM3 at 450 W: NVIDIA DGX-2H datasheet, 2.1 PFLOP/s of FP16 tensor for
     # 16 GPUs = 131 TFLOP/s each (the DGX-2's 2.0 PFLOP/s at 10 kW rose to 2.1 at 12 kW:
     # Tom's Hardware, "Nvidia's DGX-2 ... just got faster", 2018). The clock that gives
@@ -208,7 +223,7 @@ DEVICES: dict[str, Device] = {
                         "FP16 tensor / 16 GPUs = 131 TFLOP/s; FP32 and FP64 at its clock); "
                         "32 GB HBM2, 900 GB/s", memory_bytes=32 * 2**30, memory_Bps=900e9,
                         fp64_flops_per_s=8.2e12, fp32_flops_per_s=16.4e12,
-                        fp16_flops_per_s=131.25e12),
+                        fp16_flops_per_s=131.25e12, roofline=True),
     # One core (TensorCore) of a Cloud TPU v3 chip: Google Cloud "TPU v3" page, 123 TFLOP/s
     # bf16 and 32 GiB HBM2 at 900 GB/s per chip of two cores -> 61.5 TFLOP/s, 16 GiB and
     # 450 GB/s a core. Its matrix units multiply bf16 only (FP32 matmuls run as several bf16
@@ -216,7 +231,8 @@ DEVICES: dict[str, Device] = {
     # et al. 2019) partitions over these cores.
     "tpu-v3": Device("tpu-v3", 61.5e12, 10e-6, "Google Cloud TPU v3 page (123 TFLOP/s bf16, "
                      "32 GiB HBM2 at 900 GB/s per chip of 2 cores), per core",
-                     memory_bytes=16 * 2**30, memory_Bps=450e9, bf16_flops_per_s=61.5e12),
+                     memory_bytes=16 * 2**30, memory_Bps=450e9, bf16_flops_per_s=61.5e12,
+                     roofline=True),
 }
 
 
@@ -338,13 +354,48 @@ class ComputeModel:
                                                             activations, other)
 
     def part_duration(self, worker: int, now: float, flops: float, traffic: float = 0.0,
-                      activations: float = 0.0, other: float = 0.0) -> float:
+                      activations: float = 0.0, other: float = 0.0,
+                      layers: tuple[np.ndarray, np.ndarray] | None = None) -> float:
         """Seconds for rank ``worker``'s part of a step, ``flops`` of the gradient (a stage's
         shard under model parallelism) moving ``traffic`` bytes of weights and
         ``activations`` bytes of inputs and outputs and ``other`` bytes of the other ops'
-        elements, starting at ``now``: :meth:`base_for`, times the noise, straggler and
+        elements, starting at ``now``: :meth:`base_for` (on a roofline device the sum of
+        ``layers``, the part's :meth:`layer_shares`), times the noise, straggler and
         slowdown factors :meth:`duration` applies."""
-        return self._drawn(worker, now, self.base_for(flops, traffic, 0.0, activations, other))
+        base = self.roofline_base(layers)
+        if base is None:
+            base = self.base_for(flops, traffic, 0.0, activations, other)
+        return self._drawn(worker, now, base)
+
+    def roofline_base(self, layers: tuple[np.ndarray, np.ndarray] | None) -> float | None:
+        """A step's seconds before noise on a roofline device: the overhead and each layer's
+        passes (``layers``: :meth:`layer_shares`, each the longer of its FLOPs and its
+        bytes), so that one layer's memory-bound pass is not hidden under another's FLOPs.
+        None where totals give it (an additive device, FLOPs alone, ``compute.time_s``)."""
+        if layers is None or not self.device.roofline or self.cfg.time_s is not None:
+            return None
+        return self.device.overhead_s + float(layers[0].sum() + layers[1].sum())
+
+    def shares_of(self, layers: LayerCosts, batch: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`layer_shares` of a whole model's ``layers`` at ``batch`` (one pass each)."""
+        def per_batch(per_sample: np.ndarray | None) -> np.ndarray | None:
+            return None if per_sample is None else batch * per_sample
+        return self.layer_shares(
+            (batch * layers.forward_flops, batch * layers.backward_flops), layers.weight_bytes,
+            lookups=per_batch(layers.lookups_per_sample),
+            activations=per_batch(layers.activations_per_sample),
+            other=per_batch(layers.other_per_sample))
+
+    @classmethod
+    def of_layers(cls, cfg, layers: LayerCosts, batch: int, workers: int,
+                  seed: int) -> ComputeModel:
+        """The compute model of a run whose gradient is ``layers`` at ``batch``."""
+        model = cls(cfg, layers.flops(batch), workers, seed, layers.traffic(),
+                    layers.lookups(batch), layers.activations(batch), layers.other(batch))
+        base = model.roofline_base(model.shares_of(layers, batch))
+        if base is not None:
+            model.base_s = base
+        return model
 
     def layer_shares(self, flops: tuple[np.ndarray, np.ndarray],
                      weight_bytes: np.ndarray | None, passes: int = 1,

@@ -138,10 +138,8 @@ def build_workload(config: Config) -> Workload:
     # a compute time stream per rank: with [parallel], each of a replica's stages and shards
     # draws its own (with one stage and one shard, ranks are the workers)
     ranks = cluster.workers * config.parallel.pipeline * config.parallel.tensor
-    compute = ComputeModel(config.compute, layers.flops(workload.batch), ranks,
-                           int(streams[3].generate_state(1)[0]), layers.traffic(),
-                           layers.lookups(workload.batch), layers.activations(workload.batch),
-                           layers.other(workload.batch))
+    compute = ComputeModel.of_layers(config.compute, layers, workload.batch, ranks,
+                                     int(streams[3].generate_state(1)[0]))
     return Workload(config, data, model, params, workers, compute, layers)
 
 

@@ -83,30 +83,64 @@ def test_a_device_at_a_precision_runs_its_peak_times_the_gemm_efficiency() -> No
         Device("d", 1e9, 0.0, "test", fp64_flops_per_s=-1.0)
 
 
-def test_a_gradients_time_is_gemm_flops_plus_other_bytes_plus_weights() -> None:
-    """overhead + FLOPs / (peak x gemm eff) + weights / memory_Bps + the other ops' forward
-    and backward bytes (1 + 2 times the forward's) / (memory_Bps x other eff)."""
+def test_a_gradients_time_is_the_longer_of_gemm_flops_and_weights_plus_other_bytes() -> None:
+    """On a roofline preset: overhead + per layer and pass max(FLOPs / (peak x gemm eff),
+    weights / memory_Bps) + the other ops' forward and backward bytes (1 + 2 times the
+    forward's) / (memory_Bps x other eff). TINY's layers are compute-bound at batch 32."""
     batch, item = 32, 2
     layers = LayerCosts.from_profile(TINY, item)
     cfg = compute_cfg(precision="fp16", gemm_efficiency=0.5, other_efficiency=0.8)
-    model = ComputeModel(cfg, layers.flops(batch), 1, 0, layers.traffic(), 0.0,
-                         layers.activations(batch), layers.other(batch))
+    model = ComputeModel.of_layers(cfg, layers, batch, 1, 0)
     flops = batch * (4e9 + 6e9) * 3 - batch * 4e9  # the first layer's backward: 1x
     other = batch * (2e6 + 5e6) * item * 3
-    weights = (1000 + 3000) * item * 3  # forward reads, backward reads and writes
-    expected = 10e-6 + flops / (125e12 * 0.5) + weights / 900e9 + other / (900e9 * 0.8)
+    expected = 10e-6 + flops / (125e12 * 0.5) + other / (900e9 * 0.8)  # weights hidden
+    assert DEVICES["v100"].roofline
     assert layers.flops(batch) == flops and layers.other(batch) == other
     assert model.base_s == pytest.approx(expected, rel=1e-12)
-    # the layer shares split the same seconds: each pass its FLOPs, weights and other bytes
-    forward, backward = model.layer_shares(
-        (batch * layers.forward_flops, batch * layers.backward_flops), layers.weight_bytes,
-        other=batch * layers.other_per_sample)
+    # the layer shares split the same seconds: each pass its FLOPs and other bytes
+    forward, backward = model.shares_of(layers, batch)
     assert forward.sum() + backward.sum() == pytest.approx(expected - 10e-6, rel=1e-12)
-    assert forward[1] == pytest.approx(batch * 6e9 / 62.5e12 + 3000 * item / 900e9
-                                       + batch * 5e6 * item / 720e9, rel=1e-12)
-    assert backward[1] == pytest.approx(2 * batch * 6e9 / 62.5e12 + 2 * 3000 * item / 900e9
+    assert forward[1] == pytest.approx(batch * 6e9 / 62.5e12 + batch * 5e6 * item / 720e9,
+                                       rel=1e-12)
+    assert backward[1] == pytest.approx(2 * batch * 6e9 / 62.5e12
                                         + 2 * batch * 5e6 * item / 720e9, rel=1e-12)
     assert OTHER_PASSES == (1, 2)
+
+
+def test_a_memory_bound_layer_pays_its_weights_even_beside_a_compute_bound_one() -> None:
+    """Per layer, not over the step's totals: a layer of many weights and few FLOPs
+    (weights / memory_Bps > FLOPs / rate) costs its bytes, however many FLOPs the other
+    layer has that the step's totals could hide them under."""
+    wide = Profile("wide", (LayerProfile("fc", 50_000_000, 1e3),
+                            LayerProfile("conv", 10, 4e9)), "test")
+    batch, item = 4, 2
+    layers = LayerCosts.from_profile(wide, item)
+    model = ComputeModel.of_layers(compute_cfg(precision="fp16"), layers, batch, 1, 0)
+    rate, bw = 125e12, 900e9
+    fc = 3 * 50_000_000 * item / bw  # forward reads, backward reads and writes
+    conv = max(batch * 4e9 * 2 / rate, 2 * 10 * item / bw) + max(batch * 4e9 / rate,
+                                                                 10 * item / bw)
+    assert model.base_s == pytest.approx(10e-6 + fc + conv, rel=1e-12)
+    totals = ComputeModel(compute_cfg(precision="fp16"), layers.flops(batch), 1, 0,
+                          layers.traffic())  # the totals' max would hide the weights
+    assert totals.base_s < model.base_s
+
+
+def test_an_additive_device_adds_weights_to_flops() -> None:
+    """A device that is no roofline (a calibrated CPU's fit): overhead + FLOPs / rate +
+    weights / memory_Bps, the same from totals and from layers."""
+    layers = LayerCosts.from_profile(TINY, 4)
+    cfg = compute_cfg()
+    cpu = Device("cpu", 50e9, 5e-6, "test", memory_Bps=20e9)
+    model = ComputeModel.of_layers(cfg, layers, 8, 1, 0)
+    model.device = cpu
+    flops = 8 * (4e9 + 6e9) * 3 - 8 * 4e9
+    weights = (1000 + 3000) * 4 * 3
+    assert cpu.seconds(flops, weights) == flops / 50e9 + weights / 20e9
+    assert model.roofline_base(model.shares_of(layers, 8)) is None
+    forward, backward = model.shares_of(layers, 8)
+    assert forward.sum() + backward.sum() == pytest.approx(flops / 50e9 + weights / 20e9,
+                                                           rel=1e-12)
 
 
 def test_without_a_precision_the_device_and_its_times_are_unchanged() -> None:
@@ -115,8 +149,8 @@ def test_without_a_precision_the_device_and_its_times_are_unchanged() -> None:
     before = ComputeModel(compute_cfg(), layers.flops(8), 1, 0, layers.traffic())
     after = ComputeModel(compute_cfg(), layers.flops(8), 1, 0, layers.traffic(), 0.0, 0.0,
                          layers.other(8))
-    assert after.base_s == before.base_s == 10e-6 + layers.flops(8) / 15.7e12 \
-        + layers.traffic() / 900e9
+    assert after.base_s == before.base_s == 10e-6 + max(layers.flops(8) / 15.7e12,
+                                                        layers.traffic() / 900e9)
 
 
 def test_a_plans_stages_charge_their_layers_other_bytes(tiny_config_data) -> None:

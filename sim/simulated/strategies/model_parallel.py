@@ -165,7 +165,8 @@ class PlanRanks(AllreduceMixin):
         seconds = ctx.compute.part_duration(rank, ctx.env.now, batch * work.flops,
                                             work.traffic(self.plan.microbatches),
                                             batch * float(work.activations.sum()),
-                                            batch * work.other_bytes)
+                                            batch * work.other_bytes,
+                                            layers=self.shares[work.index])
         self.step_compute.setdefault(step, np.zeros(len(self.plan.ranks)))[rank] = seconds
         return seconds
 

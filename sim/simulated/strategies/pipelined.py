@@ -50,14 +50,7 @@ class PipelinedStrategy(Strategy):
         strategy = ctx.config.strategy
         self.layers = layers = ctx.layers
         batch = ctx.config.workload.batch  # how a step divides over the layers, once
-        self.shares = ctx.compute.layer_shares(
-            (batch * layers.forward_flops, batch * layers.backward_flops), layers.weight_bytes,
-            lookups=None if layers.lookups_per_sample is None
-            else batch * layers.lookups_per_sample,
-            activations=None if layers.activations_per_sample is None
-            else batch * layers.activations_per_sample,
-            other=None if layers.other_per_sample is None
-            else batch * layers.other_per_sample)
+        self.shares = ctx.compute.shares_of(layers, batch)
         mode = MODES[strategy.pipelining]
         # when backward produces each layer in a step of the nominal compute time (no
         # noise): what Horovod's fusion packs by
