@@ -11,7 +11,8 @@ import pytest
 from sim.cli import main
 from sim.simulated.engine import simulate
 from sim.training.validator import validate
-from sim.validation.replay import measured_times, simulate_replayed, step_compute_s
+from sim.validation.replay import (measured_times, replayed_restart, simulate_replayed,
+                                  step_compute_s)
 
 HOST = {"host": "epyc-core", "cores": 2, "ranks_per_host": 4}  # ranks pay data and updates
 
@@ -95,6 +96,38 @@ def test_host_work_is_scaled_to_what_each_rank_measured(tmp_path, tiny_config_da
     assert replayed["replayed"]["scales"]["data"] == pytest.approx([2.0, 2.0], rel=1e-3)
     assert replayed["data_s"] == pytest.approx(2 * plain["data_s"], rel=1e-3)
     assert replayed["update_s"] == pytest.approx(2 * plain["update_s"], rel=1e-3)
+
+
+def test_a_killed_runs_restart_spans_are_replayed(tmp_path, tiny_config_data):
+    """The "real" run restarts its killed job in 3 ms where the config assumes 0.5 ms:
+    replayed, its two restarts take what they took (their span from the kill to the new
+    job's start, per failure), and with them the whole run; the checkpoints stay modelled."""
+    data = tiny_config_data({"strategy.kind": "bsp", "run.iterations": 20,
+                             "checkpoint.every_steps": 5,
+                             "faults.failures": [{"rank": 1, "at_update": 7},
+                                                 {"rank": 0, "at_update": 14}]})
+    data["cluster"] |= HOST
+    slow = validate({**data, "faults": {**data["faults"], "restart_s": 3e-3}})
+    assumed = validate({**data, "faults": {**data["faults"], "restart_s": 5e-4}})
+    measured = simulate(slow).summary
+    replayed = simulate_replayed(assumed, _write(tmp_path, simulate(slow))).summary
+    assert measured["failures"] == replayed["failures"] == 2
+    assert replayed["restart_time_s"] == pytest.approx(measured["restart_time_s"], rel=1e-9)
+    assert replayed["sim_time_s"] == pytest.approx(measured["sim_time_s"], rel=1e-4)
+    assert replayed["checkpoint_s"] == pytest.approx(measured["checkpoint_s"], rel=1e-4)
+    assert simulate(assumed).summary["sim_time_s"] < 0.9 * measured["sim_time_s"]
+
+
+def test_a_restart_is_replayed_only_where_both_runs_restarted_alike(tiny_config_data):
+    config = validate(tiny_config_data({"faults.restart_s": 2.0}))
+    same = replayed_restart(config, {"failures": 1, "restart_time_s": 2.5},
+                            {"failures": 1, "restart_time_s": 1.0})
+    assert same.faults.restart_s == 0.5 and config.faults.restart_s == 2.0
+    assert replayed_restart(config, {"failures": 1, "restart_time_s": 2.5},
+                            {"failures": 2, "restart_time_s": 1.0}) is config
+    assert replayed_restart(config, {}, {}) is config
+    assert replayed_restart(config, {"failures": 1, "restart_time_s": 9.0},
+                            {"failures": 1, "restart_time_s": 1.0}).faults.restart_s == 0.0
 
 
 def test_a_trace_without_compute_is_refused_naming_the_file(tmp_path, tiny_config_data):
