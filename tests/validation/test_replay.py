@@ -11,8 +11,12 @@ import pytest
 from sim.cli import main
 from sim.simulated.engine import simulate
 from sim.training.validator import validate
-from sim.validation.replay import (measured_times, replayed_restart, simulate_replayed,
-                                  step_compute_s)
+from sim.validation.replay import (
+    measured_times,
+    replayed_restart,
+    simulate_replayed,
+    step_compute_s,
+)
 
 HOST = {"host": "epyc-core", "cores": 2, "ranks_per_host": 4}  # ranks pay data and updates
 
