@@ -190,20 +190,21 @@ for width, group in best.groupby("width"):
 #
 # | width | 10 GbE | 100 GbE | IB HDR |
 # |---|---|---|---|
-# | 256 | DP 2 x TP 4, 0.51 | DP 8, 0.096 | DP 8, 0.056 |
-# | 1024 | DP 2 x TP 4, 6.1 | DP 2 x TP 4, 1.19 | DP 8, 0.79 |
-# | 4096 | TP 4 x PP 2, 58 | DP 2 x TP 4, 15.1 | DP 2 x TP 4, 10.3 |
-# | 16384 | TP 4 x PP 2, 301 | TP 4 x PP 2, 192 | TP 8, 139 |
+# | 256 | DP 2 x TP 4, 0.51 | DP 8, 0.095 | DP 8, 0.055 |
+# | 1024 | DP 2 x TP 4, 6.1 | DP 2 x TP 4, 1.17 | DP 8, 0.77 |
+# | 4096 | TP 4 x PP 2, 57 | TP 4 x PP 2, 10.8 | TP 4 x PP 2, 9.1 |
+# | 16384 | TP 4 x PP 2, 243 | TP 4 x PP 2, 118 | TP 4 x PP 2, 112 |
 #
 # - **Data parallelism wins while its allreduce is cheap**: small models on fast fabrics
 #   (width 256 on 100 GbE and IB HDR, 1024 on IB HDR).
 # - **Then tensor parallelism inside a host**: the winners keep a tensor group of 4 on one
-#   host's NVLink and replicate it (DP 2 x TP 4) or, on slow fabrics and large models,
-#   pipeline two of them across the hosts (TP 4 x PP 2, Megatron's layout: the rule of
-#   thumb of Narayanan et al. 2021, tensor parallelism inside a node, pipelining across).
-# - **Where the lab departs from the rule**: on IB HDR at width 16384 an 8-way tensor group
-#   across both hosts (TP 8) wins, since every GPU has its own 200 Gb/s NIC here; PP 8
-#   alone never wins (its bubble of 0.47 at m = 8, and 8 passes over its weights a step).
+#   host's NVLink and replicate it (DP 2 x TP 4, up to width 1024) or, from 4096 on every
+#   fabric, pipeline two of them across the hosts (TP 4 x PP 2, Megatron's layout: the rule
+#   of thumb of Narayanan et al. 2021, tensor parallelism inside a node, pipelining across).
+# - **Microbatches of 128 rows are compute-bound** on a V100: re-reading a rank's weights in
+#   each is mostly hidden under its FLOPs (the GPU presets take the roofline's max of the
+#   two), so pipelining costs little beyond its bubble; PP 8 alone never wins (its bubble of
+#   0.47 at m = 8).
 # - **Memory**: a DP rank holds the whole model's weights, gradients and momentum, so it is
 #   the first to run out: at width 16384 it needs 37 GiB and no longer fits the V100's 32,
 #   where a TP 4 x PP 2 rank needs 4.6 GiB (the plan's bytes above extrapolate it further).
