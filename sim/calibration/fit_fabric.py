@@ -9,17 +9,31 @@ ranks than cores are measured and reported but left out of the fit: their time i
 scheduling (ranks waiting for a core), which no fabric parameter describes. The result is
 written as a fabric profile by :func:`sim.calibration.profiles.write_fabric` for
 ``cluster.fabric = "calibrated:PATH"``, every raw sample and the fit errors kept in it.
+
+An emulated network's links are token buckets (``tc tbf``, :mod:`sim.real.launch.emulate`),
+whose depth the measurements carry (``shaper``: the lab's own setting, not fitted). There
+one rate fits nothing: a ping-pong repeated back to back drains the bucket, so 32 KB
+messages move at the bucket's refill rate and 4 KB ones at the veth's. Its fit,
+:func:`fit_shaped`, follows the buckets through the benchmark's repetitions
+(:func:`pingpong_on_buckets_s`) for alpha, the sustained rate and the peak; the
+allreduces are then simulated, repeated as the benchmark repeats them, on the fitted links
+and reported, not fitted.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
+import simpy
 
-from sim.calibration.least_squares import least_squares
-from sim.network.collectives import get_collective
+from sim.calibration.least_squares import least_squares, on_log_ratios
+from sim.calibration.netbench import REPS, WARMUP, repetitions
+from sim.network.collectives import Collective, get_collective
+from sim.network.fabrics import Fabric
+from sim.network.network_builder import build_network
 
 
 def fit_log(A: np.ndarray, t: np.ndarray) -> tuple[float, float]:
@@ -54,7 +68,10 @@ def fit_log(A: np.ndarray, t: np.ndarray) -> tuple[float, float]:
 
 
 def fit_network(measured: dict[str, Any]) -> dict[str, Any]:
-    """alpha, beta, o and per-hop latency from the measurements, with each point's error."""
+    """alpha, beta, o and per-hop latency from the measurements, with each point's error
+    (on token-bucket links, :func:`fit_shaped`'s)."""
+    if measured.get("shaper"):
+        return fit_shaped(measured)
     algo = get_collective(measured["algorithm"])
     rows, times, labels = [], [], []
     pp = measured["pingpong"]
@@ -81,3 +98,97 @@ def fit_network(measured: dict[str, Any]) -> dict[str, Any]:
             "points": [{"what": w, "measured_s": m, "error": e}
                        for w, m, e in zip(labels, times, errors, strict=True)]}
 
+
+
+def pingpong_on_buckets_s(sizes: Any, reps: int, alpha_s: float, peak_Bps: float,
+                          rate_Bps: float, depth_bytes: float, gap_s: float) -> np.ndarray:
+    """The median half round trip (s) of each size's ping-pongs as
+    :func:`sim.calibration.netbench.pingpong` runs them (sizes in order, ``WARMUP`` + its
+    repetitions each, ``gap_s`` between round trips: the barrier) over token-bucket links
+    (:mod:`sim.network.token_bucket`) that start full.
+
+    Each direction's bucket has the same history. A message leaves a bucket holding tau
+    tokens at the peak P for up to k tau bytes (k = P / (P - r): it drains at P - r while
+    refilling) and the rest at the rate r, so it takes n / P or (n - tau) / r, and
+    T = alpha + that. By the next message the bucket has lost n and refilled r over the
+    cycle, gap + 2 T, up to its depth D. Iterated rep by rep: back to back, a small message
+    drains the bucket slowly (4 KB messages may never dry it within a size's repetitions),
+    and one of 32 KB settles where the cycle is n / r.
+    """
+    k = peak_Bps / (peak_Bps - rate_Bps)
+    tokens, medians = depth_bytes, []
+    for n in np.asarray(sizes, np.float64):
+        halves = []
+        for i in range(WARMUP + repetitions(int(n), reps)):
+            half = alpha_s + (n / peak_Bps if n <= k * tokens else (n - tokens) / rate_Bps)
+            tokens = min(depth_bytes, max(0.0, tokens - n + rate_Bps * (gap_s + 2 * half)))
+            if i >= WARMUP:
+                halves.append(half)
+        medians.append(float(np.median(halves)))
+    return np.array(medians)
+
+
+def fit_shaped(measured: dict[str, Any]) -> dict[str, Any]:
+    """:func:`fit_network`'s result on token-bucket links of ``measured["shaper"]["burst_s"]``:
+    alpha, the sustained rate (``bandwidth_Bps``) and the peak fitted to the ping-pongs by
+    :func:`pingpong_on_buckets_s` (with the gap between repetitions, the barrier), the
+    allreduces simulated on the fitted fabric and reported beside them. Raises ValueError
+    for fewer than 4 ping-pong sizes."""
+    burst_s = float(measured["shaper"]["burst_s"])
+    pp = measured["pingpong"]
+    n, t = np.asarray(pp["sizes"], np.float64), np.asarray(pp["seconds"], np.float64)
+    if len(n) < 4:
+        raise ValueError(f"a shaped fabric's fit needs ping-pongs of at least 4 sizes, "
+                         f"got {len(n)}")
+    big = np.argsort(n)[-2:]  # the two largest: far beyond the bucket, at the rate
+    rate0 = float(np.diff(n[big])[0] / max(np.diff(t[big])[0], 1e-12))
+    x0 = np.array([float(t.min()), 8 * rate0, rate0, float(t.min())])
+
+    reps = int(measured.get("reps", REPS))
+
+    def model(x: np.ndarray) -> np.ndarray:
+        alpha, excess, rate, gap = x
+        return pingpong_on_buckets_s(n, reps, alpha, rate + excess, rate, rate * burst_s, gap)
+
+    alpha, excess, rate, gap = on_log_ratios(model, x0, t)  # the peak as rate + excess > rate
+    alpha, rate, gap, peak = float(alpha), float(rate), float(gap), float(rate + excess)
+    overhead = min(float(measured["stream"]["seconds"][0]), alpha / 2)
+    latency = max(0.0, (alpha - 2 * overhead) / 2)
+    points = [{"what": f"pingpong {int(size)} B", "measured_s": float(m), "error": float(e)}
+              for size, m, e in zip(n, t, model(np.array([alpha, excess, rate, gap])) / t - 1,
+                                    strict=True)]
+    fabric = Fabric("fit", 8 * rate, latency, overhead, burst_s=burst_s, peak_Bps=peak)
+    algorithm = get_collective(measured["algorithm"])
+    for ar in (ar for ar in measured["allreduce"] if ar["ranks"] > 1):
+        for size, m in zip(ar["sizes"], ar["seconds"], strict=True):
+            simulated = repeated_allreduce_s(algorithm, fabric, ar["ranks"], int(size), gap,
+                                             reps)
+            points.append({"what": f"allreduce p={ar['ranks']} {size} B (simulated, not "
+                                   "fitted)", "measured_s": m, "error": float(simulated / m - 1)})
+    return {"alpha_s": float(alpha), "beta_s_per_byte": 1.0 / float(rate),
+            "bandwidth_Bps": float(rate), "overhead_s": overhead, "latency_s": latency,
+            "burst_s": burst_s, "peak_Bps": float(peak), "gap_s": float(gap),
+            "points": points}
+
+
+def repeated_allreduce_s(algorithm: Collective, fabric: Fabric, p: int, nbytes: int,
+                         gap_s: float, reps: int) -> float:
+    """The median time (s) of an allreduce of ``nbytes`` on ``p`` ranks repeated as
+    :mod:`sim.calibration.netbench` repeats it (``gap_s`` between repetitions, warm-up
+    left out), simulated in one run on ``fabric``: on token-bucket links a repetition finds
+    the buckets the last ones left."""
+    env = simpy.Environment()
+    network = build_network(env, fabric, p)
+    hosts = np.arange(p)
+    times: list[float] = []
+
+    def repeat() -> Generator[simpy.Event, Any, None]:
+        for i in range(WARMUP + repetitions(nbytes, reps)):
+            yield env.timeout(gap_s)
+            started = env.now
+            yield env.process(algorithm.run(network, None, p=p, nbytes=nbytes, hosts=hosts))
+            if i >= WARMUP:
+                times.append(env.now - started)
+
+    env.run(env.process(repeat()))
+    return float(np.median(times))

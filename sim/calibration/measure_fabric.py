@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from sim.calibration.netbench import REPS
 from sim.real.launch.emulate import Emulation
 from sim.real.launch.launcher import Job, launch
 
@@ -42,7 +43,7 @@ def measure_network(emulation: Emulation | None, ranks: list[int], wait: str,
     """Ping-pong, stream and allreduce measurements (see :mod:`sim.calibration.netbench`)."""
     from sim.real.launch.real_run import wait_mode
 
-    sizes, reps = (QUICK_SIZES, 20) if quick else (SIZES, 100)
+    sizes, reps = (QUICK_SIZES, 20) if quick else (SIZES, REPS)
     out = {"pingpong": netbench({"mode": "pingpong", "sizes": sizes, "reps": reps,
                                  "wait": wait_mode(wait, 2)}, 2, emulation),
            "stream": netbench({"mode": "stream", "reps": reps, "wait": wait_mode(wait, 2)},
@@ -50,6 +51,8 @@ def measure_network(emulation: Emulation | None, ranks: list[int], wait: str,
            "allreduce": [netbench({"mode": "allreduce", "sizes": sizes, "reps": reps,
                                    "algorithm": algorithm, "wait": wait_mode(wait, p)},
                                   p, emulation) for p in ranks]}
-    out["algorithm"] = algorithm
+    out["algorithm"], out["reps"] = algorithm, reps
+    if emulation is not None:  # token-bucket links: their fit takes the buckets' depth
+        out["shaper"] = emulation.shaper
     return out
 

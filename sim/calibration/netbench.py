@@ -42,9 +42,12 @@ import numpy as np
 
 WARMUP = 3
 STREAM_MESSAGES = 200
+REPS = 100  # timed repetitions of a small message (sim calibrate's default)
 
 
-def _reps(nbytes: int, reps: int) -> int:
+def repetitions(nbytes: int, reps: int) -> int:
+    """Timed repetitions of an n-byte measurement: ``reps`` up to 64 KB, then fewer (at
+    least 5), so that each size takes about as long."""
     return max(5, min(reps, int(reps * 65536 / max(nbytes, 65536))))
 
 
@@ -55,7 +58,7 @@ def pingpong(comm: Any, waiter: Any, sizes: list[int], reps: int) -> list[float]
     for nbytes in sizes:
         buf = np.zeros(max(nbytes // 8, 0))
         times = []
-        for i in range(WARMUP + _reps(nbytes, reps)):
+        for i in range(WARMUP + repetitions(nbytes, reps)):
             comm.Barrier()
             start = time.perf_counter()
             if rank == 0:
@@ -100,7 +103,7 @@ def allreduce(comm: Any, waiter: Any, sizes: list[int], reps: int, algorithm: st
         buf = np.ones(count)
         reduce = make_allreduce(impl, comm, algorithm, count, waiter)
         times = []
-        for i in range(WARMUP + _reps(nbytes, reps)):
+        for i in range(WARMUP + repetitions(nbytes, reps)):
             buf.fill(1.0 / comm.Get_size())
             comm.Barrier()
             start = time.perf_counter()
@@ -124,7 +127,7 @@ def message(comm: Any, waiter: Any, sizes: list[int], reps: int) -> list[float]:
         message, grad = np.zeros(HEADER + size), np.ones(size)
         count = max(20, min(STREAM_MESSAGES, int(STREAM_MESSAGES * 65536 / max(nbytes, 1))))
         times = []
-        for i in range(WARMUP + max(5, _reps(nbytes, reps) // 4)):
+        for i in range(WARMUP + max(5, repetitions(nbytes, reps) // 4)):
             comm.Barrier()
             start = time.perf_counter()
             for _ in range(count):

@@ -43,9 +43,13 @@ def write_fabric(path: Path, net: str, measured: dict[str, Any],
                  fit: dict[str, Any]) -> Fabric:
     """The fabric profile of ``fit`` (:func:`~sim.calibration.fit_fabric.fit_network`'s) on
     ``net`` at ``path``, with the raw measurements; the fabric. Raises OSError."""
+    shaped = {"burst_s": fit["burst_s"], "peak_Bps": fit["peak_Bps"]} if "burst_s" in fit \
+        else {}
+    fits = "ping-pong fits on token-bucket links" if shaped else \
+        f"ping-pong, stream and {measured['algorithm']} allreduce fits"
     fabric = Fabric(f"calibrated-{net}", 8 * fit["bandwidth_Bps"], fit["latency_s"],
-                    fit["overhead_s"], source=f"sim calibrate --net {net}: ping-pong, stream "
-                    f"and {measured['algorithm']} allreduce fits; {stamp()}")
+                    fit["overhead_s"], source=f"sim calibrate --net {net}: {fits}; {stamp()}",
+                    **shaped)
     save_profile(path, fabric, source=fabric.source,
                  measurements={"raw": measured, "fit": fit})
     return fabric

@@ -22,6 +22,8 @@ it; :func:`save_profile` writes one), a :class:`FabricProfile` read by
      "latency_s": 1.5e-7,                    # per-hop latency, s
      "overhead_s": 3.5e-7,                   # per-message overhead at each end, s
      "source": "osu_bw/osu_latency, 2 nodes, 1 switch",   # optional, free text
+     "burst_s": 0.001,                       # optional: a token bucket on every link, its
+     "peak_Bps": 1.8e9,                      #   depth (s of bandwidth_Bps) and peak rate
      "measurements": {...}}                  # optional, free form (raw samples)
 
 The bandwidth is already the achieved one, so the efficiency is 1. When only the end-to-end
@@ -56,6 +58,12 @@ class Fabric:
     # CPU per payload byte of the network stack at each end, as a rate (bytes/s); inf: the
     # NIC moves the data (RDMA, zero copy). Charged on the host's core, not on the wire.
     stack_Bps: float = math.inf
+    # A token-bucket shaper on every link (Linux tc tbf, as on the lab's emulated networks:
+    # :mod:`sim.network.token_bucket`): a link sends at peak_Bps while its bucket holds
+    # tokens, which refill at its rate up to burst_s of that rate, and at its rate once the
+    # bucket is dry. burst_s 0: not shaped.
+    burst_s: float = 0.0
+    peak_Bps: float = math.inf
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.line_rate_bps) and self.line_rate_bps > 0):
@@ -71,6 +79,18 @@ class Fabric:
         if not self.stack_Bps > 0:  # also refuses NaN; inf: the NIC moves the bytes
             raise ValueError(f"fabric {self.name!r}: stack_Bps must be > 0, "
                              f"got {self.stack_Bps}")
+        if not (math.isfinite(self.burst_s) and self.burst_s >= 0):
+            raise ValueError(f"fabric {self.name!r}: burst_s must be >= 0, got {self.burst_s}")
+        if self.shaped and not (math.isfinite(self.peak_Bps)
+                                and self.peak_Bps > self.bandwidth_Bps):
+            raise ValueError(f"fabric {self.name!r}: a shaped link (burst_s > 0) needs a "
+                             f"finite peak_Bps above its bandwidth ({self.bandwidth_Bps:g} "
+                             f"B/s), got {self.peak_Bps}")
+
+    @property
+    def shaped(self) -> bool:
+        """Whether the links are token buckets (burst_s > 0)."""
+        return self.burst_s > 0
 
     @property
     def bandwidth_Bps(self) -> float:
@@ -170,7 +190,7 @@ REGISTRY: dict[str, Fabric] = {
 }
 
 _CUSTOM_KEYS = {"name", "base", "line_rate_bps", "bandwidth_Bps", "latency_s", "overhead_s",
-                "efficiency", "source", "stack_Bps"}
+                "efficiency", "source", "stack_Bps", "burst_s", "peak_Bps"}
 
 
 def get_fabric(spec: str | Mapping[str, Any] | Fabric) -> Fabric:
@@ -195,7 +215,9 @@ def fabric_from_dict(spec: Mapping[str, Any]) -> Fabric:
 
     Keys: name, base (a preset to start from), line_rate_bps or bandwidth_Bps (achievable,
     sets efficiency 1), latency_s, overhead_s, efficiency, stack_Bps (the network stack's
-    CPU per byte at each end, bytes/s), source. Raises ValueError.
+    CPU per byte at each end, bytes/s), burst_s and peak_Bps (a token bucket on every link:
+    its depth in seconds of the link's rate, and the rate while it holds tokens), source.
+    Raises ValueError.
     """
     unknown = set(spec) - _CUSTOM_KEYS
     if unknown:
@@ -229,18 +251,23 @@ class FabricProfile:
     latency_s: float  # per hop
     overhead_s: float  # per message, at each end
     source: str = ""
+    burst_s: float = 0.0  # a token bucket on every link, s of bandwidth_Bps (0: none)
+    peak_Bps: float | None = None  # the links' rate while their bucket holds tokens
 
     def __post_init__(self) -> None:
         self.fabric()
 
     def fabric(self) -> Fabric:
+        peak = math.inf if self.peak_Bps is None else self.peak_Bps
         return Fabric(name=self.name, line_rate_bps=8 * self.bandwidth_Bps,
-                      latency_s=self.latency_s, overhead_s=self.overhead_s, source=self.source)
+                      latency_s=self.latency_s, overhead_s=self.overhead_s, source=self.source,
+                      burst_s=self.burst_s, peak_Bps=peak)
 
     @classmethod
     def of(cls, fabric: Fabric) -> FabricProfile:
         return cls(fabric.name, fabric.bandwidth_Bps, fabric.latency_s, fabric.overhead_s,
-                   fabric.source)
+                   fabric.source, fabric.burst_s,
+                   fabric.peak_Bps if math.isfinite(fabric.peak_Bps) else None)
 
 
 def save_profile(path: str | Path, fabric: Fabric, **extra: Any) -> None:

@@ -38,6 +38,7 @@ from sim.network.incremental import Flow, IncrementalMaxMin
 from sim.network.linklog import FlowLog
 from sim.network.message_cost import arrival_s, path_window_Bps, posted_s, wire_bytes
 from sim.network.schedule_runner import Execution
+from sim.network.token_bucket import TokenBuckets
 from sim.network.topology import Paths, Topology
 from sim.network.transports import REGISTRY, Transport
 
@@ -107,6 +108,10 @@ class FlowNetwork:
         self.flow_log: FlowLog | None = None
         self._sample_due = False  # a sample of the log waits for the end of the instant
         self._bulk_links: set[int] = set()  # the table's links at the log's last sample
+        # a shaped fabric's links are token buckets whose capacity moves in time
+        self._buckets = None if not fabric.shaped else TokenBuckets(
+            range(topology.n_links), self.capacity.tolist(), fabric.burst_s,
+            fabric.peak_Bps, self._single.link_rate, self._single.set_capacity)
 
     @property
     def sent(self) -> int:
@@ -138,7 +143,7 @@ class FlowNetwork:
             return done.succeed(self.env.now)
         batch = _Batch(None, done, len(src))
         nbytes = self._framed(nbytes)
-        if len(src) <= SMALL_BATCH or self._bounds is not None:
+        if len(src) <= SMALL_BATCH or self._incremental_only:
             return self._send_small(_as_list(src), _as_list(dst), _as_list(nbytes, float),
                                     batch)
         self._send_bulk(src, dst, nbytes, batch)
@@ -155,8 +160,7 @@ class FlowNetwork:
             return
         batch = _Batch(on_delivered, None, len(src))
         nbytes = self._framed(nbytes)
-        # bounded flows stay in the incremental engine, which alone solves with bounds
-        if len(src) <= SMALL_BATCH or self._bounds is not None:
+        if len(src) <= SMALL_BATCH or self._incremental_only:
             self._send_small(_as_list(src), _as_list(dst), _as_list(nbytes, float), batch)
         else:
             self._send_bulk(src, dst, nbytes, batch)
@@ -175,6 +179,17 @@ class FlowNetwork:
         ``sample_limit`` samples)."""
         self.flow_log = FlowLog(limit, window_s, sample_limit)
         self._single.follow_changes(self.flow_log.sampling)
+
+    @property
+    def _incremental_only(self) -> bool:
+        """Whether every flow stays in the incremental engine, which alone solves with a
+        transport's bounds and with capacities that move (token buckets)."""
+        return self._bounds is not None or self._buckets is not None
+
+    def _tokens_to_now(self) -> bool:
+        """Count the token buckets up to now, before rates change; whether a link's
+        capacity moved (False without buckets)."""
+        return self._buckets is not None and self._buckets.advance(self.env.now)
 
     def _register(self, batch: _Batch) -> int:
         key = self._next_batch
@@ -233,6 +248,7 @@ class FlowNetwork:
 
     def _start_small(self, batch: int, src: list[int], dst: list[int],
                      nbytes: list[float]) -> None:
+        self._tokens_to_now()
         instant = [key for index, (a, b, size) in enumerate(zip(src, dst, nbytes, strict=True))
                    if (key := self._begin(batch, index, a, b, size)) is not None]
         if instant:
@@ -240,6 +256,7 @@ class FlowNetwork:
         self._changed()
 
     def _start_one(self, batch: int, src: int, dst: int, size: float) -> None:
+        self._tokens_to_now()
         instant = self._begin(batch, 0, src, dst, size)
         if instant is not None:
             self._deliver_keys([instant])
@@ -396,7 +413,10 @@ class FlowNetwork:
         within ``precision_s`` of the first (None: no flow is running)."""
         now = self.env.now
         first = self._first_wait(now)
-        return None if first is None else self._latest_wait(now, first)
+        if first is None:
+            return None
+        wait = self._latest_wait(now, first)
+        return wait if self._buckets is None else max(wait, first)  # a bucket may be first
 
     def _first_wait(self, now: float) -> float | None:
         """Seconds until the first flow is through (None: no flow is running)."""
@@ -406,6 +426,8 @@ class FlowNetwork:
             first = min(bulk.first_wait(), self._single.first_finish() - now)
         else:
             first = self._single.first_finish() - now
+        if self._buckets is not None:
+            first = min(first, self._buckets.next_empty(now))
         # below 0 while a flow due already waits for others due within the precision window
         return None if first == math.inf else first
 
@@ -429,6 +451,9 @@ class FlowNetwork:
             return  # a sooner wake-up replaced this one
         self._armed_at = math.inf
         now = self.env.now
+        if self._tokens_to_now():
+            self._changed()  # new capacities: settle, then look again at what is due
+            return
         wait = self._next_wait()  # flows that started since may have moved the finish
         if wait is None:
             return

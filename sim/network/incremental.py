@@ -161,6 +161,14 @@ class IncrementalMaxMin:
         """Whether some component waits for :meth:`settle`."""
         return bool(self._dirty)
 
+    def set_capacity(self, link: int, capacity: float) -> None:
+        """Give ``link`` a new capacity (bytes/s); the flows on it get their rates at the
+        next :meth:`settle` (a token bucket's link: :mod:`sim.network.token_bucket`)."""
+        self.capacity[link] = float(capacity)
+        comp = self.comp_of[link]
+        if comp is not None:
+            self._mark_dirty(comp)
+
     def busy(self, links: Iterable[int]) -> bool:
         """Whether any of ``links`` carries a flow here."""
         count_ = self.count

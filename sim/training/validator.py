@@ -178,9 +178,14 @@ def _check_topology(c: Config) -> None:
 
 def _check_fabric(c: Config) -> None:
     try:
-        get_fabric(c.cluster.fabric)
+        fabric = get_fabric(c.cluster.fabric)
     except (ValueError, OSError) as exc:
         raise ValueError(f"cluster.fabric: {exc}") from None
+    if fabric.shaped and c.cluster.network != "flow":
+        raise ValueError(f"cluster.network: {c.cluster.network!r} prices a link at one rate; "
+                         f"fabric {fabric.name!r} has token-bucket links (burst_s "
+                         f"{fabric.burst_s:g}), which only the flow model follows: set "
+                         "cluster.network = 'flow'")
 
 
 def _check_transport(c: Config) -> None:
@@ -564,6 +569,8 @@ def _steady_refusals(c: Config) -> list[tuple[bool, str]]:
         (comp.straggler_fraction > 0 or bool(comp.slowdowns),
          "needs every rank alike: no compute.straggler_fraction or compute.slowdowns"),
         (c.faults.enabled, "does not model failures (faults.failures, faults.mtbf_s)"),
+        (get_fabric(cl.fabric).shaped, f"prices a link at one rate: fabric {cl.fabric!r} has "
+                                       "token-bucket links (burst_s)"),
         (c.checkpoint.every_steps is not None or c.checkpoint.every_s is not None,
          "does not model checkpoints (checkpoint.every_steps, checkpoint.every_s)"),
         (costs.charged, f"needs CPU-free messages: cluster.host = 'ideal' and a transport "

@@ -20,9 +20,11 @@ import simpy
 from training_cases import MODELS, make, update_table
 
 from sim import kernels as K
+from sim.network.alltoall import alltoallv
 from sim.network.collectives import ParameterServer as PSCollective
 from sim.network.collectives import get_collective
 from sim.network.message_cost import REQUEST_BYTES, alpha_s, beta_s
+from sim.network.network_builder import build_network
 from sim.simulated.engine import build_simulation
 from sim.simulated.strategies.allreduce import BSP, LocalSGD, RankStep
 from sim.simulated.strategies.easgd import EASGD
@@ -485,14 +487,23 @@ WIDE_DEEP = {"workload.model": "wide-deep", "workload.dataset": "ctr-synthetic",
 
 def exchanged(placement: str, **keys: Any) -> tuple[Any, Any, float]:
     """One step's table exchange of a wide-deep bsp run, driven alone after every worker
-    took a gradient: (context, exchange, its seconds)."""
+    took a gradient (its part before the forward pass first, where it has one): (context,
+    exchange, its seconds)."""
     env, ctx, strategy = build_simulation(make(WIDE_DEEP, HDR, embeddings__placement=placement,
                                                **keys))
     strategy.setup_replicas()
+    tables = strategy.tables
     for w in ctx.workers:
         w.gradient(ctx.params)
-    env.run(env.process(strategy.tables.timed_exchange(ctx.params.nbytes, False)))
-    return ctx, strategy.tables, float(env.now)
+
+    def step():
+        if tables.before_forward:
+            yield simpy.AllOf(env, [env.process(tables.forward_part(w.index))
+                                    for w in ctx.workers])
+        yield from tables.timed_exchange(ctx.params.nbytes, False)
+
+    env.run(env.process(step()))
+    return ctx, tables, float(env.now)
 
 
 def test_replicated_tables_allreduce_the_whole_gradient():
@@ -546,3 +557,24 @@ def test_alltoall_bytes_are_conserved_and_counted(sharding):
     assert summary["pull_bytes_per_step"] == forward.sum() / n
     assert summary["push_bytes_per_step"] == forward.sum() / n + dense
     assert summary["shard_load_max_over_mean"] >= 1.0
+
+def test_alltoall_exchanges_before_forward_and_after_backward():
+    """On the ideal host the step's exchange is the forward all-to-all (before the forward
+    pass), the backward one (its transpose) and the dense allreduce, each alone on the
+    network: their times add up, and the step counts once."""
+    ctx, tables, took = exchanged("alltoall")
+    fabric = ctx.network.fabric
+    hosts = np.arange(ctx.n)
+
+    def alone(matrix):
+        env = simpy.Environment()
+        network = build_network(env, fabric, ctx.n)
+        env.run(env.process(alltoallv(network, matrix, hosts)))
+        return env.now
+
+    dense = (ctx.model.size - ctx.model.dense_start) * VALUE_BYTES
+    ring = get_collective(ctx.config.strategy.collective).closed_form_s(
+        ctx.n, dense, alpha_s(fabric), beta_s(fabric))
+    expected = alone(tables.forward) + alone(tables.forward.T) + ring
+    assert took == pytest.approx(expected, rel=1e-9)
+    assert tables.mean_s == pytest.approx(took, rel=1e-12) and tables.steps == 1

@@ -153,6 +153,18 @@ class Emulation:
         self.state = STATE_DIR / f"{self.tag}.json"
         self.env = dict(TCP_ENV)
 
+    @property
+    def burst_bytes(self) -> int:
+        """Each token bucket's depth, bytes: BURST_S at the rate, at least 16 KB (below
+        that the qdisc's timers cannot keep a link busy)."""
+        return max(int(self.rate_bps / 8 * BURST_S), 16384)
+
+    @property
+    def shaper(self) -> dict[str, float]:
+        """The links' token buckets as the simulator's fabric takes them: the rate (bits/s)
+        and the depth in seconds of it (``burst_s``)."""
+        return {"rate_bps": self.rate_bps, "burst_s": self.burst_bytes * 8 / self.rate_bps}
+
     @staticmethod
     def address(rank: int) -> str:
         return f"10.213.{rank // 200}.{rank % 200 + 10}"
@@ -183,9 +195,7 @@ class Emulation:
     def _setup(self) -> None:
         _run("ip", "link", "add", self.bridge, "type", "bridge")
         _run("ip", "link", "set", self.bridge, "up")
-        rate_Bps = self.rate_bps / 8
-        burst = str(max(int(rate_Bps * BURST_S), 16384))  # smaller: timers cannot keep up
-        tbf = ["root", "tbf", "rate", f"{int(self.rate_bps)}bit", "burst", burst,
+        tbf = ["root", "tbf", "rate", f"{int(self.rate_bps)}bit", "burst", str(self.burst_bytes),
                "latency", f"{int(self.queue_s * 1000)}ms"]
         for rank, (ns, veth) in enumerate(zip(self.namespaces, self.veths, strict=True)):
             _run("ip", "netns", "add", ns)

@@ -84,8 +84,9 @@ class AllreduceMixin:
         # a plan's groups' own hierarchical collectives, by members a host (built as needed)
         self.group_collectives: dict[int, Collective] = {}
         # whether a collective of every worker starts on an idle network, so that its
-        # duration can be replayed (allreduce_time); not where other traffic runs beside it
-        self.replays = True
+        # duration can be replayed (allreduce_time); not where other traffic runs beside it,
+        # nor on token-bucket links, whose buckets the earlier messages left part-empty
+        self.replays = not self.ctx.network.fabric.shaped
         self.elapsed_s: dict[int, float] = {}  # message bytes -> simulated allreduce time
         # (ranks, bytes, collective's id) -> CPU, busiest path
         self.cpu_s: dict[tuple[int, int, int], float] = {}
@@ -220,8 +221,8 @@ class AllreduceMixin:
         In the data-parallel strategies nothing else ever uses the network and one
         allreduce ends before the next starts, so each starts on an idle network and takes
         the same time as the last one of its size: simulate the first, replay its duration
-        afterwards. Where other traffic may run beside it (:attr:`replays` false, or a
-        sub-group), every one is simulated.
+        afterwards. Where other traffic may run beside it or the links are token buckets
+        (:attr:`replays` false), or for a sub-group, every one is simulated.
         """
         group = group or self.all_workers
         if not (self.replays and group.ranks == self.all_workers.ranks):
@@ -270,6 +271,18 @@ class BSP(AllreduceMixin, PipelinedStrategy):
 
     def model_of_record(self) -> np.ndarray:
         return self.sgd.params
+
+    @property
+    def has_prologue(self) -> bool:
+        return super().has_prologue or (self.tables is not None and self.tables.before_forward)
+
+    def prologue(self, worker: int) -> Generator[simpy.Event, Any, None]:
+        """The host's per-step code and batch (on a host with costs), then the tables'
+        exchange before the forward pass (an all-to-all of pooled embeddings)."""
+        if super().has_prologue:
+            yield from super().prologue(worker)
+        if self.tables is not None and self.tables.before_forward:
+            yield from self.tables.forward_part(worker)
 
     def message_bytes(self, msg: Message) -> int:
         return self.compressed_bytes if self.compressed_bytes is not None else msg.nbytes

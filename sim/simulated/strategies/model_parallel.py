@@ -328,7 +328,7 @@ class ModelParallelBSP(PlanRanks, BSP):
         self.setup_replicas()
         # with one stage and one shard the data-parallel allreduce is the only traffic, as
         # in bsp, and its duration is replayed as bsp's is; otherwise each is simulated
-        self.replays = self.ctx.plan.pipeline * self.ctx.plan.tensor == 1
+        self.replays = self.replays and self.ctx.plan.pipeline * self.ctx.plan.tensor == 1
         self.build_ranks()
         self.overlaps = self.group_overlaps() if self.ctx.config.parallel.dp_overlap else None
         self.start_ranks()

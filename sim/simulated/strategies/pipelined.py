@@ -67,7 +67,8 @@ class PipelinedStrategy(Strategy):
         self.overlap = BackpropOverlap(ctx.env, ctx.n, self.messages, channel, self.costs,
                              ctx.recorder.add_span, self.step_done,
                              busy=ctx.hosts.run if on_core else ctx.hosts.sleep,
-                             prologue=self.prologue if charged else None, tag=self.tag,
+                             prologue=self.prologue if self.has_prologue else None,
+                             tag=self.tag,
                              own=ctx.hosts.own_parts,
                              cycle_s=strategy.cycle_s if mode.cycled else 0.0)
         if ctx.numerics:
@@ -78,6 +79,12 @@ class PipelinedStrategy(Strategy):
         """The spans recorded inside are ``msg``'s collective (for the trace)."""
         facts = Facts("collective", self.message_bytes(msg), (msg.lo, msg.hi))
         return self.ctx.recorder.tagging(facts, overlapped)
+
+    @property
+    def has_prologue(self) -> bool:
+        """Whether a step does something before its forward pass: the host's per-step code
+        and batch, on a host with CPU costs."""
+        return self.ctx.cpu.charged
 
     def prologue(self, worker: int) -> Generator[simpy.Event, Any, None]:
         yield from prologue(self.ctx, self.ctx.workers[worker])

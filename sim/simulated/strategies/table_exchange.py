@@ -11,9 +11,13 @@
   their gradients back the same way (the transpose), the owners step their rows, and only
   the dense part is allreduced. The exchange's bytes per pair are
   :meth:`~sim.training.embedding_shards.ShardMap.alltoall_bytes`; the pairwise all-to-all
-  with sizes per pair is :func:`sim.network.alltoall.alltoallv`. Without layer-wise
-  pipelining a step runs its parts one after another, so the forward exchange is charged
-  after the step's compute with the backward one: the step takes as long.
+  with sizes per pair is :func:`sim.network.alltoall.alltoallv`. A step runs its parts in
+  the real executor's order (:mod:`sim.real.executors.bsp_tables`): each owner gathers its
+  rows after its batch, the forward all-to-all goes once every owner has, then the dense
+  forward and backward, the backward all-to-all, the owners' scatter of the row gradients
+  and the dense allreduce. On links of one rate the order would not matter; a token
+  bucket (:mod:`sim.network.token_bucket`) refills while the step computes, so the forward
+  exchange finds it fuller than the backward one.
 
 The numbers are the same in all three: every table row is stepped by the mean gradient of
 the step's batches (the owners' update of their rows is the replicas' update of the same
@@ -30,7 +34,7 @@ import simpy
 
 from sim.network.alltoall import alltoallv
 from sim.network.collectives import get_collective
-from sim.simulated.strategies.base import cpu
+from sim.simulated.strategies.base import block, cpu
 from sim.training.embedding_shards import ShardMap, TableSpec, load_max_over_mean
 from sim.training.embedding_traffic import ID_BYTES, VALUE_BYTES
 
@@ -50,7 +54,16 @@ class TableExchange:
         self.pulled = self.pushed = 0.0  # bytes, summed over workers and steps
 
     def exchange(self, nbytes: int, overlapped: bool) -> Generator[simpy.Event, Any, None]:
-        """One step's communication; ``nbytes``: the whole gradient's."""
+        """One step's communication after backward; ``nbytes``: the whole gradient's."""
+        raise NotImplementedError
+
+    @property
+    def before_forward(self) -> bool:
+        """Whether a step also exchanges before its forward (:meth:`forward_part`)."""
+        return False
+
+    def forward_part(self, worker: int) -> Generator[simpy.Event, Any, None]:
+        """Worker ``worker``'s part of the step's exchange before its forward pass."""
         raise NotImplementedError
 
     def timed_exchange(self, nbytes: int,
@@ -135,26 +148,64 @@ class AllToAll(TableExchange):
         batch = ctx.config.workload.batch
         self.forward = self.map.alltoall_bytes([batch] * ctx.n, VALUE_BYTES)
         self.looked_up = np.zeros(ctx.n)  # ids each owner looked up
+        self._step: _ForwardStep | None = None  # the step whose owners are gathering rows
+        self._last: _ForwardStep | None = None  # the step whose forward exchange started
+
+    @property
+    def before_forward(self) -> bool:
+        return True
+
+    def forward_part(self, worker: int) -> Generator[simpy.Event, Any, None]:
+        """``worker`` gathers the rows it owns for every worker's bags (the host's per-row
+        costs; nothing on the ideal host), waits for the other owners (``wait``), then the
+        forward all-to-all (``wire``), which the last owner to arrive starts."""
+        ctx = self.ctx
+        if self._step is None:  # the step's first owner here: what every owner looks up
+            every = [np.concatenate(ids) for ids in zip(*(self._occurrences(w) for w in
+                                                           ctx.workers), strict=True)]
+            self._step = _ForwardStep(self.map.lookup_work(every), ctx.env)
+        step = self._step
+        work = step.lookups
+        yield from cpu(ctx, worker, "compute", self._rows_s(work.values[worker],
+                                                           work.ids[worker]))
+        step.arrived += 1
+        if step.arrived == ctx.n:
+            self._step, self._last = None, step
+            ctx.env.process(self._forward_exchange(step))
+        yield from block(ctx, worker, "wait", step.started)
+        yield from block(ctx, worker, "wire", step.done)
+
+    def _forward_exchange(self, step: _ForwardStep) -> Generator[simpy.Event, Any, None]:
+        env = self.ctx.env
+        step.started.succeed()
+        started = env.now
+        yield from alltoallv(self.ctx.network, self.forward, self.strategy.hosts)
+        self.elapsed_s += env.now - started
+        step.done.succeed()
 
     def exchange(self, nbytes: int, overlapped: bool) -> Generator[simpy.Event, Any, None]:
         ctx = self.ctx
-        touched = self.touched()
-        every = [np.concatenate(ids) for ids in zip(*(self._occurrences(w) for w in
-                                                       ctx.workers), strict=True)]
-        lookups = self.map.lookup_work(every)
+        lookups = self._last.lookups  # this step's, from its forward part
         self.looked_up += lookups.ids
         received = float(self.forward.sum()) / ctx.n  # a worker's pooled vectors, mean
-        self.count(touched, received, received + self.dense_bytes)
-        hosts = self.strategy.hosts
-        # each owner gathers its rows for every worker's bags by index, and scatters their
-        # gradients back the same way (the host's per-row costs; nothing on the ideal host)
-        env, costs = ctx.env, ctx.cpu
-        yield simpy.AllOf(env, [env.process(cpu(
-            ctx, w.index, "compute", 2 * costs.table_rows_s(VALUE_BYTES * values, ids)))
+        self.count(self.touched(), received, received + self.dense_bytes)
+        env = ctx.env
+        yield from self.timed(alltoallv(ctx.network, self.forward.T, self.strategy.hosts),
+                              overlapped)
+        # each owner scatters the gradients it received into its rows by index
+        yield simpy.AllOf(env, [env.process(cpu(ctx, w.index, "compute",
+                                                self._rows_s(values, ids)))
             for w, ids, values in zip(ctx.workers, lookups.ids, lookups.values, strict=True)])
-        yield from self.timed(alltoallv(ctx.network, self.forward, hosts), overlapped)
-        yield from self.timed(alltoallv(ctx.network, self.forward.T, hosts), overlapped)
         yield from self.strategy.allreduce(self.dense_bytes, overlapped)
+
+    def _rows_s(self, values: float, ids: float) -> float:
+        """An owner's gather (or scatter) of ``ids`` rows, ``values`` values in all, on the
+        host (0 on the ideal one). A replayed run's measured compute already holds it: the
+        real executor times its gathers and scatters as compute (:mod:`sim.validation.
+        replay` sums a step's compute spans)."""
+        if self.ctx.replay is not None:
+            return 0.0
+        return self.ctx.cpu.table_rows_s(VALUE_BYTES * values, ids)
 
     def _occurrences(self, worker: Any) -> list[np.ndarray]:
         """Every id a worker's last batch looks up, per table (wide first)."""
@@ -164,6 +215,15 @@ class AllToAll(TableExchange):
 
     def load(self) -> float | None:
         return load_max_over_mean(self.looked_up)
+
+
+class _ForwardStep:
+    """A step's forward exchange: what each owner looks up, how many owners have, and
+    the events of the all-to-all's start and end."""
+
+    def __init__(self, lookups: Any, env: simpy.Environment) -> None:
+        self.lookups, self.arrived = lookups, 0
+        self.started, self.done = env.event(), env.event()
 
 
 EXCHANGES: dict[str, type[TableExchange]] = {"replicated": Replicated, "alltoall": AllToAll}

@@ -1,0 +1,149 @@
+"""Token-bucket links (tc tbf) in the flow model, against closed forms of a fluid bucket.
+
+A link of rate r with a full bucket of D bytes sends at its peak P until the bucket is dry,
+which takes D / (P - r) (it refills at r while it drains), so the first k D bytes go at P
+(k = P / (P - r)) and the rest at r; an idle link refills at r. Every time here is that
+arithmetic, written out, not the simulator's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from sim.calibration.fit_fabric import fit_network, pingpong_on_buckets_s
+from sim.calibration.netbench import WARMUP, repetitions
+from sim.errors import UserError
+from sim.network.fabrics import Fabric, FabricProfile, get_fabric
+from sim.network.network_builder import build_network
+from sim.simulated.engine import simulate
+from sim.training.validator import validate
+
+R, P, BURST, OVH = 125e6, 1e9, 1e-3, 2e-6  # bytes/s, bytes/s, s, s
+D, K = R * BURST, P / (P - R)
+SHAPED = Fabric("tbf", 8 * R, latency_s=0.0, overhead_s=OVH, burst_s=BURST, peak_Bps=P)
+
+
+def _on_full_bucket(n: float) -> float:
+    return n / P if n <= K * D else D / (P - R) + (n - K * D) / R
+
+
+def _times(sends: list[tuple[float, int, int, float]], hosts: int = 3) -> list[float]:
+    """Each (start s, src, dst, bytes)'s delivery time on SHAPED links."""
+    env = simpy.Environment()
+    net = build_network(env, SHAPED, hosts)
+    done: list[float] = [0.0] * len(sends)
+
+    def one(i: int, start: float, src: int, dst: int, n: float):
+        yield env.timeout(start)
+        done[i] = (yield net.send(src, dst, n))
+
+    for i, send in enumerate(sends):
+        env.process(one(i, *send))
+    env.run()
+    return done
+
+
+@pytest.mark.parametrize("n", [1e4, 1e5, K * D, 2e5, 1e6])
+def test_a_message_on_full_buckets_goes_at_the_peak_then_at_the_rate(n):
+    (arrived,) = _times([(0.0, 0, 1, n)])
+    assert arrived == pytest.approx(2 * OVH + _on_full_bucket(n), rel=1e-9)
+
+
+@pytest.mark.parametrize("gap", [1e-5, 3e-4, 5e-3])
+def test_an_idle_bucket_refills_at_the_rate(gap):
+    """A second 1 MB message ``gap`` after the first was delivered finds r x gap of tokens
+    (up to D): its first r gap P / (P - r) bytes go at the peak."""
+    n = 1e6
+    first = 2 * OVH + _on_full_bucket(n)
+    _, second = _times([(0.0, 0, 1, n), (first + gap, 0, 1, n)])
+    tokens = min(D, R * (gap + 2 * OVH))  # idle from its last byte: the receive overhead too
+    sent = tokens / (P - R) + (n - K * tokens) / R
+    assert second - first - gap == pytest.approx(2 * OVH + sent, rel=1e-9)
+
+
+def test_two_senders_into_one_host_dry_its_bucket_first():
+    """Incast: the receiver's link carries P (both flows at P / 2, so the senders' links
+    drain slower), its bucket is dry after D / (P - R), and the rest of 2 n goes at r."""
+    n = 4e5
+    a, b = _times([(0.0, 0, 2, n), (0.0, 1, 2, n)])
+    assert a == b == pytest.approx(2 * OVH + D / (P - R) + (2 * n - K * D) / R, rel=1e-9)
+
+
+def test_the_pingpong_recurrence_is_the_simulated_benchmark():
+    """netbench's ping-pong (sizes in order, warm-up and repetitions each, a gap between
+    round trips) simulated on shaped links gives the medians the rep-by-rep recurrence of
+    :func:`pingpong_on_buckets_s` gives, in every regime: 512 B never drains the bucket, 4 KB
+    drains it without drying it, 32 KB settles at a cycle of n / r, 1 MB is beyond it."""
+    sizes, reps, gap = [512, 4096, 32768, 262144, 1 << 20], 100, 8e-6
+    env = simpy.Environment()
+    net = build_network(env, SHAPED, 2)
+    medians: list[float] = []
+
+    def benchmark():
+        for n in sizes:
+            halves = []
+            for i in range(WARMUP + repetitions(n, reps)):
+                yield env.timeout(gap)
+                started = env.now
+                yield net.send(0, 1, n)
+                yield net.send(1, 0, n)
+                if i >= WARMUP:
+                    halves.append((env.now - started) / 2)
+            medians.append(float(np.median(halves)))
+
+    env.run(env.process(benchmark()))
+    expected = pingpong_on_buckets_s(sizes, reps, 2 * OVH, P, R, D, gap)
+    assert medians == pytest.approx(expected.tolist(), rel=1e-9)
+    assert expected[0] == pytest.approx(2 * OVH + 512 / P)  # a full bucket
+    assert expected[2] == pytest.approx((32768 / R - gap) / 2)  # the cycle is n / r
+
+
+def test_the_shaped_fit_recovers_its_links_from_pingpongs():
+    sizes = [8, 512, 4096, 32768, 262144, 1 << 20, 4 << 20]
+    alpha, rate, peak, gap = 6e-6, 1.2e8, 6e8, 8e-6
+    times = pingpong_on_buckets_s(sizes, 100, alpha, peak, rate, rate * BURST, gap).tolist()
+    measured = {"algorithm": "ring", "reps": 100, "stream": {"seconds": [3e-6]},
+                "shaper": {"rate_bps": 1e9, "burst_s": BURST},
+                "pingpong": {"sizes": sizes, "seconds": times},
+                "allreduce": [{"ranks": 2, "sizes": [1 << 20], "seconds": [9e-3]}]}
+    fit = fit_network(measured)
+    assert fit["alpha_s"] == pytest.approx(alpha, rel=1e-6)
+    assert fit["bandwidth_Bps"] == pytest.approx(rate, rel=1e-6)
+    assert fit["peak_Bps"] == pytest.approx(peak, rel=1e-6)
+    assert fit["gap_s"] == pytest.approx(gap, rel=1e-6)
+    assert fit["burst_s"] == BURST and fit["overhead_s"] == pytest.approx(3e-6, rel=1e-6)
+    assert max(abs(p["error"]) for p in fit["points"] if "pingpong" in p["what"]) < 1e-6
+    (allreduce,) = [p for p in fit["points"] if "allreduce" in p["what"]]
+    assert "simulated, not fitted" in allreduce["what"] and np.isfinite(allreduce["error"])
+
+
+def test_an_unshaped_fabric_and_bad_buckets():
+    assert not get_fabric("eth-10g").shaped and SHAPED.shaped
+    with pytest.raises(ValueError, match="burst_s must be >= 0"):
+        Fabric("x", 8e9, 0.0, 0.0, burst_s=-1.0, peak_Bps=2e9)
+    with pytest.raises(ValueError, match="peak_Bps above its bandwidth"):
+        Fabric("x", 8e9, 0.0, 0.0, burst_s=1e-3)  # no peak
+    with pytest.raises(ValueError, match="peak_Bps above its bandwidth"):
+        get_fabric({"base": "eth-10g", "burst_s": 1e-3, "peak_Bps": 1e8})
+    assert FabricProfile.of(SHAPED).fabric() == SHAPED
+    assert FabricProfile.of(get_fabric("eth-10g")).peak_Bps is None
+
+
+def test_a_shaped_fabric_needs_the_flow_model_and_the_event_engine():
+    fabric = {"bandwidth_Bps": R, "latency_s": 0.0, "overhead_s": OVH, "burst_s": BURST,
+              "peak_Bps": P}
+    base = {"cluster": {"fabric": fabric, "workers": 2}}
+    result = simulate(validate(base))  # the flow model follows the buckets
+    assert result.summary["iterations"] > 0
+    with pytest.raises(UserError, match="cluster.network: 'analytical'.*token-bucket"):
+        validate({"cluster": {**base["cluster"], "network": "analytical"}})
+    plan = {"cluster": {"fabric": fabric, "workers": 2, "ranks_per_host": 2,
+                        "host_link": "nvlink3-a100"},
+            "workload": {"model": "mlp", "dataset": "gaussian", "features": 64,
+                         "classes": 4, "hidden": [64] * 3, "batch": 16, "numerics": False},
+            "parallel": {"pipeline": 2, "microbatches": 2},
+            "run": {"engine": "steady"}}
+    with pytest.raises(UserError, match="run.engine: 'steady' prices a link at one rate"):
+        validate(plan)
