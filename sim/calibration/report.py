@@ -86,8 +86,10 @@ def network_lines(net: str, fit: dict[str, Any], fabric: Any, path: Path) -> Non
     """Print the fabric fitted on ``net``: alpha, bandwidth, o and latency, each point's
     error, the config line; a warning when a fitted point is off."""
     errors = [p["error"] for p in fit["points"] if "not fitted" not in p["what"]]
+    buckets = (f", token buckets of {fabric.burst_s * 1e3:.3g} ms at a peak of "
+               f"{fabric.peak_Bps / 1e9:.3f} GB/s" if fabric.shaped else "")
     print(f"network ({net}): alpha {fit['alpha_s'] * 1e6:.2f} us, "
-          f"{fabric.bandwidth_Bps / 1e9:.3f} GB/s, o {fit['overhead_s'] * 1e6:.2f} us, "
+          f"{fabric.bandwidth_Bps / 1e9:.3f} GB/s{buckets}, o {fit['overhead_s'] * 1e6:.2f} us, "
           f"latency {fit['latency_s'] * 1e6:.2f} us/hop "
           f"(fit errors {min(errors):+.0%} .. {max(errors):+.0%})")
     for p in fit["points"]:

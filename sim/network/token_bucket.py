@@ -26,6 +26,9 @@ from collections.abc import Callable, Sequence
 FRAME_BYTES = 1514.0
 # Tokens below this share of the depth are rounding of rate x time: the bucket is dry.
 _DRY = 1e-9
+# A bucket due to run dry within this many seconds is dry now (SimGrid's default timing
+# precision): the clock then never waits for a time it cannot tell from the present.
+_DRY_S = 1e-9
 
 
 class TokenBuckets:
@@ -56,17 +59,18 @@ class TokenBuckets:
     def advance(self, now: float) -> bool:
         """Count the tokens up to ``now`` at the rates carried since the last call, and
         switch the links whose bucket ran dry to their rate and those holding a frame again
-        to the peak; whether any capacity changed. Call it before rates change at ``now``."""
+        to the peak; whether any capacity changed. Call it before rates change at ``now``
+        (again at the same instant, it only switches a bucket due to run dry now)."""
         elapsed = now - self.since
-        if elapsed <= 0:
-            return False
         self.since = now
         changed = False
         for link in self.links:
             rate, depth = self.rate[link], self.depth[link]
-            tokens = self.tokens[link] + (rate - self._rate_of(link)) * elapsed
-            tokens = min(depth, tokens)
-            if tokens <= _DRY * depth:
+            drain = self._rate_of(link) - rate
+            tokens = self.tokens[link]
+            if elapsed > 0:
+                tokens = min(depth, tokens - drain * elapsed)
+            if tokens <= _DRY * depth or tokens <= drain * _DRY_S:
                 tokens = 0.0
             self.tokens[link] = tokens
             if link in self.dry:
@@ -90,4 +94,4 @@ class TokenBuckets:
             drain = self._rate_of(link) - self.rate[link]
             if drain > 0:
                 first = min(first, self.tokens[link] / drain)
-        return first - (now - self.since) if first < math.inf else first
+        return max(0.0, first - (now - self.since)) if first < math.inf else first

@@ -54,8 +54,10 @@ def _profile_lines(profiles: dict[str, Path]) -> list[str]:
             lines.append(f"- compute: {rates} (`{path}`; {data.get('source', '')})")
         else:
             fit = data.get("measurements", {}).get("fit", {})
+            buckets = (f" (token buckets of {data['burst_s'] * 1e3:.3g} ms, peak "
+                       f"{data['peak_Bps'] / 1e9:.3f} GB/s)" if data.get("burst_s") else "")
             lines.append(f"- {net}: alpha {fit.get('alpha_s', 0) * 1e6:.1f} us, "
-                         f"{data['bandwidth_Bps'] / 1e9:.3f} GB/s, o "
+                         f"{data['bandwidth_Bps'] / 1e9:.3f} GB/s{buckets}, o "
                          f"{data['overhead_s'] * 1e6:.1f} us (`{path}`)")
     return lines
 

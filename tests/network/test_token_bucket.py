@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.calibration.fit_fabric import fit_network, pingpong_on_buckets_s
 from sim.calibration.netbench import WARMUP, repetitions
@@ -147,3 +149,24 @@ def test_a_shaped_fabric_needs_the_flow_model_and_the_event_engine():
             "run": {"engine": "steady"}}
     with pytest.raises(UserError, match="run.engine: 'steady' prices a link at one rate"):
         validate(plan)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 3e-3), st.integers(0, 3), st.integers(0, 3),
+                          st.floats(1.0, 4e5)), min_size=1, max_size=12))
+def test_every_link_keeps_to_its_bucket(sends):
+    """Random messages on four hosts: every one arrives, and by any delivery time t each
+    link has carried at most what a token bucket lets through, min(P t, D + r t) (the
+    envelope of tc-tbf(8) with a peak: Le Boudec and Thiran 2001, Sec. 1.2)."""
+    sends = [(start, src, dst, n) for start, src, dst, n in sends if src != dst]
+    if not sends:
+        return
+    arrived = _times(sends, hosts=4)
+    assert all(t >= start + 2 * OVH for t, (start, *_) in zip(arrived, sends, strict=True))
+    for link_end in ("src", "dst"):
+        for host in range(4):
+            mine = [(t - OVH, n) for t, (_, src, dst, n) in zip(arrived, sends, strict=True)
+                    if (src if link_end == "src" else dst) == host]
+            for t, _ in mine:
+                through = sum(n for done, n in mine if done <= t + 1e-12)
+                assert through <= min(P * t, D + R * t) * (1 + 1e-9) + 1e-6
