@@ -278,14 +278,16 @@ class IncrementalMaxMin:
         return math.nan if flow.group is None or flow.comp.dirty else flow.group.rate
 
     def link_rate(self, link: int) -> float:
-        """Bytes/s the flows on ``link`` send now (0 if none; once settled)."""
+        """Bytes/s the flows on ``link`` send now (0 if none). Before a settling pass it is
+        what they sent until now: a component waiting for it keeps its old rates, and a
+        flow started at this instant has none yet (0)."""
         members = self.members[link]
         if not members:
             return 0.0
         comp = self.comp_of[link]
         if comp.group is not None:  # a hub: every flow at the one rate (n x r, not n sums)
             return self.count[link] * comp.group.rate
-        return sum(flow.group.rate for flow in members)
+        return sum(flow.group.rate for flow in members if flow.group is not None)
 
     def left(self, flow: Flow, now: float) -> float:
         """Bytes ``flow`` has still to send at ``now`` (its size until it has a rate)."""
