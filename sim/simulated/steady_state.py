@@ -5,7 +5,7 @@ The event engine (:class:`~sim.simulated.strategies.model_parallel.ModelParallel
 every rank of replicas x stages x shards as a SimPy process and every tensor allreduce flow
 by flow: issue 46's 384-rank plan took 17.5 million events for one step, nearly all of them
 the tensor groups' rounds. Where the validator admits ``steady``
-(:func:`sim.training.validator._steady_refusals`: bsp on a plan, timing only, constant
+(:func:`sim.training.engine_checks.steady_refusals`: bsp on a plan, timing only, constant
 compute, no stragglers, slowdowns, faults or checkpoints, CPU-free messages, a non-blocking
 star, every tensor group alone on its host's link) ranks that the plan places alike do
 alike:

@@ -35,7 +35,8 @@ from sim.network.topology import TOPOLOGIES, topology_options
 from sim.network.transports import get_transport
 from sim.training.clusters import with_preset
 from sim.training.compute_model import DEVICES, load_device, run_device
-from sim.training.host_costs import cpu_costs, load_host
+from sim.training.engine_checks import check_engine
+from sim.training.host_costs import load_host
 from sim.training.parallel_plan import (
     build_plan,
     chunks_of,
@@ -181,11 +182,9 @@ def _check_fabric(c: Config) -> None:
         fabric = get_fabric(c.cluster.fabric)
     except (ValueError, OSError) as exc:
         raise ValueError(f"cluster.fabric: {exc}") from None
-    if fabric.shaped and c.cluster.network != "flow":
+    if fabric.shaped and c.cluster.network != "flow":  # only the flow model moves capacities
         raise ValueError(f"cluster.network: {c.cluster.network!r} prices a link at one rate; "
-                         f"fabric {fabric.name!r} has token-bucket links (burst_s "
-                         f"{fabric.burst_s:g}), which only the flow model follows: set "
-                         "cluster.network = 'flow'")
+                         f"fabric {fabric.name!r} has token-bucket links: set 'flow'")
 
 
 def _check_transport(c: Config) -> None:
@@ -545,71 +544,10 @@ def _check_memory(c: Config) -> None:
         f"{holds}")
 
 
-def _steady() -> str:
-    """The strategies run.engine = "steady" runs, as a sentence names them."""
-    return " and ".join(name for name, row in STRATEGIES.items() if row.simulated_steady)
-
-
-def _steady_refusals(c: Config) -> list[tuple[bool, str]]:
-    """(refused, the one line) for what run.engine = "steady" does not cover
-    (:mod:`sim.simulated.steady_state`): it runs one tensor shard of a bsp plan with constant
-    compute on an ideal host and stands it for the others, so anything that makes shards or
-    ranks differ, or that would put a tensor allreduce on a link other traffic uses."""
-    cl, par, comp = c.cluster, c.parallel, c.compute
-    costs = cpu_costs(load_host(cl.host), get_fabric(cl.fabric), get_transport(cl.transport))
-    alone = get_host_link(cl.host_link) is not None and cl.ranks_per_host == par.tensor \
-        and not cl.rank_hosts
-    return [
-        (row_of(c).simulated_steady is None or not splits(c),
-         f"runs {_steady()} on a [parallel] plan (strategy {c.strategy.kind!r}"
-         + ("" if splits(c) else ", no stages, shards or microbatches") + ")"),
-        (c.workload.numerics, "is timing only: set workload.numerics = false"),
-        (comp.distribution != "constant",
-         f"needs compute.distribution = 'constant' (got {comp.distribution!r})"),
-        (comp.straggler_fraction > 0 or bool(comp.slowdowns),
-         "needs every rank alike: no compute.straggler_fraction or compute.slowdowns"),
-        (c.faults.enabled, "does not model failures (faults.failures, faults.mtbf_s)"),
-        (get_fabric(cl.fabric).shaped, f"prices a link at one rate: fabric {cl.fabric!r} has "
-                                       "token-bucket links (burst_s)"),
-        (c.checkpoint.every_steps is not None or c.checkpoint.every_s is not None,
-         "does not model checkpoints (checkpoint.every_steps, checkpoint.every_s)"),
-        (costs.charged, f"needs CPU-free messages: cluster.host = 'ideal' and a transport "
-                        f"that charges no CPU (host {cl.host!r}, transport {cl.transport!r})"),
-        (c.run.time_limit_s is not None,
-         "does not stop at run.time_limit_s (a tensor allreduce is one span there, its "
-         "rounds in the event engine: a step cut mid-way would count differently)"),
-        (par.dp_overlap, "does not overlap the data-parallel allreduce with backward "
-                         "(parallel.dp_overlap)"),
-        # one shard: every rank's messages are sent (mirrored or run), NICs shared as they are
-        (par.tensor > 1 and cl.nics_per_host is not None
-         and cl.nics_per_host < cl.ranks_per_host,
-         f"with parallel.tensor = {par.tensor} needs every rank its own NIC "
-         f"(cluster.nics_per_host = {cl.nics_per_host} for {cl.ranks_per_host} ranks a host: "
-         "the shards' messages would share one)"),
-        (cl.topology != "star",
-         f"needs cluster.topology = 'star' (non-blocking: the shards' traffic shares no link; "
-         f"got {cl.topology!r})"),
-        (par.tensor > 1 and not alone,
-         f"with parallel.tensor = {par.tensor} needs each tensor group alone on a host's "
-         f"link: cluster.host_link set, cluster.ranks_per_host = {par.tensor}, no "
-         "cluster.rank_hosts (else a tensor allreduce shares ports with pipeline or "
-         "data-parallel messages, and timing it alone would be wrong)"),
-    ]
-
-
-def _check_engine(c: Config) -> None:
-    """run.engine = "steady" only where it gives the event engine's results."""
-    if c.run.engine == "events":
-        return
-    for refused, why in _steady_refusals(c):
-        if refused:
-            raise ValueError(f"run.engine: 'steady' {why}")
-
-
 CHECKS = [_check_names, _check_collective, _check_topology, _check_fabric, _check_transport,
           _check_hosts, _check_pipelining, _check_workload, _check_strategy, _check_faults,
           _check_embeddings, _check_parallel, _check_plan_groups, _check_memory,
-          _check_engine, check_rt]
+          check_engine, check_rt]
 
 
 # ---- loading -------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from sim.training.validator import validate
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ROOT / "sim"
 
-VALIDATOR = {"sim/training/validator.py", "sim/training/real_checks.py"}
+VALIDATOR = {"sim/training/validator.py", "sim/training/real_checks.py",
+             "sim/training/engine_checks.py"}
 HOMES = VALIDATOR | {"sim/config.py", "sim/training/strategies.py"}
 # the config's tables; [sweep] is the grid's own input (sim/sweep/grid.py words its shape)
 SECTIONS = ("cluster", "workload", "strategy", "parallel", "embeddings", "compute", "run",
