@@ -99,7 +99,6 @@ def fit_network(measured: dict[str, Any]) -> dict[str, Any]:
                        for w, m, e in zip(labels, times, errors, strict=True)]}
 
 
-
 def pingpong_on_buckets_s(sizes: Any, reps: int, alpha_s: float, peak_Bps: float,
                           rate_Bps: float, depth_bytes: float, gap_s: float) -> np.ndarray:
     """The median half round trip (s) of each size's ping-pongs as
@@ -143,7 +142,6 @@ def fit_shaped(measured: dict[str, Any]) -> dict[str, Any]:
     big = np.argsort(n)[-2:]  # the two largest: far beyond the bucket, at the rate
     rate0 = float(np.diff(n[big])[0] / max(np.diff(t[big])[0], 1e-12))
     x0 = np.array([float(t.min()), 8 * rate0, rate0, float(t.min())])
-
     reps = int(measured.get("reps", REPS))
 
     def model(x: np.ndarray) -> np.ndarray:
@@ -165,10 +163,9 @@ def fit_shaped(measured: dict[str, Any]) -> dict[str, Any]:
                                              reps)
             points.append({"what": f"allreduce p={ar['ranks']} {size} B (simulated, not "
                                    "fitted)", "measured_s": m, "error": float(simulated / m - 1)})
-    return {"alpha_s": float(alpha), "beta_s_per_byte": 1.0 / float(rate),
-            "bandwidth_Bps": float(rate), "overhead_s": overhead, "latency_s": latency,
-            "burst_s": burst_s, "peak_Bps": float(peak), "gap_s": float(gap),
-            "points": points}
+    return {"alpha_s": alpha, "beta_s_per_byte": 1.0 / rate, "bandwidth_Bps": rate,
+            "overhead_s": overhead, "latency_s": latency, "burst_s": burst_s,
+            "peak_Bps": peak, "gap_s": gap, "points": points}
 
 
 def repeated_allreduce_s(algorithm: Collective, fabric: Fabric, p: int, nbytes: int,

@@ -121,6 +121,14 @@ def test_the_shaped_fit_recovers_its_links_from_pingpongs():
     assert "simulated, not fitted" in allreduce["what"] and np.isfinite(allreduce["error"])
 
 
+def test_the_shaped_fit_needs_four_sizes():
+    measured = {"algorithm": "ring", "stream": {"seconds": [3e-6]},
+                "shaper": {"rate_bps": 1e9, "burst_s": BURST}, "allreduce": [],
+                "pingpong": {"sizes": [8, 4096, 1 << 20], "seconds": [6e-6, 1e-5, 8e-3]}}
+    with pytest.raises(ValueError, match="at least 4 sizes, got 3"):
+        fit_network(measured)
+
+
 def test_an_unshaped_fabric_and_bad_buckets():
     assert not get_fabric("eth-10g").shaped and SHAPED.shaped
     with pytest.raises(ValueError, match="burst_s must be >= 0"):
