@@ -18,6 +18,10 @@ What is measured, on this machine:
   grows the flow-control window from its initial 64 KiB; the first large messages wait on
   it), then the sizes are timed in rounds, one round trip of each size a round (so a burst
   of other load touches every size alike), and each size's median is kept.
+* a call after the rank's own work: the same echo of 24 KB after the client has summed a
+  4 MiB array for 0, 0.1, 0.3, 1 and 3 ms (the works interleaved round by round), each
+  work's median. In a run a push follows a gradient and a batch, and its call finds gRPC's
+  path cold: on this machine 64-287 us slower than back to back (2026-11-29).
 * serialisation, in this process: a float64 array to bytes (``ndarray.tobytes``, what the
   sender encodes) and bytes to an array (``np.frombuffer(data, np.float64).copy()``, what
   the receiver decodes; copying into a preallocated array is timed too and kept in the
@@ -36,6 +40,11 @@ error counts the same for 8 B and 4 MiB):
   used with a fabric, the fabric's alpha and bandwidth are added on top.
 * ``t(n) = constant + n / rate`` for serialisation and deserialisation: ``serialize_Bps``
   and ``deserialize_Bps`` are the rates (the constant is Python's call, kept in the file).
+* ``extra(t) = reload_s x (1 - exp(-t / reload_tau_s))`` for the calls after t of work
+  less the one back to back (:func:`fit_reload`, the MPI message reload's curve): the
+  simulator charges it to a rank's first message task after its own work, in place of the
+  host profile's message reload, which MPI's path measured
+  (:func:`sim.simulated.engine.build_hosts`).
 
 Framing and flow control keep the ``grpc`` preset's values (60 B a message, a 9-byte header
 per 16 KiB DATA frame, a 65,535-byte initial window: grpcio's HTTP/2 default, which BDP
@@ -76,6 +85,12 @@ REPS, QUICK_REPS = 200, 30  # round trips of a small message; fewer of a large o
 SERIALIZE_SIZES = [1 << 18, 1 << 20, 4 << 20]
 QUICK_SERIALIZE_SIZES = [1 << 20, 4 << 20]
 WARMUP = 3  # untimed round trips of each size, and of each serialisation
+# the client's own work before a call (s), as a rank's gradient or batch comes before its
+# push: how much slower a call after it is (the RPC path's reload); a 24 KB payload
+RELOAD_WORKS = [0.0, 1e-4, 3e-4, 1e-3, 3e-3]
+QUICK_RELOAD_WORKS = [0.0, 3e-4, 3e-3]
+RELOAD_BYTES = 24_000
+RELOAD_ARRAY = 1 << 19  # float64s the client sums while it works (4 MiB: beyond L2)
 WINDOW_WARMUP = 10  # untimed round trips of the largest size first (the window grows)
 SERVER_START_S = 30.0
 METHOD = "/sgdlab.Echo/Echo"
@@ -199,6 +214,44 @@ def _pingpong(port: int, sizes: list[int], reps: int) -> dict[str, Any]:
             "seconds": [float(np.median(s)) for s in samples]}
 
 
+def after_work(port: int, works: list[float], reps: int) -> dict[str, Any]:
+    """Round trips of a :data:`RELOAD_BYTES` echo, each after the client has summed a
+    :data:`RELOAD_ARRAY`-value array for each of ``works`` seconds (0: back to back), the
+    works interleaved round by round: every sample (seconds) and each work's median.
+    Raises RuntimeError when a call fails."""
+    import grpc
+
+    try:
+        return _after_work(port, works, reps)
+    except (grpc.RpcError, grpc.FutureTimeoutError) as exc:
+        details = exc.details() if isinstance(exc, grpc.Call) else type(exc).__name__
+        raise RuntimeError(f"the gRPC calls after work on 127.0.0.1:{port} failed: "
+                           f"{details}") from None
+
+
+def _after_work(port: int, works: list[float], reps: int) -> dict[str, Any]:
+    import grpc
+
+    data = np.random.default_rng(0).random(RELOAD_ARRAY)
+    payload = bytes(RELOAD_BYTES)
+    samples: list[list[float]] = [[] for _ in works]
+    with grpc.insecure_channel(f"127.0.0.1:{port}", options=OPTIONS) as channel:
+        grpc.channel_ready_future(channel).result(timeout=SERVER_START_S)
+        call = channel.unary_unary(METHOD)
+        for _ in range(WINDOW_WARMUP):
+            call(payload)
+        for _ in range(reps):
+            for i, work in enumerate(works):
+                began = time.perf_counter()
+                while time.perf_counter() - began < work:
+                    data.sum()
+                start = time.perf_counter()
+                call(payload)
+                samples[i].append(time.perf_counter() - start)
+    return {"works_s": list(works), "bytes": RELOAD_BYTES, "samples": samples,
+            "seconds": [float(np.median(s)) for s in samples]}
+
+
 def time_serialization(sizes: list[int], reps: int) -> dict[str, Any]:
     """Seconds to serialise float64 arrays of each size (bytes) and to deserialise them:
     ``serialize`` (``tobytes``), ``deserialize`` (``np.frombuffer(...).copy()``) and
@@ -270,13 +323,35 @@ def fit_rate(sizes: list[int], seconds: list[float], what: str) -> dict[str, Any
             **_points([f"{what} {int(s)} B" for s in n], t, A @ np.array([constant, per_byte]))}
 
 
+def fit_reload(works_s: list[float], seconds: list[float]) -> dict[str, Any]:
+    """``extra = reload_s x (1 - exp(-work / reload_tau_s))`` fitted to the round trips
+    after work less the one back to back (work 0, which must be measured): the message
+    reload's curve (:func:`sim.calibration.message_reload_bench.fit_message_reload`), as
+    ``reload_s`` and ``reload_tau_s`` with each work's extra. Raises ValueError without
+    a work of 0."""
+    from sim.calibration.message_reload_bench import fit_message_reload  # see fit_rtt
+
+    if 0.0 not in works_s:
+        raise ValueError("the reload fit needs round trips back to back (a work of 0)")
+    base = seconds[works_s.index(0.0)]
+    works = [w for w in works_s if w > 0]
+    extra = [t - base for w, t in zip(works_s, seconds, strict=True) if w > 0]
+    fit = fit_message_reload(works, extra)
+    return {"reload_s": fit["message_reload_s"], "reload_tau_s": fit["message_reload_tau_s"],
+            "works_s": works, "extra_s": extra, "errors": fit["errors"]}
+
+
 def transport_profile(rtt: dict[str, Any], serialize: dict[str, Any],
-                      deserialize: dict[str, Any], source: str) -> Transport:
+                      deserialize: dict[str, Any], source: str,
+                      reload: dict[str, Any] | None = None) -> Transport:
     """The ``grpc`` preset with the fitted costs: ``overhead_s`` 0, ``rpc_s``,
-    ``copy_Bps``, ``serialize_Bps`` and ``deserialize_Bps``; framing and window kept."""
+    ``copy_Bps``, ``serialize_Bps``, ``deserialize_Bps`` and, where measured, the call's
+    reload after work; framing and window kept."""
+    reloads = {} if reload is None else {"reload_s": reload["reload_s"],
+                                         "reload_tau_s": reload["reload_tau_s"]}
     return replace(REGISTRY["grpc"], name="grpc", overhead_s=0.0, rpc_s=rtt["rpc_s"],
                    copy_Bps=rtt["copy_Bps"], serialize_Bps=serialize["rate_Bps"],
-                   deserialize_Bps=deserialize["rate_Bps"], source=source)
+                   deserialize_Bps=deserialize["rate_Bps"], source=source, **reloads)
 
 
 # ---- the whole calibration ---------------------------------------------------------------
@@ -289,19 +364,24 @@ def measure_transport(quick: bool = False) -> dict[str, Any]:
     began = time.perf_counter()
     with echo_server() as port:
         rtt = pingpong(port, sizes, reps)
+        reload = after_work(port, QUICK_RELOAD_WORKS if quick else RELOAD_WORKS,
+                            QUICK_REPS if quick else REPS // 2)
     serial = time_serialization(QUICK_SERIALIZE_SIZES if quick else SERIALIZE_SIZES,
                                 QUICK_REPS if quick else REPS)
-    return {"pingpong": rtt, "serialization": serial, "grpcio": grpc.__version__,
+    return {"pingpong": rtt, "reload": reload, "serialization": serial,
+            "grpcio": grpc.__version__,
             "python": platform.python_version(), "cpu": cpu_model(),
             "cpus": os.cpu_count(), "quick": quick,
             "wall_s": time.perf_counter() - began}
 
 
 def fit_transport(measured: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every fit of :func:`measure_transport`'s measurements: ``rtt``, ``serialize``,
-    ``deserialize`` and ``deserialize_into``."""
+    """Every fit of :func:`measure_transport`'s measurements: ``rtt``, ``reload`` (where
+    measured), ``serialize``, ``deserialize`` and ``deserialize_into``."""
     pp, serial = measured["pingpong"], measured["serialization"]
+    reload = measured.get("reload")
     return {"rtt": fit_rtt(pp["sizes"], pp["seconds"]),
+            **({"reload": fit_reload(reload["works_s"], reload["seconds"])} if reload else {}),
             **{kind: fit_rate(serial["sizes"], serial[kind]["seconds"], kind)
                for kind in ("serialize", "deserialize", "deserialize_into")}}
 
@@ -322,7 +402,8 @@ def median_measurement(taken: list[dict[str, Any]]) -> dict[str, Any]:
     serial = {**first["serialization"], **{
         kind: merged([t["serialization"][kind] for t in taken])
         for kind in ("serialize", "deserialize", "deserialize_into")}}
-    return {**first, "pingpong": merged([t["pingpong"] for t in taken]),
+    reloads = {"reload": merged([t["reload"] for t in taken])} if "reload" in first else {}
+    return {**first, "pingpong": merged([t["pingpong"] for t in taken]), **reloads,
             "serialization": serial, "repeats": len(taken),
             "wall_s": sum(t["wall_s"] for t in taken)}
 
@@ -346,7 +427,8 @@ def calibrate_transport(path: Path, quick: bool = False, repeats: int | None = N
     fits = fit_transport(measured)
     source = (f"measured here (sim calibrate --only transport, "
               f"{time.strftime('%Y-%m-%d')}, {measured['cpu']})")
-    transport = transport_profile(fits["rtt"], fits["serialize"], fits["deserialize"], source)
+    transport = transport_profile(fits["rtt"], fits["serialize"], fits["deserialize"], source,
+                                  fits.get("reload"))
     write_transport(path, transport, measured, fits)
     rtt = fits["rtt"]
     lines = [f"transport (grpcio {measured['grpcio']}, loopback, {measured['cpu']}"
@@ -362,6 +444,14 @@ def calibrate_transport(path: Path, quick: bool = False, repeats: int | None = N
              f"frombuffer().copy() (fit errors {_span(fits['deserialize'])})"]
     lines += [f"  {p['what']:<28} {p['measured_s'] * 1e6:10.1f} us  {p['error']:+.0%}"
               for p in rtt["points"]]
+    if "reload" in fits:
+        reload = fits["reload"]
+        lines += [f"  reload_s         {transport.reload_s * 1e6:9.1f} us, tau "
+                  f"{transport.reload_tau_s * 1e3:.2f} ms: a call after the rank's own work "
+                  "(extra after " + ", ".join(
+                      f"{w * 1e3:g} ms: {e * 1e6:+.0f} us"
+                      for w, e in zip(reload["works_s"], reload["extra_s"], strict=True))
+                  + ")"]
     lines += [f"  wrote {path} (framing and window: the grpc preset's)",
               f'  cluster.transport = "calibrated:{path}"']
     errors = [(p["what"], p["error"]) for name in ("rtt", "serialize", "deserialize")

@@ -149,6 +149,10 @@ class MessageCpu:
     one_sided_pulls: bool = False  # a pull reads the servers' memory without their CPU
     transport_charged: bool = False  # the transport's costs are paid even on a free host
     answered_calls: bool = False  # a push is a call: a handler takes it and answers at once
+    # the transport's own reload of its path after a rank's work (Transport.reload_s),
+    # replacing the host's message reload; None: the host's
+    reload_s: float | None = None
+    reload_tau_s: float = 0.0
 
     def message_s(self, nbytes: Any) -> Any:
         """What both ends of one message of ``nbytes`` pay, each (:meth:`send_s` and
@@ -203,7 +207,9 @@ def message_cpu(host_s: float, host_Bps: float, fabric: Fabric,
     stack_Bps = fabric.stack_Bps if transport.copy_Bps is None else transport.copy_Bps
     return MessageCpu(host_s, host_Bps, stack_s, stack_Bps, transport.rpc_s,
                       transport.serialize_Bps, transport.deserialize_Bps,
-                      transport.one_sided_pulls, True, transport.answered_calls)
+                      transport.one_sided_pulls, True, transport.answered_calls,
+                      transport.reload_s if transport.reload_s > 0 else None,
+                      transport.reload_tau_s)
 
 
 # ---- a message and the shards of a parameter server -------------------------------------

@@ -65,12 +65,20 @@ class Transport:
     # handler to take it and answer (gRPC's unary call); the shard's main loop then unpacks it
     answered_calls: bool = False
     source: str = ""
+    # a call after t s of the rank's own work takes reload_s x (1 - exp(-t / reload_tau_s))
+    # longer: its RPC path went cold (sim.calibration.transport_bench measures it). It
+    # replaces the host's message reload, which MPI's path measured; 0: the host's
+    reload_s: float = 0.0
+    reload_tau_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("rpc_s", "header_bytes", "frame_bytes"):
+        for name in ("rpc_s", "header_bytes", "frame_bytes", "reload_s", "reload_tau_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"transport {self.name!r}: {name} must be >= 0, got {value}")
+        if self.reload_s > 0 and not self.reload_tau_s > 0:
+            raise ValueError(f"transport {self.name!r}: a reload_s needs reload_tau_s > 0, "
+                             f"got {self.reload_tau_s}")
         if self.overhead_s is not None and not (math.isfinite(self.overhead_s)
                                                 and self.overhead_s >= 0):
             raise ValueError(f"transport {self.name!r}: overhead_s must be >= 0 (or null: "

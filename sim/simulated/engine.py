@@ -11,7 +11,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import simpy
@@ -114,7 +114,11 @@ def build_hosts(env: simpy.Environment, config: Config, ranks: int,
     spin = cluster.wait == "spin" or (cluster.wait == "auto" and not (shared and kernels))
     # under fifo every wait naps, as `sim real --sched fifo` makes its ranks' waits
     spin = spin and cluster.sched == "default"
-    return Hosts(env, placed, cluster.cores, costs.host, spin,
+    host, message = costs.host, costs.message
+    if message.reload_s is not None:  # the transport's own path, measured with it
+        host = replace(host, message_reload_s=message.reload_s,
+                       message_reload_tau_s=message.reload_tau_s)
+    return Hosts(env, placed, cluster.cores, host, spin,
                  idle_waiters=range(workers, ranks), sched=cluster.sched)
 
 

@@ -10,9 +10,11 @@ import math
 import numpy as np
 import pytest
 
+from sim.calibration.reload_bench import TAUS_S
 from sim.calibration.transport_bench import (
     calibrate_transport,
     fit_rate,
+    fit_reload,
     fit_rtt,
     fit_transport,
     median_measurement,
@@ -64,6 +66,47 @@ def test_the_profile_is_the_grpc_preset_with_the_fitted_costs():
         grpc.header_bytes, grpc.frame_bytes, grpc.frame_payload_bytes, grpc.window_bytes)
 
 
+def test_the_reload_fit_recovers_a_calls_extra_after_work():
+    """Round trips after t of work, 700 us + 250 us x (1 - exp(-t / tau)): the extra over
+    the one back to back is the curve, recovered (tau one of the fit's grid)."""
+    tau = float(TAUS_S[200])
+    works = [0.0, 1e-4, 3e-4, 1e-3, 3e-3]
+    rtt = [700e-6 - 250e-6 * math.expm1(-w / tau) for w in works]
+    fit = fit_reload(works, rtt)
+    assert fit["reload_s"] == pytest.approx(250e-6, rel=1e-6)
+    assert fit["reload_tau_s"] == pytest.approx(tau, rel=1e-9)
+    assert max(abs(e) for e in fit["errors"]) < 1e-6
+    t = transport_profile({"rpc_s": 1e-4, "copy_Bps": 2e9}, {"rate_Bps": 1e10},
+                          {"rate_Bps": 1e10}, "here", fit)
+    assert (t.reload_s, t.reload_tau_s) == (fit["reload_s"], fit["reload_tau_s"])
+    with pytest.raises(ValueError, match="back to back"):
+        fit_reload(works[1:], rtt[1:])
+
+
+def test_a_transports_reload_replaces_the_hosts_in_a_run():
+    """The host profile's message reload was measured on MPI's path; a transport that
+    measured its own (gRPC's calls after work) charges that one instead."""
+    from dataclasses import replace
+
+    import simpy
+
+    from sim.network.fabrics import get_fabric
+    from sim.simulated.engine import build_hosts
+    from sim.training.host_costs import cpu_costs, load_host
+    from sim.training.validator import validate
+
+    config = validate({"cluster": {"workers": 2}})
+    host = replace(load_host("ideal"), message_reload_s=30e-6, message_reload_tau_s=1e-3)
+    fabric = get_fabric("eth-10g")
+    plain = build_hosts(simpy.Environment(), config, 2, cpu_costs(host, fabric))
+    assert plain.message_reload == (30e-6, 1e-3)
+    grpc = replace(REGISTRY["grpc"], reload_s=250e-6, reload_tau_s=5e-4)
+    own = build_hosts(simpy.Environment(), config, 2, cpu_costs(host, fabric, grpc))
+    assert own.message_reload == (250e-6, 5e-4)
+    with pytest.raises(ValueError, match="reload_tau_s > 0"):
+        replace(REGISTRY["grpc"], reload_s=1e-4)
+
+
 def test_a_quick_run_writes_a_profile_the_transport_loader_reads(tmp_path, capsys):
     out = tmp_path / "profiles"
     assert main(["calibrate", "--only", "transport", "--out", str(out), "--quick"]) == 0
@@ -79,10 +122,14 @@ def test_a_quick_run_writes_a_profile_the_transport_loader_reads(tmp_path, capsy
     assert len(pp["sizes"]) == len(pp["samples"]) == len(pp["seconds"]) >= 3
     assert all(len(s) >= 10 and min(s) > 0 for s in pp["samples"])
     assert pp["seconds"] == [float(np.median(s)) for s in pp["samples"]]
-    assert set(data["fits"]) == {"rtt", "serialize", "deserialize", "deserialize_into"}
+    assert set(data["fits"]) == {"rtt", "reload", "serialize", "deserialize",
+                                 "deserialize_into"}
+    reload = data["measurements"]["reload"]
+    assert reload["works_s"][0] == 0.0 and len(reload["seconds"]) == len(reload["works_s"])
+    assert t.reload_s == data["fits"]["reload"]["reload_s"] >= 0
     assert data["fits"]["rtt"]["rpc_s"] == t.rpc_s
-    for fit in data["fits"].values():
-        assert fit["max_error"] >= 0 and len(fit["points"]) >= 2
+    for name, fit in data["fits"].items():
+        assert name == "reload" or (fit["max_error"] >= 0 and len(fit["points"]) >= 2)
     printed = capsys.readouterr().out
     for name in ("rpc_s", "copy_Bps", "serialize_Bps", "deserialize_Bps"):
         assert any(line.strip().startswith(name) for line in printed.splitlines())
