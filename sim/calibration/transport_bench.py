@@ -174,26 +174,27 @@ def _reps(nbytes: int, reps: int) -> int:
     return max(10, min(reps, int(reps * 65536 / max(nbytes, 65536))))
 
 
-def pingpong(port: int, sizes: list[int], reps: int) -> dict[str, Any]:
-    """Round-trip times of each size through the echo server on ``port``: every sample
-    (seconds) and each size's median. Raises RuntimeError when a call fails."""
+@contextmanager
+def _echo_calls(port: int, what: str) -> Iterator[Any]:
+    """The echo method of the server on ``port``, on a ready channel; a failed call
+    inside raises RuntimeError naming ``what`` was measured."""
     import grpc
 
     try:
-        return _pingpong(port, sizes, reps)
+        with grpc.insecure_channel(f"127.0.0.1:{port}", options=OPTIONS) as channel:
+            grpc.channel_ready_future(channel).result(timeout=SERVER_START_S)
+            yield channel.unary_unary(METHOD)
     except (grpc.RpcError, grpc.FutureTimeoutError) as exc:
         details = exc.details() if isinstance(exc, grpc.Call) else type(exc).__name__
-        raise RuntimeError(f"the gRPC ping-pong on 127.0.0.1:{port} failed: "
+        raise RuntimeError(f"the gRPC {what} on 127.0.0.1:{port} failed: "
                            f"{details}") from None
 
 
-def _pingpong(port: int, sizes: list[int], reps: int) -> dict[str, Any]:
-    import grpc
-
+def pingpong(port: int, sizes: list[int], reps: int) -> dict[str, Any]:
+    """Round-trip times of each size through the echo server on ``port``: every sample
+    (seconds) and each size's median. Raises RuntimeError when a call fails."""
     samples: list[list[float]] = [[] for _ in sizes]
-    with grpc.insecure_channel(f"127.0.0.1:{port}", options=OPTIONS) as channel:
-        grpc.channel_ready_future(channel).result(timeout=SERVER_START_S)
-        call = channel.unary_unary(METHOD)
+    with _echo_calls(port, "ping-pong") as call:
         payloads = [bytes(n) for n in sizes]
         for _ in range(WINDOW_WARMUP):
             call(payloads[sizes.index(max(sizes))])
@@ -219,25 +220,10 @@ def after_work(port: int, works: list[float], reps: int) -> dict[str, Any]:
     :data:`RELOAD_ARRAY`-value array for each of ``works`` seconds (0: back to back), the
     works interleaved round by round: every sample (seconds) and each work's median.
     Raises RuntimeError when a call fails."""
-    import grpc
-
-    try:
-        return _after_work(port, works, reps)
-    except (grpc.RpcError, grpc.FutureTimeoutError) as exc:
-        details = exc.details() if isinstance(exc, grpc.Call) else type(exc).__name__
-        raise RuntimeError(f"the gRPC calls after work on 127.0.0.1:{port} failed: "
-                           f"{details}") from None
-
-
-def _after_work(port: int, works: list[float], reps: int) -> dict[str, Any]:
-    import grpc
-
     data = np.random.default_rng(0).random(RELOAD_ARRAY)
     payload = bytes(RELOAD_BYTES)
     samples: list[list[float]] = [[] for _ in works]
-    with grpc.insecure_channel(f"127.0.0.1:{port}", options=OPTIONS) as channel:
-        grpc.channel_ready_future(channel).result(timeout=SERVER_START_S)
-        call = channel.unary_unary(METHOD)
+    with _echo_calls(port, "calls after work") as call:
         for _ in range(WINDOW_WARMUP):
             call(payload)
         for _ in range(reps):

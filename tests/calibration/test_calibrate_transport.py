@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
+import simpy
 
 from sim.calibration.reload_bench import TAUS_S
 from sim.calibration.transport_bench import (
@@ -21,7 +23,11 @@ from sim.calibration.transport_bench import (
     transport_profile,
 )
 from sim.cli import main
+from sim.network.fabrics import get_fabric
 from sim.network.transports import REGISTRY, get_transport
+from sim.simulated.engine import build_hosts
+from sim.training.host_costs import cpu_costs, load_host
+from sim.training.validator import validate
 
 pytest.importorskip("grpc")
 
@@ -86,15 +92,6 @@ def test_the_reload_fit_recovers_a_calls_extra_after_work():
 def test_a_transports_reload_replaces_the_hosts_in_a_run():
     """The host profile's message reload was measured on MPI's path; a transport that
     measured its own (gRPC's calls after work) charges that one instead."""
-    from dataclasses import replace
-
-    import simpy
-
-    from sim.network.fabrics import get_fabric
-    from sim.simulated.engine import build_hosts
-    from sim.training.host_costs import cpu_costs, load_host
-    from sim.training.validator import validate
-
     config = validate({"cluster": {"workers": 2}})
     host = replace(load_host("ideal"), message_reload_s=30e-6, message_reload_tau_s=1e-3)
     fabric = get_fabric("eth-10g")
