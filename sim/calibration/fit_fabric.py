@@ -15,7 +15,8 @@ whose depth the measurements carry (``shaper``: the lab's own setting, not fitte
 one rate fits nothing: a ping-pong repeated back to back drains the bucket, so 32 KB
 messages move at the bucket's refill rate and 4 KB ones at the veth's. Its fit,
 :func:`fit_shaped`, follows the buckets through the benchmark's repetitions
-(:func:`pingpong_on_buckets_s`) for alpha, the sustained rate and the peak; the
+(:func:`pingpong_on_buckets_s`) for alpha and the sustained rate, with the peak measured
+apart, by ping-pongs after a pause that fills the buckets (:func:`peak_after_pause`); the
 allreduces are then simulated, repeated as the benchmark repeats them, on the fitted links
 and reported, not fitted.
 """
@@ -127,34 +128,83 @@ def pingpong_on_buckets_s(sizes: Any, reps: int, alpha_s: float, peak_Bps: float
     return np.array(medians)
 
 
+#: Ping-pongs up to this size are reported but not fitted on an emulated network: MPICH
+#: (5.0.2, ch4 over TCP) sends them inline, 6.8 us a message quicker than one of 192 B, and
+#: flat on either side of that step (measured here, 2026-11-29, emulate:1gbit: 7.0 us from
+#: 8 to 128 B, 13.8 us at 192 B, 13.1 at 256 B); a rank's gradients and tables are larger.
+INLINE_BYTES = 128
+
+
+def peak_after_pause(paused: dict[str, Any]) -> tuple[float, float]:
+    """The links' peak (bytes/s) and the intercept (s) of ping-pongs after a pause that fills
+    the buckets (``measured["pingpong_paused"]``, every size within a bucket): each message
+    then leaves at the peak, so its half round trip is a + n / P, a straight line. The
+    intercept is reported, not used: it is several us above the back-to-back alpha here,
+    also with both ranks spinning, the cost of a message after idle time that runs charge
+    as the host's message reload (:mod:`sim.calibration.reload_bench`). Raises
+    ValueError unless the line rises with n."""
+    n = np.asarray(paused["sizes"], np.float64)
+    t = np.asarray(paused["seconds"], np.float64)
+    slope, intercept = np.polyfit(n, t, 1) if len(n) >= 2 else (0.0, 0.0)
+    if not slope > 0:
+        raise ValueError(f"ping-pongs after a pause do not rise with size (sizes {n.tolist()},"
+                         f" seconds {t.tolist()}): no peak can be fitted; rerun the network "
+                         "calibration on a quiet machine")
+    return float(1.0 / slope), float(intercept)
+
+
+def _shaped_links(x: np.ndarray, peak: float | None) -> tuple[float, float, float, float]:
+    """(alpha, peak, rate, gap) from :func:`fit_shaped`'s positive parameters: with the peak
+    measured, (alpha, peak / rate - 1, gap); without, (alpha, peak - rate, rate, gap)."""
+    if peak is None:
+        alpha, excess, rate, gap = x
+        return alpha, rate + excess, rate, gap
+    alpha, ratio, gap = x
+    return alpha, peak, peak / (1 + ratio), gap
+
+
 def fit_shaped(measured: dict[str, Any]) -> dict[str, Any]:
     """:func:`fit_network`'s result on token-bucket links of ``measured["shaper"]["burst_s"]``:
-    alpha, the sustained rate (``bandwidth_Bps``) and the peak fitted to the ping-pongs by
+    the peak from the ping-pongs after a pause (:func:`peak_after_pause`), then alpha and the
+    sustained rate (``bandwidth_Bps``) fitted to the back-to-back ping-pongs by
     :func:`pingpong_on_buckets_s` (with the gap between repetitions, the barrier), the
-    allreduces simulated on the fitted fabric and reported beside them. Raises ValueError
-    for fewer than 4 ping-pong sizes."""
+    allreduces simulated on the fitted fabric and reported beside them. Measurements without
+    paused ping-pongs (before 2026-11-29) fit the peak to the back-to-back ones too, which
+    barely see it. Sizes up to ``INLINE_BYTES`` are reported, not fitted. Raises ValueError
+    for fewer than 4 ping-pong sizes above it."""
     burst_s = float(measured["shaper"]["burst_s"])
     pp = measured["pingpong"]
     n, t = np.asarray(pp["sizes"], np.float64), np.asarray(pp["seconds"], np.float64)
-    if len(n) < 4:
-        raise ValueError(f"a shaped fabric's fit needs ping-pongs of at least 4 sizes, "
-                         f"got {len(n)}")
+    fitted_sizes = n > INLINE_BYTES  # the recurrence still runs through every size
+    if fitted_sizes.sum() < 4:
+        raise ValueError(f"a shaped fabric's fit needs ping-pongs of at least 4 sizes above "
+                         f"{INLINE_BYTES} B, got {int(fitted_sizes.sum())}")
     big = np.argsort(n)[-2:]  # the two largest: far beyond the bucket, at the rate
     rate0 = float(np.diff(n[big])[0] / max(np.diff(t[big])[0], 1e-12))
-    x0 = np.array([float(t.min()), 8 * rate0, rate0, float(t.min())])
+    paused = measured.get("pingpong_paused")
+    measured_peak, woken = peak_after_pause(paused) if paused else (None, None)
+    t0 = float(t[fitted_sizes].min())
+    x0 = (np.array([t0, 8 * rate0, rate0, t0]) if measured_peak is None
+          else np.array([t0, max(measured_peak / rate0 - 1, 0.1), t0]))
     reps = int(measured.get("reps", REPS))
 
     def model(x: np.ndarray) -> np.ndarray:
-        alpha, excess, rate, gap = x
-        return pingpong_on_buckets_s(n, reps, alpha, rate + excess, rate, rate * burst_s, gap)
+        alpha, peak_Bps, rate, gap = _shaped_links(x, measured_peak)
+        return pingpong_on_buckets_s(n, reps, alpha, peak_Bps, rate, rate * burst_s, gap)
 
-    alpha, excess, rate, gap = on_log_ratios(model, x0, t)  # the peak as rate + excess > rate
-    alpha, rate, gap, peak = float(alpha), float(rate), float(gap), float(rate + excess)
+    fitted = on_log_ratios(lambda x: model(x)[fitted_sizes], x0, t[fitted_sizes])
+    alpha, peak, rate, gap = (float(v) for v in _shaped_links(fitted, measured_peak))
     overhead = min(float(measured["stream"]["seconds"][0]), alpha / 2)
     latency = max(0.0, (alpha - 2 * overhead) / 2)
-    points = [{"what": f"pingpong {int(size)} B", "measured_s": float(m), "error": float(e)}
-              for size, m, e in zip(n, t, model(np.array([alpha, excess, rate, gap])) / t - 1,
-                                    strict=True)]
+    points = [{"what": f"pingpong {int(size)} B" + ("" if fit else " (inline: not fitted)"),
+               "measured_s": float(m), "error": float(e)}
+              for size, m, e, fit in zip(n, t, model(fitted) / t - 1, fitted_sizes,
+                                         strict=True)]
+    if paused:
+        points += [{"what": f"pingpong {int(size)} B after {paused['pause_s'] * 1e3:g} ms idle "
+                            "(the peak's line)", "measured_s": float(m),
+                    "error": float((woken + size / peak) / m - 1)}
+                   for size, m in zip(paused["sizes"], paused["seconds"], strict=True)]
     fabric = Fabric("fit", 8 * rate, latency, overhead, burst_s=burst_s, peak_Bps=peak)
     algorithm = get_collective(measured["algorithm"])
     for ar in (ar for ar in measured["allreduce"] if ar["ranks"] > 1):
@@ -165,7 +215,8 @@ def fit_shaped(measured: dict[str, Any]) -> dict[str, Any]:
                                    "fitted)", "measured_s": m, "error": float(simulated / m - 1)})
     return {"alpha_s": alpha, "beta_s_per_byte": 1.0 / rate, "bandwidth_Bps": rate,
             "overhead_s": overhead, "latency_s": latency, "burst_s": burst_s,
-            "peak_Bps": peak, "gap_s": gap, "points": points}
+            "peak_Bps": peak, "gap_s": gap, "points": points,
+            **({"alpha_after_idle_s": woken} if paused else {})}
 
 
 def repeated_allreduce_s(algorithm: Collective, fabric: Fabric, p: int, nbytes: int,

@@ -3,8 +3,9 @@
 On the network being calibrated (shared memory or ``emulate:RATE``) and waiting as real runs
 wait, :mod:`sim.calibration.netbench` measures ping-pong times, back-to-back small messages
 (the per-message overhead o) and allreduce times through the simulator's schedule on p
-ranks; :func:`netbench` launches it, as the host's measurements do too. The fit is
-:func:`sim.calibration.fit_fabric.fit_network`.
+ranks; on an emulated network also ping-pongs after a pause that fills its token buckets
+(their peak, which back-to-back ping-pongs barely see). :func:`netbench` launches it, as
+the host's measurements do too. The fit is :func:`sim.calibration.fit_fabric.fit_network`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ from sim.real.launch.launcher import Job, launch
 SIZES = [8, 512, 4096, 32768, 262144, 1 << 20, 4 << 20]
 QUICK_SIZES = [8, 4096, 262144]
 SHAPED_SIZES = [32768, 1 << 20]  # also measured on an emulated network (its fit's 4 terms)
+PAUSE_BURSTS = 2  # a paused ping-pong sleeps this many buckets' refill times: they are full
+
+
+def paused_sizes(burst_bytes: int) -> list[int]:
+    """Ping-pong sizes that a full bucket of ``burst_bytes`` sends at its peak: an eighth to
+    three quarters of it (smaller ones add a per-message step here, 8 B to 4 KB, that is no
+    rate)."""
+    return [burst_bytes * k // 8 for k in (1, 2, 4, 6)]
 
 def netbench(spec: dict[str, Any], ranks: int, emulation: Emulation | None,
              timeout_s: float = 600.0) -> dict[str, Any]:
@@ -57,5 +66,9 @@ def measure_network(emulation: Emulation | None, ranks: list[int], wait: str,
     out["algorithm"], out["reps"] = algorithm, reps
     if emulation is not None:  # token-bucket links: their fit takes the buckets' depth
         out["shaper"] = emulation.shaper
+        out["pingpong_paused"] = netbench(
+            {"mode": "pingpong", "sizes": paused_sizes(emulation.burst_bytes), "reps": reps,
+             "pause_s": PAUSE_BURSTS * emulation.shaper["burst_s"],
+             "wait": wait_mode(wait, 2)}, 2, emulation)
     return out
 

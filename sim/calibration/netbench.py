@@ -3,7 +3,9 @@
 Run by :mod:`sim.calibration.measure_fabric` through the launcher, on the network being
 calibrated, and waiting the way real runs wait (the spec's ``wait``). Modes:
 
-* ``pingpong`` (2 ranks): half the round trip of an n-byte message, for each size;
+* ``pingpong`` (2 ranks): half the round trip of an n-byte message, for each size; with
+  the spec's ``pause_s``, both ranks spin that long before each repetition (on token-bucket
+  links, long enough for the buckets to fill again: what a message after idle time sees);
 * ``stream`` (2 ranks): the time per message when rank 0 posts many small messages
   back to back (the per-message overhead, LogGP's o or g);
 * ``allreduce`` (p ranks): the time of one allreduce of n bytes through the simulator's
@@ -35,10 +37,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from sim.calibration.reload_bench import spin_for
 
 WARMUP = 3
 STREAM_MESSAGES = 200
@@ -51,7 +56,8 @@ def repetitions(nbytes: int, reps: int) -> int:
     return max(5, min(reps, int(reps * 65536 / max(nbytes, 65536))))
 
 
-def pingpong(comm: Any, waiter: Any, sizes: list[int], reps: int) -> list[float]:
+def pingpong(comm: Any, waiter: Any, sizes: list[int], reps: int,
+             pause_s: float = 0.0) -> list[float]:
     from mpi4py import MPI
 
     rank, out = comm.Get_rank(), []
@@ -59,7 +65,8 @@ def pingpong(comm: Any, waiter: Any, sizes: list[int], reps: int) -> list[float]
         buf = np.zeros(max(nbytes // 8, 0))
         times = []
         for i in range(WARMUP + repetitions(nbytes, reps)):
-            comm.Barrier()
+            spin_for(pause_s)  # spinning, as a computing rank idles its link: a sleeping
+            comm.Barrier()     # rank would wake late (several us on a VM), no cost of the link
             start = time.perf_counter()
             if rank == 0:
                 waiter.one(comm.Isend([buf, MPI.DOUBLE], dest=1, tag=1))
@@ -216,6 +223,26 @@ def _max() -> Any:
     return MPI.MAX
 
 
+def _sizes_reps(spec: dict[str, Any]) -> tuple[list[int], int]:
+    return spec.get("sizes", []), spec.get("reps", REPS)
+
+
+# each mode's measurement from the spec (keys as the module docstring names them)
+MODES: dict[str, Callable[[Any, Any, dict[str, Any]], list[float]]] = {
+    "pingpong": lambda comm, waiter, spec: pingpong(comm, waiter, *_sizes_reps(spec),
+                                                    spec.get("pause_s", 0.0)),
+    "stream": lambda comm, waiter, spec: stream(comm, waiter, _sizes_reps(spec)[1]),
+    "message": lambda comm, waiter, spec: message(comm, waiter, *_sizes_reps(spec)),
+    "notice": lambda comm, waiter, spec: notice(comm, waiter, *_sizes_reps(spec),
+                                                spec["work_s"]),
+    "share": lambda comm, waiter, spec: share(comm, waiter, _sizes_reps(spec)[1],
+                                              spec["calls"]),
+    "allreduce": lambda comm, waiter, spec: allreduce(
+        comm, waiter, *_sizes_reps(spec), spec.get("algorithm", "ring"),
+        spec.get("impl", "schedule")),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.calibration.netbench")
     parser.add_argument("--spec", type=Path, required=True)
@@ -228,26 +255,14 @@ def main(argv: list[str] | None = None) -> int:
 
     comm = MPI.COMM_WORLD
     waiter = Waiter(spec["wait"])
-    mode, sizes, reps = spec["mode"], spec.get("sizes", []), spec.get("reps", 100)
-    if mode == "pingpong":
-        seconds = pingpong(comm, waiter, sizes, reps)
-    elif mode == "stream":
-        seconds = stream(comm, waiter, reps)
-    elif mode == "message":
-        seconds = message(comm, waiter, sizes, reps)
-    elif mode == "notice":
-        seconds = notice(comm, waiter, sizes, reps, spec["work_s"])
-    elif mode == "share":
-        seconds = share(comm, waiter, reps, spec["calls"])
-    else:
-        seconds = allreduce(comm, waiter, sizes, reps, spec.get("algorithm", "ring"),
-                            spec.get("impl", "schedule"))
+    mode = spec["mode"]
+    seconds = MODES[mode](comm, waiter, spec)
     if mode == "notice":  # measured on rank 1
         seconds = comm.bcast(seconds, root=1)
     if comm.Get_rank() == 0:
         write_atomic(Path(spec["result"]), json.dumps(
-            {"mode": mode, "ranks": comm.Get_size(), "sizes": sizes, "seconds": seconds,
-             "wait": spec["wait"]}))
+            {"mode": mode, "ranks": comm.Get_size(), "sizes": _sizes_reps(spec)[0],
+             "seconds": seconds, "wait": spec["wait"], "pause_s": spec.get("pause_s", 0.0)}))
     return 0
 
 

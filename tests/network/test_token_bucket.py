@@ -14,7 +14,8 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.calibration.fit_fabric import fit_network, pingpong_on_buckets_s
+from sim.calibration.fit_fabric import fit_network, peak_after_pause, pingpong_on_buckets_s
+from sim.calibration.measure_fabric import PAUSE_BURSTS, paused_sizes
 from sim.calibration.netbench import WARMUP, repetitions
 from sim.errors import UserError
 from sim.network.fabrics import Fabric, FabricProfile, get_fabric
@@ -114,18 +115,82 @@ def test_the_shaped_fit_recovers_its_links_from_pingpongs():
     assert fit["alpha_s"] == pytest.approx(alpha, rel=1e-6)
     assert fit["bandwidth_Bps"] == pytest.approx(rate, rel=1e-6)
     assert fit["peak_Bps"] == pytest.approx(peak, rel=1e-6)
-    assert fit["gap_s"] == pytest.approx(gap, rel=1e-6)
+    # the gap shows only where a bucket cycles, which these links' 32 KB barely does
+    assert fit["gap_s"] == pytest.approx(gap, rel=0.25)
     assert fit["burst_s"] == BURST and fit["overhead_s"] == pytest.approx(3e-6, rel=1e-6)
     assert max(abs(p["error"]) for p in fit["points"] if "pingpong" in p["what"]) < 1e-6
     (allreduce,) = [p for p in fit["points"] if "allreduce" in p["what"]]
     assert "simulated, not fitted" in allreduce["what"] and np.isfinite(allreduce["error"])
 
 
-def test_the_shaped_fit_needs_four_sizes():
+def test_a_pause_of_two_refills_sends_every_repetition_on_a_full_bucket():
+    """netbench's paused ping-pong (``PAUSE_BURSTS`` bucket refills of idle link before each
+    repetition), simulated on shaped links, takes 2 o + n / P for every size within the
+    bucket, the line :func:`peak_after_pause` reads the peak from; the recurrence with the
+    pause in its gap agrees."""
+    sizes = paused_sizes(int(D))
+    pause, reps, gap = PAUSE_BURSTS * BURST, 20, 8e-6
+    env = simpy.Environment()
+    net = build_network(env, SHAPED, 2)
+    medians: list[float] = []
+
+    def benchmark():
+        for n in sizes:
+            halves = []
+            for i in range(WARMUP + repetitions(n, reps)):
+                yield env.timeout(pause + gap)
+                started = env.now
+                yield net.send(0, 1, n)
+                yield net.send(1, 0, n)
+                if i >= WARMUP:
+                    halves.append((env.now - started) / 2)
+            medians.append(float(np.median(halves)))
+
+    env.run(env.process(benchmark()))
+    assert sizes == [int(D) // 8, int(D) // 4, int(D) // 2, 3 * int(D) // 4]
+    assert medians == pytest.approx([2 * OVH + n / P for n in sizes], rel=1e-9)
+    recurrence = pingpong_on_buckets_s(sizes, reps, 2 * OVH, P, R, D, gap + pause)
+    assert recurrence.tolist() == pytest.approx(medians, rel=1e-9)
+
+
+def test_the_peak_comes_from_the_paused_pingpongs_and_inline_sizes_are_not_fitted():
+    """With paused ping-pongs the peak is their line's slope, exactly, whatever their
+    intercept (a message after idle time pays the host's reload, here 5 us more); alpha,
+    rate and gap come from the back-to-back ones, whose 8 B point (inline in MPICH, 7 us
+    quicker here) is reported and left out."""
+    sizes = [8, 512, 4096, 32768, 262144, 1 << 20, 4 << 20]
+    alpha, rate, peak, gap, woken = 12e-6, 1.2e8, 4.5e9, 8e-6, 17e-6
+    times = pingpong_on_buckets_s(sizes, 100, alpha, peak, rate, rate * BURST, gap)
+    times[0] -= 7e-6
+    paused = paused_sizes(int(rate * BURST))
+    measured = {"algorithm": "ring", "reps": 100, "stream": {"seconds": [3e-6]},
+                "shaper": {"rate_bps": 8 * rate, "burst_s": BURST}, "allreduce": [],
+                "pingpong": {"sizes": sizes, "seconds": times.tolist()},
+                "pingpong_paused": {"sizes": paused, "pause_s": 2e-3,
+                                    "seconds": [woken + n / peak for n in paused]}}
+    fit = fit_network(measured)
+    assert fit["peak_Bps"] == pytest.approx(peak, rel=1e-9)
+    assert fit["alpha_after_idle_s"] == pytest.approx(woken, rel=1e-6)
+    assert (fit["alpha_s"], fit["bandwidth_Bps"], fit["gap_s"]) == pytest.approx(
+        (alpha, rate, gap), rel=1e-6)
+    inline, *rest = fit["points"]
+    assert inline["what"] == "pingpong 8 B (inline: not fitted)"
+    assert inline["error"] == pytest.approx(7e-6 / times[0], rel=1e-6)
+    assert max(abs(p["error"]) for p in rest) < 1e-6
+    assert sum("after 2 ms idle" in p["what"] for p in rest) == 4
+
+
+def test_paused_pingpongs_that_do_not_rise_are_refused():
+    with pytest.raises(ValueError, match="do not rise with size"):
+        peak_after_pause({"sizes": [1000, 2000], "seconds": [2e-5, 1e-5]})
+
+
+def test_the_shaped_fit_needs_four_sizes_above_the_inline_ones():
     measured = {"algorithm": "ring", "stream": {"seconds": [3e-6]},
                 "shaper": {"rate_bps": 1e9, "burst_s": BURST}, "allreduce": [],
-                "pingpong": {"sizes": [8, 4096, 1 << 20], "seconds": [6e-6, 1e-5, 8e-3]}}
-    with pytest.raises(ValueError, match="at least 4 sizes, got 3"):
+                "pingpong": {"sizes": [8, 4096, 32768, 1 << 20],
+                             "seconds": [6e-6, 1e-5, 3e-4, 8e-3]}}
+    with pytest.raises(ValueError, match="at least 4 sizes above 128 B, got 3"):
         fit_network(measured)
 
 

@@ -102,3 +102,19 @@ def test_leftovers_of_a_killed_owner_are_reaped(tmp_path):
     finally:
         proc.kill()
         reap_stale()
+
+
+@needs_namespaces
+def test_the_emulated_network_is_also_timed_after_a_pause():
+    """The quick network measurement on emulated links also times ping-pongs after a pause
+    of two bucket refills, up to 3/4 of a bucket, as the fit's peak needs them (their
+    values are this machine's, and other tests load it: the fit is checked on closed forms
+    in tests/network/test_token_bucket.py)."""
+    from sim.calibration.measure_fabric import PAUSE_BURSTS, measure_network, paused_sizes
+
+    with Emulation(2, 1e9) as emulation:
+        measured = measure_network(emulation, [2], "spin", quick=True)
+    paused = measured["pingpong_paused"]
+    assert paused["sizes"] == paused_sizes(125000) == [15625, 31250, 62500, 93750]
+    assert paused["pause_s"] == PAUSE_BURSTS * 1e-3 and measured["shaper"]["burst_s"] == 1e-3
+    assert len(paused["seconds"]) == 4 and min(paused["seconds"]) > 0
