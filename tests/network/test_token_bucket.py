@@ -74,12 +74,10 @@ def test_two_senders_into_one_host_dry_its_bucket_first():
     assert a == b == pytest.approx(2 * OVH + D / (P - R) + (2 * n - K * D) / R, rel=1e-9)
 
 
-def test_the_pingpong_recurrence_is_the_simulated_benchmark():
-    """netbench's ping-pong (sizes in order, warm-up and repetitions each, a gap between
-    round trips) simulated on shaped links gives the medians the rep-by-rep recurrence of
-    :func:`pingpong_on_buckets_s` gives, in every regime: 512 B never drains the bucket, 4 KB
-    drains it without drying it, 32 KB settles at a cycle of n / r, 1 MB is beyond it."""
-    sizes, reps, gap = [512, 4096, 32768, 262144, 1 << 20], 100, 8e-6
+def _simulated_pingpongs(sizes: list[int], reps: int, idle_s: float) -> list[float]:
+    """netbench's ping-pong on SHAPED links, simulated: sizes in order, warm-up and
+    repetitions each, the links idle ``idle_s`` before each round trip; each size's median
+    half round trip (s)."""
     env = simpy.Environment()
     net = build_network(env, SHAPED, 2)
     medians: list[float] = []
@@ -88,7 +86,7 @@ def test_the_pingpong_recurrence_is_the_simulated_benchmark():
         for n in sizes:
             halves = []
             for i in range(WARMUP + repetitions(n, reps)):
-                yield env.timeout(gap)
+                yield env.timeout(idle_s)
                 started = env.now
                 yield net.send(0, 1, n)
                 yield net.send(1, 0, n)
@@ -97,6 +95,16 @@ def test_the_pingpong_recurrence_is_the_simulated_benchmark():
             medians.append(float(np.median(halves)))
 
     env.run(env.process(benchmark()))
+    return medians
+
+
+def test_the_pingpong_recurrence_is_the_simulated_benchmark():
+    """netbench's ping-pong (sizes in order, warm-up and repetitions each, a gap between
+    round trips) simulated on shaped links gives the medians the rep-by-rep recurrence of
+    :func:`pingpong_on_buckets_s` gives, in every regime: 512 B never drains the bucket, 4 KB
+    drains it without drying it, 32 KB settles at a cycle of n / r, 1 MB is beyond it."""
+    sizes, reps, gap = [512, 4096, 32768, 262144, 1 << 20], 100, 8e-6
+    medians = _simulated_pingpongs(sizes, reps, gap)
     expected = pingpong_on_buckets_s(sizes, reps, 2 * OVH, P, R, D, gap)
     assert medians == pytest.approx(expected.tolist(), rel=1e-9)
     assert expected[0] == pytest.approx(2 * OVH + 512 / P)  # a full bucket
@@ -130,23 +138,7 @@ def test_a_pause_of_two_refills_sends_every_repetition_on_a_full_bucket():
     pause in its gap agrees."""
     sizes = paused_sizes(int(D))
     pause, reps, gap = PAUSE_BURSTS * BURST, 20, 8e-6
-    env = simpy.Environment()
-    net = build_network(env, SHAPED, 2)
-    medians: list[float] = []
-
-    def benchmark():
-        for n in sizes:
-            halves = []
-            for i in range(WARMUP + repetitions(n, reps)):
-                yield env.timeout(pause + gap)
-                started = env.now
-                yield net.send(0, 1, n)
-                yield net.send(1, 0, n)
-                if i >= WARMUP:
-                    halves.append((env.now - started) / 2)
-            medians.append(float(np.median(halves)))
-
-    env.run(env.process(benchmark()))
+    medians = _simulated_pingpongs(sizes, reps, pause + gap)
     assert sizes == [int(D) // 8, int(D) // 4, int(D) // 2, 3 * int(D) // 4]
     assert medians == pytest.approx([2 * OVH + n / P for n in sizes], rel=1e-9)
     recurrence = pingpong_on_buckets_s(sizes, reps, 2 * OVH, P, R, D, gap + pause)
