@@ -153,14 +153,17 @@ def peak_after_pause(paused: dict[str, Any]) -> tuple[float, float]:
     return float(1.0 / slope), float(intercept)
 
 
-def _shaped_links(x: np.ndarray, peak: float | None) -> tuple[float, float, float, float]:
+def _shaped_links(x: np.ndarray, peak: float | None,
+                  ceiling: float) -> tuple[float, float, float, float]:
     """(alpha, peak, rate, gap) from :func:`fit_shaped`'s positive parameters: with the peak
-    measured, (alpha, peak / rate - 1, gap); without, (alpha, peak - rate, rate, gap)."""
+    measured, (alpha, c / rate - 1, gap), c the lower of the peak and the shaper's rate
+    ``ceiling`` (bytes/s: the bucket's rate counts whole frames, so no payload passes it);
+    without, (alpha, peak - rate, rate, gap)."""
     if peak is None:
         alpha, excess, rate, gap = x
         return alpha, rate + excess, rate, gap
     alpha, ratio, gap = x
-    return alpha, peak, peak / (1 + ratio), gap
+    return alpha, peak, min(peak, ceiling) / (1 + ratio), gap
 
 
 def fit_shaped(measured: dict[str, Any]) -> dict[str, Any]:
@@ -183,17 +186,18 @@ def fit_shaped(measured: dict[str, Any]) -> dict[str, Any]:
     rate0 = float(np.diff(n[big])[0] / max(np.diff(t[big])[0], 1e-12))
     paused = measured.get("pingpong_paused")
     measured_peak, woken = peak_after_pause(paused) if paused else (None, None)
+    ceiling = float(measured["shaper"].get("rate_bps", np.inf)) / 8
     t0 = float(t[fitted_sizes].min())
     x0 = (np.array([t0, 8 * rate0, rate0, t0]) if measured_peak is None
-          else np.array([t0, max(measured_peak / rate0 - 1, 0.1), t0]))
+          else np.array([t0, max(min(measured_peak, ceiling) / rate0 - 1, 0.1), t0]))
     reps = int(measured.get("reps", REPS))
 
     def model(x: np.ndarray) -> np.ndarray:
-        alpha, peak_Bps, rate, gap = _shaped_links(x, measured_peak)
+        alpha, peak_Bps, rate, gap = _shaped_links(x, measured_peak, ceiling)
         return pingpong_on_buckets_s(n, reps, alpha, peak_Bps, rate, rate * burst_s, gap)
 
     fitted = on_log_ratios(lambda x: model(x)[fitted_sizes], x0, t[fitted_sizes])
-    alpha, peak, rate, gap = (float(v) for v in _shaped_links(fitted, measured_peak))
+    alpha, peak, rate, gap = (float(v) for v in _shaped_links(fitted, measured_peak, ceiling))
     overhead = min(float(measured["stream"]["seconds"][0]), alpha / 2)
     latency = max(0.0, (alpha - 2 * overhead) / 2)
     points = [{"what": f"pingpong {int(size)} B" + ("" if fit else " (inline: not fitted)"),

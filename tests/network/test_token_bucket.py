@@ -156,7 +156,7 @@ def test_the_peak_comes_from_the_paused_pingpongs_and_inline_sizes_are_not_fitte
     times[0] -= 7e-6
     paused = paused_sizes(int(rate * BURST))
     measured = {"algorithm": "ring", "reps": 100, "stream": {"seconds": [3e-6]},
-                "shaper": {"rate_bps": 8 * rate, "burst_s": BURST}, "allreduce": [],
+                "shaper": {"rate_bps": 1e9, "burst_s": BURST}, "allreduce": [],
                 "pingpong": {"sizes": sizes, "seconds": times.tolist()},
                 "pingpong_paused": {"sizes": paused, "pause_s": 2e-3,
                                     "seconds": [woken + n / peak for n in paused]}}
@@ -170,6 +170,21 @@ def test_the_peak_comes_from_the_paused_pingpongs_and_inline_sizes_are_not_fitte
     assert inline["error"] == pytest.approx(7e-6 / times[0], rel=1e-6)
     assert max(abs(p["error"]) for p in rest) < 1e-6
     assert sum("after 2 ms idle" in p["what"] for p in rest) == 4
+
+
+def test_the_fitted_rate_never_passes_the_shapers():
+    """The bucket's rate counts whole frames, so no payload rate passes it: ping-pongs that
+    would fit 120 MB/s on a shaper of 880 Mbit/s (110 MB/s) fit 110 MB/s at most."""
+    sizes = [8, 512, 4096, 32768, 262144, 1 << 20, 4 << 20]
+    alpha, rate, peak, gap = 12e-6, 1.2e8, 4.5e9, 8e-6
+    times = pingpong_on_buckets_s(sizes, 100, alpha, peak, rate, rate * BURST, gap)
+    paused = paused_sizes(int(rate * BURST))
+    measured = {"algorithm": "ring", "reps": 100, "stream": {"seconds": [3e-6]},
+                "shaper": {"rate_bps": 8.8e8, "burst_s": BURST}, "allreduce": [],
+                "pingpong": {"sizes": sizes, "seconds": times.tolist()},
+                "pingpong_paused": {"sizes": paused, "pause_s": 2e-3,
+                                    "seconds": [alpha + n / peak for n in paused]}}
+    assert fit_network(measured)["bandwidth_Bps"] <= 1.1e8
 
 
 def test_paused_pingpongs_that_do_not_rise_are_refused():
