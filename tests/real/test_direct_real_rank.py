@@ -63,6 +63,29 @@ def test_every_rank_starts_rank_0s_clock(tmp_path, faults):
         assert json.loads((tmp_path / "clock.json").read_text())["t0"] == 123.5
 
 
+def test_the_common_start_takes_what_the_rank_holds_out_of_the_collector(tmp_path):
+    """Everything allocated before the clock starts is frozen (gc.freeze): a full
+    collection in the timed loop then walks only what the loop allocated, where it had
+    walked the whole imported program (42-59 ms at a gRPC run's 118th call)."""
+    import gc
+
+    config = real_config(LOGREG)
+    held = ["made before the start"]
+
+    def program(comm):
+        ctx = rank_context(comm, config, tmp_path)
+        ctx.start_clock()
+        return gc.get_freeze_count()
+
+    try:
+        frozen = run_ranks(2, program).results
+        assert min(frozen) > 0
+        # in the permanent generation: no collection walks it
+        assert all(o is not held for g in range(3) for o in gc.get_objects(g))
+    finally:
+        gc.unfreeze()  # the ranks are threads of this process: leave it as it was
+
+
 def test_warming_the_kernels_touches_neither_the_parameters_nor_the_batch_stream(tmp_path):
     config = real_config(LOGREG)
 

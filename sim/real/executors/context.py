@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from dataclasses import dataclass
@@ -61,7 +62,13 @@ class RankContext:
 
     def start_clock(self) -> None:
         """Every rank is ready (warmed up): start the common clock, as rank 0 reads it
-        (a job started again after a failure keeps the first job's: the spec's origin)."""
+        (a job started again after a failure keeps the first job's: the spec's origin).
+        What the rank holds by now (the imported program, the workload, the links) leaves
+        the cyclic collector's generations (``gc.freeze``): a full collection inside the
+        timed loop walked all of it, 42-59 ms at a gRPC run's 118th call (2026-11-29), a
+        pause of Python's runtime that the simulator does not model and no strategy causes."""
+        gc.collect()
+        gc.freeze()
         self.barrier()
         self.t0 = self.comm.bcast(time.perf_counter(), root=0)
         origin = self.faults.get("origin")
