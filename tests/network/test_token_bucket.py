@@ -145,22 +145,35 @@ def test_a_pause_of_two_refills_sends_every_repetition_on_a_full_bucket():
     assert recurrence.tolist() == pytest.approx(medians, rel=1e-9)
 
 
+LINKS = (12e-6, 1.2e8, 4.5e9, 8e-6)  # alpha (s), rate and peak (bytes/s), gap (s)
+
+
+def _paused_measurements(shaper_bps: float, woken: float,
+                         inline_quicker: float) -> dict:
+    """netbench's measurements on LINKS' buckets, as :func:`fit_network` takes them: the
+    back-to-back ping-pongs (the 8 B one ``inline_quicker`` s quicker) and the paused ones
+    (intercept ``woken``), on a shaper of ``shaper_bps``."""
+    alpha, rate, peak, gap = LINKS
+    sizes = [8, 512, 4096, 32768, 262144, 1 << 20, 4 << 20]
+    times = pingpong_on_buckets_s(sizes, 100, alpha, peak, rate, rate * BURST, gap)
+    times[0] -= inline_quicker
+    paused = paused_sizes(int(rate * BURST))
+    return {"algorithm": "ring", "reps": 100, "stream": {"seconds": [3e-6]},
+            "shaper": {"rate_bps": shaper_bps, "burst_s": BURST}, "allreduce": [],
+            "pingpong": {"sizes": sizes, "seconds": times.tolist()},
+            "pingpong_paused": {"sizes": paused, "pause_s": 2e-3,
+                                "seconds": [woken + n / peak for n in paused]}}
+
+
 def test_the_peak_comes_from_the_paused_pingpongs_and_inline_sizes_are_not_fitted():
     """With paused ping-pongs the peak is their line's slope, exactly, whatever their
     intercept (a message after idle time pays the host's reload, here 5 us more); alpha,
     rate and gap come from the back-to-back ones, whose 8 B point (inline in MPICH, 7 us
     quicker here) is reported and left out."""
-    sizes = [8, 512, 4096, 32768, 262144, 1 << 20, 4 << 20]
-    alpha, rate, peak, gap, woken = 12e-6, 1.2e8, 4.5e9, 8e-6, 17e-6
-    times = pingpong_on_buckets_s(sizes, 100, alpha, peak, rate, rate * BURST, gap)
-    times[0] -= 7e-6
-    paused = paused_sizes(int(rate * BURST))
-    measured = {"algorithm": "ring", "reps": 100, "stream": {"seconds": [3e-6]},
-                "shaper": {"rate_bps": 1e9, "burst_s": BURST}, "allreduce": [],
-                "pingpong": {"sizes": sizes, "seconds": times.tolist()},
-                "pingpong_paused": {"sizes": paused, "pause_s": 2e-3,
-                                    "seconds": [woken + n / peak for n in paused]}}
+    measured = _paused_measurements(shaper_bps=1e9, woken=17e-6, inline_quicker=7e-6)
+    times = measured["pingpong"]["seconds"]
     fit = fit_network(measured)
+    alpha, rate, peak, gap, woken = *LINKS, 17e-6
     assert fit["peak_Bps"] == pytest.approx(peak, rel=1e-9)
     assert fit["alpha_after_idle_s"] == pytest.approx(woken, rel=1e-6)
     assert (fit["alpha_s"], fit["bandwidth_Bps"], fit["gap_s"]) == pytest.approx(
@@ -175,15 +188,7 @@ def test_the_peak_comes_from_the_paused_pingpongs_and_inline_sizes_are_not_fitte
 def test_the_fitted_rate_never_passes_the_shapers():
     """The bucket's rate counts whole frames, so no payload rate passes it: ping-pongs that
     would fit 120 MB/s on a shaper of 880 Mbit/s (110 MB/s) fit 110 MB/s at most."""
-    sizes = [8, 512, 4096, 32768, 262144, 1 << 20, 4 << 20]
-    alpha, rate, peak, gap = 12e-6, 1.2e8, 4.5e9, 8e-6
-    times = pingpong_on_buckets_s(sizes, 100, alpha, peak, rate, rate * BURST, gap)
-    paused = paused_sizes(int(rate * BURST))
-    measured = {"algorithm": "ring", "reps": 100, "stream": {"seconds": [3e-6]},
-                "shaper": {"rate_bps": 8.8e8, "burst_s": BURST}, "allreduce": [],
-                "pingpong": {"sizes": sizes, "seconds": times.tolist()},
-                "pingpong_paused": {"sizes": paused, "pause_s": 2e-3,
-                                    "seconds": [alpha + n / peak for n in paused]}}
+    measured = _paused_measurements(shaper_bps=8.8e8, woken=LINKS[0], inline_quicker=0.0)
     assert fit_network(measured)["bandwidth_Bps"] <= 1.1e8
 
 
