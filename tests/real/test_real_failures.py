@@ -18,7 +18,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def rank_processes(parent: int) -> list[int]:
-    """Pids of ``sim.real.executors.rank`` processes below ``parent``."""
+    """Pids of the ``sim.real.executors.rank`` processes below ``parent``: Python running
+    that module, not mpiexec, whose command line holds the ranks' own."""
+    return sorted(pid for pid, argv in _below(parent)
+                  if b"sim.real.executors.rank" in argv[1:3] and b"mpiexec" not in argv[0])
+
+
+def job_size(parent: int) -> int | None:
+    """The ``-n`` of the mpiexec below ``parent`` (the job's ranks), once it runs."""
+    for _, argv in _below(parent):
+        if b"mpiexec" in argv[0] and b"-n" in argv:
+            return int(argv[argv.index(b"-n") + 1])
+    return None
+
+
+def _below(parent: int) -> list[tuple[int, list[bytes]]]:
+    """(pid, argv) of every process below ``parent``."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -33,11 +48,10 @@ def rank_processes(parent: int) -> list[int]:
         for child in children.get(pid, []):
             todo.append(child)
             try:
-                if b"sim.real.executors.rank" in (Path(f"/proc/{child}/cmdline")).read_bytes():
-                    found.append(child)
+                found.append((child, Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")))
             except OSError:
                 pass
-    return sorted(found)
+    return found
 
 
 def token_of(pid: int) -> str:
@@ -50,7 +64,7 @@ def token_of(pid: int) -> str:
 def start(tmp_path: Path, two_rank_config_data, write_toml):
     """``start(kind, *extra)``: ``sim real`` started on the shared two-rank workload (logreg,
     2 ms a gradient) for ``kind``, long enough (100,000 updates) to outlive the test; the
-    process and its ranks' pids once both ranks run."""
+    process and its ranks' pids once every rank of the job runs."""
     def start_run(kind: str, *extra: str) -> tuple[subprocess.Popen, list[int]]:
         config = write_toml(tmp_path / "long.toml", two_rank_config_data(
             {"workload.model": "logreg", "strategy.kind": kind, "compute.time_s": 2e-3,
@@ -66,10 +80,11 @@ def launch(tmp_path: Path, config: Path, *extra: str) -> tuple[subprocess.Popen,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     ranks: list[int] = []
-    while len(ranks) < 2 and time.monotonic() < deadline:
+    size = None
+    while (size is None or len(ranks) < size) and time.monotonic() < deadline:
         time.sleep(0.2)
-        ranks = rank_processes(proc.pid)
-    if len(ranks) < 2:
+        size, ranks = job_size(proc.pid), rank_processes(proc.pid)
+    if size is None or len(ranks) < size:  # every rank of the job: none is still starting
         proc.kill()
         pytest.fail(f"ranks did not start: {proc.communicate()}")
     time.sleep(1.0)  # let them train a little
