@@ -27,14 +27,14 @@ QUICK_SIZES = [8, 4096, 262144]
 # 100 Mbit/s or more dries within its repetitions: it pins alpha), a size the buckets dry
 # and one beyond them
 SHAPED_SIZES = [512, 32768, 1 << 20]
-PAUSE_BURSTS = 2  # a paused ping-pong sleeps this many buckets' refill times: they are full
+PAUSE_BURSTS = 2  # a paused ping-pong idles this many buckets' refill times: they are full
 
 
 def paused_sizes(burst_bytes: int) -> list[int]:
     """Ping-pong sizes that a full bucket of ``burst_bytes`` sends at its peak: an eighth to
-    three quarters of it (smaller ones add a per-message step here, 8 B to 4 KB, that is no
-    rate)."""
+    three quarters of it, where n / P stands well above the noise of alpha."""
     return [burst_bytes * k // 8 for k in (1, 2, 4, 6)]
+
 
 def netbench(spec: dict[str, Any], ranks: int, emulation: Emulation | None,
              timeout_s: float = 600.0) -> dict[str, Any]:
