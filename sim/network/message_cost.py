@@ -150,8 +150,8 @@ class MessageCpu:
     transport_charged: bool = False  # the transport's costs are paid even on a free host
     answered_calls: bool = False  # a push is a call: a handler takes it and answers at once
     # the transport's own reload of its path after a rank's work (Transport.reload_s),
-    # replacing the host's message reload; None: the host's
-    reload_s: float | None = None
+    # replacing the host's message reload; 0: the host's
+    reload_s: float = 0.0
     reload_tau_s: float = 0.0
 
     def message_s(self, nbytes: Any) -> Any:
@@ -208,8 +208,7 @@ def message_cpu(host_s: float, host_Bps: float, fabric: Fabric,
     return MessageCpu(host_s, host_Bps, stack_s, stack_Bps, transport.rpc_s,
                       transport.serialize_Bps, transport.deserialize_Bps,
                       transport.one_sided_pulls, True, transport.answered_calls,
-                      transport.reload_s if transport.reload_s > 0 else None,
-                      transport.reload_tau_s)
+                      transport.reload_s, transport.reload_tau_s)
 
 
 # ---- a message and the shards of a parameter server -------------------------------------

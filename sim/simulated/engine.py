@@ -115,7 +115,7 @@ def build_hosts(env: simpy.Environment, config: Config, ranks: int,
     # under fifo every wait naps, as `sim real --sched fifo` makes its ranks' waits
     spin = spin and cluster.sched == "default"
     host, message = costs.host, costs.message
-    if message.reload_s is not None:  # the transport's own path, measured with it
+    if message.reload_s > 0:  # the transport's own path, measured with it
         host = replace(host, message_reload_s=message.reload_s,
                        message_reload_tau_s=message.reload_tau_s)
     return Hosts(env, placed, cluster.cores, host, spin,

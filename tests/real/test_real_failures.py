@@ -11,47 +11,27 @@ from pathlib import Path
 
 import pytest
 
-from sim.real.launch.launcher import TOKEN_VAR, diagnose, find_processes
+from sim.real.launch.launcher import TOKEN_VAR, descendants, diagnose, find_processes
 
 pytest.importorskip("mpi4py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def rank_processes(parent: int) -> list[int]:
-    """Pids of the ``sim.real.executors.rank`` processes below ``parent``: Python running
-    that module, not mpiexec, whose command line holds the ranks' own."""
-    return sorted(pid for pid, argv in _below(parent)
-                  if b"sim.real.executors.rank" in argv[1:3] and b"mpiexec" not in argv[0])
-
-
-def job_size(parent: int) -> int | None:
-    """The ``-n`` of the mpiexec below ``parent`` (the job's ranks), once it runs."""
-    for _, argv in _below(parent):
+def job_below(parent: int) -> tuple[int | None, list[int]]:
+    """The mpiexec job below ``parent``: its ``-n`` (None until mpiexec runs) and the pids
+    of its ``sim.real.executors.rank`` processes (Python running that module; not mpiexec,
+    whose command line holds the ranks' own)."""
+    size, ranks = None, []
+    for pid in descendants(parent):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
         if b"mpiexec" in argv[0] and b"-n" in argv:
-            return int(argv[argv.index(b"-n") + 1])
-    return None
-
-
-def _below(parent: int) -> list[tuple[int, list[bytes]]]:
-    """(pid, argv) of every process below ``parent``."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [parent]
-    while todo:
-        pid = todo.pop()
-        for child in children.get(pid, []):
-            todo.append(child)
-            try:
-                found.append((child, Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")))
-            except OSError:
-                pass
-    return found
+            size = int(argv[argv.index(b"-n") + 1])
+        elif b"sim.real.executors.rank" in argv[1:3]:
+            ranks.append(pid)
+    return size, sorted(ranks)
 
 
 def token_of(pid: int) -> str:
@@ -83,7 +63,7 @@ def launch(tmp_path: Path, config: Path, *extra: str) -> tuple[subprocess.Popen,
     size = None
     while (size is None or len(ranks) < size) and time.monotonic() < deadline:
         time.sleep(0.2)
-        size, ranks = job_size(proc.pid), rank_processes(proc.pid)
+        size, ranks = job_below(proc.pid)
     if size is None or len(ranks) < size:  # every rank of the job: none is still starting
         proc.kill()
         pytest.fail(f"ranks did not start: {proc.communicate()}")
