@@ -6,7 +6,8 @@ Each cost is measured through the real runner's own code path, over several size
 (:mod:`sim.calibration.fit_host`; the lines printed: :mod:`sim.calibration.host_report`):
 
 * copy: ``Worker.next_batch`` (the numpy row gather real ranks time as ``data``) for several
-  batch sizes and two row widths, from data sets larger than the caches, fitted as
+  batch sizes and two row widths, from data sets of 4 times the last-level cache (STREAM's
+  rule, so the rows come from memory as a run's do), fitted as
   ``constant + rows x row_s + bytes / rate`` (a random access per row, then streaming);
 * update: ``sim.training.rules.SGD.step`` (``sim.kernels.sgd_update``), the replicas' and the
   server's step; bytes are the parameters';
@@ -66,11 +67,16 @@ from sim.calibration.measure_fabric import netbench
 from sim.calibration.message_reload_bench import measure as measure_message_reload
 from sim.calibration.reload_bench import FEATURES, measure_reload
 from sim.calibration.serve_bench import measure_serving
+from sim.machine import last_level_cache_bytes, meminfo_bytes
 
-# gathers: row counts per row width (features), from data sets of GATHER_DATA_BYTES at least
+# gathers: row counts per row width (features), from data sets of gather_data_bytes()
 GATHER = {256: [16, 64, 256, 1024, 4096], 4096: [4, 16, 64, 256]}
 GATHER_QUICK = {256: [16, 256, 2048], 4096: [4, 64]}
-GATHER_DATA_BYTES = 64 << 20
+GATHER_DATA_BYTES = 64 << 20  # the least data set, where Linux does not say the cache
+# McCalpin's STREAM rule: arrays of at least 4 times the caches, so that what is timed comes
+# from memory. A 64 MB set sat in the 480 MB cache of one of the lab's machines, where a
+# run's 190 MB set did not: gathers ran at 12.7 GB/s there against 9.0 GB/s from 1 GB
+CACHE_MULTIPLE = 4
 VECTOR_BYTES = [24_000, 96_000, 384_000, 1_536_000, 6_144_000]
 VECTOR_BYTES_QUICK = [24_000, 384_000, 1_536_000]
 MESSAGE_BYTES = [64, 4096, 65536, 393_216, 1_572_864]
@@ -104,25 +110,44 @@ def median_s(call: Callable[[], Any], min_time_s: float) -> float:
     return float(np.median(samples))
 
 
+def gather_data_bytes() -> int:
+    """Bytes of the data set a process times gathers from: :data:`CACHE_MULTIPLE` times the
+    last-level cache, at least :data:`GATHER_DATA_BYTES`, and at most an eighth of the
+    available memory over the cores (each core's process holds its own)."""
+    cache = last_level_cache_bytes() or 0
+    room = meminfo_bytes("MemAvailable") // (8 * (os.cpu_count() or 1))
+    return max(GATHER_DATA_BYTES, min(CACHE_MULTIPLE * cache, room))
+
+
+def gather_worker(features: int, data_bytes: int) -> Any:
+    """A worker whose ``next_batch`` gathers from ``data_bytes`` of rows of ``features``
+    float64s. They are ones: the values do not change a gather's time, and writing them
+    places every page, where zeros would map one shared page."""
+    from sim.training.compression import Dense
+    from sim.training.workload import Worker
+    from sim.workloads.datasets import Dataset
+
+    rows = data_bytes // (features * 8)
+    X = np.ones((rows, features))
+    data = Dataset(X, np.zeros(rows), X[:1], np.zeros(1), features, 2)
+    return Worker(0, np.arange(rows), data, None, 1, np.random.default_rng(0), Dense(0, None, 0))
+
+
 def measure_copy(quick: bool, min_time_s: float) -> tuple[list[float], list[float],
                                                          list[float]]:
     """The gather of ``Worker.next_batch`` for several batch sizes and two row widths, from
-    data sets larger than the caches (as real ones are): (rows, bytes, seconds)."""
-    from sim.training.validator import validate
-    from sim.training.workload import build_workload
-
+    data sets of :func:`gather_data_bytes` (larger than the caches, as real ones are):
+    (rows, bytes, seconds)."""
     rows, nbytes, seconds = [], [], []
+    data_bytes = gather_data_bytes()
     for features, counts in (GATHER_QUICK if quick else GATHER).items():
-        samples = max(GATHER_DATA_BYTES // (features * 8), 2 * max(counts) + 1024)
-        config = validate({"cluster": {"workers": 1}, "workload": {
-            "model": "logreg", "features": features, "samples": samples,
-            "batch": max(counts)}}, "host calibration")
-        worker = build_workload(config).workers[0]
+        worker = gather_worker(features, max(data_bytes, (2 * max(counts) + 1024) * features * 8))
         for batch in counts:
             worker.batch = batch
             seconds.append(median_s(worker.next_batch, min_time_s))
             rows.append(float(batch))
             nbytes.append(float(worker.batch_bytes))
+        del worker  # one data set at a time
     return rows, nbytes, seconds
 
 TABLE_ROWS = [64, 256, 1024, 4096]  # rows of a message or a step
@@ -388,8 +413,9 @@ def measure_host(quick: bool, wait: str, concurrency: int) -> dict[str, Any]:
 def measured_through(concurrency: int, reload: dict[str, Any]) -> dict[str, str]:
     """How each cost was measured, in words (kept in the profile)."""
     return {
-        "copy": f"sim.training.workload.Worker.next_batch (numpy row gather), "
-                f"{concurrency} process(es) at once",
+        "copy": f"sim.training.workload.Worker.next_batch (numpy row gather) from "
+                f"{gather_data_bytes() / 2**20:.0f} MiB of rows, {concurrency} process(es) "
+                "at once",
         "update": f"sim.training.rules.SGD.step -> sim.kernels.sgd_update, {concurrency} "
                   "process(es) at once",
         "reduce": f"sim.kernels.sum_into, {concurrency} process(es) at once",

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim.machine import cpu_model
+from sim.machine import cpu_model, meminfo_bytes
 from sim.rundir import write_atomic
 from sim.training.compute_model import describe_rates
 from sim.validation import bias, drift, placement, ratios, reproducibility
@@ -22,11 +22,8 @@ ITERATION_TARGET, ITERATION_WORST, TTT_TARGET = 0.05, 0.15, 0.10
 
 
 def _machine() -> str:
-    try:
-        mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
-    except (OSError, ValueError, IndexError):
-        mem_kb = 0
-    return (f"{platform.node()}: {os.cpu_count()} x {cpu_model()}, {mem_kb / 2**20:.0f} GiB, "
+    return (f"{platform.node()}: {os.cpu_count()} x {cpu_model()}, "
+            f"{meminfo_bytes('MemTotal') / 2**30:.0f} GiB, "
             f"Linux {platform.release()}, Python {platform.python_version()}")
 
 
