@@ -158,7 +158,9 @@ def measure_table_rows(quick: bool, min_time_s: float) -> dict[str, tuple[list[f
     """An embedding table's rows gathered into a message by their ids, and a sparse step of
     them, through the real runner's code (:class:`~sim.real.executors.table_shards.
     ShardLayout` ``read`` and ``step_mean_rows``), for several row counts and widths, from
-    tables of 8 x 50,000 rows (larger than the caches, as real ones are): {"table": (rows,
+    tables of 8 x 50,000 rows (12 and 49 MiB of parameters at the two widths: within the
+    480 MB last-level cache of one of the lab's machines, as the validation's tables are,
+    where a large table's rows come from memory at ``copy``'s rate): {"table": (rows,
     bytes, seconds), "table_step": (rows, bytes, seconds)}."""
     found: dict[str, tuple[list[float], ...]] = {"table": ([], [], []),
                                                  "table_step": ([], [], [])}
