@@ -25,6 +25,7 @@ from sim.network.collectives import ParameterServer as PSCollective
 from sim.network.collectives import get_collective
 from sim.network.message_cost import REQUEST_BYTES, alpha_s, beta_s
 from sim.network.network_builder import build_network
+from sim.recorder import KINDS
 from sim.simulated.engine import build_simulation
 from sim.simulated.strategies.allreduce import BSP, LocalSGD, RankStep
 from sim.simulated.strategies.easgd import EASGD
@@ -578,3 +579,43 @@ def test_alltoall_exchanges_before_forward_and_after_backward():
     expected = alone(tables.forward) + alone(tables.forward.T) + ring
     assert took == pytest.approx(expected, rel=1e-9)
     assert tables.mean_s == pytest.approx(took, rel=1e-12) and tables.steps == 1
+
+
+def test_alltoall_messages_cost_their_ends_the_cpu_an_allreduces_do():
+    """On a host with costs every message of the all-to-alls costs its ends what an
+    allreduce's does: each round's slowest endpoint, its send and its receive, summed over
+    the rounds, by hand here; each worker records both exchanges' and the dense
+    allreduce's as overhead, and nothing else as overhead."""
+    ctx, tables, _ = exchanged("alltoall", cluster__host="epyc-core")
+    message = ctx.cpu.message
+
+    def by_hand(b):
+        p = len(b)
+        return sum(max(message.send_s(b[i, (i + k) % p]) + message.receive_s(b[(i - k) % p, i])
+                       for i in range(p)) for k in range(1, p))
+
+    assert tables.forward_cpu_s > 0
+    assert tables.forward_cpu_s == pytest.approx(by_hand(tables.forward), rel=1e-12)
+    assert tables.backward_cpu_s == pytest.approx(by_hand(tables.forward.T), rel=1e-12)
+    dense = (ctx.model.size - ctx.model.dense_start) * VALUE_BYTES
+    expected = (tables.forward_cpu_s + tables.backward_cpu_s
+                + tables.strategy.allreduce_cpu_s(dense))
+    overhead = ctx.recorder.breakdown[:, list(KINDS).index("overhead")]
+    assert overhead == pytest.approx([expected] * ctx.n, rel=1e-12)
+
+
+def test_the_ideal_host_pays_no_cpu_on_table_exchanges():
+    _, tables, _ = exchanged("alltoall")
+    assert tables.forward_cpu_s == tables.backward_cpu_s == 0.0
+    _, gathered, _ = exchanged("replicated", embeddings__sparse_allreduce=True)
+    assert gathered.messages_cpu_s(gathered.gather, 4096) == 0.0
+
+
+def test_sparse_allreduce_gathers_pay_their_messages_cpu_on_a_host_with_costs():
+    ctx, tables, _ = exchanged("replicated", embeddings__sparse_allreduce=True,
+                               cluster__host="epyc-core")
+    schedule = tables.gather.schedule(ctx.n, 4096)
+    assert tables.messages_cpu_s(tables.gather, 4096) == pytest.approx(
+        ctx.cpu.collective_s(schedule, 1.0), rel=1e-12)
+    assert tables.messages_cpu_s(tables.gather, 4096) >= (ctx.n - 1) * (
+        ctx.cpu.message.send_s(4096) + ctx.cpu.message.receive_s(4096)) * (1 - 1e-12)

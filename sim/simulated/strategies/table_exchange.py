@@ -19,6 +19,11 @@
   bucket (:mod:`sim.network.token_bucket`) refills while the step computes, so the forward
   exchange finds it fuller than the backward one.
 
+Every message of these exchanges costs the ranks their CPU as the dense allreduce's do:
+each rank pays its messages' costs on the collective's busiest path
+(:meth:`~sim.training.host_costs.CpuCosts.collective_s`, recorded as ``overhead``) before
+the exchange's wire time; on the ideal host the wire pays LogGP's o instead.
+
 The numbers are the same in all three: every table row is stepped by the mean gradient of
 the step's batches (the owners' update of their rows is the replicas' update of the same
 rows), which is what the tests hold.
@@ -32,9 +37,9 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.network.alltoall import alltoallv
-from sim.network.collectives import get_collective
-from sim.simulated.strategies.base import block, cpu
+from sim.network.alltoall import Alltoallv, alltoallv
+from sim.network.collectives import Collective, get_collective
+from sim.simulated.strategies.base import block, cpu, everyone
 from sim.training.embedding_shards import ShardMap, TableSpec, load_max_over_mean
 from sim.training.embedding_traffic import ID_BYTES, VALUE_BYTES
 
@@ -65,6 +70,11 @@ class TableExchange:
     def forward_part(self, worker: int) -> Generator[simpy.Event, Any, None]:
         """Worker ``worker``'s part of the step's exchange before its forward pass."""
         raise NotImplementedError
+
+    def messages_cpu_s(self, collective: Collective, nbytes: int) -> float:
+        """CPU seconds a worker spends on the messages of ``collective`` of ``nbytes`` among
+        the workers (its busiest path, as the dense allreduce's; 0 on the ideal host)."""
+        return self.ctx.cpu.collective_s(collective.schedule(self.ctx.n, nbytes), 1.0)
 
     def timed_exchange(self, nbytes: int,
                        overlapped: bool) -> Generator[simpy.Event, Any, None]:
@@ -132,6 +142,8 @@ class Replicated(TableExchange):
         # each worker sends its block and receives the others'
         self.count(touched, (self.ctx.n - 1) * block, self.dense_bytes + block)
         yield from self.strategy.allreduce(self.dense_bytes, overlapped)
+        yield from everyone(self.ctx, "overhead", self.messages_cpu_s(self.gather, int(block)),
+                            overlapped)
         yield from self.timed(self.gather.run(self.ctx.network, p=self.ctx.n,
                                               nbytes=int(block),
                                               hosts=self.strategy.hosts), overlapped)
@@ -147,6 +159,9 @@ class AllToAll(TableExchange):
                             ctx.config.embeddings.sharding)
         batch = ctx.config.workload.batch
         self.forward = self.map.alltoall_bytes([batch] * ctx.n, VALUE_BYTES)
+        # each worker's CPU on the forward all-to-all's messages and the backward's
+        self.forward_cpu_s = self.messages_cpu_s(Alltoallv(self.forward), 0)
+        self.backward_cpu_s = self.messages_cpu_s(Alltoallv(self.forward.T), 0)
         self.looked_up = np.zeros(ctx.n)  # ids each owner looked up
         self._step: _ForwardStep | None = None  # the step whose owners are gathering rows
         self._last: _ForwardStep | None = None  # the step whose forward exchange started
@@ -157,8 +172,9 @@ class AllToAll(TableExchange):
 
     def forward_part(self, worker: int) -> Generator[simpy.Event, Any, None]:
         """``worker`` gathers the rows it owns for every worker's bags (the host's per-row
-        costs; nothing on the ideal host), waits for the other owners (``wait``), then the
-        forward all-to-all (``wire``), which the last owner to arrive starts."""
+        costs; nothing on the ideal host), pays its CPU on the exchange's messages
+        (``overhead``), waits for the other owners (``wait``), then the forward all-to-all
+        (``wire``), which the last owner to arrive starts."""
         ctx = self.ctx
         if self._step is None:  # the step's first owner here: what every owner looks up
             every = [np.concatenate(ids) for ids in zip(*(self._occurrences(w) for w in
@@ -168,6 +184,7 @@ class AllToAll(TableExchange):
         work = step.lookups
         yield from cpu(ctx, worker, "compute", self._rows_s(work.values[worker],
                                                            work.ids[worker]))
+        yield from cpu(ctx, worker, "overhead", self.forward_cpu_s)
         step.arrived += 1
         if step.arrived == ctx.n:
             self._step, self._last = None, step
@@ -190,6 +207,7 @@ class AllToAll(TableExchange):
         received = float(self.forward.sum()) / ctx.n  # a worker's pooled vectors, mean
         self.count(self.touched(), received, received + self.dense_bytes)
         env = ctx.env
+        yield from everyone(ctx, "overhead", self.backward_cpu_s, overlapped)
         yield from self.timed(alltoallv(ctx.network, self.forward.T, self.strategy.hosts),
                               overlapped)
         # each owner scatters the gradients it received into its rows by index
