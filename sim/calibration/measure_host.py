@@ -415,9 +415,9 @@ def measure_host(quick: bool, wait: str, concurrency: int) -> dict[str, Any]:
 def measured_through(concurrency: int, reload: dict[str, Any]) -> dict[str, str]:
     """How each cost was measured, in words (kept in the profile)."""
     return {
-        "copy": f"sim.training.workload.Worker.next_batch (numpy row gather) from "
-                f"{gather_data_bytes() / 2**20:.0f} MiB of rows, {concurrency} process(es) "
-                "at once",
+        "copy": f"sim.training.workload.Worker.next_batch (numpy row gather) from rows of "
+                f"{CACHE_MULTIPLE} x the last-level cache (measure_host.gather_data_bytes), "
+                f"{concurrency} process(es) at once",
         "update": f"sim.training.rules.SGD.step -> sim.kernels.sgd_update, {concurrency} "
                   "process(es) at once",
         "reduce": f"sim.kernels.sum_into, {concurrency} process(es) at once",
