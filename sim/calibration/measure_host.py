@@ -141,7 +141,7 @@ def measure_copy(quick: bool, min_time_s: float) -> tuple[list[float], list[floa
     rows, nbytes, seconds = [], [], []
     data_bytes = gather_data_bytes()
     for features, counts in (GATHER_QUICK if quick else GATHER).items():
-        worker = gather_worker(features, max(data_bytes, (2 * max(counts) + 1024) * features * 8))
+        worker = gather_worker(features, data_bytes)  # >= 64 MB: thousands of batches
         for batch in counts:
             worker.batch = batch
             seconds.append(median_s(worker.next_batch, min_time_s))
